@@ -1,0 +1,47 @@
+//! Command-line parsing (clap) and dispatch. The library never sees flags: each command maps its
+//! arguments onto the library's config structs.
+
+mod build;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Exit codes, as documented in the README.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Finished, but the set falls short of what was asked (or is empty).
+    pub const SHORTFALL: u8 = 1;
+    /// Usage error or fatal problem.
+    pub const FATAL: u8 = 2;
+}
+
+/// Build synthetic retrieval test sets (queries, qrels, review queue) from a corpus.
+#[derive(Debug, Parser)]
+#[command(name = "qrelgen", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build a test set: chunk the corpus, index it, write queries, filter them by a BM25 round
+    /// trip, sample a review queue, and write a BEIR dataset with TREC qrels.
+    Build(Box<build::BuildArgs>),
+}
+
+/// Parses the command line, runs the command and maps the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Build(args) => build::run(&args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit::FATAL)
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Reads a folder of `.txt`, `.md` and `.html` files, recursively, in file-name order.
+
+use super::{Skipped, decode_text, html, markdown_title};
+use crate::error::Result;
+use crate::id::DocId;
+use crate::record::Document;
+use std::path::Path;
+use walkdir::WalkDir;
+
+/// The kinds of file a folder corpus may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Text,
+    Markdown,
+    Html,
+}
+
+impl Format {
+    fn of(path: &Path) -> Option<Self> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "txt" | "text" => Some(Self::Text),
+            "md" | "markdown" => Some(Self::Markdown),
+            "html" | "htm" => Some(Self::Html),
+            _ => None,
+        }
+    }
+}
+
+/// Reads every usable file under `root` and hands it to `sink` as a [`Document`].
+///
+/// Returns the skipped inputs and the number of files ignored for their extension. Symbolic
+/// links are followed; a link loop is skipped with a warning.
+///
+/// # Errors
+/// Only the errors of `sink`: bad files are skipped, not fatal.
+pub fn read_folder(
+    root: &Path,
+    mut sink: impl FnMut(Document) -> Result<()>,
+) -> Result<(Vec<Skipped>, usize)> {
+    let mut skipped = Vec::new();
+    let mut ignored = 0;
+    let walker = WalkDir::new(root)
+        .follow_links(true)
+        .sort_by_file_name()
+        .into_iter();
+    for entry in walker {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(err) => {
+                let path = err.path().unwrap_or(root).to_owned();
+                skipped.push(Skipped { path, line: None, reason: err.to_string() });
+                continue;
+            }
+        };
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let Some(format) = Format::of(entry.path()) else {
+            ignored += 1;
+            continue;
+        };
+        match read_file(root, entry.path(), format) {
+            Ok(doc) => sink(doc)?,
+            Err(reason) => skipped.push(Skipped { path: entry.path().to_owned(), line: None, reason }),
+        }
+    }
+    Ok((skipped, ignored))
+}
+
+fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Document, String> {
+    let bytes = fs_err::read(path).map_err(|e| e.to_string())?;
+    let raw = decode_text(bytes)?;
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    let id_text = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let (title, text, markdown) = match format {
+        Format::Html => {
+            let page = html::to_text(&raw);
+            (page.title, page.text, true)
+        }
+        Format::Markdown => (markdown_title(&raw), raw, true),
+        Format::Text => (None, raw, false),
+    };
+    if text.trim().is_empty() {
+        return Err("no text left after removing markup".to_owned());
+    }
+    Ok(Document {
+        id: DocId::sanitized(&id_text),
+        title: title.unwrap_or(stem),
+        text,
+        markdown,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(root: &Path) -> (Vec<Document>, Vec<Skipped>, usize) {
+        let mut docs = Vec::new();
+        let (skipped, ignored) = read_folder(root, |d| {
+            docs.push(d);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        (docs, skipped, ignored)
+    }
+
+    #[test]
+    fn reads_sorted_and_skips_bad_files() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            fs_err::create_dir_all(path.parent().unwrap_or(dir.path())).unwrap_or_else(|e| panic!("{e}"));
+            fs_err::write(path, bytes).unwrap_or_else(|e| panic!("{e}"));
+        };
+        write("b.md", b"# Bee\nBees make honey.");
+        write("a/x y.txt", b"Plain text file.");
+        write("c.html", b"<html><title>Sea</title><body><nav>Home</nav><p>Salt water.</p></body></html>");
+        write("empty.txt", b"  \n");
+        write("bad.md", &[b'h', 0xc3, 0x28]);
+        write("bin.txt", b"\0\0\0");
+        write("image.png", b"\x89PNG");
+
+        let (docs, skipped, ignored) = read_all(dir.path());
+        let ids: Vec<_> = docs.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["a/x_y.txt", "b.md", "c.html"]);
+        assert_eq!(docs[1].title, "Bee");
+        assert_eq!(docs[2].title, "Sea");
+        assert!(!docs[2].text.contains("Home"), "navigation kept: {:?}", docs[2].text);
+        let reasons: Vec<_> = skipped.iter().map(|s| s.reason.as_str()).collect();
+        assert_eq!(reasons, ["invalid UTF-8 at byte 1", "binary file (contains NUL bytes)", "empty file"]);
+        assert_eq!(ignored, 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlink_loops_do_not_hang() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(dir.path().join("a.txt"), "Some words here.").unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("loop")).unwrap_or_else(|e| panic!("{e}"));
+        let (docs, skipped, _) = read_all(dir.path());
+        assert_eq!(docs.len(), 1);
+        assert_eq!(skipped.len(), 1);
+        assert!(skipped[0].reason.contains("loop"), "{:?}", skipped[0]);
+    }
+}

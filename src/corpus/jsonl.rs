@@ -1,0 +1,174 @@
+//! Reads a JSONL corpus: `{"id", "title", "text"}` lines, or BEIR's `{"_id", "title", "text"}`.
+
+use super::{Skipped, markdown_title};
+use crate::error::{Error, Result};
+use crate::id::{ChunkId, DocId};
+use crate::record::{Chunk, Document};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
+use std::path::Path;
+
+/// One JSONL line as found in the wild: `id` or `_id`, a string or a number.
+#[derive(Debug, Deserialize)]
+struct Line {
+    #[serde(alias = "_id")]
+    id: Option<serde_json::Value>,
+    #[serde(default)]
+    title: Option<String>,
+    text: Option<String>,
+    /// Pre-chunked input may name the document a chunk belongs to.
+    #[serde(default)]
+    doc_id: Option<String>,
+}
+
+/// A usable line: its id as text, title and text.
+struct Record {
+    id: String,
+    title: Option<String>,
+    text: String,
+    doc_id: Option<String>,
+}
+
+fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
+    let line = std::str::from_utf8(bytes)
+        .map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let parsed: Line = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
+    let id = match parsed.id {
+        Some(serde_json::Value::String(s)) => s,
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        Some(_) => return Err("\"id\" must be a string or a number".to_owned()),
+        None => return Err("no \"id\" or \"_id\" field".to_owned()),
+    };
+    let text = parsed.text.filter(|t| !t.trim().is_empty()).ok_or("no text")?;
+    Ok(Some(Record { id, title: parsed.title, text, doc_id: parsed.doc_id }))
+}
+
+/// Calls `each(line_number, record)` for every usable line; collects the rest as skipped.
+fn for_each_record(
+    path: &Path,
+    mut each: impl FnMut(usize, Record) -> Result<std::result::Result<(), String>>,
+) -> Result<Vec<Skipped>> {
+    let file = fs_err::File::open(path).map_err(|source| Error::CorpusUnreadable {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut skipped = Vec::new();
+    for (index, bytes) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+        let line = index + 1;
+        let bytes = bytes.map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
+        let outcome = match parse_line(&bytes) {
+            Ok(Some(record)) => each(line, record)?,
+            Ok(None) => Ok(()),
+            Err(reason) => Err(reason),
+        };
+        if let Err(reason) = outcome {
+            skipped.push(Skipped { path: path.to_owned(), line: Some(line), reason });
+        }
+    }
+    Ok(skipped)
+}
+
+/// Reads a JSONL corpus of documents.
+///
+/// # Errors
+/// [`Error::CorpusUnreadable`] if the file cannot be read, and the errors of `sink`. Bad lines
+/// and repeated ids are skipped, not fatal.
+pub fn read_jsonl(path: &Path, mut sink: impl FnMut(Document) -> Result<()>) -> Result<Vec<Skipped>> {
+    let mut seen = HashSet::new();
+    for_each_record(path, |_, record| {
+        let id = DocId::sanitized(&record.id);
+        if !seen.insert(id.clone()) {
+            return Ok(Err(format!("document id {id} was already used on an earlier line")));
+        }
+        let title = record.title.filter(|t| !t.trim().is_empty());
+        let title = title.or_else(|| markdown_title(&record.text)).unwrap_or_else(|| id.to_string());
+        sink(Document { id, title, text: record.text, markdown: true }).map(Ok)
+    })
+}
+
+/// Reads pre-chunked JSONL: each line is one chunk and keeps its id.
+///
+/// # Errors
+/// [`Error::DuplicateChunkId`] when an id repeats (the output would be ambiguous), plus the
+/// errors of [`read_jsonl`].
+pub fn read_prechunked(path: &Path, mut sink: impl FnMut(Chunk) -> Result<()>) -> Result<Vec<Skipped>> {
+    let mut seen = HashSet::new();
+    let mut ordinals: HashMap<DocId, u32> = HashMap::new();
+    for_each_record(path, |line, record| {
+        let id = match ChunkId::parse(&record.id) {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        if !seen.insert(id.clone()) {
+            return Err(Error::DuplicateChunkId { path: path.to_owned(), line, id: record.id });
+        }
+        let doc_id = DocId::sanitized(record.doc_id.as_deref().unwrap_or(id.as_str()));
+        let ordinal = ordinals.entry(doc_id.clone()).or_default();
+        let chunk = Chunk {
+            id,
+            title: record.title.unwrap_or_else(|| doc_id.to_string()),
+            doc_id,
+            ordinal: *ordinal,
+            text: record.text,
+        };
+        *ordinal += 1;
+        sink(chunk).map(Ok)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(lines: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(file.path(), lines).unwrap_or_else(|e| panic!("{e}"));
+        file
+    }
+
+    #[test]
+    fn reads_plain_and_beir_lines_and_skips_bad_ones() {
+        let file = file_with(concat!(
+            "{\"id\":\"a 1\",\"title\":\"A\",\"text\":\"alpha\"}\n",
+            "{\"_id\":7,\"text\":\"# Seven\\nbody\"}\n",
+            "not json\n",
+            "\n",
+            "{\"id\":\"b\"}\n",
+            "{\"id\":\"a 1\",\"text\":\"again\"}\n",
+        ));
+        let mut docs = Vec::new();
+        let skipped = read_jsonl(file.path(), |d| {
+            docs.push(d);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<_> = docs.iter().map(|d| (d.id.as_str(), d.title.as_str())).collect();
+        assert_eq!(got, [("a_1", "A"), ("7", "Seven")]);
+        let lines: Vec<_> = skipped.iter().map(|s| s.line).collect();
+        assert_eq!(lines, [Some(3), Some(5), Some(6)]);
+        assert!(skipped[0].reason.starts_with("invalid JSON"));
+        assert_eq!(skipped[1].reason, "no text");
+    }
+
+    #[test]
+    fn prechunked_keeps_ids_and_rejects_repeats() {
+        let file = file_with("{\"_id\":\"d1-p0\",\"text\":\"x\",\"doc_id\":\"d1\"}\n{\"_id\":\"d1-p1\",\"text\":\"y\",\"doc_id\":\"d1\"}\n{\"_id\":\"bad id\",\"text\":\"z\"}\n");
+        let mut chunks = Vec::new();
+        let skipped = read_prechunked(file.path(), |c| {
+            chunks.push(c);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<_> = chunks.iter().map(|c| (c.id.as_str(), c.ordinal)).collect();
+        assert_eq!(got, [("d1-p0", 0), ("d1-p1", 1)]);
+        assert_eq!(skipped.len(), 1);
+
+        let dup = file_with("{\"_id\":\"c\",\"text\":\"x\"}\n{\"_id\":\"c\",\"text\":\"y\"}\n");
+        let err = read_prechunked(dup.path(), |_| Ok(())).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.ends_with(":2: chunk id \"c\" was already used on an earlier line")));
+    }
+}

@@ -1,0 +1,136 @@
+//! Stage 1, corpus: reads documents from a folder or a JSONL file, one at a time.
+//!
+//! Input: a path. Output: a stream of [`Document`]s (or, for `--prechunked`, of [`Chunk`]s) and a
+//! list of [`Skipped`] inputs. Invariants: documents come in a deterministic order (folders are
+//! walked in file-name order, JSONL in line order); a bad file or line is skipped with a reason,
+//! never an abort; the corpus is never held in memory as a whole.
+
+mod folder;
+mod html;
+mod jsonl;
+
+use crate::error::{Error, Result};
+use crate::record::{Chunk, Document};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+pub use folder::read_folder;
+pub use jsonl::{read_jsonl, read_prechunked};
+
+/// An input file or line that was not used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The file.
+    pub path: PathBuf,
+    /// The 1-based line, for JSONL input.
+    pub line: Option<usize>,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.path.display(), self.reason),
+            None => write!(f, "{}: {}", self.path.display(), self.reason),
+        }
+    }
+}
+
+/// What reading the corpus found besides documents.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ReadReport {
+    /// Inputs skipped with a warning.
+    pub skipped: Vec<Skipped>,
+    /// Files ignored because of their extension.
+    pub ignored: usize,
+    /// Documents (or pre-chunked chunks) read.
+    pub documents: usize,
+}
+
+/// One item of the corpus stream.
+#[derive(Debug)]
+pub enum Item {
+    /// A document to chunk.
+    Document(Document),
+    /// A pre-chunked unit, used as-is.
+    Chunk(Chunk),
+}
+
+/// Reads `path` (a folder or a JSONL file) and hands each item to `sink`, in a deterministic order.
+///
+/// # Errors
+/// [`Error::CorpusUnreadable`] if `path` cannot be opened, [`Error::EmptyCorpus`] if no item is
+/// usable, and the errors of `sink`.
+pub fn read(
+    path: &Path,
+    prechunked: bool,
+    mut sink: impl FnMut(Item) -> Result<()>,
+) -> Result<ReadReport> {
+    let meta = fs_err::metadata(path).map_err(|source| Error::CorpusUnreadable {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut report = ReadReport::default();
+    let mut count = |item: Item| {
+        report.documents += 1;
+        sink(item)
+    };
+    let (skipped, ignored) = match (meta.is_dir(), prechunked) {
+        (true, true) => return Err(Error::PrechunkedFolder(path.to_owned())),
+        (true, false) => read_folder(path, |d| count(Item::Document(d)))?,
+        (false, false) => (read_jsonl(path, |d| count(Item::Document(d)))?, 0),
+        (false, true) => (read_prechunked(path, |c| count(Item::Chunk(c)))?, 0),
+    };
+    report.skipped = skipped;
+    report.ignored = ignored;
+    if report.documents == 0 {
+        return Err(Error::EmptyCorpus {
+            path: path.to_owned(),
+            skipped: report.skipped.len(),
+            ignored: report.ignored,
+        });
+    }
+    Ok(report)
+}
+
+/// Decodes file bytes as text, or says why they are not usable text.
+pub(crate) fn decode_text(bytes: Vec<u8>) -> std::result::Result<String, String> {
+    if bytes.iter().take(8192).any(|&b| b == 0) {
+        return Err("binary file (contains NUL bytes)".to_owned());
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to())
+    })?;
+    if text.trim().is_empty() {
+        return Err("empty file".to_owned());
+    }
+    Ok(text.strip_prefix('\u{feff}').map(str::to_owned).unwrap_or(text))
+}
+
+/// The first Markdown `# ` heading of a text, if any.
+pub(crate) fn markdown_title(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("# "))
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_rejects_binary_invalid_and_empty() {
+        assert_eq!(decode_text(b"ab\0c".to_vec()), Err("binary file (contains NUL bytes)".into()));
+        assert_eq!(decode_text(vec![b'o', b'k', 0xff]), Err("invalid UTF-8 at byte 2".into()));
+        assert_eq!(decode_text(b" \n\t".to_vec()), Err("empty file".into()));
+        assert_eq!(decode_text("\u{feff}hi".as_bytes().to_vec()), Ok("hi".into()));
+    }
+
+    #[test]
+    fn title_is_first_level_one_heading() {
+        assert_eq!(markdown_title("intro\n# Billing \n## Plans"), Some("Billing".into()));
+        assert_eq!(markdown_title("## Only level two"), None);
+    }
+}

@@ -1,0 +1,76 @@
+//! The library's error type: fatal problems that stop a run.
+//!
+//! Per-item problems (a bad file, a query that misses) are data, not errors: see
+//! [`crate::corpus::Skipped`] and [`crate::record::Verdict`].
+
+use std::path::PathBuf;
+
+/// A fatal problem; the message names the file, line or flag involved.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The corpus path does not exist or cannot be listed.
+    #[error("cannot read the corpus at {path}")]
+    CorpusUnreadable {
+        /// The corpus path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The corpus has no usable document.
+    #[error(
+        "no usable documents in {path} ({skipped} file(s) or line(s) skipped, {ignored} file(s) with \
+         other extensions ignored)\nhint: point --corpus at a folder of .txt/.md/.html files or a JSONL \
+         file with \"id\"/\"_id\" and \"text\" fields"
+    )]
+    EmptyCorpus {
+        /// The corpus path.
+        path: PathBuf,
+        /// Files or lines skipped with a warning.
+        skipped: usize,
+        /// Files ignored for their extension.
+        ignored: usize,
+    },
+    /// `--prechunked` needs a JSONL file.
+    #[error("--prechunked needs a JSONL file, but {0} is a folder")]
+    PrechunkedFolder(PathBuf),
+    /// Two chunks of pre-chunked input share an id.
+    #[error("{path}:{line}: chunk id {id:?} was already used on an earlier line")]
+    DuplicateChunkId {
+        /// The JSONL file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The repeated id.
+        id: String,
+    },
+    /// A setting is out of range or inconsistent.
+    #[error("invalid {flag}: {message}")]
+    InvalidSetting {
+        /// The flag that fixes it, e.g. `--mix`.
+        flag: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The tantivy index failed.
+    #[error("search index in {path}")]
+    Index {
+        /// The index folder.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: tantivy::TantivyError,
+    },
+    /// Writing an output file failed.
+    #[error("cannot write {path}")]
+    Output {
+        /// The file being written.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Shorthand for results with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,256 @@
+//! Stage 5, filter: the round trip. Each candidate is searched with BM25; it stays only if its
+//! source chunks come back in the top N.
+//!
+//! Input: [`Candidate`]s. Output: one [`Verdict`] per candidate. Invariants: every candidate gets
+//! a status and a reason; no_answer queries are checked differently (rejected when the top hit
+//! contains their absent term) and never dropped for missing their source.
+
+use crate::error::Result;
+use crate::id::ChunkId;
+use crate::index::ChunkIndex;
+use crate::record::{Candidate, Chunk, QueryType, Reason, Status, Verdict};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+/// What happens to a query whose sources miss the top N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMiss {
+    /// Leave it out of the test set.
+    Drop,
+    /// Keep it, marked for review first.
+    Flag,
+}
+
+/// Which hops of a multi_hop query must be in the top N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HopRule {
+    /// Every hop.
+    All,
+    /// At least one hop.
+    Any,
+}
+
+impl std::fmt::Display for OnMiss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Drop => "drop",
+            Self::Flag => "flag",
+        })
+    }
+}
+
+impl std::fmt::Display for HopRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::All => "all",
+            Self::Any => "any",
+        })
+    }
+}
+
+/// Settings of the round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterConfig {
+    /// How deep a source may rank and still count as found.
+    pub top_n: usize,
+    /// What to do with a miss.
+    pub on_miss: OnMiss,
+    /// The rule for multi_hop queries.
+    pub multi_hop_rule: HopRule,
+}
+
+/// Judges candidates against the index.
+pub struct RoundTrip<'a> {
+    index: &'a ChunkIndex,
+    chunks: &'a [Chunk],
+    position: HashMap<&'a ChunkId, usize>,
+    config: FilterConfig,
+}
+
+impl<'a> RoundTrip<'a> {
+    /// A filter over `chunks` as indexed in `index`.
+    #[must_use]
+    pub fn new(index: &'a ChunkIndex, chunks: &'a [Chunk], config: FilterConfig) -> Self {
+        let position = chunks.iter().enumerate().map(|(i, c)| (&c.id, i)).collect();
+        Self { index, chunks, position, config }
+    }
+
+    /// The verdict on one candidate.
+    ///
+    /// # Errors
+    /// [`crate::Error::Index`] when the search fails.
+    pub fn judge(&self, candidate: &Candidate) -> Result<Verdict> {
+        let query_terms = self.index.analyzer().terms(&candidate.text);
+        let hits = self.index.search_terms(&query_terms, self.config.top_n)?;
+        let sources: Vec<Option<usize>> =
+            candidate.sources.iter().map(|id| self.position.get(id).copied()).collect();
+        let ranks: Vec<Option<u32>> = sources
+            .iter()
+            .map(|source| {
+                let at = hits.iter().position(|h| Some(h.chunk) == *source)?;
+                u32::try_from(at + 1).ok()
+            })
+            .collect();
+        let top_hit = hits.first().map(|h| self.chunks[h.chunk].id.clone());
+        let (status, reason) = match candidate.query_type {
+            QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk)),
+            QueryType::MultiHop => self.miss_rule(self.hops_found(&ranks), Reason::HopNotInTopN),
+            QueryType::Direct | QueryType::Paraphrase => {
+                self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN)
+            }
+        };
+        let overlap = self.overlap(&query_terms, sources.iter().flatten().copied());
+        Ok(Verdict { status, reason, ranks, top_hit, overlap })
+    }
+
+    fn hops_found(&self, ranks: &[Option<u32>]) -> bool {
+        match self.config.multi_hop_rule {
+            HopRule::All => !ranks.is_empty() && ranks.iter().all(Option::is_some),
+            HopRule::Any => ranks.iter().any(Option::is_some),
+        }
+    }
+
+    fn miss_rule(&self, found: bool, miss: Reason) -> (Status, Reason) {
+        match (found, self.config.on_miss) {
+            (true, _) => (Status::Kept, Reason::SourceInTopN),
+            (false, OnMiss::Drop) => (Status::Dropped, miss),
+            (false, OnMiss::Flag) => (Status::Flagged, miss),
+        }
+    }
+
+    fn no_answer_rule(&self, candidate: &Candidate, top: Option<usize>) -> (Status, Reason) {
+        let Some(absent) = &candidate.absent_term else {
+            return (Status::Flagged, Reason::NoAnswerUnchecked);
+        };
+        let absent_terms = self.index.analyzer().terms(absent);
+        let found = top.is_some_and(|chunk| {
+            let top_terms: HashSet<String> = self.index.analyzer().terms(&self.chunks[chunk].text).into_iter().collect();
+            absent_terms.iter().any(|t| top_terms.contains(t))
+        });
+        if found {
+            (Status::Dropped, Reason::AbsentTermFound)
+        } else {
+            (Status::Kept, Reason::NoAnswerConfirmed)
+        }
+    }
+
+    /// Share of the distinct query terms found in the source chunks.
+    fn overlap(&self, query_terms: &[String], sources: impl Iterator<Item = usize>) -> f64 {
+        let query: HashSet<&String> = query_terms.iter().collect();
+        if query.is_empty() {
+            return 0.0;
+        }
+        let source_terms: HashSet<String> =
+            sources.flat_map(|c| self.index.analyzer().terms(&self.chunks[c].text)).collect();
+        let shared = query.iter().filter(|t| source_terms.contains(**t)).count();
+        shared as f64 / query.len() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::{DocId, QueryId};
+    use crate::progress::Stage;
+
+    const TEXTS: [&str; 4] = [
+        "quota exceeded error when the workspace storage is full",
+        "sharing links expire after thirty days unless a password is set",
+        "recovery key for encrypted folders is stored offline",
+        "bandwidth limits slow the upload of large files",
+    ];
+
+    fn chunks() -> Vec<Chunk> {
+        TEXTS
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Chunk {
+                id: ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")),
+                doc_id: DocId::sanitized(&format!("d{i}")),
+                ordinal: 0,
+                title: String::new(),
+                text: (*t).to_owned(),
+            })
+            .collect()
+    }
+
+    fn candidate(query_type: QueryType, text: &str, sources: &[usize], absent: Option<&str>) -> Candidate {
+        let sources: Vec<ChunkId> =
+            sources.iter().map(|i| ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}"))).collect();
+        Candidate {
+            id: QueryId::derive(query_type.label(), &sources, text),
+            text: text.to_owned(),
+            query_type,
+            sources,
+            absent_term: absent.map(str::to_owned),
+            generator: "test".into(),
+            round: 1,
+        }
+    }
+
+    fn with_filter(config: FilterConfig, check: impl FnOnce(&RoundTrip<'_>)) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let chunks = chunks();
+        let (index, _) = ChunkIndex::open_or_build(dir.path(), &chunks, "t", &Stage::hidden())
+            .unwrap_or_else(|e| panic!("{e}"));
+        check(&RoundTrip::new(&index, &chunks, config));
+    }
+
+    fn config(top_n: usize, on_miss: OnMiss, multi_hop_rule: HopRule) -> FilterConfig {
+        FilterConfig { top_n, on_miss, multi_hop_rule }
+    }
+
+    #[track_caller]
+    fn check(filter: &RoundTrip<'_>, c: &Candidate, status: Status, reason: Reason, ranks: &[Option<u32>]) {
+        let verdict = filter.judge(c).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((verdict.status, verdict.reason, verdict.ranks.as_slice()), (status, reason, ranks));
+    }
+
+    #[test]
+    fn single_source_rules() {
+        with_filter(config(1, OnMiss::Drop, HopRule::All), |f| {
+            let hit = candidate(QueryType::Direct, "quota exceeded", &[0], None);
+            check(f, &hit, Status::Kept, Reason::SourceInTopN, &[Some(1)]);
+            let miss = candidate(QueryType::Paraphrase, "password links", &[0], None);
+            check(f, &miss, Status::Dropped, Reason::SourceNotInTopN, &[None]);
+        });
+        with_filter(config(1, OnMiss::Flag, HopRule::All), |f| {
+            let miss = candidate(QueryType::Direct, "password links", &[0], None);
+            check(f, &miss, Status::Flagged, Reason::SourceNotInTopN, &[None]);
+        });
+    }
+
+    #[test]
+    fn multi_hop_rules() {
+        let query = candidate(QueryType::MultiHop, "quota storage recovery", &[0, 3], None);
+        with_filter(config(2, OnMiss::Drop, HopRule::All), |f| {
+            check(f, &query, Status::Dropped, Reason::HopNotInTopN, &[Some(1), None]);
+        });
+        with_filter(config(2, OnMiss::Drop, HopRule::Any), |f| {
+            check(f, &query, Status::Kept, Reason::SourceInTopN, &[Some(1), None]);
+        });
+    }
+
+    #[test]
+    fn no_answer_rules() {
+        with_filter(config(3, OnMiss::Drop, HopRule::All), |f| {
+            let absent = candidate(QueryType::NoAnswer, "walrus storage quota", &[0], Some("walrus"));
+            check(f, &absent, Status::Kept, Reason::NoAnswerConfirmed, &[Some(1)]);
+            let present = candidate(QueryType::NoAnswer, "password expiry", &[0], Some("password"));
+            check(f, &present, Status::Dropped, Reason::AbsentTermFound, &[None]);
+            let unchecked = candidate(QueryType::NoAnswer, "storage", &[0], None);
+            check(f, &unchecked, Status::Flagged, Reason::NoAnswerUnchecked, &[Some(1)]);
+        });
+    }
+
+    #[test]
+    fn overlap_counts_distinct_query_terms_in_sources() {
+        with_filter(config(3, OnMiss::Drop, HopRule::All), |f| {
+            let c = candidate(QueryType::Direct, "quota quota walrus", &[0], None);
+            let verdict = f.judge(&c).unwrap_or_else(|e| panic!("{e}"));
+            assert!((verdict.overlap - 0.5).abs() < 1e-9, "{}", verdict.overlap);
+        });
+    }
+}

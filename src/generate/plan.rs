@@ -1,0 +1,279 @@
+//! Planning: how many queries of each type, and which chunks they are written from.
+
+use super::Request;
+use super::terms::{TermModel, is_query_word};
+use crate::error::Result;
+use crate::id::DocId;
+use crate::index::ChunkIndex;
+use crate::record::{Chunk, QueryType};
+use crate::rng::stream;
+use rand::seq::SliceRandom;
+use serde::{Serialize, Serializer};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+/// A chunk needs this many distinct query words to be worth a query.
+const MIN_TERMS: usize = 5;
+/// Salient terms of a chunk used to retrieve its multi_hop partner.
+const PARTNER_QUERY_TERMS: usize = 8;
+/// Hits examined when looking for a multi_hop partner.
+const PARTNER_CANDIDATES: usize = 10;
+
+/// Queries wanted per type.
+pub type Quotas = BTreeMap<QueryType, usize>;
+
+/// The share of each query type, e.g. `direct=0.4,paraphrase=0.3,multi_hop=0.15,no_answer=0.15`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mix(BTreeMap<QueryType, f64>);
+
+impl Default for Mix {
+    fn default() -> Self {
+        Self(BTreeMap::from([
+            (QueryType::Direct, 0.4),
+            (QueryType::Paraphrase, 0.3),
+            (QueryType::MultiHop, 0.15),
+            (QueryType::NoAnswer, 0.15),
+        ]))
+    }
+}
+
+impl FromStr for Mix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut shares = BTreeMap::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (label, share) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not TYPE=SHARE"))?;
+            let query_type = QueryType::from_label(label.trim()).ok_or_else(|| {
+                format!("unknown query type {label:?} (known: direct, paraphrase, multi_hop, no_answer)")
+            })?;
+            let share: f64 = share
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| format!("share {share:?} of {label} is not a number ≥ 0"))?;
+            if shares.insert(query_type, share).is_some() {
+                return Err(format!("{label} is given twice"));
+            }
+        }
+        let total: f64 = shares.values().sum();
+        if (total - 1.0).abs() > 0.01 {
+            return Err(format!("the shares add up to {total}, not 1"));
+        }
+        Ok(Self(shares))
+    }
+}
+
+impl fmt::Display for Mix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(t, s)| format!("{t}={s}")).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl Serialize for Mix {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(t, s)| (t.label(), s)))
+    }
+}
+
+impl Mix {
+    /// Splits `total` queries by share, largest remainder first (ties in type order), so the
+    /// quotas add up to `total` exactly.
+    #[must_use]
+    pub fn quotas(&self, total: usize) -> Quotas {
+        let exact: Vec<(QueryType, f64)> =
+            QueryType::ALL.iter().map(|&t| (t, self.0.get(&t).copied().unwrap_or(0.0) * total as f64)).collect();
+        let mut quotas: Quotas = exact.iter().map(|&(t, x)| (t, x.floor() as usize)).collect();
+        let assigned: usize = quotas.values().sum();
+        let mut by_remainder = exact.clone();
+        by_remainder.sort_by(|a, b| (b.1 - b.1.floor()).total_cmp(&(a.1 - a.1.floor())).then(a.0.cmp(&b.0)));
+        for (t, _) in by_remainder.into_iter().take(total.saturating_sub(assigned)) {
+            *quotas.entry(t).or_default() += 1;
+        }
+        quotas
+    }
+}
+
+/// Picks source chunks for requests: documents in a seeded round-robin, at most `cap` queries
+/// per document, each chunk used at most once per type, multi_hop partners found by retrieval.
+pub struct Planner<'a> {
+    index: &'a ChunkIndex,
+    chunks: &'a [Chunk],
+    docs: Vec<Vec<usize>>,
+    planned_per_doc: Vec<usize>,
+    cap: usize,
+    used: HashSet<(QueryType, usize)>,
+    eligible: HashMap<usize, bool>,
+    seed: u64,
+}
+
+impl<'a> Planner<'a> {
+    /// A planner over `chunks` (indexed in `index`) allowing `cap` queries per document.
+    #[must_use]
+    pub fn new(index: &'a ChunkIndex, chunks: &'a [Chunk], cap: usize, seed: u64) -> Self {
+        let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
+        let mut docs: Vec<Vec<usize>> = Vec::new();
+        for (position, chunk) in chunks.iter().enumerate() {
+            let next = docs.len();
+            let doc = *doc_of.entry(&chunk.doc_id).or_insert(next);
+            if doc == next {
+                docs.push(Vec::new());
+            }
+            docs[doc].push(position);
+        }
+        let planned_per_doc = vec![0; docs.len()];
+        Self { index, chunks, docs, planned_per_doc, cap, used: HashSet::new(), eligible: HashMap::new(), seed }
+    }
+
+    /// Number of documents.
+    #[must_use]
+    pub fn documents(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Plans up to `wanted` requests per type for `round`; fewer when chunks run out.
+    ///
+    /// # Errors
+    /// [`Error::Index`] when a search fails.
+    pub fn plan(&mut self, wanted: &Quotas, round: u32) -> Result<Vec<Request>> {
+        let mut requests = Vec::new();
+        for (&query_type, &count) in wanted.iter().filter(|(_, n)| **n > 0) {
+            let mut rng = stream(self.seed, &format!("plan/{round}/{query_type}"));
+            let mut order: Vec<usize> = (0..self.docs.len()).collect();
+            order.shuffle(&mut rng);
+            let mut planned = 0;
+            'passes: loop {
+                let mut progressed = false;
+                for &doc in &order {
+                    if self.planned_per_doc[doc] >= self.cap {
+                        continue;
+                    }
+                    if let Some(sources) = self.take(doc, query_type, &mut rng)? {
+                        self.planned_per_doc[doc] += 1;
+                        requests.push(Request { query_type, sources, round });
+                        planned += 1;
+                        progressed = true;
+                        if planned == count {
+                            break 'passes;
+                        }
+                    }
+                }
+                if !progressed {
+                    break;
+                }
+            }
+        }
+        Ok(requests)
+    }
+
+    fn take(&mut self, doc: usize, query_type: QueryType, rng: &mut crate::rng::Rng) -> Result<Option<Vec<usize>>> {
+        let mut options: Vec<usize> =
+            self.docs[doc].iter().copied().filter(|&c| !self.used.contains(&(query_type, c))).collect();
+        options.shuffle(rng);
+        for chunk in options {
+            self.used.insert((query_type, chunk));
+            if !self.is_eligible(chunk) {
+                continue;
+            }
+            if query_type != QueryType::MultiHop {
+                return Ok(Some(vec![chunk]));
+            }
+            if let Some(partner) = self.partner(chunk)? {
+                return Ok(Some(vec![chunk, partner]));
+            }
+        }
+        Ok(None)
+    }
+
+    fn is_eligible(&mut self, chunk: usize) -> bool {
+        let (index, chunks) = (self.index, self.chunks);
+        *self.eligible.entry(chunk).or_insert_with(|| {
+            let tokens = index.analyzer().tokens(&chunks[chunk].text);
+            let words: HashSet<&str> =
+                tokens.iter().filter(|t| is_query_word(&t.surface)).map(|t| t.term.as_str()).collect();
+            words.len() >= MIN_TERMS
+        })
+    }
+
+    /// The best-ranked chunk that this chunk's salient terms retrieve, from another document or
+    /// at least two chunks away in the same one.
+    fn partner(&mut self, chunk: usize) -> Result<Option<usize>> {
+        let this = &self.chunks[chunk];
+        let model = TermModel::new(self.index, self.index.term_stats(&this.text)?, true);
+        let terms: Vec<String> = model.top(PARTNER_QUERY_TERMS).into_iter().map(|s| s.term.clone()).collect();
+        for hit in self.index.search_terms(&terms, PARTNER_CANDIDATES)? {
+            let other = &self.chunks[hit.chunk];
+            let far = other.doc_id != this.doc_id || other.ordinal.abs_diff(this.ordinal) >= 2;
+            if hit.chunk != chunk && far && self.is_eligible(hit.chunk) {
+                return Ok(Some(hit.chunk));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The default per-document cap: twice a fair share, at least 2.
+#[must_use]
+pub fn auto_cap(total_queries: usize, documents: usize) -> usize {
+    (2 * total_queries).div_ceil(documents.max(1)).max(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[track_caller]
+    fn check_mix_error(input: &str, expected: &str) {
+        let err = input.parse::<Mix>().err().unwrap_or_default();
+        assert!(err.contains(expected), "{input:?}: {err}");
+    }
+
+    #[test]
+    fn parses_mix_and_rejects_mistakes() {
+        let mix: Mix = "direct=0.5, no_answer=0.5".parse().unwrap_or_default();
+        assert_eq!(mix.to_string(), "direct=0.5,no_answer=0.5");
+        check_mix_error("direct=0.5", "add up to 0.5");
+        check_mix_error("direct", "not TYPE=SHARE");
+        check_mix_error("drect=1", "unknown query type");
+        check_mix_error("direct=-1,paraphrase=2", "not a number");
+        check_mix_error("direct=0.5,direct=0.5", "given twice");
+    }
+
+    #[test]
+    fn quotas_worked_example() {
+        let quotas = Mix::default().quotas(10);
+        // 4, 3, 1.5, 1.5: one leftover goes to the first type with the largest remainder.
+        let got: Vec<_> = quotas.values().copied().collect();
+        assert_eq!(got, [4, 3, 2, 1]);
+        assert_eq!(Mix::default().quotas(0).values().sum::<usize>(), 0);
+    }
+
+    #[test]
+    fn auto_cap_examples() {
+        assert_eq!(auto_cap(100, 40), 5);
+        assert_eq!(auto_cap(10, 1000), 2);
+        assert_eq!(auto_cap(10, 0), 20);
+    }
+
+    proptest! {
+        #[test]
+        fn quotas_sum_to_total_and_stay_within_one(a in 0u32..100, b in 0u32..100, c in 0u32..100, total in 0usize..5000) {
+            prop_assume!(a + b + c > 0);
+            let sum = f64::from(a + b + c);
+            let spec = format!("direct={},paraphrase={},multi_hop={}", f64::from(a) / sum, f64::from(b) / sum, f64::from(c) / sum);
+            let mix: Mix = spec.parse().map_err(TestCaseError::fail)?;
+            let quotas = mix.quotas(total);
+            prop_assert_eq!(quotas.values().sum::<usize>(), total);
+            for (t, n) in &quotas {
+                let exact = mix.0.get(t).copied().unwrap_or(0.0) * total as f64;
+                prop_assert!((*n as f64 - exact).abs() < 1.0 + 1e-9, "{t}: {n} vs {exact}");
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Term models for simulated queries (Azzopardi, de Rijke & Balog, SIGIR 2007): a chunk's terms
+//! weighted as discriminative (tf·idf²) or popular (tf), and weighted draws without replacement.
+//! Words a user would not type as a query term (function words, fragments such as the `re` of
+//! "they're", single letters) are left out of every model.
+
+use crate::index::{ChunkIndex, TermStat};
+use crate::rng::Rng;
+use rand::Rng as _;
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+/// Words never used as query terms.
+static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+    include_str!("query_stopwords.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .collect()
+});
+
+/// Whether a word (as written, lower-cased) can be a query term: not a stop word, and at least
+/// three characters unless it is a number of two or more digits.
+#[must_use]
+pub fn is_query_word(surface: &str) -> bool {
+    let long_enough = surface.chars().count() >= 3
+        || (surface.len() >= 2 && surface.chars().all(|c| c.is_ascii_digit()));
+    long_enough && !STOPWORDS.contains(surface)
+}
+
+/// A chunk's terms with their statistics.
+#[derive(Debug, Clone)]
+pub struct TermModel {
+    terms: Vec<(TermStat, f64)>,
+}
+
+impl TermModel {
+    /// The model of a chunk's term statistics: tf·idf² weights when `discriminative` (rare terms
+    /// dominate, as in a known-item query), plain tf otherwise.
+    pub fn new(index: &ChunkIndex, stats: Vec<TermStat>, discriminative: bool) -> Self {
+        let terms = stats
+            .into_iter()
+            .filter(|s| is_query_word(&s.surface))
+            .map(|s| {
+                let weight = f64::from(s.tf) * if discriminative { index.idf(s.df).powi(2) } else { 1.0 };
+                (s, weight)
+            })
+            .collect();
+        Self { terms }
+    }
+
+    /// Number of distinct terms.
+    pub fn len(&self) -> usize {
+        self.terms.len()
+    }
+
+    /// Keeps only the terms for which `keep` holds.
+    #[must_use]
+    pub fn filtered(mut self, keep: impl Fn(&TermStat) -> bool) -> Self {
+        self.terms.retain(|(s, _)| keep(s));
+        self
+    }
+
+    /// Whether the model holds `term`.
+    pub fn contains(&self, term: &str) -> bool {
+        self.terms.iter().any(|(s, _)| s.term == term)
+    }
+
+    /// The `n` heaviest terms (ties by term), heaviest first.
+    pub fn top(&self, n: usize) -> Vec<&TermStat> {
+        let mut sorted: Vec<_> = self.terms.iter().collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.term.cmp(&b.0.term)));
+        sorted.into_iter().take(n).map(|(s, _)| s).collect()
+    }
+
+    /// Draws up to `n` distinct terms, each with probability proportional to its weight.
+    pub fn draw(&self, n: usize, rng: &mut Rng) -> Vec<&TermStat> {
+        let mut pool: Vec<&(TermStat, f64)> = self.terms.iter().filter(|(_, w)| *w > 0.0).collect();
+        let mut drawn = Vec::with_capacity(n);
+        while drawn.len() < n && !pool.is_empty() {
+            let total: f64 = pool.iter().map(|(_, w)| w).sum();
+            let mut target = rng.random::<f64>() * total;
+            let mut pick = pool.len() - 1;
+            for (i, (_, w)) in pool.iter().enumerate() {
+                if target < *w {
+                    pick = i;
+                    break;
+                }
+                target -= w;
+            }
+            drawn.push(&pool.swap_remove(pick).0);
+        }
+        drawn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::stream;
+
+    fn stat(term: &str, tf: u32) -> (TermStat, f64) {
+        let s = TermStat { term: term.into(), surface: term.into(), tf, df: 1 };
+        (s, f64::from(tf))
+    }
+
+    #[test]
+    fn draws_are_distinct_and_follow_weights() {
+        let model = TermModel { terms: vec![stat("heavy", 90), stat("light", 10), stat("zero", 0)] };
+        let mut rng = stream(1, "t");
+        let mut heavy_first = 0;
+        for _ in 0..1000 {
+            let drawn = model.draw(3, &mut rng);
+            assert_eq!(drawn.len(), 2, "zero-weight terms are never drawn");
+            assert_ne!(drawn[0].term, drawn[1].term);
+            heavy_first += usize::from(drawn[0].term == "heavy");
+        }
+        assert!((850..=950).contains(&heavy_first), "heavy drawn first {heavy_first}/1000");
+    }
+
+    #[test]
+    fn query_words_exclude_stop_words_and_fragments() {
+        for word in ["quota", "4012", "sso", "harbor"] {
+            assert!(is_query_word(word), "{word}");
+        }
+        for word in ["re", "l", "the", "see", "7", "using"] {
+            assert!(!is_query_word(word), "{word}");
+        }
+    }
+
+    #[test]
+    fn top_orders_by_weight_then_term() {
+        let model = TermModel { terms: vec![stat("b", 2), stat("a", 2), stat("c", 5)] };
+        let top: Vec<_> = model.top(2).iter().map(|s| s.term.as_str()).collect();
+        assert_eq!(top, ["c", "a"]);
+    }
+}

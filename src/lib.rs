@@ -1,0 +1,24 @@
+//! qrelgen builds synthetic retrieval test sets: queries, relevance judgments (qrels) and a
+//! review queue, from a corpus that has none.
+//!
+//! The pipeline, one module per stage: [`corpus`] → [`chunk`] → [`index`] → [`generate`] →
+//! [`filter`] → [`sample`] → [`output`], wired together by [`pipeline`]. Stages hand each other
+//! the typed records of [`record`]. See `docs/ARCHITECTURE.md`.
+
+pub mod chunk;
+pub mod config;
+pub mod corpus;
+pub mod error;
+pub mod filter;
+pub mod generate;
+pub mod id;
+pub mod index;
+pub mod output;
+pub mod pipeline;
+pub mod progress;
+pub mod record;
+pub mod rng;
+pub mod sample;
+
+pub use config::BuildConfig;
+pub use error::{Error, Result};

@@ -1,0 +1,142 @@
+//! BEIR and TREC lines: `corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv` and `qrels.trec`.
+
+use crate::id::{ChunkId, DocId, QueryId};
+use crate::record::{Chunk, Judged, Qrel, QueryType, Reason, Status, grade};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// A line of `corpus.jsonl`.
+#[derive(Debug, Serialize)]
+pub struct CorpusLine<'a> {
+    #[serde(rename = "_id")]
+    id: &'a ChunkId,
+    title: &'a str,
+    text: &'a str,
+    metadata: CorpusMeta<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct CorpusMeta<'a> {
+    doc_id: &'a DocId,
+    ordinal: u32,
+}
+
+/// The `corpus.jsonl` line of a chunk.
+#[must_use]
+pub fn corpus_line(chunk: &Chunk) -> CorpusLine<'_> {
+    CorpusLine {
+        id: &chunk.id,
+        title: &chunk.title,
+        text: &chunk.text,
+        metadata: CorpusMeta { doc_id: &chunk.doc_id, ordinal: chunk.ordinal },
+    }
+}
+
+/// A line of `queries.jsonl`.
+#[derive(Debug, Serialize)]
+pub struct QueryLine<'a> {
+    #[serde(rename = "_id")]
+    id: &'a QueryId,
+    text: &'a str,
+    metadata: QueryMeta<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct QueryMeta<'a> {
+    #[serde(rename = "type")]
+    query_type: QueryType,
+    status: Status,
+    reason: Reason,
+    sources: &'a [ChunkId],
+    ranks: &'a [Option<u32>],
+    overlap: f64,
+    generator: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    absent_term: Option<&'a str>,
+}
+
+/// The `queries.jsonl` line of a query in the set.
+#[must_use]
+pub fn query_line(judged: &Judged) -> QueryLine<'_> {
+    let (c, v) = (&judged.candidate, &judged.verdict);
+    QueryLine {
+        id: &c.id,
+        text: &c.text,
+        metadata: QueryMeta {
+            query_type: c.query_type,
+            status: v.status,
+            reason: v.reason,
+            sources: &c.sources,
+            ranks: &v.ranks,
+            overlap: round4(v.overlap),
+            generator: &c.generator,
+            absent_term: c.absent_term.as_deref(),
+        },
+    }
+}
+
+/// Rounds to 4 decimals, so files don't carry float noise.
+pub(crate) fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// The positive judgments of the queries in the set, in query order, without repeated pairs.
+/// no_answer queries have none.
+#[must_use]
+pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
+    let mut seen = BTreeSet::new();
+    let mut qrels = Vec::new();
+    for judged in set {
+        let c = &judged.candidate;
+        let grade = match c.query_type {
+            QueryType::Direct | QueryType::Paraphrase => grade::SOURCE,
+            QueryType::MultiHop => grade::HOP,
+            QueryType::NoAnswer => continue,
+        };
+        for chunk in &c.sources {
+            if seen.insert((&c.id, chunk)) {
+                qrels.push(Qrel { query_id: c.id.clone(), chunk_id: chunk.clone(), grade });
+            }
+        }
+    }
+    qrels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Candidate, Verdict};
+
+    fn judged(query_type: QueryType, sources: &[&str]) -> Judged {
+        let sources: Vec<ChunkId> = sources.iter().map(|s| ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
+        Judged {
+            candidate: Candidate {
+                id: QueryId::derive(query_type.label(), &sources, "q"),
+                text: "q".into(),
+                query_type,
+                sources,
+                absent_term: None,
+                generator: "t".into(),
+                round: 1,
+            },
+            verdict: Verdict {
+                status: Status::Kept,
+                reason: Reason::SourceInTopN,
+                ranks: vec![Some(1)],
+                top_hit: None,
+                overlap: 1.0,
+            },
+        }
+    }
+
+    #[test]
+    fn qrels_grade_by_type_and_skip_no_answer_and_repeats() {
+        let set = [
+            judged(QueryType::Direct, &["a"]),
+            judged(QueryType::MultiHop, &["b", "c", "b"]),
+            judged(QueryType::NoAnswer, &["d"]),
+        ];
+        let rows: Vec<_> = qrels(&set).into_iter().map(|q| (q.chunk_id.to_string(), q.grade)).collect();
+        assert_eq!(rows, [("a".into(), 3), ("b".into(), 2), ("c".into(), 2)]);
+    }
+}

@@ -1,0 +1,71 @@
+//! `manifest.json`: what was run, on what, with which result; enough to repeat the run.
+
+use super::report::{Shortfall, TypeCounts};
+use crate::config::BuildConfig;
+use crate::record::{FORMAT_VERSION, QueryType};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The corpus as the run saw it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CorpusSummary {
+    /// Documents (or pre-chunked lines) read.
+    pub documents: usize,
+    /// Files or lines skipped with a warning.
+    pub skipped: usize,
+    /// Files ignored for their extension.
+    pub ignored: usize,
+    /// Hash of every document's id, title and text, in order.
+    pub hash: String,
+    /// Chunks made.
+    pub chunks: usize,
+    /// Hash of every chunk's id and text, in order (the index is rebuilt when it changes).
+    pub chunks_hash: String,
+}
+
+/// The contents of `manifest.json`.
+#[derive(Debug, Serialize)]
+pub struct Manifest<'a> {
+    /// Version of the output formats.
+    pub format_version: u32,
+    /// `qrelgen <version>`.
+    pub tool: String,
+    /// The seed (also in `config`, repeated for the eye).
+    pub seed: u64,
+    /// The generator that wrote the queries.
+    pub generator: String,
+    /// Effective settings.
+    pub config: &'a BuildConfig,
+    /// Effective per-document cap.
+    pub per_doc_cap: usize,
+    /// The corpus.
+    pub corpus: CorpusSummary,
+    /// Generation rounds run.
+    pub rounds: u32,
+    /// Per-type counts.
+    pub counts: BTreeMap<QueryType, TypeCounts>,
+    /// Types that ended below their quota.
+    pub shortfalls: Vec<Shortfall>,
+    /// Wall time per stage in milliseconds: the only field that differs between identical runs.
+    pub timings_ms: BTreeMap<&'static str, u64>,
+}
+
+impl<'a> Manifest<'a> {
+    /// A manifest for this version of the tool.
+    #[must_use]
+    pub fn new(config: &'a BuildConfig, generator: String) -> Self {
+        Self {
+            format_version: FORMAT_VERSION,
+            tool: format!("qrelgen {}", env!("CARGO_PKG_VERSION")),
+            seed: config.seed,
+            generator,
+            config,
+            per_doc_cap: 0,
+            corpus: CorpusSummary::default(),
+            rounds: 0,
+            counts: BTreeMap::new(),
+            shortfalls: Vec::new(),
+            timings_ms: BTreeMap::new(),
+        }
+    }
+}

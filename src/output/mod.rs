@@ -1,0 +1,98 @@
+//! Stage 7, output: writes the test set into the output folder, which is itself a BEIR dataset.
+//!
+//! Input: chunks, judged candidates, the review queue and the run's summary. Output: files.
+//! Invariants: every file is written to a temporary file in the same folder and renamed into
+//! place, so a killed run never leaves a half-written file; outputs are byte-identical for the
+//! same inputs (timings live only in `manifest.json`'s `timings_ms`).
+
+mod beir;
+mod manifest;
+pub(crate) mod report;
+
+pub use beir::{corpus_line, qrels, query_line};
+pub use manifest::{CorpusSummary, Manifest};
+pub use report::{Summary, TypeCounts, render_report};
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// Writes `path` atomically with `fill`.
+///
+/// # Errors
+/// [`Error::Output`] naming `path`.
+pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    let err = |source| Error::Output { path: path.to_owned(), source };
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    fs_err::create_dir_all(dir).map_err(err)?;
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let file = builder.tempfile_in(dir).map_err(err)?;
+    let mut writer = BufWriter::new(file);
+    fill(&mut writer).map_err(err)?;
+    let file = writer.into_inner().map_err(|e| err(e.into_error()))?;
+    file.as_file().sync_all().map_err(err)?;
+    file.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}
+
+/// Writes one JSON value per line, atomically.
+///
+/// # Errors
+/// [`Error::Output`] naming `path`.
+pub fn write_jsonl<T: Serialize>(path: &Path, items: impl IntoIterator<Item = T>) -> Result<()> {
+    write_atomic(path, |w| {
+        for item in items {
+            serde_json::to_writer(&mut *w, &item)?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes pretty JSON, atomically.
+///
+/// # Errors
+/// [`Error::Output`] naming `path`.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    write_atomic(path, |w| {
+        serde_json::to_writer_pretty(&mut *w, value)?;
+        w.write_all(b"\n")
+    })
+}
+
+/// Writes text, atomically.
+///
+/// # Errors
+/// [`Error::Output`] naming `path`.
+pub fn write_text(path: &Path, text: &str) -> Result<()> {
+    write_atomic(path, |w| w.write_all(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("sub/a.jsonl");
+        write_jsonl(&path, [1, 2]).unwrap_or_else(|e| panic!("{e}"));
+        write_jsonl(&path, ["x"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fs_err::read_to_string(&path).unwrap_or_default(), "\"x\"\n");
+        let files = fs_err::read_dir(dir.path().join("sub")).map(Iterator::count).unwrap_or_default();
+        assert_eq!(files, 1);
+    }
+
+    #[test]
+    fn failed_fill_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("a.txt");
+        write_text(&path, "old").unwrap_or_else(|e| panic!("{e}"));
+        let failed = write_atomic(&path, |_| Err(std::io::Error::other("boom")));
+        assert!(failed.is_err_and(|e| e.to_string().contains("a.txt")));
+        assert_eq!(fs_err::read_to_string(&path).unwrap_or_default(), "old");
+    }
+}

@@ -1,0 +1,200 @@
+//! `report.md`: per-type counts, drop reasons, rank histogram, overlap, shortfalls and skipped
+//! inputs, for a person to read.
+
+use super::beir::round4;
+use super::manifest::Manifest;
+use crate::corpus::Skipped;
+use crate::record::{Judged, QueryType};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Skipped inputs listed in the report; the rest are counted.
+const SKIPPED_LISTED: usize = 20;
+
+/// What happened to the queries of one type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TypeCounts {
+    /// Quota from `--queries` and `--mix`.
+    pub requested: usize,
+    /// Requests planned, over all rounds.
+    pub planned: usize,
+    /// Queries the generator wrote.
+    pub generated: usize,
+    /// In the set, source found.
+    pub kept: usize,
+    /// In the set, marked for review.
+    pub flagged: usize,
+    /// Left out.
+    pub dropped: usize,
+    /// Left out, by reason.
+    pub dropped_by_reason: BTreeMap<String, usize>,
+    /// Requests the generator could not serve, by reason.
+    pub generation_failures: BTreeMap<String, usize>,
+}
+
+impl TypeCounts {
+    /// Queries in the test set.
+    #[must_use]
+    pub fn in_set(&self) -> usize {
+        self.kept + self.flagged
+    }
+}
+
+/// A type that ended below its quota.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Shortfall {
+    /// The type.
+    #[serde(rename = "type")]
+    pub query_type: QueryType,
+    /// Its quota.
+    pub wanted: usize,
+    /// Queries of it in the set.
+    pub got: usize,
+}
+
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} of {} wanted", self.query_type, self.got, self.wanted)
+    }
+}
+
+/// Everything the report shows.
+pub struct Summary<'a> {
+    /// The run's manifest.
+    pub manifest: &'a Manifest<'a>,
+    /// Every candidate with its verdict.
+    pub judged: &'a [Judged],
+    /// Inputs skipped while reading the corpus.
+    pub skipped: &'a [Skipped],
+}
+
+/// Renders `report.md`.
+#[must_use]
+pub fn render_report(summary: &Summary<'_>) -> String {
+    let mut out = String::new();
+    header(&mut out, summary.manifest);
+    counts_table(&mut out, summary.manifest);
+    reasons_table(&mut out, summary.manifest);
+    rank_histogram(&mut out, summary.judged, summary.manifest.config.filter.top_n);
+    overlap_table(&mut out, summary.judged);
+    skipped_list(&mut out, summary.skipped);
+    out
+}
+
+fn header(out: &mut String, m: &Manifest<'_>) {
+    let c = &m.corpus;
+    let _ = writeln!(out, "# qrelgen report\n");
+    let _ = writeln!(out, "- corpus: `{}` ({} documents, {} skipped, {} ignored)", m.config.corpus.display(), c.documents, c.skipped, c.ignored);
+    let _ = writeln!(out, "- chunks: {} (hash `{}`)", c.chunks, c.chunks_hash);
+    let _ = writeln!(out, "- generator: {}, seed {}, {} round(s)", m.generator, m.seed, m.rounds);
+    let f = &m.config.filter;
+    let _ = writeln!(out, "- round trip: top {}, on miss {}, multi-hop rule {}\n", f.top_n, f.on_miss, f.multi_hop_rule);
+    if m.shortfalls.is_empty() {
+        let _ = writeln!(out, "Every type reached its quota.\n");
+    } else {
+        let _ = writeln!(out, "**Shortfall**: some types ended below their quota:\n");
+        for s in &m.shortfalls {
+            let _ = writeln!(out, "- {s}");
+        }
+        out.push('\n');
+    }
+}
+
+fn counts_table(out: &mut String, m: &Manifest<'_>) {
+    let _ = writeln!(out, "## Queries by type\n");
+    let _ = writeln!(out, "| type | requested | planned | generated | kept | flagged | dropped | in set |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (t, c) in &m.counts {
+        let _ = writeln!(out, "| {t} | {} | {} | {} | {} | {} | {} | {} |", c.requested, c.planned, c.generated, c.kept, c.flagged, c.dropped, c.in_set());
+    }
+    out.push('\n');
+}
+
+fn reasons_table(out: &mut String, m: &Manifest<'_>) {
+    let rows: Vec<(QueryType, &str, &String, usize)> = m
+        .counts
+        .iter()
+        .flat_map(|(t, c)| {
+            let dropped = c.dropped_by_reason.iter().map(move |(r, n)| (*t, "dropped", r, *n));
+            let failed = c.generation_failures.iter().map(move |(r, n)| (*t, "not generated", r, *n));
+            dropped.chain(failed)
+        })
+        .collect();
+    let _ = writeln!(out, "## Dropped and not generated, by reason\n");
+    if rows.is_empty() {
+        let _ = writeln!(out, "None.\n");
+        return;
+    }
+    let _ = writeln!(out, "| type | outcome | reason | count |\n|---|---|---|---:|");
+    for (t, outcome, reason, n) in rows {
+        let _ = writeln!(out, "| {t} | {outcome} | {reason} | {n} |");
+    }
+    out.push('\n');
+}
+
+fn bucket(rank: Option<u32>) -> usize {
+    match rank {
+        Some(1) => 0,
+        Some(2) => 1,
+        Some(3) => 2,
+        Some(4..=5) => 3,
+        Some(6..=10) => 4,
+        Some(_) => 5,
+        None => 6,
+    }
+}
+
+fn rank_histogram(out: &mut String, judged: &[Judged], top_n: usize) {
+    let mut columns: Vec<String> = ["1", "2", "3", "4–5", "6–10"].map(String::from).to_vec();
+    if top_n > 10 {
+        columns.push(format!("11–{top_n}"));
+    }
+    columns.push(format!("not in top {top_n}"));
+    let mut rows: BTreeMap<QueryType, [usize; 7]> = BTreeMap::new();
+    for j in judged.iter().filter(|j| j.in_set() && j.candidate.query_type != QueryType::NoAnswer) {
+        let row = rows.entry(j.candidate.query_type).or_default();
+        for rank in &j.verdict.ranks {
+            row[bucket(*rank)] += 1;
+        }
+    }
+    let _ = writeln!(out, "## BM25 rank of the sources of queries in the set\n");
+    let _ = writeln!(out, "| type | {} |", columns.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(columns.len()));
+    for (t, row) in rows {
+        let cells: Vec<String> =
+            row.iter().enumerate().filter(|(i, _)| *i != 5 || top_n > 10).map(|(_, n)| n.to_string()).collect();
+        let _ = writeln!(out, "| {t} | {} |", cells.join(" | "));
+    }
+    out.push('\n');
+}
+
+fn overlap_table(out: &mut String, judged: &[Judged]) {
+    let mut by_type: BTreeMap<QueryType, Vec<f64>> = BTreeMap::new();
+    for j in judged.iter().filter(|j| j.in_set()) {
+        by_type.entry(j.candidate.query_type).or_default().push(j.verdict.overlap);
+    }
+    let _ = writeln!(out, "## Lexical overlap with the source (share of query terms found in it)\n");
+    let _ = writeln!(out, "| type | queries | mean | min | median | max |\n|---|---:|---:|---:|---:|---:|");
+    for (t, mut values) in by_type {
+        values.sort_by(f64::total_cmp);
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let (min, max, median) = (values[0], values[values.len() - 1], values[values.len() / 2]);
+        let _ = writeln!(out, "| {t} | {} | {} | {} | {} | {} |", values.len(), round4(mean), round4(min), round4(median), round4(max));
+    }
+    out.push('\n');
+}
+
+fn skipped_list(out: &mut String, skipped: &[Skipped]) {
+    let _ = writeln!(out, "## Skipped inputs\n");
+    if skipped.is_empty() {
+        let _ = writeln!(out, "None.");
+        return;
+    }
+    for s in skipped.iter().take(SKIPPED_LISTED) {
+        let _ = writeln!(out, "- `{s}`");
+    }
+    if skipped.len() > SKIPPED_LISTED {
+        let _ = writeln!(out, "- … and {} more", skipped.len() - SKIPPED_LISTED);
+    }
+}

@@ -1,0 +1,290 @@
+//! The build, stage by stage: corpus → chunks → index → plan and generate → round trip →
+//! review sample → files. Each stage lives in its own module; this one only wires them.
+
+use crate::chunk::Chunker;
+use crate::config::BuildConfig;
+use crate::corpus::{self, Item, Skipped};
+use crate::error::{Error, Result};
+use crate::filter::RoundTrip;
+use crate::generate::{Generator, OfflineGenerator, Planner, Quotas, Request, plan};
+use crate::id::{ChunkId, ContentHasher, QueryId};
+use crate::index::ChunkIndex;
+use crate::output::{self, CorpusSummary, Manifest, Summary, TypeCounts};
+use crate::progress::Progress;
+use crate::record::{Candidate, Chunk, Judged, QueryType, Reason, ReviewItem, ReviewSource, Status, Verdict};
+use crate::sample;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+pub use crate::output::report::Shortfall;
+
+/// What a build produced, for the command line to report and turn into an exit code.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Per-type counts.
+    pub counts: BTreeMap<QueryType, TypeCounts>,
+    /// Types below their quota.
+    pub shortfalls: Vec<Shortfall>,
+    /// Inputs skipped while reading the corpus.
+    pub skipped: Vec<Skipped>,
+    /// Queries in the test set.
+    pub in_set: usize,
+    /// Queries in the review queue.
+    pub review_items: usize,
+}
+
+/// Runs the whole build and writes its files into `out`.
+///
+/// # Errors
+/// Fatal problems only: unreadable or empty corpus, bad settings, index or write failures.
+pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Outcome> {
+    fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
+    let mut timings = BTreeMap::new();
+    let mut ms = |stage: &'static str, d: Duration| {
+        *timings.entry(stage).or_insert(0) += u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    };
+
+    let stage = progress.stage("chunk", 0);
+    let (chunks, corpus_summary, skipped) = read_and_chunk(config, &stage)?;
+    for s in &skipped {
+        progress.warn(&format!("skipped {s}"));
+    }
+    ms("chunk", stage.finish(&format!("{} documents → {} chunks", corpus_summary.documents, chunks.len())));
+
+    let stage = progress.stage("index", chunks.len() as u64);
+    let (index, provenance) =
+        ChunkIndex::open_or_build(&out.join("index"), &chunks, &corpus_summary.chunks_hash, &stage)?;
+    ms("index", stage.finish(&format!("{} chunks, index {provenance}", chunks.len())));
+
+    let quotas = config.mix.quotas(config.queries);
+    let mut generator = OfflineGenerator::new(&index, &chunks, config.seed)?;
+    let cap = config.per_doc_cap.unwrap_or_else(|| plan::auto_cap(config.queries, corpus_summary.documents));
+    let mut planner = Planner::new(&index, &chunks, cap, config.seed);
+    let filter = RoundTrip::new(&index, &chunks, config.filter);
+    let mut rounds = Rounds::new(&quotas);
+    for round in 1..=config.max_rounds.max(1) {
+        let wanted = rounds.deficits();
+        if wanted.is_empty() {
+            break;
+        }
+        let requests = planner.plan(&wanted, round)?;
+        if requests.is_empty() {
+            break;
+        }
+        let stage = progress.stage("generate", requests.len() as u64);
+        let candidates = rounds.generate(&mut generator, &chunks, &requests, &stage)?;
+        ms("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
+        let stage = progress.stage("filter", candidates.len() as u64);
+        let kept = rounds.judge(&filter, candidates, &stage)?;
+        ms("filter", stage.finish(&format!("round {round}: {kept} in the set")));
+        rounds.done = round;
+    }
+
+    let stage = progress.stage("sample", 0);
+    let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
+    let queue = review_items(&sample::sample(&set, config.review, config.seed), &chunks);
+    ms("sample", stage.finish(&format!("{} queries to review", queue.len())));
+
+    let stage = progress.stage("write", 0);
+    let mut manifest = Manifest::new(config, generator.name().to_owned());
+    manifest.per_doc_cap = cap;
+    manifest.corpus = corpus_summary;
+    manifest.rounds = rounds.done;
+    manifest.shortfalls = rounds.shortfalls(&quotas);
+    manifest.counts = rounds.counts.clone();
+    write_files(out, &chunks, &rounds.judged, &set, &queue)?;
+    let report = output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped: &skipped });
+    output::write_text(&out.join("report.md"), &report)?;
+    ms("write", stage.finish(&format!("{}", out.display())));
+    manifest.timings_ms = timings;
+    output::write_json(&out.join("manifest.json"), &manifest)?;
+
+    Ok(Outcome {
+        counts: rounds.counts,
+        shortfalls: manifest.shortfalls.clone(),
+        skipped,
+        in_set: set.len(),
+        review_items: queue.len(),
+    })
+}
+
+/// Reads the corpus and chunks each document as it arrives (documents are never all in memory).
+fn read_and_chunk(
+    config: &BuildConfig,
+    stage: &crate::progress::Stage,
+) -> Result<(Vec<Chunk>, CorpusSummary, Vec<Skipped>)> {
+    let chunker = Chunker::new(config.chunking)?;
+    let mut chunks = Vec::new();
+    let mut corpus_hash = ContentHasher::default();
+    let report = corpus::read(&config.corpus, config.prechunked, |item| {
+        match item {
+            Item::Document(doc) => {
+                corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
+                chunks.extend(chunker.chunk(&doc));
+            }
+            Item::Chunk(chunk) => {
+                corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+                chunks.push(chunk);
+            }
+        }
+        stage.inc(1);
+        Ok(())
+    })?;
+    let mut chunks_hash = ContentHasher::default();
+    for chunk in &chunks {
+        chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+    }
+    let summary = CorpusSummary {
+        documents: report.documents,
+        skipped: report.skipped.len(),
+        ignored: report.ignored,
+        hash: corpus_hash.finish(),
+        chunks: chunks.len(),
+        chunks_hash: chunks_hash.finish(),
+    };
+    Ok((chunks, summary, report.skipped))
+}
+
+/// The state carried across generation rounds.
+struct Rounds {
+    judged: Vec<Judged>,
+    counts: BTreeMap<QueryType, TypeCounts>,
+    seen: HashSet<QueryId>,
+    done: u32,
+}
+
+impl Rounds {
+    fn new(quotas: &Quotas) -> Self {
+        let counts = quotas
+            .iter()
+            .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
+            .collect();
+        Self { judged: Vec::new(), counts, seen: HashSet::new(), done: 0 }
+    }
+
+    /// Queries still missing per type.
+    fn deficits(&self) -> Quotas {
+        self.counts
+            .iter()
+            .map(|(&t, c)| (t, c.requested.saturating_sub(c.in_set())))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    fn generate(
+        &mut self,
+        generator: &mut dyn Generator,
+        chunks: &[Chunk],
+        requests: &[Request],
+        stage: &crate::progress::Stage,
+    ) -> Result<Vec<Candidate>> {
+        for r in requests {
+            self.count(r.query_type).planned += 1;
+        }
+        let generated = generator.generate(requests, stage)?;
+        for failure in &generated.failures {
+            let t = requests[failure.request].query_type;
+            *self.count(t).generation_failures.entry(failure.reason.clone()).or_default() += 1;
+        }
+        let candidates: Vec<Candidate> = generated
+            .drafts
+            .into_iter()
+            .map(|draft| {
+                let request = &requests[draft.request];
+                let sources: Vec<ChunkId> = request.sources.iter().map(|&c| chunks[c].id.clone()).collect();
+                Candidate {
+                    id: QueryId::derive(request.query_type.label(), &sources, &draft.text),
+                    text: draft.text,
+                    query_type: request.query_type,
+                    sources,
+                    absent_term: draft.absent_term,
+                    generator: generator.name().to_owned(),
+                    round: request.round,
+                }
+            })
+            .collect();
+        for c in &candidates {
+            self.count(c.query_type).generated += 1;
+        }
+        Ok(candidates)
+    }
+
+    /// Judges candidates, records them, and returns how many joined the set.
+    fn judge(&mut self, filter: &RoundTrip<'_>, candidates: Vec<Candidate>, stage: &crate::progress::Stage) -> Result<usize> {
+        let mut joined = 0;
+        for candidate in candidates {
+            let verdict = if self.seen.insert(candidate.id.clone()) {
+                filter.judge(&candidate)?
+            } else {
+                Verdict { status: Status::Dropped, reason: Reason::Duplicate, ranks: Vec::new(), top_hit: None, overlap: 0.0 }
+            };
+            let counts = self.count(candidate.query_type);
+            match verdict.status {
+                Status::Kept => counts.kept += 1,
+                Status::Flagged => counts.flagged += 1,
+                Status::Dropped => {
+                    counts.dropped += 1;
+                    *counts.dropped_by_reason.entry(verdict.reason.label().to_owned()).or_default() += 1;
+                }
+            }
+            joined += usize::from(verdict.status != Status::Dropped);
+            self.judged.push(Judged { candidate, verdict });
+            stage.inc(1);
+        }
+        Ok(joined)
+    }
+
+    fn count(&mut self, t: QueryType) -> &mut TypeCounts {
+        self.counts.entry(t).or_default()
+    }
+
+    fn shortfalls(&self, quotas: &Quotas) -> Vec<Shortfall> {
+        quotas
+            .iter()
+            .filter_map(|(&t, &wanted)| {
+                let got = self.counts.get(&t).map_or(0, TypeCounts::in_set);
+                (got < wanted).then_some(Shortfall { query_type: t, wanted, got })
+            })
+            .collect()
+    }
+}
+
+fn review_items(queue: &[&Judged], chunks: &[Chunk]) -> Vec<ReviewItem> {
+    let by_id: HashMap<&ChunkId, &Chunk> = chunks.iter().map(|c| (&c.id, c)).collect();
+    queue
+        .iter()
+        .map(|j| ReviewItem {
+            query_id: j.candidate.id.clone(),
+            text: j.candidate.text.clone(),
+            query_type: j.candidate.query_type,
+            status: j.verdict.status,
+            reason: j.verdict.reason,
+            ranks: j.verdict.ranks.clone(),
+            absent_term: j.candidate.absent_term.clone(),
+            sources: j
+                .candidate
+                .sources
+                .iter()
+                .filter_map(|id| by_id.get(id))
+                .map(|c| ReviewSource { chunk_id: c.id.clone(), title: c.title.clone(), text: c.text.clone() })
+                .collect(),
+            decision: None,
+        })
+        .collect()
+}
+
+fn write_files(out: &Path, chunks: &[Chunk], judged: &[Judged], set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
+    output::write_jsonl(&out.join("corpus.jsonl"), chunks.iter().map(output::corpus_line))?;
+    output::write_jsonl(&out.join("queries.jsonl"), set.iter().map(|j| output::query_line(j)))?;
+    let qrels = output::qrels(set.iter().copied());
+    output::write_atomic(&out.join("qrels").join("test.tsv"), |w| {
+        writeln!(w, "query-id\tcorpus-id\tscore")?;
+        qrels.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
+    })?;
+    output::write_atomic(&out.join("qrels.trec"), |w| {
+        qrels.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
+    })?;
+    output::write_jsonl(&out.join("candidates.jsonl"), judged)?;
+    output::write_jsonl(&out.join("review_queue.jsonl"), queue)
+}

@@ -1,0 +1,129 @@
+//! Progress on stderr: a bar per stage on a terminal, a line every few seconds otherwise,
+//! nothing with `--quiet`.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often a non-terminal stderr gets a progress line.
+const LINE_INTERVAL: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Hidden,
+    Bar,
+    Lines,
+}
+
+/// Where progress goes; hands out one [`Stage`] per pipeline stage.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    mode: Mode,
+    warnings: bool,
+}
+
+impl Progress {
+    /// Progress for the terminal (or log) on stderr; `quiet` silences it.
+    #[must_use]
+    pub fn stderr(quiet: bool) -> Self {
+        let mode = match (quiet, std::io::stderr().is_terminal()) {
+            (true, _) => Mode::Hidden,
+            (false, true) => Mode::Bar,
+            (false, false) => Mode::Lines,
+        };
+        Self { mode, warnings: true }
+    }
+
+    /// No progress at all (tests, library use).
+    #[must_use]
+    pub fn hidden() -> Self {
+        Self { mode: Mode::Hidden, warnings: false }
+    }
+
+    /// Prints a warning (even with `--quiet`; not for [`Progress::hidden`]).
+    pub fn warn(&self, message: &str) {
+        if self.warnings {
+            eprintln!("warning: {message}");
+        }
+    }
+
+    /// Starts a stage of `total` steps (0 if unknown).
+    #[must_use]
+    pub fn stage(&self, name: &'static str, total: u64) -> Stage {
+        let bar = (self.mode == Mode::Bar).then(|| {
+            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            let template = "{prefix:>9} [{bar:30}] {pos}/{len} {per_sec} eta {eta}";
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_prefix(name);
+            bar
+        });
+        Stage {
+            name,
+            mode: self.mode,
+            total: AtomicU64::new(total),
+            done: AtomicU64::new(0),
+            bar,
+            started: Instant::now(),
+            last_line: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+/// Progress of one stage.
+#[derive(Debug)]
+pub struct Stage {
+    name: &'static str,
+    mode: Mode,
+    total: AtomicU64,
+    done: AtomicU64,
+    bar: Option<ProgressBar>,
+    started: Instant,
+    last_line: Mutex<Instant>,
+}
+
+impl Stage {
+    /// A stage that reports nothing.
+    #[must_use]
+    pub fn hidden() -> Self {
+        Progress::hidden().stage("", 0)
+    }
+
+    /// Changes the number of steps (e.g. once it is known).
+    pub fn set_total(&self, total: u64) {
+        self.total.store(total, Ordering::Relaxed);
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+        }
+    }
+
+    /// Records `n` more steps done.
+    pub fn inc(&self, n: u64) {
+        let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
+        if let Some(bar) = &self.bar {
+            bar.inc(n);
+        } else if self.mode == Mode::Lines {
+            let Ok(mut last) = self.last_line.lock() else { return };
+            if last.elapsed() >= LINE_INTERVAL {
+                *last = Instant::now();
+                let total = self.total.load(Ordering::Relaxed);
+                eprintln!("{:>9}: {done}/{total}", self.name);
+            }
+        }
+    }
+
+    /// Ends the stage with a one-line summary and returns its wall time.
+    pub fn finish(&self, summary: &str) -> Duration {
+        let elapsed = self.started.elapsed();
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        if self.mode != Mode::Hidden {
+            eprintln!("{:>9}: {summary} ({:.2}s)", self.name, elapsed.as_secs_f64());
+        }
+        elapsed
+    }
+}

@@ -1,0 +1,238 @@
+//! The typed records that stages hand to each other and that output files hold.
+//!
+//! Changing a serialized record is a file-format change: bump [`FORMAT_VERSION`].
+
+use crate::id::{ChunkId, DocId, QueryId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Version of the output file formats, recorded in the manifest.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A source document, as read from the corpus. Lives only until it is chunked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document {
+    /// Stable id (relative path or JSONL id).
+    pub id: DocId,
+    /// Title: the first heading, the `<title>`, the JSONL `title`, or the file name.
+    pub title: String,
+    /// Plain text (HTML already reduced to text).
+    pub text: String,
+    /// Whether `text` is Markdown, so the chunker can split on its structure.
+    pub markdown: bool,
+}
+
+/// A retrieval unit: the "documents" of the output BEIR dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Stable id, derived from the document id and the chunk text.
+    pub id: ChunkId,
+    /// The document the chunk comes from.
+    pub doc_id: DocId,
+    /// Position of the chunk within its document (0-based).
+    pub ordinal: u32,
+    /// The document title.
+    pub title: String,
+    /// The chunk text.
+    pub text: String,
+}
+
+/// The kinds of query a generator writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryType {
+    /// Asks for what one chunk says, in its words.
+    Direct,
+    /// Asks for what one chunk says, avoiding its rarest words.
+    Paraphrase,
+    /// Needs two chunks; all of them are relevant.
+    MultiHop,
+    /// Plausible in the domain, answered by no chunk.
+    NoAnswer,
+}
+
+impl QueryType {
+    /// All types, in report order.
+    pub const ALL: [Self; 4] = [Self::Direct, Self::Paraphrase, Self::MultiHop, Self::NoAnswer];
+
+    /// The label used in flags, ids and files.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Paraphrase => "paraphrase",
+            Self::MultiHop => "multi_hop",
+            Self::NoAnswer => "no_answer",
+        }
+    }
+
+    /// Parses a label as written by [`QueryType::label`].
+    #[must_use]
+    pub fn from_label(label: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.label() == label)
+    }
+}
+
+impl fmt::Display for QueryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A query written by a generator, before the round-trip filter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Stable id derived from type, sources and text.
+    pub id: QueryId,
+    /// The query text.
+    pub text: String,
+    /// The type the generator was asked for.
+    #[serde(rename = "type")]
+    pub query_type: QueryType,
+    /// The chunks the query was written from (empty sources are never relevant for no_answer).
+    pub sources: Vec<ChunkId>,
+    /// For no_answer: the term that makes the query unanswerable (absent from the corpus).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub absent_term: Option<String>,
+    /// Which generator wrote it, e.g. `offline`.
+    pub generator: String,
+    /// Generation round (1 = first; later rounds top up types that fell short).
+    pub round: u32,
+}
+
+/// Where a candidate ends up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// In the test set.
+    Kept,
+    /// In the test set, marked for review first.
+    Flagged,
+    /// Not in the test set.
+    Dropped,
+}
+
+/// Why a candidate got its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Every source (or, with `--multi-hop-rule any`, one) ranks within the top N.
+    SourceInTopN,
+    /// A single source chunk is not within the top N.
+    SourceNotInTopN,
+    /// A multi_hop query misses the hop rule.
+    HopNotInTopN,
+    /// A no_answer query whose top hit contains no absent term.
+    NoAnswerConfirmed,
+    /// A no_answer query whose top hit contains its absent term: the corpus may answer it.
+    AbsentTermFound,
+    /// A no_answer query without an absent term to check: kept for a reviewer to confirm.
+    NoAnswerUnchecked,
+    /// The same type, sources and text as an earlier candidate.
+    Duplicate,
+}
+
+impl Reason {
+    /// The label used in reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::SourceInTopN => "source_in_top_n",
+            Self::SourceNotInTopN => "source_not_in_top_n",
+            Self::HopNotInTopN => "hop_not_in_top_n",
+            Self::NoAnswerConfirmed => "no_answer_confirmed",
+            Self::AbsentTermFound => "absent_term_found",
+            Self::NoAnswerUnchecked => "no_answer_unchecked",
+            Self::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// The round-trip filter's finding on one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Final status.
+    pub status: Status,
+    /// Why.
+    pub reason: Reason,
+    /// 1-based BM25 rank of each source, in `sources` order; `None` = not in the top N.
+    pub ranks: Vec<Option<u32>>,
+    /// The top-ranked chunk, if any chunk matched.
+    pub top_hit: Option<ChunkId>,
+    /// Share of the query's content terms that occur in its source chunks (0 for no_answer).
+    pub overlap: f64,
+}
+
+/// A candidate together with its verdict: one line of `candidates.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Judged {
+    /// The query.
+    #[serde(flatten)]
+    pub candidate: Candidate,
+    /// What the filter made of it.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+impl Judged {
+    /// Whether the query is part of the test set (kept or flagged).
+    #[must_use]
+    pub fn in_set(&self) -> bool {
+        self.verdict.status != Status::Dropped
+    }
+}
+
+/// Relevance grades written to the qrels (the scale is documented in the README).
+pub mod grade {
+    /// The chunk a direct or paraphrase query was written from: it fully answers the query.
+    pub const SOURCE: u8 = 3;
+    /// One hop of a multi_hop query: needed, but answers only part of the query.
+    pub const HOP: u8 = 2;
+}
+
+/// One relevance judgment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Qrel {
+    /// The query.
+    pub query_id: QueryId,
+    /// The relevant chunk.
+    pub chunk_id: ChunkId,
+    /// Graded relevance, see [`grade`].
+    pub grade: u8,
+}
+
+/// A chunk as shown to a reviewer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewSource {
+    /// The chunk.
+    pub chunk_id: ChunkId,
+    /// Its document title.
+    pub title: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// One line of `review_queue.jsonl`: everything an annotator needs, plus an empty decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewItem {
+    /// The query.
+    pub query_id: QueryId,
+    /// Its text.
+    pub text: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub query_type: QueryType,
+    /// Kept or flagged.
+    pub status: Status,
+    /// The filter's reason.
+    pub reason: Reason,
+    /// Source ranks, as in the verdict.
+    pub ranks: Vec<Option<u32>>,
+    /// For no_answer: the absent term.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub absent_term: Option<String>,
+    /// The source chunks, in full.
+    pub sources: Vec<ReviewSource>,
+    /// The reviewer's decision, filled in by the reviewer (`accept`, `reject`, `edit`).
+    pub decision: Option<String>,
+}
