@@ -19,6 +19,9 @@ use std::time::Duration;
 
 pub use crate::output::report::Shortfall;
 
+/// Top-up rounds plan at most this many requests per missing query.
+const MAX_TOP_UP_FACTOR: f64 = 4.0;
+
 /// What a build produced, for the command line to report and turn into an exit code.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -64,7 +67,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let filter = RoundTrip::new(&index, &chunks, config.filter);
     let mut rounds = Rounds::new(&quotas);
     for round in 1..=config.max_rounds.max(1) {
-        let wanted = rounds.deficits();
+        let wanted = rounds.to_plan();
         if wanted.is_empty() {
             break;
         }
@@ -164,11 +167,23 @@ impl Rounds {
     }
 
     /// Queries still missing per type.
-    fn deficits(&self) -> Quotas {
+    fn deficit(counts: &TypeCounts) -> usize {
+        counts.requested.saturating_sub(counts.in_set())
+    }
+
+    /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
+    /// deficit divided by the share of that type's planned requests that joined the set so far (at
+    /// most [`MAX_TOP_UP_FACTOR`] times the deficit), so top-ups converge in a round or two.
+    fn to_plan(&self) -> Quotas {
         self.counts
             .iter()
-            .map(|(&t, c)| (t, c.requested.saturating_sub(c.in_set())))
-            .filter(|(_, n)| *n > 0)
+            .filter(|(_, c)| Self::deficit(c) > 0)
+            .map(|(&t, c)| {
+                let deficit = Self::deficit(c);
+                let keep_rate = if c.planned == 0 { 1.0 } else { c.in_set() as f64 / c.planned as f64 };
+                let factor = (1.0 / keep_rate.max(1.0 / MAX_TOP_UP_FACTOR)).min(MAX_TOP_UP_FACTOR);
+                (t, (deficit as f64 * factor).ceil() as usize)
+            })
             .collect()
     }
 
@@ -214,10 +229,13 @@ impl Rounds {
     fn judge(&mut self, filter: &RoundTrip<'_>, candidates: Vec<Candidate>, stage: &crate::progress::Stage) -> Result<usize> {
         let mut joined = 0;
         for candidate in candidates {
-            let verdict = if self.seen.insert(candidate.id.clone()) {
-                filter.judge(&candidate)?
+            let deficit = Self::deficit(self.count(candidate.query_type));
+            let verdict = if !self.seen.insert(candidate.id.clone()) {
+                unjudged(Reason::Duplicate)
+            } else if deficit == 0 {
+                unjudged(Reason::OverQuota)
             } else {
-                Verdict { status: Status::Dropped, reason: Reason::Duplicate, ranks: Vec::new(), top_hit: None, overlap: 0.0 }
+                filter.judge(&candidate)?
             };
             let counts = self.count(candidate.query_type);
             match verdict.status {
@@ -248,6 +266,11 @@ impl Rounds {
             })
             .collect()
     }
+}
+
+/// The verdict on a candidate dropped before its round trip.
+fn unjudged(reason: Reason) -> Verdict {
+    Verdict { status: Status::Dropped, reason, ranks: Vec::new(), top_hit: None, overlap: 0.0 }
 }
 
 fn review_items(queue: &[&Judged], chunks: &[Chunk]) -> Vec<ReviewItem> {

@@ -130,6 +130,8 @@ pub enum Reason {
     NoAnswerUnchecked,
     /// The same type, sources and text as an earlier candidate.
     Duplicate,
+    /// Its type had already reached its quota when it was judged (a top-up round over-planned).
+    OverQuota,
 }
 
 impl Reason {
@@ -144,6 +146,7 @@ impl Reason {
             Self::AbsentTermFound => "absent_term_found",
             Self::NoAnswerUnchecked => "no_answer_unchecked",
             Self::Duplicate => "duplicate",
+            Self::OverQuota => "over_quota",
         }
     }
 }

@@ -59,7 +59,7 @@ pub struct BuildArgs {
     seed: u64,
 
     /// Generation rounds at most; rounds after the first top up types that fell short.
-    #[arg(long, default_value_t = 3, value_name = "N", help_heading = "Queries")]
+    #[arg(long, default_value_t = 5, value_name = "N", help_heading = "Queries")]
     max_rounds: u32,
 
     /// A query's source chunk must rank within the top N of a BM25 search with the query.

@@ -1,0 +1,223 @@
+//! `qrelgen build` on the sample corpus: the invariants of its outputs.
+
+use super::{Run, build, qrelgen, sample_corpus, str_field, tempdir};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+const TYPES: [&str; 4] = ["direct", "paraphrase", "multi_hop", "no_answer"];
+
+#[test]
+fn sample_build_meets_every_invariant() {
+    let dir = tempdir();
+    let run = build(dir.path(), &sample_corpus(), &["--queries", "80"]);
+    run.assert_code(0);
+    assert!(run.stdout.starts_with("80 queries ("), "{}", run.stdout);
+
+    let corpus: HashSet<String> = run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect();
+    let queries = run.jsonl("queries.jsonl");
+    assert_eq!(queries.len(), 80);
+    let ids: HashSet<&str> = queries.iter().map(|q| str_field(q, "/_id")).collect();
+    assert_eq!(ids.len(), queries.len(), "query ids repeat");
+    for id in corpus.iter().map(String::as_str).chain(ids.iter().copied()) {
+        assert!(!id.is_empty() && !id.contains(char::is_whitespace) && !id.contains('#'), "bad id {id:?}");
+    }
+
+    // Every type present, in its quota (80 × 0.4/0.3/0.15/0.15).
+    let mut per_type: BTreeMap<&str, usize> = BTreeMap::new();
+    for q in &queries {
+        *per_type.entry(str_field(q, "/metadata/type")).or_default() += 1;
+    }
+    assert_eq!(per_type, BTreeMap::from([("direct", 32), ("multi_hop", 12), ("no_answer", 12), ("paraphrase", 24)]));
+
+    // Every kept query's sources rank within the top 10.
+    for q in queries.iter().filter(|q| str_field(q, "/metadata/type") != "no_answer") {
+        let ranks = q.pointer("/metadata/ranks").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        assert!(!ranks.is_empty());
+        for rank in ranks {
+            assert!(rank.as_u64().is_some_and(|r| (1..=10).contains(&r)), "rank {rank} in {q}");
+        }
+    }
+
+    // qrels: no dangling ids, no repeated pairs, no_answer has none, TSV equals TREC.
+    let trec = run.trec();
+    let pairs: BTreeSet<(&str, &str)> = trec.iter().map(|(q, c, _)| (q.as_str(), c.as_str())).collect();
+    assert_eq!(pairs.len(), trec.len(), "repeated qrels pairs");
+    let by_id: BTreeMap<&str, &Value> = queries.iter().map(|q| (str_field(q, "/_id"), q)).collect();
+    for (q, c, grade) in &trec {
+        assert!(corpus.contains(c), "dangling chunk {c}");
+        let query = by_id.get(q.as_str()).unwrap_or_else(|| panic!("dangling query {q}"));
+        let expected = if str_field(query, "/metadata/type") == "multi_hop" { 2 } else { 3 };
+        assert_eq!(*grade, expected, "{q}");
+    }
+    for q in &queries {
+        let id = str_field(q, "/_id");
+        let relevant = trec.iter().filter(|(qid, _, _)| qid == id).count();
+        match str_field(q, "/metadata/type") {
+            "no_answer" => assert_eq!(relevant, 0, "{id}"),
+            "multi_hop" => assert_eq!(relevant, 2, "{id}"),
+            _ => assert_eq!(relevant, 1, "{id}"),
+        }
+    }
+    let tsv = run.file("qrels/test.tsv");
+    let tsv_rows: Vec<&str> = tsv.lines().collect();
+    assert_eq!(tsv_rows[0], "query-id\tcorpus-id\tscore");
+    let trec_file = run.file("qrels.trec");
+    let from_trec: Vec<String> = trec_file.lines().map(|l| l.replacen(" 0 ", "\t", 1).replace(' ', "\t")).collect();
+    assert_eq!(tsv_rows[1..], from_trec.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Every candidate has a status and a reason; the set is exactly the kept and flagged ones.
+    let candidates = run.jsonl("candidates.jsonl");
+    let in_set: HashSet<&str> = candidates
+        .iter()
+        .filter(|c| str_field(c, "/status") != "dropped")
+        .map(|c| str_field(c, "/id"))
+        .collect();
+    assert_eq!(in_set, ids);
+    assert!(candidates.iter().all(|c| !str_field(c, "/reason").is_empty()));
+
+    // The review queue covers every type and holds only queries of the set.
+    let queue = run.jsonl("review_queue.jsonl");
+    assert_eq!(queue.len(), 50);
+    let queue_types: BTreeSet<&str> = queue.iter().map(|r| str_field(r, "/type")).collect();
+    assert_eq!(queue_types, TYPES.into_iter().collect());
+    assert!(queue.iter().all(|r| ids.contains(str_field(r, "/query_id"))));
+    assert!(queue.iter().all(|r| r.get("sources").and_then(Value::as_array).is_some_and(|s| !s.is_empty())));
+
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(manifest["seed"], 42);
+    assert_eq!(manifest["corpus"]["documents"], 42);
+    assert_eq!(manifest["counts"]["paraphrase"]["requested"], 24);
+    assert!(run.file("report.md").contains("| multi_hop | 12 |"));
+}
+
+/// Every output file except the timings, as bytes.
+fn outputs(run: &Run) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for name in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels.trec", "candidates.jsonl", "review_queue.jsonl", "report.md"] {
+        files.insert(name.to_owned(), run.file(name).into_bytes());
+    }
+    let mut manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let timings = manifest.as_object_mut().and_then(|m| m.remove("timings_ms"));
+    assert!(timings.is_some_and(|t| t.get("index").is_some()), "manifest has no index timing");
+    files.insert("manifest.json".to_owned(), manifest.to_string().into_bytes());
+    files
+}
+
+#[test]
+fn same_corpus_flags_and_seed_give_identical_files() {
+    let (a, b, c) = (tempdir(), tempdir(), tempdir());
+    let first = build(a.path(), &sample_corpus(), &["--seed", "7"]);
+    let second = build(b.path(), &sample_corpus(), &["--seed", "7"]);
+    let other_seed = build(c.path(), &sample_corpus(), &["--seed", "8"]);
+    for run in [&first, &second, &other_seed] {
+        run.assert_code(0);
+    }
+    let (one, two) = (outputs(&first), outputs(&second));
+    for (name, bytes) in &one {
+        assert!(bytes == &two[name], "{name} differs between identical runs");
+    }
+    assert_ne!(one["queries.jsonl"], outputs(&other_seed)["queries.jsonl"], "the seed changes nothing");
+    assert_eq!(one["corpus.jsonl"], outputs(&other_seed)["corpus.jsonl"], "chunk ids depend on the seed");
+}
+
+#[test]
+fn rerun_reuses_the_index_and_gives_the_same_files() {
+    let dir = tempdir();
+    let first = build(dir.path(), &sample_corpus(), &[]);
+    first.assert_code(0);
+    let before = outputs(&first);
+    assert!(first.stderr.contains("index built"), "{}", first.stderr);
+    let second = build(dir.path(), &sample_corpus(), &[]);
+    second.assert_code(0);
+    assert!(second.stderr.contains("index reused"), "{}", second.stderr);
+    assert_eq!(before, outputs(&second));
+}
+
+#[test]
+fn misses_are_flagged_first_in_the_review_queue() {
+    let dir = tempdir();
+    let run = build(dir.path(), &sample_corpus(), &["--top-n", "1", "--on-miss", "flag", "--review-size", "30"]);
+    run.assert_code(0);
+    let queries = run.jsonl("queries.jsonl");
+    let flagged = queries.iter().filter(|q| str_field(q, "/metadata/status") == "flagged").count();
+    assert!(flagged > 0, "with --top-n 1 some sources must miss");
+    let queue = run.jsonl("review_queue.jsonl");
+    let statuses: Vec<&str> = queue.iter().map(|r| str_field(r, "/status")).collect();
+    let first_kept = statuses.iter().position(|s| *s == "kept").unwrap_or(statuses.len());
+    assert!(first_kept > 0 && statuses[first_kept..].iter().all(|s| *s == "kept"), "{statuses:?}");
+    // Within a type, flagged queries are drawn before kept ones: a type with a kept query in
+    // the queue has all its flagged queries there.
+    for t in TYPES {
+        let of_type = |status: &str| queries.iter().filter(|q| str_field(q, "/metadata/type") == t && str_field(q, "/metadata/status") == status).count();
+        let in_queue = |status: &str| queue.iter().filter(|r| str_field(r, "/type") == t && str_field(r, "/status") == status).count();
+        if in_queue("kept") > 0 {
+            assert_eq!(in_queue("flagged"), of_type("flagged"), "{t}");
+        }
+    }
+}
+
+#[test]
+fn drop_policy_drops_misses_and_any_rule_relaxes_multi_hop() {
+    let dir = tempdir();
+    let strict = build(dir.path(), &sample_corpus(), &["--top-n", "1", "--allow-shortfall"]);
+    strict.assert_code(0);
+    let candidates = strict.jsonl("candidates.jsonl");
+    let hop_misses = candidates.iter().filter(|c| str_field(c, "/reason") == "hop_not_in_top_n").count();
+    assert!(hop_misses > 0, "at top 1 both hops rarely rank first");
+    assert!(candidates.iter().filter(|c| str_field(c, "/status") == "dropped").count() >= hop_misses);
+    let other = tempdir();
+    let any = build(other.path(), &sample_corpus(), &["--top-n", "1", "--multi-hop-rule", "any", "--allow-shortfall"]);
+    any.assert_code(0);
+    let hops_kept = |run: &Run| {
+        run.jsonl("queries.jsonl").iter().filter(|q| str_field(q, "/metadata/type") == "multi_hop").count()
+    };
+    assert!(hops_kept(&any) > hops_kept(&strict), "any: {}, all: {}", hops_kept(&any), hops_kept(&strict));
+}
+
+#[test]
+fn shortfall_fails_unless_allowed() {
+    let dir = tempdir();
+    let run = build(dir.path(), &sample_corpus(), &["--queries", "400", "--max-rounds", "1"]);
+    run.assert_code(1);
+    assert!(run.stderr.contains("warning: shortfall: "), "{}", run.stderr);
+    assert!(run.file("report.md").contains("**Shortfall**"));
+    let allowed = build(dir.path(), &sample_corpus(), &["--queries", "400", "--max-rounds", "1", "--allow-shortfall"]);
+    allowed.assert_code(0);
+    assert!(allowed.stderr.contains("warning: shortfall: "));
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let dir = tempdir();
+    let run = build(dir.path(), &sample_corpus(), &["--mix", "direct=0.5"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("add up to 0.5"), "{}", run.stderr);
+    let run = build(dir.path(), &sample_corpus(), &["--chunk-size", "100", "--chunk-overlap", "100"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("--chunk-overlap"), "{}", run.stderr);
+    let help = qrelgen(&["build", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in ["--corpus", "--on-miss", "--multi-hop-rule", "--review-size", "--allow-shortfall", "--prechunked"] {
+        assert!(text.contains(flag), "--help lacks {flag}");
+    }
+}
+
+/// The sample corpus as JSONL lines, one document each (`{"id","title","text"}`).
+pub fn sample_docs_as_jsonl() -> Vec<String> {
+    let mut paths: Vec<_> = walkdir::WalkDir::new(sample_corpus())
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .map(|e| e.path().to_owned())
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let text = fs_err::read_to_string(p).unwrap_or_else(|e| panic!("{e}"));
+            let id = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            serde_json::json!({"id": id, "title": "", "text": text}).to_string()
+        })
+        .collect()
+}

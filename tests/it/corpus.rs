@@ -1,0 +1,104 @@
+//! Corpus input: folders with bad files, JSONL, pre-chunked input, empty corpora.
+
+use super::{build, sample_corpus, str_field, tempdir, write};
+use std::path::Path;
+
+/// Copies the sample corpus into `dir` (so tests can add bad files to it).
+fn copy_sample(dir: &Path) {
+    for entry in walkdir::WalkDir::new(sample_corpus()).into_iter().flatten().filter(|e| e.file_type().is_file()) {
+        let relative = entry.path().strip_prefix(sample_corpus()).unwrap_or_else(|e| panic!("{e}"));
+        write(&dir.join(relative), fs_err::read(entry.path()).unwrap_or_else(|e| panic!("{e}")));
+    }
+}
+
+#[test]
+fn bad_files_are_skipped_with_one_warning_each() {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_sample(&corpus);
+    write(&corpus.join("bad/latin1.md"), b"caf\xe9 menu");
+    write(&corpus.join("bad/blob.txt"), b"\x00\x01\x02binary");
+    write(&corpus.join("bad/empty.html"), b"<html><body><script>x()</script></body></html>");
+    write(&corpus.join("notes.pdf"), b"%PDF");
+    let run = build(dir.path(), &corpus, &[]);
+    run.assert_code(0);
+    assert_eq!(run.stderr.matches("warning: skipped ").count(), 3, "{}", run.stderr);
+    assert!(run.stderr.contains("latin1.md: invalid UTF-8 at byte 3"), "{}", run.stderr);
+    assert!(run.stdout.contains("3 input(s) skipped"));
+    let manifest: serde_json::Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(manifest["corpus"]["skipped"], 3);
+    assert_eq!(manifest["corpus"]["ignored"], 1);
+    assert!(run.file("report.md").contains("blob.txt: binary file"));
+}
+
+#[test]
+fn empty_corpus_is_a_clear_error() {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    write(&corpus.join("empty.md"), b"  \n");
+    let run = build(dir.path(), &corpus, &[]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("no usable documents"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+
+    let missing = build(dir.path(), &dir.path().join("nope"), &[]);
+    missing.assert_code(2);
+    assert!(missing.stderr.contains("cannot read the corpus"), "{}", missing.stderr);
+}
+
+#[test]
+fn jsonl_and_prechunked_input() {
+    // First build from the folder; its corpus.jsonl (BEIR, "_id") is then a JSONL corpus.
+    let dir = tempdir();
+    let first = build(dir.path(), &sample_corpus(), &[]);
+    first.assert_code(0);
+    let beir = dir.path().join("beir-corpus.jsonl");
+    fs_err::copy(first.out.join("corpus.jsonl"), &beir).unwrap_or_else(|e| panic!("{e}"));
+
+    let pre = tempdir();
+    let prechunked = build(pre.path(), &beir, &["--prechunked"]);
+    prechunked.assert_code(0);
+    let ids = |run: &super::Run| -> Vec<String> {
+        run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect()
+    };
+    assert_eq!(ids(&prechunked), ids(&first), "pre-chunked input must keep its ids");
+
+    let docs = tempdir();
+    let as_documents = build(docs.path(), &beir, &["--chunk-size", "400", "--chunk-overlap", "50"]);
+    as_documents.assert_code(0);
+    let rechunked = ids(&as_documents);
+    assert!(rechunked.len() > ids(&first).len(), "smaller chunks, more of them");
+    assert!(rechunked.iter().all(|id| !id.contains(' ') && !id.contains('#')));
+
+    let folder = build(docs.path(), &sample_corpus(), &["--prechunked"]);
+    folder.assert_code(2);
+    assert!(folder.stderr.contains("--prechunked needs a JSONL file"), "{}", folder.stderr);
+}
+
+#[test]
+fn jsonl_bad_lines_are_skipped_by_line_number() {
+    let dir = tempdir();
+    let path = dir.path().join("docs.jsonl");
+    let mut lines = String::new();
+    for doc in super::build::sample_docs_as_jsonl() {
+        lines.push_str(&doc);
+        lines.push('\n');
+    }
+    lines.push_str("{broken\n");
+    write(&path, lines);
+    let run = build(dir.path(), &path, &[]);
+    run.assert_code(0);
+    assert!(run.stderr.contains("docs.jsonl:43: invalid JSON"), "{}", run.stderr);
+}
+
+#[cfg(unix)]
+#[test]
+fn symlink_loop_does_not_hang() {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_sample(&corpus);
+    std::os::unix::fs::symlink(&corpus, corpus.join("loop")).unwrap_or_else(|e| panic!("{e}"));
+    let run = build(dir.path(), &corpus, &[]);
+    run.assert_code(0);
+    assert!(run.stderr.contains("loop"), "{}", run.stderr);
+}

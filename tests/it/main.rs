@@ -1,0 +1,97 @@
+//! Integration tests: run the real `qrelgen` binary on small corpora in temporary folders and
+//! check the files it writes.
+
+mod build;
+mod corpus;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The bundled sample corpus.
+fn sample_corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora/harbor-sync")
+}
+
+/// A finished run of the binary.
+struct Run {
+    out: PathBuf,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    #[track_caller]
+    fn assert_code(&self, expected: i32) -> &Self {
+        assert_eq!(self.code, Some(expected), "stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        self
+    }
+
+    fn file(&self, name: &str) -> String {
+        fs_err::read_to_string(self.out.join(name)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn jsonl(&self, name: &str) -> Vec<Value> {
+        self.file(name)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: {e}: {l}")))
+            .collect()
+    }
+
+    /// `(query id, chunk id, grade)` rows of `qrels.trec`.
+    fn trec(&self) -> Vec<(String, String, u8)> {
+        self.file("qrels.trec")
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                assert_eq!(f.len(), 4, "bad TREC line {l:?}");
+                assert_eq!(f[1], "0");
+                (f[0].to_owned(), f[2].to_owned(), f[3].parse().unwrap_or_else(|e| panic!("{e}")))
+            })
+            .collect()
+    }
+}
+
+/// Runs `qrelgen build --corpus CORPUS --out <dir>/out ARGS…` with no OpenAI settings in the
+/// environment.
+fn build(dir: &Path, corpus: &Path, args: &[&str]) -> Run {
+    let out = dir.join("out");
+    let mut all = vec!["build", "--corpus", path_str(corpus), "--out", path_str(&out)];
+    all.extend_from_slice(args);
+    let output = qrelgen(&all);
+    Run {
+        out,
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn qrelgen(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run qrelgen: {e}"))
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap_or_else(|| panic!("non-UTF-8 temp path {}", path.display()))
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn write(path: &Path, bytes: impl AsRef<[u8]>) {
+    if let Some(parent) = path.parent() {
+        fs_err::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+    }
+    fs_err::write(path, bytes).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn str_field<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("no {pointer} in {value}"))
+}
