@@ -18,7 +18,7 @@ use text_splitter::{ChunkConfig as SplitConfig, ChunkSizer, MarkdownSplitter, Te
 pub enum SizeUnit {
     /// Unicode characters.
     Chars,
-    /// `cl100k_base` tokens, as OpenAI models count them.
+    /// `cl100k_base` tokens, as `OpenAI` models count them.
     Tokens,
 }
 

@@ -2,15 +2,14 @@
 //! source chunks come back in the top N.
 //!
 //! Input: [`Candidate`]s. Output: one [`Verdict`] per candidate. Invariants: every candidate gets
-//! a status and a reason; no_answer queries are checked differently (rejected when the top hit
+//! a status and a reason; `no_answer` queries are checked differently (rejected when the top hit
 //! contains their absent term) and never dropped for missing their source.
 
 use crate::error::Result;
-use crate::id::ChunkId;
 use crate::index::ChunkIndex;
-use crate::record::{Candidate, Chunk, QueryType, Reason, Status, Verdict};
+use crate::record::{Candidate, QueryType, Reason, Status, Verdict};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// What happens to a query whose sources miss the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,7 +21,7 @@ pub enum OnMiss {
     Flag,
 }
 
-/// Which hops of a multi_hop query must be in the top N.
+/// Which hops of a `multi_hop` query must be in the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HopRule {
@@ -57,24 +56,21 @@ pub struct FilterConfig {
     pub top_n: usize,
     /// What to do with a miss.
     pub on_miss: OnMiss,
-    /// The rule for multi_hop queries.
+    /// The rule for `multi_hop` queries.
     pub multi_hop_rule: HopRule,
 }
 
 /// Judges candidates against the index.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
-    chunks: &'a [Chunk],
-    position: HashMap<&'a ChunkId, usize>,
     config: FilterConfig,
 }
 
 impl<'a> RoundTrip<'a> {
-    /// A filter over `chunks` as indexed in `index`.
+    /// A filter over the chunks of `index`.
     #[must_use]
-    pub fn new(index: &'a ChunkIndex, chunks: &'a [Chunk], config: FilterConfig) -> Self {
-        let position = chunks.iter().enumerate().map(|(i, c)| (&c.id, i)).collect();
-        Self { index, chunks, position, config }
+    pub fn new(index: &'a ChunkIndex, config: FilterConfig) -> Self {
+        Self { index, config }
     }
 
     /// The verdict on one candidate.
@@ -85,7 +81,7 @@ impl<'a> RoundTrip<'a> {
         let query_terms = self.index.analyzer().terms(&candidate.text);
         let hits = self.index.search_terms(&query_terms, self.config.top_n)?;
         let sources: Vec<Option<usize>> =
-            candidate.sources.iter().map(|id| self.position.get(id).copied()).collect();
+            candidate.sources.iter().map(|id| self.index.position(id)).collect();
         let ranks: Vec<Option<u32>> = sources
             .iter()
             .map(|source| {
@@ -93,15 +89,15 @@ impl<'a> RoundTrip<'a> {
                 u32::try_from(at + 1).ok()
             })
             .collect();
-        let top_hit = hits.first().map(|h| self.chunks[h.chunk].id.clone());
+        let top_hit = hits.first().map(|h| self.index.meta(h.chunk).id.clone());
         let (status, reason) = match candidate.query_type {
-            QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk)),
+            QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk))?,
             QueryType::MultiHop => self.miss_rule(self.hops_found(&ranks), Reason::HopNotInTopN),
             QueryType::Direct | QueryType::Paraphrase => {
                 self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN)
             }
         };
-        let overlap = self.overlap(&query_terms, sources.iter().flatten().copied());
+        let overlap = self.overlap(&query_terms, sources.iter().flatten().copied())?;
         Ok(Verdict { status, reason, ranks, top_hit, overlap })
     }
 
@@ -120,40 +116,48 @@ impl<'a> RoundTrip<'a> {
         }
     }
 
-    fn no_answer_rule(&self, candidate: &Candidate, top: Option<usize>) -> (Status, Reason) {
+    fn no_answer_rule(&self, candidate: &Candidate, top: Option<usize>) -> Result<(Status, Reason)> {
         let Some(absent) = &candidate.absent_term else {
-            return (Status::Flagged, Reason::NoAnswerUnchecked);
+            return Ok((Status::Flagged, Reason::NoAnswerUnchecked));
         };
-        let absent_terms = self.index.analyzer().terms(absent);
-        let found = top.is_some_and(|chunk| {
-            let top_terms: HashSet<String> = self.index.analyzer().terms(&self.chunks[chunk].text).into_iter().collect();
-            absent_terms.iter().any(|t| top_terms.contains(t))
-        });
-        if found {
+        let found = match top {
+            Some(chunk) => {
+                let top_terms = self.terms_of(chunk)?;
+                self.index.analyzer().terms(absent).iter().any(|t| top_terms.contains(t))
+            }
+            None => false,
+        };
+        Ok(if found {
             (Status::Dropped, Reason::AbsentTermFound)
         } else {
             (Status::Kept, Reason::NoAnswerConfirmed)
-        }
+        })
+    }
+
+    fn terms_of(&self, chunk: usize) -> Result<HashSet<String>> {
+        Ok(self.index.analyzer().terms(&self.index.text(chunk)?).into_iter().collect())
     }
 
     /// Share of the distinct query terms found in the source chunks.
-    fn overlap(&self, query_terms: &[String], sources: impl Iterator<Item = usize>) -> f64 {
+    fn overlap(&self, query_terms: &[String], sources: impl Iterator<Item = usize>) -> Result<f64> {
         let query: HashSet<&String> = query_terms.iter().collect();
         if query.is_empty() {
-            return 0.0;
+            return Ok(0.0);
         }
-        let source_terms: HashSet<String> =
-            sources.flat_map(|c| self.index.analyzer().terms(&self.chunks[c].text)).collect();
+        let mut source_terms = HashSet::new();
+        for chunk in sources {
+            source_terms.extend(self.terms_of(chunk)?);
+        }
         let shared = query.iter().filter(|t| source_terms.contains(**t)).count();
-        shared as f64 / query.len() as f64
+        Ok(shared as f64 / query.len() as f64)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::{DocId, QueryId};
-    use crate::progress::Stage;
+    use crate::id::{ChunkId, QueryId};
+    use crate::index::{from_chunks, test_chunks};
 
     const TEXTS: [&str; 4] = [
         "quota exceeded error when the workspace storage is full",
@@ -162,23 +166,11 @@ mod tests {
         "bandwidth limits slow the upload of large files",
     ];
 
-    fn chunks() -> Vec<Chunk> {
-        TEXTS
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Chunk {
-                id: ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")),
-                doc_id: DocId::sanitized(&format!("d{i}")),
-                ordinal: 0,
-                title: String::new(),
-                text: (*t).to_owned(),
-            })
-            .collect()
-    }
-
     fn candidate(query_type: QueryType, text: &str, sources: &[usize], absent: Option<&str>) -> Candidate {
-        let sources: Vec<ChunkId> =
-            sources.iter().map(|i| ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}"))).collect();
+        let sources: Vec<ChunkId> = sources
+            .iter()
+            .map(|i| ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
         Candidate {
             id: QueryId::derive(query_type.label(), &sources, text),
             text: text.to_owned(),
@@ -192,10 +184,8 @@ mod tests {
 
     fn with_filter(config: FilterConfig, check: impl FnOnce(&RoundTrip<'_>)) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let chunks = chunks();
-        let (index, _) = ChunkIndex::open_or_build(dir.path(), &chunks, "t", &Stage::hidden())
-            .unwrap_or_else(|e| panic!("{e}"));
-        check(&RoundTrip::new(&index, &chunks, config));
+        let (index, _) = from_chunks(dir.path(), &test_chunks(&TEXTS));
+        check(&RoundTrip::new(&index, config));
     }
 
     fn config(top_n: usize, on_miss: OnMiss, multi_hop_rule: HopRule) -> FilterConfig {

@@ -64,16 +64,8 @@ impl DocId {
     /// Builds a document id, replacing whitespace and `#` with `_`.
     #[must_use]
     pub fn sanitized(raw: &str) -> Self {
-        let clean: String = raw
-            .trim()
-            .chars()
-            .map(|c| if is_forbidden(c) { '_' } else { c })
-            .collect();
-        if clean.is_empty() {
-            Self("_".to_owned())
-        } else {
-            Self(clean)
-        }
+        let clean: String = raw.trim().chars().map(|c| if is_forbidden(c) { '_' } else { c }).collect();
+        if clean.is_empty() { Self("_".to_owned()) } else { Self(clean) }
     }
 }
 

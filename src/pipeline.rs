@@ -11,9 +11,11 @@ use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::ChunkIndex;
 use crate::output::{self, CorpusSummary, Manifest, Summary, TypeCounts};
 use crate::progress::Progress;
-use crate::record::{Candidate, Chunk, Judged, QueryType, Reason, ReviewItem, ReviewSource, Status, Verdict};
+use crate::record::{
+    Candidate, Chunk, ChunkMeta, Judged, QueryType, Reason, ReviewItem, ReviewSource, Status, Verdict,
+};
 use crate::sample;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -49,7 +51,8 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     };
 
     let stage = progress.stage("chunk", 0);
-    let (chunks, corpus_summary, skipped) = read_and_chunk(config, &stage)?;
+    let corpus_file = out.join("corpus.jsonl");
+    let (chunks, corpus_summary, skipped) = read_and_chunk(config, &corpus_file, &stage)?;
     for s in &skipped {
         progress.warn(&format!("skipped {s}"));
     }
@@ -57,14 +60,16 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
 
     let stage = progress.stage("index", chunks.len() as u64);
     let (index, provenance) =
-        ChunkIndex::open_or_build(&out.join("index"), &chunks, &corpus_summary.chunks_hash, &stage)?;
-    ms("index", stage.finish(&format!("{} chunks, index {provenance}", chunks.len())));
+        ChunkIndex::open_or_build(&out.join("index"), chunks, &corpus_summary.chunks_hash, &stage, |add| {
+            reread_chunks(&corpus_file, add)
+        })?;
+    ms("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
 
     let quotas = config.mix.quotas(config.queries);
-    let mut generator = OfflineGenerator::new(&index, &chunks, config.seed)?;
+    let mut generator = OfflineGenerator::new(&index, config.seed)?;
     let cap = config.per_doc_cap.unwrap_or_else(|| plan::auto_cap(config.queries, corpus_summary.documents));
-    let mut planner = Planner::new(&index, &chunks, cap, config.seed);
-    let filter = RoundTrip::new(&index, &chunks, config.filter);
+    let mut planner = Planner::new(&index, cap, config.seed);
+    let filter = RoundTrip::new(&index, config.filter);
     let mut rounds = Rounds::new(&quotas);
     for round in 1..=config.max_rounds.max(1) {
         let wanted = rounds.to_plan();
@@ -76,7 +81,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
             break;
         }
         let stage = progress.stage("generate", requests.len() as u64);
-        let candidates = rounds.generate(&mut generator, &chunks, &requests, &stage)?;
+        let candidates = rounds.generate(&mut generator, &index, &requests, &stage)?;
         ms("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
         let stage = progress.stage("filter", candidates.len() as u64);
         let kept = rounds.judge(&filter, candidates, &stage)?;
@@ -86,7 +91,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
 
     let stage = progress.stage("sample", 0);
     let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
-    let queue = review_items(&sample::sample(&set, config.review, config.seed), &chunks);
+    let queue = review_items(&sample::sample(&set, config.review, config.seed), &index)?;
     ms("sample", stage.finish(&format!("{} queries to review", queue.len())));
 
     let stage = progress.stage("write", 0);
@@ -96,8 +101,9 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     manifest.rounds = rounds.done;
     manifest.shortfalls = rounds.shortfalls(&quotas);
     manifest.counts = rounds.counts.clone();
-    write_files(out, &chunks, &rounds.judged, &set, &queue)?;
-    let report = output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped: &skipped });
+    write_files(out, &rounds.judged, &set, &queue)?;
+    let report =
+        output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped: &skipped });
     output::write_text(&out.join("report.md"), &report)?;
     ms("write", stage.finish(&format!("{}", out.display())));
     manifest.timings_ms = timings;
@@ -112,41 +118,60 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     })
 }
 
-/// Reads the corpus and chunks each document as it arrives (documents are never all in memory).
+/// Reads the corpus, chunks each document as it arrives and streams the chunks to
+/// `corpus.jsonl`; only their metadata stays in memory.
 fn read_and_chunk(
     config: &BuildConfig,
+    corpus_file: &Path,
     stage: &crate::progress::Stage,
-) -> Result<(Vec<Chunk>, CorpusSummary, Vec<Skipped>)> {
+) -> Result<(Vec<ChunkMeta>, CorpusSummary, Vec<Skipped>)> {
     let chunker = Chunker::new(config.chunking)?;
-    let mut chunks = Vec::new();
+    let mut file = output::AtomicFile::create(corpus_file)?;
+    let mut metas = Vec::new();
     let mut corpus_hash = ContentHasher::default();
+    let mut chunks_hash = ContentHasher::default();
+    let mut keep = |chunk: &Chunk| -> Result<()> {
+        chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+        file.write_json_line(&output::corpus_line(chunk))?;
+        metas.push(chunk.meta());
+        Ok(())
+    };
     let report = corpus::read(&config.corpus, config.prechunked, |item| {
         match item {
             Item::Document(doc) => {
                 corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
-                chunks.extend(chunker.chunk(&doc));
+                chunker.chunk(&doc).iter().try_for_each(&mut keep)?;
             }
             Item::Chunk(chunk) => {
                 corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-                chunks.push(chunk);
+                keep(&chunk)?;
             }
         }
         stage.inc(1);
         Ok(())
     })?;
-    let mut chunks_hash = ContentHasher::default();
-    for chunk in &chunks {
-        chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-    }
+    file.commit()?;
     let summary = CorpusSummary {
         documents: report.documents,
         skipped: report.skipped.len(),
         ignored: report.ignored,
         hash: corpus_hash.finish(),
-        chunks: chunks.len(),
+        chunks: metas.len(),
         chunks_hash: chunks_hash.finish(),
     };
-    Ok((chunks, summary, report.skipped))
+    Ok((metas, summary, report.skipped))
+}
+
+/// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
+fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
+    let skipped = corpus::read_prechunked(corpus_file, add)?;
+    match skipped.first() {
+        None => Ok(()),
+        Some(line) => Err(Error::Output {
+            path: corpus_file.to_owned(),
+            source: std::io::Error::other(format!("cannot read back what was written: {line}")),
+        }),
+    }
 }
 
 /// The state carried across generation rounds.
@@ -190,7 +215,7 @@ impl Rounds {
     fn generate(
         &mut self,
         generator: &mut dyn Generator,
-        chunks: &[Chunk],
+        index: &ChunkIndex,
         requests: &[Request],
         stage: &crate::progress::Stage,
     ) -> Result<Vec<Candidate>> {
@@ -207,7 +232,8 @@ impl Rounds {
             .into_iter()
             .map(|draft| {
                 let request = &requests[draft.request];
-                let sources: Vec<ChunkId> = request.sources.iter().map(|&c| chunks[c].id.clone()).collect();
+                let sources: Vec<ChunkId> =
+                    request.sources.iter().map(|&c| index.meta(c).id.clone()).collect();
                 Candidate {
                     id: QueryId::derive(request.query_type.label(), &sources, &draft.text),
                     text: draft.text,
@@ -226,7 +252,12 @@ impl Rounds {
     }
 
     /// Judges candidates, records them, and returns how many joined the set.
-    fn judge(&mut self, filter: &RoundTrip<'_>, candidates: Vec<Candidate>, stage: &crate::progress::Stage) -> Result<usize> {
+    fn judge(
+        &mut self,
+        filter: &RoundTrip<'_>,
+        candidates: Vec<Candidate>,
+        stage: &crate::progress::Stage,
+    ) -> Result<usize> {
         let mut joined = 0;
         for candidate in candidates {
             let deficit = Self::deficit(self.count(candidate.query_type));
@@ -273,32 +304,36 @@ fn unjudged(reason: Reason) -> Verdict {
     Verdict { status: Status::Dropped, reason, ranks: Vec::new(), top_hit: None, overlap: 0.0 }
 }
 
-fn review_items(queue: &[&Judged], chunks: &[Chunk]) -> Vec<ReviewItem> {
-    let by_id: HashMap<&ChunkId, &Chunk> = chunks.iter().map(|c| (&c.id, c)).collect();
+fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
     queue
         .iter()
-        .map(|j| ReviewItem {
-            query_id: j.candidate.id.clone(),
-            text: j.candidate.text.clone(),
-            query_type: j.candidate.query_type,
-            status: j.verdict.status,
-            reason: j.verdict.reason,
-            ranks: j.verdict.ranks.clone(),
-            absent_term: j.candidate.absent_term.clone(),
-            sources: j
+        .map(|j| {
+            let sources = j
                 .candidate
                 .sources
                 .iter()
-                .filter_map(|id| by_id.get(id))
-                .map(|c| ReviewSource { chunk_id: c.id.clone(), title: c.title.clone(), text: c.text.clone() })
-                .collect(),
-            decision: None,
+                .filter_map(|id| index.position(id).map(|p| (id, p)))
+                .map(|(id, p)| {
+                    let stored = index.stored(p)?;
+                    Ok(ReviewSource { chunk_id: id.clone(), title: stored.title, text: stored.text })
+                })
+                .collect::<Result<_>>()?;
+            Ok(ReviewItem {
+                query_id: j.candidate.id.clone(),
+                text: j.candidate.text.clone(),
+                query_type: j.candidate.query_type,
+                status: j.verdict.status,
+                reason: j.verdict.reason,
+                ranks: j.verdict.ranks.clone(),
+                absent_term: j.candidate.absent_term.clone(),
+                sources,
+                decision: None,
+            })
         })
         .collect()
 }
 
-fn write_files(out: &Path, chunks: &[Chunk], judged: &[Judged], set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
-    output::write_jsonl(&out.join("corpus.jsonl"), chunks.iter().map(output::corpus_line))?;
+fn write_files(out: &Path, judged: &[Judged], set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
     output::write_jsonl(&out.join("queries.jsonl"), set.iter().map(|j| output::query_line(j)))?;
     let qrels = output::qrels(set.iter().copied());
     output::write_atomic(&out.join("qrels").join("test.tsv"), |w| {

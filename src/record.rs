@@ -37,6 +37,25 @@ pub struct Chunk {
     pub text: String,
 }
 
+impl Chunk {
+    /// What stays in memory of the chunk once its text is on disk.
+    #[must_use]
+    pub fn meta(&self) -> ChunkMeta {
+        ChunkMeta { id: self.id.clone(), doc_id: self.doc_id.clone(), ordinal: self.ordinal }
+    }
+}
+
+/// A chunk without its text: what the pipeline keeps in memory (texts live in the index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkMeta {
+    /// Stable id.
+    pub id: ChunkId,
+    /// The document it comes from.
+    pub doc_id: DocId,
+    /// Position within the document.
+    pub ordinal: u32,
+}
+
 /// The kinds of query a generator writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -89,9 +108,9 @@ pub struct Candidate {
     /// The type the generator was asked for.
     #[serde(rename = "type")]
     pub query_type: QueryType,
-    /// The chunks the query was written from (empty sources are never relevant for no_answer).
+    /// The chunks the query was written from (empty sources are never relevant for `no_answer`).
     pub sources: Vec<ChunkId>,
-    /// For no_answer: the term that makes the query unanswerable (absent from the corpus).
+    /// For `no_answer`: the term that makes the query unanswerable (absent from the corpus).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub absent_term: Option<String>,
     /// Which generator wrote it, e.g. `offline`.
@@ -120,13 +139,13 @@ pub enum Reason {
     SourceInTopN,
     /// A single source chunk is not within the top N.
     SourceNotInTopN,
-    /// A multi_hop query misses the hop rule.
+    /// A `multi_hop` query misses the hop rule.
     HopNotInTopN,
-    /// A no_answer query whose top hit contains no absent term.
+    /// A `no_answer` query whose top hit contains no absent term.
     NoAnswerConfirmed,
-    /// A no_answer query whose top hit contains its absent term: the corpus may answer it.
+    /// A `no_answer` query whose top hit contains its absent term: the corpus may answer it.
     AbsentTermFound,
-    /// A no_answer query without an absent term to check: kept for a reviewer to confirm.
+    /// A `no_answer` query without an absent term to check: kept for a reviewer to confirm.
     NoAnswerUnchecked,
     /// The same type, sources and text as an earlier candidate.
     Duplicate,
@@ -162,7 +181,7 @@ pub struct Verdict {
     pub ranks: Vec<Option<u32>>,
     /// The top-ranked chunk, if any chunk matched.
     pub top_hit: Option<ChunkId>,
-    /// Share of the query's content terms that occur in its source chunks (0 for no_answer).
+    /// Share of the query's content terms that occur in its source chunks (0 for `no_answer`).
     pub overlap: f64,
 }
 
@@ -189,7 +208,7 @@ impl Judged {
 pub mod grade {
     /// The chunk a direct or paraphrase query was written from: it fully answers the query.
     pub const SOURCE: u8 = 3;
-    /// One hop of a multi_hop query: needed, but answers only part of the query.
+    /// One hop of a `multi_hop` query: needed, but answers only part of the query.
     pub const HOP: u8 = 2;
 }
 
@@ -231,7 +250,7 @@ pub struct ReviewItem {
     pub reason: Reason,
     /// Source ranks, as in the verdict.
     pub ranks: Vec<Option<u32>>,
-    /// For no_answer: the absent term.
+    /// For `no_answer`: the absent term.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub absent_term: Option<String>,
     /// The source chunks, in full.

@@ -85,10 +85,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn counts(d: usize, p: usize, m: usize, n: usize) -> BTreeMap<QueryType, usize> {
-        [(QueryType::Direct, d), (QueryType::Paraphrase, p), (QueryType::MultiHop, m), (QueryType::NoAnswer, n)]
-            .into_iter()
-            .filter(|(_, c)| *c > 0)
-            .collect()
+        [
+            (QueryType::Direct, d),
+            (QueryType::Paraphrase, p),
+            (QueryType::MultiHop, m),
+            (QueryType::NoAnswer, n),
+        ]
+        .into_iter()
+        .filter(|(_, c)| *c > 0)
+        .collect()
     }
 
     #[track_caller]

@@ -20,7 +20,7 @@ pub struct BuildArgs {
     corpus: PathBuf,
 
     /// Output folder; it becomes a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/test.tsv)
-    /// plus qrels.trec, candidates.jsonl, review_queue.jsonl, manifest.json and report.md.
+    /// plus qrels.trec, candidates.jsonl, `review_queue.jsonl`, manifest.json and report.md.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
 
@@ -36,7 +36,7 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 100, value_name = "N", help_heading = "Chunking")]
     chunk_overlap: usize,
 
-    /// What chunk sizes count: characters, or cl100k_base tokens.
+    /// What chunk sizes count: characters, or `cl100k_base` tokens.
     #[arg(long, value_enum, default_value_t = UnitArg::Chars, help_heading = "Chunking")]
     chunk_unit: UnitArg,
 
@@ -44,7 +44,7 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 100, value_name = "N", help_heading = "Queries")]
     queries: usize,
 
-    /// Share of each query type (direct, paraphrase, multi_hop, no_answer); shares add up to 1.
+    /// Share of each query type (direct, paraphrase, `multi_hop`, `no_answer`); shares add up to 1.
     #[arg(long, default_value = "direct=0.4,paraphrase=0.3,multi_hop=0.15,no_answer=0.15",
           value_parser = str::parse::<Mix>, help_heading = "Queries")]
     mix: Mix,
@@ -71,7 +71,7 @@ pub struct BuildArgs {
     #[arg(long, value_enum, default_value_t = OnMissArg::Drop, help_heading = "Round-trip filter")]
     on_miss: OnMissArg,
 
-    /// Which hops of a multi_hop query must rank within the top N.
+    /// Which hops of a `multi_hop` query must rank within the top N.
     #[arg(long, value_enum, default_value_t = HopRuleArg::All, help_heading = "Round-trip filter")]
     multi_hop_rule: HopRuleArg,
 
@@ -174,7 +174,9 @@ fn print_summary(outcome: &Outcome, args: &BuildArgs) {
 
 fn exit_code(outcome: &Outcome, allow_shortfall: bool) -> u8 {
     if outcome.in_set == 0 {
-        eprintln!("error: no query passed the round-trip filter\nhint: see the report; try --on-miss flag or a larger --top-n");
+        eprintln!(
+            "error: no query passed the round-trip filter\nhint: see the report; try --on-miss flag or a larger --top-n"
+        );
         exit::SHORTFALL
     } else if !outcome.shortfalls.is_empty() && !allow_shortfall {
         eprintln!(

@@ -40,10 +40,7 @@ pub fn read_folder(
 ) -> Result<(Vec<Skipped>, usize)> {
     let mut skipped = Vec::new();
     let mut ignored = 0;
-    let walker = WalkDir::new(root)
-        .follow_links(true)
-        .sort_by_file_name()
-        .into_iter();
+    let walker = WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
     for entry in walker {
         let entry = match entry {
             Ok(entry) => entry,
@@ -72,11 +69,8 @@ fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Do
     let bytes = fs_err::read(path).map_err(|e| e.to_string())?;
     let raw = decode_text(bytes)?;
     let relative = path.strip_prefix(root).unwrap_or(path);
-    let id_text = relative
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/");
+    let id_text =
+        relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let (title, text, markdown) = match format {
         Format::Html => {
@@ -89,12 +83,7 @@ fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Do
     if text.trim().is_empty() {
         return Err("no text left after removing markup".to_owned());
     }
-    Ok(Document {
-        id: DocId::sanitized(&id_text),
-        title: title.unwrap_or(stem),
-        text,
-        markdown,
-    })
+    Ok(Document { id: DocId::sanitized(&id_text), title: title.unwrap_or(stem), text, markdown })
 }
 
 #[cfg(test)]

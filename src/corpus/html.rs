@@ -5,14 +5,31 @@ use scraper::{ElementRef, Html, Node};
 
 /// Elements whose content is never text of the page.
 const SKIPPED: &[&str] = &[
-    "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "svg",
-    "iframe", "head",
+    "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "svg", "iframe",
+    "head",
 ];
 
 /// Elements that end a line of text.
 const BLOCKS: &[&str] = &[
-    "p", "div", "section", "article", "main", "li", "ul", "ol", "table", "tr", "pre", "blockquote",
-    "br", "dd", "dt", "dl", "figure", "figcaption", "hr",
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "li",
+    "ul",
+    "ol",
+    "table",
+    "tr",
+    "pre",
+    "blockquote",
+    "br",
+    "dd",
+    "dt",
+    "dl",
+    "figure",
+    "figcaption",
+    "hr",
 ];
 
 /// The text of a page.
@@ -80,10 +97,8 @@ fn first_text(doc: &Html, tag: &str) -> Option<String> {
 
 /// Collapses runs of spaces within lines and runs of blank lines between blocks.
 fn tidy(raw: &str) -> String {
-    let lines: Vec<String> = raw
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+    let lines: Vec<String> =
+        raw.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
     let mut out = String::new();
     for block in lines.split(String::is_empty).filter(|b| !b.is_empty()) {
         if !out.is_empty() {

@@ -31,8 +31,8 @@ struct Record {
 }
 
 fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
-    let line = std::str::from_utf8(bytes)
-        .map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
+    let line =
+        std::str::from_utf8(bytes).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
     if line.trim().is_empty() {
         return Ok(None);
     }
@@ -52,10 +52,8 @@ fn for_each_record(
     path: &Path,
     mut each: impl FnMut(usize, Record) -> Result<std::result::Result<(), String>>,
 ) -> Result<Vec<Skipped>> {
-    let file = fs_err::File::open(path).map_err(|source| Error::CorpusUnreadable {
-        path: path.to_owned(),
-        source,
-    })?;
+    let file = fs_err::File::open(path)
+        .map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
     let mut skipped = Vec::new();
     for (index, bytes) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = index + 1;
@@ -156,7 +154,9 @@ mod tests {
 
     #[test]
     fn prechunked_keeps_ids_and_rejects_repeats() {
-        let file = file_with("{\"_id\":\"d1-p0\",\"text\":\"x\",\"doc_id\":\"d1\"}\n{\"_id\":\"d1-p1\",\"text\":\"y\",\"doc_id\":\"d1\"}\n{\"_id\":\"bad id\",\"text\":\"z\"}\n");
+        let file = file_with(
+            "{\"_id\":\"d1-p0\",\"text\":\"x\",\"doc_id\":\"d1\"}\n{\"_id\":\"d1-p1\",\"text\":\"y\",\"doc_id\":\"d1\"}\n{\"_id\":\"bad id\",\"text\":\"z\"}\n",
+        );
         let mut chunks = Vec::new();
         let skipped = read_prechunked(file.path(), |c| {
             chunks.push(c);

@@ -62,15 +62,9 @@ pub enum Item {
 /// # Errors
 /// [`Error::CorpusUnreadable`] if `path` cannot be opened, [`Error::EmptyCorpus`] if no item is
 /// usable, and the errors of `sink`.
-pub fn read(
-    path: &Path,
-    prechunked: bool,
-    mut sink: impl FnMut(Item) -> Result<()>,
-) -> Result<ReadReport> {
-    let meta = fs_err::metadata(path).map_err(|source| Error::CorpusUnreadable {
-        path: path.to_owned(),
-        source,
-    })?;
+pub fn read(path: &Path, prechunked: bool, mut sink: impl FnMut(Item) -> Result<()>) -> Result<ReadReport> {
+    let meta =
+        fs_err::metadata(path).map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
     let mut report = ReadReport::default();
     let mut count = |item: Item| {
         report.documents += 1;
@@ -99,9 +93,8 @@ pub(crate) fn decode_text(bytes: Vec<u8>) -> std::result::Result<String, String>
     if bytes.iter().take(8192).any(|&b| b == 0) {
         return Err("binary file (contains NUL bytes)".to_owned());
     }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to())
-    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()))?;
     if text.trim().is_empty() {
         return Err("empty file".to_owned());
     }

@@ -21,7 +21,7 @@ use crate::record::QueryType;
 pub struct Request {
     /// The type wanted.
     pub query_type: QueryType,
-    /// Positions of the source chunks in the chunk list (two for multi_hop).
+    /// Positions of the source chunks in the chunk list (two for `multi_hop`).
     pub sources: Vec<usize>,
     /// Generation round (1 = first).
     pub round: u32,
@@ -34,7 +34,7 @@ pub struct Draft {
     pub request: usize,
     /// The query text.
     pub text: String,
-    /// For no_answer: the term that makes the query unanswerable.
+    /// For `no_answer`: the term that makes the query unanswerable.
     pub absent_term: Option<String>,
 }
 

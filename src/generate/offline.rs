@@ -15,7 +15,7 @@ use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
 use crate::index::{ChunkIndex, TermStat};
 use crate::progress::Stage;
-use crate::record::{Chunk, QueryType};
+use crate::record::QueryType;
 use crate::rng::{Rng, stream};
 use rand::Rng as _;
 use rand::seq::IndexedRandom;
@@ -34,86 +34,66 @@ fn shape(query_type: QueryType) -> Shape {
     match query_type {
         QueryType::Direct => Shape { length: 2..=5, noise: 0.0 },
         QueryType::Paraphrase => Shape { length: 3..=6, noise: 0.2 },
-        QueryType::MultiHop => Shape { length: 2..=3, noise: 0.0 },
-        QueryType::NoAnswer => Shape { length: 2..=3, noise: 0.0 },
+        QueryType::MultiHop | QueryType::NoAnswer => Shape { length: 2..=3, noise: 0.0 },
     }
 }
 
 /// Simulated known-item queries, no network.
 pub struct OfflineGenerator<'a> {
     index: &'a ChunkIndex,
-    chunks: &'a [Chunk],
     absent: Vec<String>,
     seed: u64,
 }
 
 impl<'a> OfflineGenerator<'a> {
-    /// A generator over `chunks` (indexed in `index`).
+    /// A generator over the chunks of `index`.
     ///
     /// # Errors
     /// [`crate::Error::Index`] when the absent-word check fails.
-    pub fn new(index: &'a ChunkIndex, chunks: &'a [Chunk], seed: u64) -> Result<Self> {
+    pub fn new(index: &'a ChunkIndex, seed: u64) -> Result<Self> {
         let mut absent = Vec::new();
         for word in ABSENT_WORDS.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            if let [term] = index.analyzer().terms(word).as_slice() {
-                if index.doc_freq(term)? == 0 {
-                    absent.push(word.to_owned());
-                }
+            if let [term] = index.analyzer().terms(word).as_slice()
+                && index.doc_freq(term)? == 0
+            {
+                absent.push(word.to_owned());
             }
         }
-        Ok(Self { index, chunks, absent, seed })
+        Ok(Self { index, absent, seed })
     }
 
     fn write(&self, request: &Request) -> Result<std::result::Result<(String, Option<String>), String>> {
-        let ids: Vec<&str> = request.sources.iter().map(|&c| self.chunks[c].id.as_str()).collect();
+        let ids: Vec<&str> = request.sources.iter().map(|&c| self.index.meta(c).id.as_str()).collect();
         let mut rng = stream(self.seed, &format!("offline/{}/{}", request.query_type, ids.join("+")));
         let shape = shape(request.query_type);
         let model = |c: usize, discriminative: bool| -> Result<TermModel> {
-            let stats = self.index.term_stats(&self.chunks[c].text)?;
+            let stats = self.index.term_stats(&self.index.text(c)?)?;
             Ok(TermModel::new(self.index, stats, discriminative))
         };
         let first = request.sources.first().copied().unwrap_or_default();
         let words = match request.query_type {
             QueryType::Direct => draw(&model(first, true)?, &shape, &mut rng),
-            QueryType::Paraphrase => self.paraphrase(model(first, false)?, &shape, &mut rng),
+            QueryType::Paraphrase => paraphrase(model(first, false)?, &shape, &mut rng),
             QueryType::MultiHop => {
                 let second = request.sources.get(1).copied().unwrap_or(first);
-                self.multi_hop(model(first, true)?, model(second, true)?, &shape, &mut rng)
+                multi_hop(&model(first, true)?, &model(second, true)?, &shape, &mut rng)
             }
             QueryType::NoAnswer => return Ok(self.no_answer(&model(first, false)?, &shape, &mut rng)),
         };
-        let words = words.map(|w| self.add_noise(w, shape.noise, &mut rng));
-        Ok(words.map(|w| (w.join(" "), None)))
-    }
-
-    fn paraphrase(&self, model: TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<Vec<String>, String> {
-        let mut by_rarity: Vec<&TermStat> = model.top(usize::MAX);
-        by_rarity.sort_by(|a, b| a.df.cmp(&b.df).then_with(|| a.term.cmp(&b.term)));
-        let rare: Vec<String> = by_rarity.iter().take(model.len().div_ceil(3)).map(|s| s.term.clone()).collect();
-        let common = model.filtered(|s| !rare.contains(&s.term));
-        if common.len() < 2 {
-            return Err("chunk has too few common terms for a paraphrase".to_owned());
+        match words {
+            Ok(words) => Ok(Ok((self.add_noise(words, shape.noise, &mut rng)?.join(" "), None))),
+            Err(reason) => Ok(Err(reason)),
         }
-        draw(&common, shape, rng)
     }
 
-    fn multi_hop(&self, a: TermModel, b: TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<Vec<String>, String> {
-        let only_a = a.clone().filtered(|s| !b.contains(&s.term));
-        let only_b = b.filtered(|s| !a.contains(&s.term));
-        if only_a.len() == 0 || only_b.len() == 0 {
-            return Err("the two chunks share all their terms".to_owned());
-        }
-        let mut words = draw(&only_a, shape, rng)?;
-        words.extend(draw(&only_b, shape, rng)?);
-        Ok(words)
-    }
-
-    fn no_answer(&self, model: &TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<(String, Option<String>), String> {
-        let absent = self
-            .absent
-            .choose(rng)
-            .ok_or("every built-in absent word occurs in the corpus")?
-            .clone();
+    fn no_answer(
+        &self,
+        model: &TermModel,
+        shape: &Shape,
+        rng: &mut Rng,
+    ) -> std::result::Result<(String, Option<String>), String> {
+        let absent =
+            self.absent.choose(rng).ok_or("every built-in absent word occurs in the corpus")?.clone();
         let mut words = draw(model, shape, rng)?;
         let at = rng.random_range(0..=words.len());
         words.insert(at, absent.clone());
@@ -123,19 +103,49 @@ impl<'a> OfflineGenerator<'a> {
     /// Replaces each word, with probability `noise`, by a word drawn from the collection model:
     /// a random token of a random chunk (chunks are of similar size, so this approximates
     /// drawing by collection frequency).
-    fn add_noise(&self, mut words: Vec<String>, noise: f64, rng: &mut Rng) -> Vec<String> {
+    fn add_noise(&self, mut words: Vec<String>, noise: f64, rng: &mut Rng) -> Result<Vec<String>> {
         for word in &mut words {
             if rng.random::<f64>() < noise {
-                let chunk = &self.chunks[rng.random_range(0..self.chunks.len())];
-                let tokens = self.index.analyzer().tokens(&chunk.text);
-                let words: Vec<&str> = tokens.iter().map(|t| t.surface.as_str()).filter(|w| is_query_word(w)).collect();
-                if let Some(noise) = words.choose(rng) {
-                    *word = (*noise).to_owned();
+                let text = self.index.text(rng.random_range(0..self.index.len()))?;
+                let tokens = self.index.analyzer().tokens(&text);
+                let candidates: Vec<&str> =
+                    tokens.iter().map(|t| t.surface.as_str()).filter(|w| is_query_word(w)).collect();
+                if let Some(noise) = candidates.choose(rng) {
+                    (*noise).clone_into(word);
                 }
             }
         }
-        words
+        Ok(words)
     }
+}
+
+/// Terms drawn by in-chunk frequency, the rarest third of the chunk's terms excluded.
+fn paraphrase(model: TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<Vec<String>, String> {
+    let mut by_rarity: Vec<&TermStat> = model.top(usize::MAX);
+    by_rarity.sort_by(|a, b| a.df.cmp(&b.df).then_with(|| a.term.cmp(&b.term)));
+    let rare: Vec<String> = by_rarity.iter().take(model.len().div_ceil(3)).map(|s| s.term.clone()).collect();
+    let common = model.filtered(|s| !rare.contains(&s.term));
+    if common.len() < 2 {
+        return Err("chunk has too few common terms for a paraphrase".to_owned());
+    }
+    draw(&common, shape, rng)
+}
+
+/// Terms only the first chunk has, then terms only the second has.
+fn multi_hop(
+    a: &TermModel,
+    b: &TermModel,
+    shape: &Shape,
+    rng: &mut Rng,
+) -> std::result::Result<Vec<String>, String> {
+    let only_a = a.clone().filtered(|s| !b.contains(&s.term));
+    let only_b = b.clone().filtered(|s| !a.contains(&s.term));
+    if only_a.is_empty() || only_b.is_empty() {
+        return Err("the two chunks share all their terms".to_owned());
+    }
+    let mut words = draw(&only_a, shape, rng)?;
+    words.extend(draw(&only_b, shape, rng)?);
+    Ok(words)
 }
 
 /// Draws a query length from the shape, then that many distinct terms from the model.
@@ -148,7 +158,7 @@ fn draw(model: &TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<
 }
 
 impl Generator for OfflineGenerator<'_> {
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         "offline"
     }
 

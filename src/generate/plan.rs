@@ -5,7 +5,7 @@ use super::terms::{TermModel, is_query_word};
 use crate::error::Result;
 use crate::id::DocId;
 use crate::index::ChunkIndex;
-use crate::record::{Chunk, QueryType};
+use crate::record::QueryType;
 use crate::rng::stream;
 use rand::seq::SliceRandom;
 use serde::{Serialize, Serializer};
@@ -15,9 +15,9 @@ use std::str::FromStr;
 
 /// A chunk needs this many distinct query words to be worth a query.
 const MIN_TERMS: usize = 5;
-/// Salient terms of a chunk used to retrieve its multi_hop partner.
+/// Salient terms of a chunk used to retrieve its `multi_hop` partner.
 const PARTNER_QUERY_TERMS: usize = 8;
-/// Hits examined when looking for a multi_hop partner.
+/// Hits examined when looking for a `multi_hop` partner.
 const PARTNER_CANDIDATES: usize = 10;
 
 /// Queries wanted per type.
@@ -44,9 +44,7 @@ impl FromStr for Mix {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut shares = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (label, share) = part
-                .split_once('=')
-                .ok_or_else(|| format!("{part:?} is not TYPE=SHARE"))?;
+            let (label, share) = part.split_once('=').ok_or_else(|| format!("{part:?} is not TYPE=SHARE"))?;
             let query_type = QueryType::from_label(label.trim()).ok_or_else(|| {
                 format!("unknown query type {label:?} (known: direct, paraphrase, multi_hop, no_answer)")
             })?;
@@ -86,8 +84,10 @@ impl Mix {
     /// quotas add up to `total` exactly.
     #[must_use]
     pub fn quotas(&self, total: usize) -> Quotas {
-        let exact: Vec<(QueryType, f64)> =
-            QueryType::ALL.iter().map(|&t| (t, self.0.get(&t).copied().unwrap_or(0.0) * total as f64)).collect();
+        let exact: Vec<(QueryType, f64)> = QueryType::ALL
+            .iter()
+            .map(|&t| (t, self.0.get(&t).copied().unwrap_or(0.0) * total as f64))
+            .collect();
         let mut quotas: Quotas = exact.iter().map(|&(t, x)| (t, x.floor() as usize)).collect();
         let assigned: usize = quotas.values().sum();
         let mut by_remainder = exact.clone();
@@ -100,10 +100,9 @@ impl Mix {
 }
 
 /// Picks source chunks for requests: documents in a seeded round-robin, at most `cap` queries
-/// per document, each chunk used at most once per type, multi_hop partners found by retrieval.
+/// per document, each chunk used at most once per type, `multi_hop` partners found by retrieval.
 pub struct Planner<'a> {
     index: &'a ChunkIndex,
-    chunks: &'a [Chunk],
     docs: Vec<Vec<usize>>,
     planned_per_doc: Vec<usize>,
     cap: usize,
@@ -113,21 +112,21 @@ pub struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    /// A planner over `chunks` (indexed in `index`) allowing `cap` queries per document.
+    /// A planner over the chunks of `index` allowing `cap` queries per document.
     #[must_use]
-    pub fn new(index: &'a ChunkIndex, chunks: &'a [Chunk], cap: usize, seed: u64) -> Self {
+    pub fn new(index: &'a ChunkIndex, cap: usize, seed: u64) -> Self {
         let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
         let mut docs: Vec<Vec<usize>> = Vec::new();
-        for (position, chunk) in chunks.iter().enumerate() {
+        for position in 0..index.len() {
             let next = docs.len();
-            let doc = *doc_of.entry(&chunk.doc_id).or_insert(next);
+            let doc = *doc_of.entry(&index.meta(position).doc_id).or_insert(next);
             if doc == next {
                 docs.push(Vec::new());
             }
             docs[doc].push(position);
         }
         let planned_per_doc = vec![0; docs.len()];
-        Self { index, chunks, docs, planned_per_doc, cap, used: HashSet::new(), eligible: HashMap::new(), seed }
+        Self { index, docs, planned_per_doc, cap, used: HashSet::new(), eligible: HashMap::new(), seed }
     }
 
     /// Number of documents.
@@ -171,13 +170,18 @@ impl<'a> Planner<'a> {
         Ok(requests)
     }
 
-    fn take(&mut self, doc: usize, query_type: QueryType, rng: &mut crate::rng::Rng) -> Result<Option<Vec<usize>>> {
+    fn take(
+        &mut self,
+        doc: usize,
+        query_type: QueryType,
+        rng: &mut crate::rng::Rng,
+    ) -> Result<Option<Vec<usize>>> {
         let mut options: Vec<usize> =
             self.docs[doc].iter().copied().filter(|&c| !self.used.contains(&(query_type, c))).collect();
         options.shuffle(rng);
         for chunk in options {
             self.used.insert((query_type, chunk));
-            if !self.is_eligible(chunk) {
+            if !self.is_eligible(chunk)? {
                 continue;
             }
             if query_type != QueryType::MultiHop {
@@ -190,26 +194,28 @@ impl<'a> Planner<'a> {
         Ok(None)
     }
 
-    fn is_eligible(&mut self, chunk: usize) -> bool {
-        let (index, chunks) = (self.index, self.chunks);
-        *self.eligible.entry(chunk).or_insert_with(|| {
-            let tokens = index.analyzer().tokens(&chunks[chunk].text);
-            let words: HashSet<&str> =
-                tokens.iter().filter(|t| is_query_word(&t.surface)).map(|t| t.term.as_str()).collect();
-            words.len() >= MIN_TERMS
-        })
+    fn is_eligible(&mut self, chunk: usize) -> Result<bool> {
+        if let Some(&known) = self.eligible.get(&chunk) {
+            return Ok(known);
+        }
+        let tokens = self.index.analyzer().tokens(&self.index.text(chunk)?);
+        let words: HashSet<&str> =
+            tokens.iter().filter(|t| is_query_word(&t.surface)).map(|t| t.term.as_str()).collect();
+        let eligible = words.len() >= MIN_TERMS;
+        self.eligible.insert(chunk, eligible);
+        Ok(eligible)
     }
 
     /// The best-ranked chunk that this chunk's salient terms retrieve, from another document or
     /// at least two chunks away in the same one.
     fn partner(&mut self, chunk: usize) -> Result<Option<usize>> {
-        let this = &self.chunks[chunk];
-        let model = TermModel::new(self.index, self.index.term_stats(&this.text)?, true);
+        let this = self.index.meta(chunk);
+        let model = TermModel::new(self.index, self.index.term_stats(&self.index.text(chunk)?)?, true);
         let terms: Vec<String> = model.top(PARTNER_QUERY_TERMS).into_iter().map(|s| s.term.clone()).collect();
         for hit in self.index.search_terms(&terms, PARTNER_CANDIDATES)? {
-            let other = &self.chunks[hit.chunk];
+            let other = self.index.meta(hit.chunk);
             let far = other.doc_id != this.doc_id || other.ordinal.abs_diff(this.ordinal) >= 2;
-            if hit.chunk != chunk && far && self.is_eligible(hit.chunk) {
+            if hit.chunk != chunk && far && self.is_eligible(hit.chunk)? {
                 return Ok(Some(hit.chunk));
             }
         }

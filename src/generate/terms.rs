@@ -22,8 +22,8 @@ static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
 /// three characters unless it is a number of two or more digits.
 #[must_use]
 pub fn is_query_word(surface: &str) -> bool {
-    let long_enough = surface.chars().count() >= 3
-        || (surface.len() >= 2 && surface.chars().all(|c| c.is_ascii_digit()));
+    let long_enough =
+        surface.chars().count() >= 3 || (surface.len() >= 2 && surface.chars().all(|c| c.is_ascii_digit()));
     long_enough && !STOPWORDS.contains(surface)
 }
 
@@ -51,6 +51,11 @@ impl TermModel {
     /// Number of distinct terms.
     pub fn len(&self) -> usize {
         self.terms.len()
+    }
+
+    /// Whether no term is left.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
     }
 
     /// Keeps only the terms for which `keep` holds.

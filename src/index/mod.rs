@@ -1,25 +1,31 @@
-//! Stage 3, index: a tantivy BM25 index of every chunk, kept on disk in the output folder.
+//! Stage 3, index: a tantivy BM25 index of every chunk, kept on disk in the output folder. It is
+//! also where chunk texts live once the corpus is chunked: the pipeline keeps only
+//! [`ChunkMeta`]s in memory and fetches texts from the index's document store.
 //!
-//! Input: the chunks, in their canonical order. Output: a [`ChunkIndex`] that searches and
-//! answers term statistics. Invariants: only this module imports tantivy; hits name chunks by
-//! their position in the chunk list; equal scores rank by that position, so results are
-//! deterministic; the index is rebuilt only when the chunks (or the analyzer) change.
+//! Input: the chunk list (metadata) and a way to stream the chunks. Output: a [`ChunkIndex`]
+//! that searches, serves texts and answers term statistics. Invariants: only this module
+//! imports tantivy; chunks are named by their position in the chunk list; equal scores rank by
+//! that position, so results are deterministic; the index is rebuilt only when the chunks (or
+//! the analyzer) change.
 
 mod analyzer;
 
 pub use analyzer::{Analyzer, Token};
 
 use crate::error::{Error, Result};
+use crate::id::ChunkId;
 use crate::progress::Stage;
-use crate::record::Chunk;
+use crate::record::{Chunk, ChunkMeta};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tantivy::collector::TopDocs;
 use tantivy::columnar::ColumnValues;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
-use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
-use tantivy::{Index, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
+use tantivy::schema::{
+    FAST, Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::{DocAddress, Index, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 /// File in the index folder recording which chunks it holds.
 const FINGERPRINT_FILE: &str = "qrelgen-fingerprint";
@@ -50,6 +56,15 @@ pub struct TermStat {
     pub df: u64,
 }
 
+/// A chunk's stored title and text.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoredText {
+    /// Document title.
+    pub title: String,
+    /// Chunk text.
+    pub text: String,
+}
+
 /// Whether [`ChunkIndex::open_or_build`] reused the index on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provenance {
@@ -68,52 +83,35 @@ impl std::fmt::Display for Provenance {
     }
 }
 
-/// The BM25 index of all chunks.
-pub struct ChunkIndex {
-    dir: PathBuf,
-    searcher: Searcher,
+#[derive(Clone, Copy)]
+struct Fields {
+    search: Field,
+    title: Field,
     text: Field,
-    ords: Vec<Arc<dyn ColumnValues<u64>>>,
-    analyzer: Analyzer,
+    ord: Field,
 }
 
-impl ChunkIndex {
-    /// Opens the index in `dir` if it holds exactly these chunks, else builds it there.
-    ///
-    /// `fingerprint` identifies the chunk list (e.g. a hash of ids and texts).
-    ///
-    /// # Errors
-    /// [`Error::Index`] when tantivy fails, [`Error::Output`] when the folder cannot be written.
-    pub fn open_or_build(
-        dir: &Path,
-        chunks: &[Chunk],
-        fingerprint: &str,
-        progress: &Stage,
-    ) -> Result<(Self, Provenance)> {
-        let stamp = format!("{}\n{fingerprint}\n", analyzer::NAME);
-        let stamp_path = dir.join(FINGERPRINT_FILE);
-        if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
-            if let Ok(index) = Self::open(dir) {
-                progress.inc(chunks.len() as u64);
-                return Ok((index, Provenance::Reused));
-            }
-        }
-        reset_dir(dir)?;
-        build(dir, chunks, progress)?;
-        fs_err::write(&stamp_path, stamp).map_err(|source| output_error(&stamp_path, source))?;
-        Ok((Self::open(dir)?, Provenance::Built))
-    }
+/// An index opened from disk, not yet tied to a chunk list.
+struct Opened {
+    searcher: Searcher,
+    fields: Fields,
+    ords: Vec<Arc<dyn ColumnValues<u64>>>,
+}
 
+impl Opened {
     fn open(dir: &Path) -> Result<Self> {
         let err = |source| Error::Index { path: dir.to_owned(), source };
         let index = Index::open_in_dir(dir).map_err(err)?;
         register(&index);
-        let text = index.schema().get_field("text").map_err(err)?;
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .map_err(err)?;
+        let schema = index.schema();
+        let field = |name| schema.get_field(name).map_err(err);
+        let fields = Fields {
+            search: field("search")?,
+            title: field("title")?,
+            text: field("text")?,
+            ord: field("ord")?,
+        };
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(err)?;
         let searcher = reader.searcher();
         let ords = searcher
             .segment_readers()
@@ -121,7 +119,85 @@ impl ChunkIndex {
             .map(|s| s.fast_fields().column_first_or_default::<u64>("ord"))
             .collect::<tantivy::Result<_>>()
             .map_err(err)?;
-        Ok(Self { dir: dir.to_owned(), searcher, text, ords, analyzer: Analyzer::default() })
+        Ok(Self { searcher, fields, ords })
+    }
+
+    /// Ties the index to the chunk list it was built from: every position has one document.
+    fn attach(self, dir: &Path, chunks: Vec<ChunkMeta>) -> Result<ChunkIndex> {
+        let mismatch = || Error::Index {
+            path: dir.to_owned(),
+            source: tantivy::TantivyError::InternalError(format!(
+                "the index does not hold the {} chunks it was built for; delete {} and rerun",
+                chunks.len(),
+                dir.display()
+            )),
+        };
+        if self.searcher.num_docs() != chunks.len() as u64 {
+            return Err(mismatch());
+        }
+        let mut addresses = vec![DocAddress::new(u32::MAX, u32::MAX); chunks.len()];
+        for (segment, column) in self.ords.iter().enumerate() {
+            for doc in 0..column.num_vals() {
+                let position = usize::try_from(column.get_val(doc)).map_err(|_| mismatch())?;
+                *addresses.get_mut(position).ok_or_else(mismatch)? = DocAddress::new(segment as u32, doc);
+            }
+        }
+        let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
+        by_id.sort_by(|a, b| chunks[*a as usize].id.cmp(&chunks[*b as usize].id));
+        Ok(ChunkIndex {
+            dir: dir.to_owned(),
+            searcher: self.searcher,
+            fields: self.fields,
+            ords: self.ords,
+            addresses,
+            chunks,
+            by_id,
+            analyzer: Analyzer::default(),
+        })
+    }
+}
+
+/// The BM25 index of all chunks, and the store of their texts.
+pub struct ChunkIndex {
+    dir: PathBuf,
+    searcher: Searcher,
+    fields: Fields,
+    ords: Vec<Arc<dyn ColumnValues<u64>>>,
+    addresses: Vec<DocAddress>,
+    chunks: Vec<ChunkMeta>,
+    by_id: Vec<u32>,
+    analyzer: Analyzer,
+}
+
+impl ChunkIndex {
+    /// Opens the index in `dir` if it holds exactly these chunks, else builds it there from the
+    /// chunks that `feed` hands over, in the order of `chunks`.
+    ///
+    /// `fingerprint` identifies the chunk list (a hash of ids, titles and texts).
+    ///
+    /// # Errors
+    /// [`Error::Index`] when tantivy fails or the fed chunks don't match `chunks`;
+    /// [`Error::Output`] when the folder cannot be written; the errors of `feed`.
+    pub fn open_or_build(
+        dir: &Path,
+        chunks: Vec<ChunkMeta>,
+        fingerprint: &str,
+        progress: &Stage,
+        feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<()>,
+    ) -> Result<(Self, Provenance)> {
+        let stamp = format!("{}\n{fingerprint}\n", analyzer::NAME);
+        let stamp_path = dir.join(FINGERPRINT_FILE);
+        if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
+            && let Ok(opened) = Opened::open(dir)
+            && opened.searcher.num_docs() == chunks.len() as u64
+        {
+            progress.inc(chunks.len() as u64);
+            return Ok((opened.attach(dir, chunks)?, Provenance::Reused));
+        }
+        reset_dir(dir)?;
+        build(dir, progress, feed)?;
+        fs_err::write(&stamp_path, stamp).map_err(|source| output_error(&stamp_path, source))?;
+        Ok((Opened::open(dir)?.attach(dir, chunks)?, Provenance::Built))
     }
 
     /// The analyzer the index uses.
@@ -130,10 +206,50 @@ impl ChunkIndex {
         &self.analyzer
     }
 
-    /// Number of chunks indexed.
+    /// Number of chunks.
     #[must_use]
-    pub fn num_chunks(&self) -> u64 {
-        self.searcher.num_docs()
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Whether the index holds no chunk.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// The chunk at `position`.
+    ///
+    /// # Panics
+    /// If `position` is not below [`ChunkIndex::len`] (positions come from this index).
+    #[must_use]
+    pub fn meta(&self, position: usize) -> &ChunkMeta {
+        &self.chunks[position]
+    }
+
+    /// The position of the chunk with this id.
+    #[must_use]
+    pub fn position(&self, id: &ChunkId) -> Option<usize> {
+        let at = self.by_id.binary_search_by(|p| self.chunks[*p as usize].id.cmp(id)).ok()?;
+        Some(self.by_id[at] as usize)
+    }
+
+    /// The stored title and text of the chunk at `position`.
+    ///
+    /// # Errors
+    /// [`Error::Index`] when the document store cannot be read.
+    pub fn stored(&self, position: usize) -> Result<StoredText> {
+        let doc: TantivyDocument = self.searcher.doc(self.addresses[position]).map_err(|e| self.error(e))?;
+        let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+        Ok(StoredText { title: get(self.fields.title), text: get(self.fields.text) })
+    }
+
+    /// The text of the chunk at `position`.
+    ///
+    /// # Errors
+    /// [`Error::Index`] when the document store cannot be read.
+    pub fn text(&self, position: usize) -> Result<String> {
+        self.stored(position).map(|s| s.text)
     }
 
     /// The top `limit` chunks for a free-text query, best first.
@@ -158,22 +274,18 @@ impl ChunkIndex {
         let clauses: Vec<(Occur, Box<dyn Query>)> = unique
             .into_iter()
             .map(|t| {
-                let term = Term::from_field_text(self.text, t);
+                let term = Term::from_field_text(self.fields.search, t);
                 let query = TermQuery::new(term, IndexRecordOption::WithFreqs);
                 (Occur::Should, Box::new(query) as Box<dyn Query>)
             })
             .collect();
         let collector = TopDocs::with_limit(limit + TIE_MARGIN).order_by_score();
-        let top = self
-            .searcher
-            .search(&BooleanQuery::new(clauses), &collector)
-            .map_err(|source| self.error(source))?;
+        let top = self.searcher.search(&BooleanQuery::new(clauses), &collector).map_err(|e| self.error(e))?;
         let mut hits: Vec<Hit> = top
             .into_iter()
-            .map(|(score, addr)| Hit {
-                chunk: usize::try_from(self.ords[addr.segment_ord as usize].get_val(addr.doc_id))
-                    .unwrap_or(usize::MAX),
-                score,
+            .map(|(score, addr)| {
+                let ord = self.ords[addr.segment_ord as usize].get_val(addr.doc_id);
+                Hit { chunk: usize::try_from(ord).unwrap_or(usize::MAX), score }
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk.cmp(&b.chunk)));
@@ -186,9 +298,7 @@ impl ChunkIndex {
     /// # Errors
     /// [`Error::Index`] when tantivy fails.
     pub fn doc_freq(&self, term: &str) -> Result<u64> {
-        self.searcher
-            .doc_freq(&Term::from_field_text(self.text, term))
-            .map_err(|source| self.error(source))
+        self.searcher.doc_freq(&Term::from_field_text(self.fields.search, term)).map_err(|e| self.error(e))
     }
 
     /// Per-term statistics of `text`, sorted by term.
@@ -212,7 +322,7 @@ impl ChunkIndex {
     /// BM25's inverse document frequency of a term found in `df` chunks.
     #[must_use]
     pub fn idf(&self, df: u64) -> f64 {
-        let n = self.num_chunks() as f64;
+        let n = self.len() as f64;
         let df = df as f64;
         (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
     }
@@ -222,34 +332,45 @@ impl ChunkIndex {
     }
 }
 
-fn schema() -> (Schema, Field, Field) {
+fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
     let indexing = TextFieldIndexing::default()
         .set_tokenizer(analyzer::NAME)
         .set_index_option(IndexRecordOption::WithFreqs);
-    let text = builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing));
+    let search = builder.add_text_field("search", TextOptions::default().set_indexing_options(indexing));
+    let title = builder.add_text_field("title", STORED);
+    let text = builder.add_text_field("text", STORED);
     let ord = builder.add_u64_field("ord", FAST);
-    (builder.build(), text, ord)
+    (builder.build(), Fields { search, title, text, ord })
 }
 
 fn register(index: &Index) {
     index.tokenizers().register(analyzer::NAME, Analyzer::default().inner());
 }
 
-fn build(dir: &Path, chunks: &[Chunk], progress: &Stage) -> Result<()> {
+fn build(
+    dir: &Path,
+    progress: &Stage,
+    feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<()>,
+) -> Result<()> {
     let err = |source| Error::Index { path: dir.to_owned(), source };
-    let (schema, text, ord) = schema();
+    let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(err)?;
     register(&index);
     let mut writer: IndexWriter = index.writer_with_num_threads(1, WRITER_MEMORY).map_err(err)?;
-    for (position, chunk) in chunks.iter().enumerate() {
+    let mut position = 0u64;
+    feed(&mut |chunk| {
         let mut doc = TantivyDocument::default();
-        doc.add_text(text, &chunk.title);
-        doc.add_text(text, &chunk.text);
-        doc.add_u64(ord, position as u64);
+        doc.add_text(fields.search, &chunk.title);
+        doc.add_text(fields.search, &chunk.text);
+        doc.add_text(fields.title, &chunk.title);
+        doc.add_text(fields.text, &chunk.text);
+        doc.add_u64(fields.ord, position);
+        position += 1;
         writer.add_document(doc).map_err(err)?;
         progress.inc(1);
-    }
+        Ok(())
+    })?;
     writer.commit().map_err(err)?;
     writer.wait_merging_threads().map_err(err)?;
     Ok(())
@@ -275,20 +396,40 @@ fn output_error(path: &Path, source: std::io::Error) -> Error {
     Error::Output { path: path.to_owned(), source }
 }
 
+/// Builds (or reuses) an index over in-memory chunks: for tests.
+#[cfg(test)]
+pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, Provenance) {
+    let metas = chunks.iter().map(Chunk::meta).collect();
+    let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
+    ChunkIndex::open_or_build(dir, metas, &fingerprint, &Stage::hidden(), |add| {
+        chunks.iter().cloned().try_for_each(add)
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Chunks `c0`, `c1`, … of document `d<i>` with the given texts: for tests.
+#[cfg(test)]
+pub(crate) fn test_chunks(texts: &[&str]) -> Vec<Chunk> {
+    use crate::id::DocId;
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Chunk {
+            id: ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")),
+            doc_id: DocId::sanitized(&format!("d{i}")),
+            ordinal: 0,
+            title: String::new(),
+            text: (*t).to_owned(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::{ChunkId, DocId};
-
-    fn chunk(i: usize, text: &str) -> Chunk {
-        let id = ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}"));
-        Chunk { id, doc_id: DocId::sanitized("d"), ordinal: 0, title: String::new(), text: text.into() }
-    }
 
     fn build_index(dir: &Path, texts: &[&str]) -> (ChunkIndex, Provenance) {
-        let chunks: Vec<_> = texts.iter().enumerate().map(|(i, t)| chunk(i, t)).collect();
-        ChunkIndex::open_or_build(dir, &chunks, &texts.join("|"), &Stage::hidden())
-            .unwrap_or_else(|e| panic!("{e}"))
+        from_chunks(dir, &test_chunks(texts))
     }
 
     #[test]
@@ -308,6 +449,17 @@ mod tests {
     }
 
     #[test]
+    fn serves_texts_and_positions() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = build_index(dir.path(), &["first text", "second text", "third"]);
+        assert_eq!(index.text(1).unwrap_or_default(), "second text");
+        assert_eq!(index.meta(2).id.as_str(), "c2");
+        let id = ChunkId::parse("c2").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(index.position(&id), Some(2));
+        assert_eq!(index.position(&ChunkId::parse("c9").unwrap_or_else(|e| panic!("{e}"))), None);
+    }
+
+    #[test]
     fn rebuilds_only_when_chunks_change() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("index");
@@ -315,17 +467,31 @@ mod tests {
         assert_eq!(build_index(&path, &["one", "two"]).1, Provenance::Reused);
         let (index, provenance) = build_index(&path, &["one", "two", "three"]);
         assert_eq!(provenance, Provenance::Built);
-        assert_eq!(index.num_chunks(), 3);
+        assert_eq!(index.len(), 3);
     }
 
     #[test]
     fn refuses_to_wipe_a_foreign_folder() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         fs_err::write(dir.path().join("notes.txt"), "mine").unwrap_or_else(|e| panic!("{e}"));
-        let chunks = [chunk(0, "x")];
-        let result = ChunkIndex::open_or_build(dir.path(), &chunks, "f", &Stage::hidden());
+        let chunks = test_chunks(&["x"]);
+        let metas = chunks.iter().map(Chunk::meta).collect();
+        let result = ChunkIndex::open_or_build(dir.path(), metas, "f", &Stage::hidden(), |add| {
+            chunks.into_iter().try_for_each(add)
+        });
         assert!(result.is_err());
         assert!(dir.path().join("notes.txt").exists());
+    }
+
+    #[test]
+    fn rejects_a_feed_that_does_not_match_the_chunk_list() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let chunks = test_chunks(&["a", "b"]);
+        let metas = chunks.iter().map(Chunk::meta).collect();
+        let result = ChunkIndex::open_or_build(dir.path(), metas, "f", &Stage::hidden(), |add| {
+            chunks.into_iter().take(1).try_for_each(add)
+        });
+        assert!(result.is_err_and(|e| format!("{e:?}").contains("does not hold the 2 chunks")));
     }
 
     #[test]

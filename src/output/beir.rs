@@ -81,7 +81,7 @@ pub(crate) fn round4(x: f64) -> f64 {
 }
 
 /// The positive judgments of the queries in the set, in query order, without repeated pairs.
-/// no_answer queries have none.
+/// `no_answer` queries have none.
 #[must_use]
 pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
     let mut seen = BTreeSet::new();
@@ -108,7 +108,8 @@ mod tests {
     use crate::record::{Candidate, Verdict};
 
     fn judged(query_type: QueryType, sources: &[&str]) -> Judged {
-        let sources: Vec<ChunkId> = sources.iter().map(|s| ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
+        let sources: Vec<ChunkId> =
+            sources.iter().map(|s| ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
         Judged {
             candidate: Candidate {
                 id: QueryId::derive(query_type.label(), &sources, "q"),

@@ -1,6 +1,7 @@
 //! Stage 7, output: writes the test set into the output folder, which is itself a BEIR dataset.
 //!
-//! Input: chunks, judged candidates, the review queue and the run's summary. Output: files.
+//! Input: chunks (streamed), judged candidates, the review queue and the run's summary. Output:
+//! files.
 //! Invariants: every file is written to a temporary file in the same folder and renamed into
 //! place, so a killed run never leaves a half-written file; outputs are byte-identical for the
 //! same inputs (timings live only in `manifest.json`'s `timings_ms`).
@@ -16,26 +17,66 @@ pub use report::{Summary, TypeCounts, render_report};
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A file written to a temporary name in its folder and renamed into place on
+/// [`AtomicFile::commit`]; dropped without a commit, it leaves no trace.
+pub struct AtomicFile {
+    path: PathBuf,
+    writer: BufWriter<tempfile::NamedTempFile>,
+}
+
+impl AtomicFile {
+    /// Starts writing `path`.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming `path`.
+    pub fn create(path: &Path) -> Result<Self> {
+        let dir = path.parent().unwrap_or_else(|| Path::new("."));
+        fs_err::create_dir_all(dir).map_err(|e| output_error(path, e))?;
+        let mut builder = tempfile::Builder::new();
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+        let temp = builder.tempfile_in(dir).map_err(|e| output_error(path, e))?;
+        Ok(Self { path: path.to_owned(), writer: BufWriter::new(temp) })
+    }
+
+    /// Appends one JSON value and a newline.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file.
+    pub fn write_json_line<T: Serialize>(&mut self, value: &T) -> Result<()> {
+        serde_json::to_writer(&mut self.writer, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.writer.write_all(b"\n"))
+            .map_err(|e| output_error(&self.path, e))
+    }
+
+    /// Flushes, syncs and renames the file into place.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file.
+    pub fn commit(self) -> Result<()> {
+        let path = self.path;
+        let temp = self.writer.into_inner().map_err(|e| output_error(&path, e.into_error()))?;
+        temp.as_file().sync_all().map_err(|e| output_error(&path, e))?;
+        temp.persist(&path).map_err(|e| output_error(&path, e.error))?;
+        Ok(())
+    }
+}
+
+fn output_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Output { path: path.to_owned(), source }
+}
 
 /// Writes `path` atomically with `fill`.
 ///
 /// # Errors
 /// [`Error::Output`] naming `path`.
 pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-    let err = |source| Error::Output { path: path.to_owned(), source };
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    fs_err::create_dir_all(dir).map_err(err)?;
-    let mut builder = tempfile::Builder::new();
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let file = builder.tempfile_in(dir).map_err(err)?;
-    let mut writer = BufWriter::new(file);
-    fill(&mut writer).map_err(err)?;
-    let file = writer.into_inner().map_err(|e| err(e.into_error()))?;
-    file.as_file().sync_all().map_err(err)?;
-    file.persist(path).map_err(|e| err(e.error))?;
-    Ok(())
+    let mut atomic = AtomicFile::create(path)?;
+    fill(&mut atomic.writer).map_err(|e| output_error(path, e))?;
+    atomic.commit()
 }
 
 /// Writes one JSON value per line, atomically.
@@ -43,13 +84,11 @@ pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::R
 /// # Errors
 /// [`Error::Output`] naming `path`.
 pub fn write_jsonl<T: Serialize>(path: &Path, items: impl IntoIterator<Item = T>) -> Result<()> {
-    write_atomic(path, |w| {
-        for item in items {
-            serde_json::to_writer(&mut *w, &item)?;
-            w.write_all(b"\n")?;
-        }
-        Ok(())
-    })
+    let mut file = AtomicFile::create(path)?;
+    for item in items {
+        file.write_json_line(&item)?;
+    }
+    file.commit()
 }
 
 /// Writes pretty JSON, atomically.

@@ -85,11 +85,22 @@ pub fn render_report(summary: &Summary<'_>) -> String {
 fn header(out: &mut String, m: &Manifest<'_>) {
     let c = &m.corpus;
     let _ = writeln!(out, "# qrelgen report\n");
-    let _ = writeln!(out, "- corpus: `{}` ({} documents, {} skipped, {} ignored)", m.config.corpus.display(), c.documents, c.skipped, c.ignored);
+    let _ = writeln!(
+        out,
+        "- corpus: `{}` ({} documents, {} skipped, {} ignored)",
+        m.config.corpus.display(),
+        c.documents,
+        c.skipped,
+        c.ignored
+    );
     let _ = writeln!(out, "- chunks: {} (hash `{}`)", c.chunks, c.chunks_hash);
     let _ = writeln!(out, "- generator: {}, seed {}, {} round(s)", m.generator, m.seed, m.rounds);
     let f = &m.config.filter;
-    let _ = writeln!(out, "- round trip: top {}, on miss {}, multi-hop rule {}\n", f.top_n, f.on_miss, f.multi_hop_rule);
+    let _ = writeln!(
+        out,
+        "- round trip: top {}, on miss {}, multi-hop rule {}\n",
+        f.top_n, f.on_miss, f.multi_hop_rule
+    );
     if m.shortfalls.is_empty() {
         let _ = writeln!(out, "Every type reached its quota.\n");
     } else {
@@ -106,7 +117,17 @@ fn counts_table(out: &mut String, m: &Manifest<'_>) {
     let _ = writeln!(out, "| type | requested | planned | generated | kept | flagged | dropped | in set |");
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for (t, c) in &m.counts {
-        let _ = writeln!(out, "| {t} | {} | {} | {} | {} | {} | {} | {} |", c.requested, c.planned, c.generated, c.kept, c.flagged, c.dropped, c.in_set());
+        let _ = writeln!(
+            out,
+            "| {t} | {} | {} | {} | {} | {} | {} | {} |",
+            c.requested,
+            c.planned,
+            c.generated,
+            c.kept,
+            c.flagged,
+            c.dropped,
+            c.in_set()
+        );
     }
     out.push('\n');
 }
@@ -162,8 +183,12 @@ fn rank_histogram(out: &mut String, judged: &[Judged], top_n: usize) {
     let _ = writeln!(out, "| type | {} |", columns.join(" | "));
     let _ = writeln!(out, "|---|{}", "---:|".repeat(columns.len()));
     for (t, row) in rows {
-        let cells: Vec<String> =
-            row.iter().enumerate().filter(|(i, _)| *i != 5 || top_n > 10).map(|(_, n)| n.to_string()).collect();
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 5 || top_n > 10)
+            .map(|(_, n)| n.to_string())
+            .collect();
         let _ = writeln!(out, "| {t} | {} |", cells.join(" | "));
     }
     out.push('\n');
@@ -180,7 +205,15 @@ fn overlap_table(out: &mut String, judged: &[Judged]) {
         values.sort_by(f64::total_cmp);
         let mean = values.iter().sum::<f64>() / values.len() as f64;
         let (min, max, median) = (values[0], values[values.len() - 1], values[values.len() / 2]);
-        let _ = writeln!(out, "| {t} | {} | {} | {} | {} | {} |", values.len(), round4(mean), round4(min), round4(median), round4(max));
+        let _ = writeln!(
+            out,
+            "| {t} | {} | {} | {} | {} | {} |",
+            values.len(),
+            round4(mean),
+            round4(min),
+            round4(median),
+            round4(max)
+        );
     }
     out.push('\n');
 }

@@ -13,7 +13,8 @@ fn sample_build_meets_every_invariant() {
     run.assert_code(0);
     assert!(run.stdout.starts_with("80 queries ("), "{}", run.stdout);
 
-    let corpus: HashSet<String> = run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect();
+    let corpus: HashSet<String> =
+        run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect();
     let queries = run.jsonl("queries.jsonl");
     assert_eq!(queries.len(), 80);
     let ids: HashSet<&str> = queries.iter().map(|q| str_field(q, "/_id")).collect();
@@ -27,11 +28,15 @@ fn sample_build_meets_every_invariant() {
     for q in &queries {
         *per_type.entry(str_field(q, "/metadata/type")).or_default() += 1;
     }
-    assert_eq!(per_type, BTreeMap::from([("direct", 32), ("multi_hop", 12), ("no_answer", 12), ("paraphrase", 24)]));
+    assert_eq!(
+        per_type,
+        BTreeMap::from([("direct", 32), ("multi_hop", 12), ("no_answer", 12), ("paraphrase", 24)])
+    );
 
     // Every kept query's sources rank within the top 10.
     for q in queries.iter().filter(|q| str_field(q, "/metadata/type") != "no_answer") {
-        let ranks = q.pointer("/metadata/ranks").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let ranks =
+            q.pointer("/metadata/ranks").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         assert!(!ranks.is_empty());
         for rank in ranks {
             assert!(rank.as_u64().is_some_and(|r| (1..=10).contains(&r)), "rank {rank} in {q}");
@@ -62,7 +67,8 @@ fn sample_build_meets_every_invariant() {
     let tsv_rows: Vec<&str> = tsv.lines().collect();
     assert_eq!(tsv_rows[0], "query-id\tcorpus-id\tscore");
     let trec_file = run.file("qrels.trec");
-    let from_trec: Vec<String> = trec_file.lines().map(|l| l.replacen(" 0 ", "\t", 1).replace(' ', "\t")).collect();
+    let from_trec: Vec<String> =
+        trec_file.lines().map(|l| l.replacen(" 0 ", "\t", 1).replace(' ', "\t")).collect();
     assert_eq!(tsv_rows[1..], from_trec.iter().map(String::as_str).collect::<Vec<_>>());
 
     // Every candidate has a status and a reason; the set is exactly the kept and flagged ones.
@@ -93,10 +99,19 @@ fn sample_build_meets_every_invariant() {
 /// Every output file except the timings, as bytes.
 fn outputs(run: &Run) -> BTreeMap<String, Vec<u8>> {
     let mut files = BTreeMap::new();
-    for name in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels.trec", "candidates.jsonl", "review_queue.jsonl", "report.md"] {
+    for name in [
+        "corpus.jsonl",
+        "queries.jsonl",
+        "qrels/test.tsv",
+        "qrels.trec",
+        "candidates.jsonl",
+        "review_queue.jsonl",
+        "report.md",
+    ] {
         files.insert(name.to_owned(), run.file(name).into_bytes());
     }
-    let mut manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let mut manifest: Value =
+        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
     let timings = manifest.as_object_mut().and_then(|m| m.remove("timings_ms"));
     assert!(timings.is_some_and(|t| t.get("index").is_some()), "manifest has no index timing");
     files.insert("manifest.json".to_owned(), manifest.to_string().into_bytes());
@@ -136,7 +151,8 @@ fn rerun_reuses_the_index_and_gives_the_same_files() {
 #[test]
 fn misses_are_flagged_first_in_the_review_queue() {
     let dir = tempdir();
-    let run = build(dir.path(), &sample_corpus(), &["--top-n", "1", "--on-miss", "flag", "--review-size", "30"]);
+    let run =
+        build(dir.path(), &sample_corpus(), &["--top-n", "1", "--on-miss", "flag", "--review-size", "30"]);
     run.assert_code(0);
     let queries = run.jsonl("queries.jsonl");
     let flagged = queries.iter().filter(|q| str_field(q, "/metadata/status") == "flagged").count();
@@ -148,8 +164,15 @@ fn misses_are_flagged_first_in_the_review_queue() {
     // Within a type, flagged queries are drawn before kept ones: a type with a kept query in
     // the queue has all its flagged queries there.
     for t in TYPES {
-        let of_type = |status: &str| queries.iter().filter(|q| str_field(q, "/metadata/type") == t && str_field(q, "/metadata/status") == status).count();
-        let in_queue = |status: &str| queue.iter().filter(|r| str_field(r, "/type") == t && str_field(r, "/status") == status).count();
+        let of_type = |status: &str| {
+            queries
+                .iter()
+                .filter(|q| str_field(q, "/metadata/type") == t && str_field(q, "/metadata/status") == status)
+                .count()
+        };
+        let in_queue = |status: &str| {
+            queue.iter().filter(|r| str_field(r, "/type") == t && str_field(r, "/status") == status).count()
+        };
         if in_queue("kept") > 0 {
             assert_eq!(in_queue("flagged"), of_type("flagged"), "{t}");
         }
@@ -166,7 +189,11 @@ fn drop_policy_drops_misses_and_any_rule_relaxes_multi_hop() {
     assert!(hop_misses > 0, "at top 1 both hops rarely rank first");
     assert!(candidates.iter().filter(|c| str_field(c, "/status") == "dropped").count() >= hop_misses);
     let other = tempdir();
-    let any = build(other.path(), &sample_corpus(), &["--top-n", "1", "--multi-hop-rule", "any", "--allow-shortfall"]);
+    let any = build(
+        other.path(),
+        &sample_corpus(),
+        &["--top-n", "1", "--multi-hop-rule", "any", "--allow-shortfall"],
+    );
     any.assert_code(0);
     let hops_kept = |run: &Run| {
         run.jsonl("queries.jsonl").iter().filter(|q| str_field(q, "/metadata/type") == "multi_hop").count()
@@ -181,7 +208,8 @@ fn shortfall_fails_unless_allowed() {
     run.assert_code(1);
     assert!(run.stderr.contains("warning: shortfall: "), "{}", run.stderr);
     assert!(run.file("report.md").contains("**Shortfall**"));
-    let allowed = build(dir.path(), &sample_corpus(), &["--queries", "400", "--max-rounds", "1", "--allow-shortfall"]);
+    let allowed =
+        build(dir.path(), &sample_corpus(), &["--queries", "400", "--max-rounds", "1", "--allow-shortfall"]);
     allowed.assert_code(0);
     assert!(allowed.stderr.contains("warning: shortfall: "));
 }
@@ -197,7 +225,9 @@ fn bad_flags_are_usage_errors() {
     assert!(run.stderr.contains("--chunk-overlap"), "{}", run.stderr);
     let help = qrelgen(&["build", "--help"]);
     let text = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--corpus", "--on-miss", "--multi-hop-rule", "--review-size", "--allow-shortfall", "--prechunked"] {
+    for flag in
+        ["--corpus", "--on-miss", "--multi-hop-rule", "--review-size", "--allow-shortfall", "--prechunked"]
+    {
         assert!(text.contains(flag), "--help lacks {flag}");
     }
 }

@@ -5,7 +5,9 @@ use std::path::Path;
 
 /// Copies the sample corpus into `dir` (so tests can add bad files to it).
 fn copy_sample(dir: &Path) {
-    for entry in walkdir::WalkDir::new(sample_corpus()).into_iter().flatten().filter(|e| e.file_type().is_file()) {
+    for entry in
+        walkdir::WalkDir::new(sample_corpus()).into_iter().flatten().filter(|e| e.file_type().is_file())
+    {
         let relative = entry.path().strip_prefix(sample_corpus()).unwrap_or_else(|e| panic!("{e}"));
         write(&dir.join(relative), fs_err::read(entry.path()).unwrap_or_else(|e| panic!("{e}")));
     }
@@ -25,7 +27,8 @@ fn bad_files_are_skipped_with_one_warning_each() {
     assert_eq!(run.stderr.matches("warning: skipped ").count(), 3, "{}", run.stderr);
     assert!(run.stderr.contains("latin1.md: invalid UTF-8 at byte 3"), "{}", run.stderr);
     assert!(run.stdout.contains("3 input(s) skipped"));
-    let manifest: serde_json::Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(manifest["corpus"]["skipped"], 3);
     assert_eq!(manifest["corpus"]["ignored"], 1);
     assert!(run.file("report.md").contains("blob.txt: binary file"));

@@ -53,7 +53,7 @@ impl Run {
     }
 }
 
-/// Runs `qrelgen build --corpus CORPUS --out <dir>/out ARGS…` with no OpenAI settings in the
+/// Runs `qrelgen build --corpus CORPUS --out <dir>/out ARGS…` with no `OpenAI` settings in the
 /// environment.
 fn build(dir: &Path, corpus: &Path, args: &[&str]) -> Run {
     let out = dir.join("out");
