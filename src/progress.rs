@@ -54,7 +54,11 @@ impl Progress {
     pub fn stage(&self, name: &'static str, total: u64) -> Stage {
         let bar = (self.mode == Mode::Bar).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            let template = "{prefix:>9} [{bar:30}] {pos}/{len} {per_sec} eta {eta}";
+            let template = if total == 0 {
+                "{prefix:>9} {spinner} {human_pos} done, {elapsed}"
+            } else {
+                "{prefix:>9} [{bar:30}] {human_pos}/{human_len}, eta {eta}"
+            };
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style.progress_chars("=> "));
             }
@@ -90,14 +94,6 @@ impl Stage {
     #[must_use]
     pub fn hidden() -> Self {
         Progress::hidden().stage("", 0)
-    }
-
-    /// Changes the number of steps (e.g. once it is known).
-    pub fn set_total(&self, total: u64) {
-        self.total.store(total, Ordering::Relaxed);
-        if let Some(bar) = &self.bar {
-            bar.set_length(total);
-        }
     }
 
     /// Records `n` more steps done.
