@@ -3,13 +3,38 @@
 
 use crate::chunk::ChunkConfig;
 use crate::filter::FilterConfig;
-use crate::generate::Mix;
+use crate::generate::{LlmGeneration, Mix};
+use crate::llm::LlmConfig;
 use crate::sample::SampleConfig;
+use crate::text::Language;
 use serde::Serialize;
 use std::path::PathBuf;
 
+/// Which generator writes the queries.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GeneratorConfig {
+    /// Simulated known-item queries, no network.
+    Offline,
+    /// A chat model behind an OpenAI-compatible endpoint.
+    Llm(Box<LlmSetup>),
+}
+
+/// Everything the LLM generator needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct LlmSetup {
+    /// The endpoint and how to call it.
+    pub llm: LlmConfig,
+    /// How to ask for queries.
+    pub generation: LlmGeneration,
+    /// Prompt folder; `None` = the bundled prompts.
+    pub prompts: Option<PathBuf>,
+    /// Reply cache; `None` = `llm-cache.sqlite` in the output folder.
+    pub cache: Option<PathBuf>,
+}
+
 /// Everything a build needs besides the output folder.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct BuildConfig {
     /// A folder of .txt/.md/.html files or a JSONL file.
     pub corpus: PathBuf,
@@ -31,4 +56,11 @@ pub struct BuildConfig {
     pub filter: FilterConfig,
     /// The review queue.
     pub review: SampleConfig,
+    /// Who writes the queries.
+    pub generator: GeneratorConfig,
+    /// The language of the queries; `None` = the corpus language.
+    pub language: Option<Language>,
+    /// Plan and estimate the calls, send none, write no test set.
+    #[serde(skip)]
+    pub dry_run: bool,
 }

@@ -61,6 +61,43 @@ pub enum Error {
         #[source]
         source: tantivy::TantivyError,
     },
+    /// A prompt template is missing or malformed.
+    #[error("prompt template {path}: {message}")]
+    Prompt {
+        /// The template file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The LLM endpoint cannot be used.
+    #[error("the endpoint {url} {message}\nhint: {hint}")]
+    Endpoint {
+        /// The base URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The token or cost budget is spent; replies so far are cached.
+    #[error(
+        "{0}\nhint: every reply so far is cached: rerun with a higher limit to resume without paying twice"
+    )]
+    Budget(String),
+    /// No LLM call finished for too long.
+    #[error(
+        "no LLM call finished in {seconds} s; the server at {url} may be hung\nhint: check the server, \
+         or raise --timeout; replies so far are cached and a rerun resumes"
+    )]
+    Stalled {
+        /// How long nothing finished.
+        seconds: u64,
+        /// The base URL.
+        url: String,
+    },
+    /// The reply cache cannot be used.
+    #[error(transparent)]
+    Cache(#[from] crate::llm::CacheError),
     /// Writing an output file failed.
     #[error("cannot write {path}")]
     Output {

@@ -8,6 +8,7 @@
 use crate::error::Result;
 use crate::index::ChunkIndex;
 use crate::record::{Candidate, QueryType, Reason, Status, Verdict};
+use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -58,6 +59,8 @@ pub struct FilterConfig {
     pub on_miss: OnMiss,
     /// The rule for `multi_hop` queries.
     pub multi_hop_rule: HopRule,
+    /// The language queries must be in (checked for LLM queries; `None` = no check).
+    pub language: Option<Language>,
 }
 
 /// Judges candidates against the index.
@@ -78,6 +81,15 @@ impl<'a> RoundTrip<'a> {
     /// # Errors
     /// [`crate::Error::Index`] when the search fails.
     pub fn judge(&self, candidate: &Candidate) -> Result<Verdict> {
+        if let Some(reason) = self.precheck(candidate)? {
+            return Ok(Verdict {
+                status: Status::Dropped,
+                reason,
+                ranks: Vec::new(),
+                top_hit: None,
+                overlap: 0.0,
+            });
+        }
         let query_terms = self.index.analyzer().terms(&candidate.text);
         let hits = self.index.search_terms(&query_terms, self.config.top_n)?;
         let sources: Vec<Option<usize>> =
@@ -99,6 +111,26 @@ impl<'a> RoundTrip<'a> {
         };
         let overlap = self.overlap(&query_terms, sources.iter().flatten().copied())?;
         Ok(Verdict { status, reason, ranks, top_hit, overlap })
+    }
+
+    /// Checks made before the round trip: evidence quotes must occur in the sources, and the
+    /// query must be in the requested language.
+    fn precheck(&self, candidate: &Candidate) -> Result<Option<Reason>> {
+        if !candidate.evidence.is_empty() {
+            let mut sources = Vec::new();
+            for id in &candidate.sources {
+                if let Some(position) = self.index.position(id) {
+                    sources.push(self.index.text(position)?);
+                }
+            }
+            if !candidate.evidence.iter().all(|quote| sources.iter().any(|s| quote_in(quote, s))) {
+                return Ok(Some(Reason::EvidenceNotInSource));
+            }
+        }
+        if self.config.language.is_some_and(|language| !language.matches(&candidate.text)) {
+            return Ok(Some(Reason::WrongLanguage));
+        }
+        Ok(None)
     }
 
     fn hops_found(&self, ranks: &[Option<u32>]) -> bool {
@@ -177,6 +209,9 @@ mod tests {
             query_type,
             sources,
             absent_term: absent.map(str::to_owned),
+            style: None,
+            evidence: Vec::new(),
+            answer: None,
             generator: "test".into(),
             round: 1,
         }
@@ -189,7 +224,7 @@ mod tests {
     }
 
     fn config(top_n: usize, on_miss: OnMiss, multi_hop_rule: HopRule) -> FilterConfig {
-        FilterConfig { top_n, on_miss, multi_hop_rule }
+        FilterConfig { top_n, on_miss, multi_hop_rule, language: None }
     }
 
     #[track_caller]
@@ -232,6 +267,21 @@ mod tests {
             check(f, &present, Status::Dropped, Reason::AbsentTermFound, &[None]);
             let unchecked = candidate(QueryType::NoAnswer, "storage", &[0], None);
             check(f, &unchecked, Status::Flagged, Reason::NoAnswerUnchecked, &[Some(1)]);
+        });
+    }
+
+    #[test]
+    fn evidence_and_language_are_checked_first() {
+        let mut config = config(3, OnMiss::Drop, HopRule::All);
+        config.language = Some(Language::En);
+        with_filter(config, |f| {
+            let mut quoted = candidate(QueryType::Direct, "when do links expire", &[1], None);
+            quoted.evidence = vec!["Links  EXPIRE after thirty days".into()];
+            check(f, &quoted, Status::Kept, Reason::SourceInTopN, &[Some(1)]);
+            quoted.evidence = vec!["links expire after 30 days".into()];
+            check(f, &quoted, Status::Dropped, Reason::EvidenceNotInSource, &[]);
+            let chinese = candidate(QueryType::Direct, "链接什么时候过期", &[1], None);
+            check(f, &chinese, Status::Dropped, Reason::WrongLanguage, &[]);
         });
     }
 

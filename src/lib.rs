@@ -13,12 +13,14 @@ pub mod filter;
 pub mod generate;
 pub mod id;
 pub mod index;
+pub mod llm;
 pub mod output;
 pub mod pipeline;
 pub mod progress;
 pub mod record;
 pub mod rng;
 pub mod sample;
+pub mod text;
 
 pub use config::BuildConfig;
 pub use error::{Error, Result};

@@ -2,19 +2,23 @@
 //! review sample → files. Each stage lives in its own module; this one only wires them.
 
 use crate::chunk::Chunker;
-use crate::config::BuildConfig;
+use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, Skipped};
 use crate::error::{Error, Result};
-use crate::filter::RoundTrip;
-use crate::generate::{Generator, OfflineGenerator, Planner, Quotas, Request, plan};
+use crate::filter::{FilterConfig, RoundTrip};
+use crate::generate::{
+    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request, plan,
+};
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::ChunkIndex;
-use crate::output::{self, CorpusSummary, Manifest, Summary, TypeCounts};
+use crate::llm::{Cache, Llm};
+use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
 use crate::record::{
-    Candidate, Chunk, ChunkMeta, Judged, QueryType, Reason, ReviewItem, ReviewSource, Status, Verdict,
+    Candidate, Chunk, ChunkMeta, Judged, QueryType, Reason, Reject, ReviewItem, ReviewSource, Status, Verdict,
 };
 use crate::sample;
+use crate::text::Language;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -25,7 +29,7 @@ pub use crate::output::report::Shortfall;
 const MAX_TOP_UP_FACTOR: f64 = 4.0;
 
 /// What a build produced, for the command line to report and turn into an exit code.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// Per-type counts.
     pub counts: BTreeMap<QueryType, TypeCounts>,
@@ -37,12 +41,17 @@ pub struct Outcome {
     pub in_set: usize,
     /// Queries in the review queue.
     pub review_items: usize,
+    /// With `--dry-run`: the first round's requests and what serving them would cost.
+    pub dry_run: Option<(usize, Estimate)>,
+    /// The LLM generator's usage, when it was used.
+    pub llm: Option<LlmReport>,
 }
 
 /// Runs the whole build and writes its files into `out`.
 ///
 /// # Errors
-/// Fatal problems only: unreadable or empty corpus, bad settings, index or write failures.
+/// Fatal problems only: unreadable or empty corpus, bad settings, index or write failures, an
+/// unusable endpoint, a spent budget.
 pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Outcome> {
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = BTreeMap::new();
@@ -65,23 +74,37 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         })?;
     ms("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
 
+    let language = match config.language {
+        Some(language) => language,
+        None => corpus_language(&index)?,
+    };
+    let stage = progress.stage("connect", 0);
+    let mut generator = make_generator(config, &index, out, language)?;
+    ms("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
-    let mut generator = OfflineGenerator::new(&index, config.seed)?;
     let cap = config.per_doc_cap.unwrap_or_else(|| plan::auto_cap(config.queries, corpus_summary.documents));
     let mut planner = Planner::new(&index, cap, config.seed);
-    let filter = RoundTrip::new(&index, config.filter);
+    let group = generator.queries_per_call();
+    if config.dry_run {
+        let requests = planner.plan(&quotas, 1, group)?;
+        let estimate = generator.estimate(&requests)?;
+        return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
+    }
+    let llm_queries = matches!(config.generator, GeneratorConfig::Llm(_));
+    let filter =
+        RoundTrip::new(&index, FilterConfig { language: llm_queries.then_some(language), ..config.filter });
     let mut rounds = Rounds::new(&quotas);
     for round in 1..=config.max_rounds.max(1) {
         let wanted = rounds.to_plan();
         if wanted.is_empty() {
             break;
         }
-        let requests = planner.plan(&wanted, round)?;
+        let requests = planner.plan(&wanted, round, group)?;
         if requests.is_empty() {
             break;
         }
         let stage = progress.stage("generate", requests.len() as u64);
-        let candidates = rounds.generate(&mut generator, &index, &requests, &stage)?;
+        let candidates = rounds.generate(generator.as_mut(), &index, &requests, &stage)?;
         ms("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
         let stage = progress.stage("filter", candidates.len() as u64);
         let kept = rounds.judge(&filter, candidates, &stage)?;
@@ -95,18 +118,21 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     ms("sample", stage.finish(&format!("{} queries to review", queue.len())));
 
     let stage = progress.stage("write", 0);
+    let llm = generator.llm_report();
     let mut manifest = Manifest::new(config, generator.name().to_owned());
     manifest.per_doc_cap = cap;
+    manifest.language = language;
     manifest.corpus = corpus_summary;
     manifest.rounds = rounds.done;
     manifest.shortfalls = rounds.shortfalls(&quotas);
     manifest.counts = rounds.counts.clone();
-    write_files(out, &rounds.judged, &set, &queue)?;
+    manifest.llm = llm.as_ref().map(|r| r.summary.clone());
+    write_files(out, &rounds, &set, &queue)?;
     let report =
         output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped: &skipped });
     output::write_text(&out.join("report.md"), &report)?;
     ms("write", stage.finish(&format!("{}", out.display())));
-    manifest.timings_ms = timings;
+    manifest.run = RunInfo { timings_ms: timings, llm_network: llm.as_ref().map(|r| r.network) };
     output::write_json(&out.join("manifest.json"), &manifest)?;
 
     Ok(Outcome {
@@ -115,7 +141,64 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         skipped,
         in_set: set.len(),
         review_items: queue.len(),
+        dry_run: None,
+        llm,
     })
+}
+
+/// The generator the config asks for.
+fn make_generator<'a>(
+    config: &BuildConfig,
+    index: &'a ChunkIndex,
+    out: &Path,
+    language: Language,
+) -> Result<Box<dyn Generator + 'a>> {
+    match &config.generator {
+        GeneratorConfig::Offline => Ok(Box::new(OfflineGenerator::new(index, config.seed)?)),
+        GeneratorConfig::Llm(setup) => {
+            let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
+            let cache_path = setup.cache.clone().unwrap_or_else(|| out.join("llm-cache.sqlite"));
+            let llm =
+                Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
+                    url: setup.llm.endpoint.base_url.clone(),
+                    message: e.to_string(),
+                    hint: "check --base-url",
+                })?;
+            let generator = LlmGenerator::new(
+                index,
+                llm,
+                prompts,
+                setup.generation.clone(),
+                config.seed,
+                !config.dry_run,
+            )?;
+            Ok(Box::new(generator))
+        }
+    }
+}
+
+fn generator_line(generator: &dyn Generator, language: Language) -> String {
+    match generator.llm_report() {
+        Some(report) => format!(
+            "{} at {}, {} output, queries in {}",
+            report.summary.model,
+            report.summary.base_url,
+            report.summary.json_mode.label(),
+            language.name()
+        ),
+        None => format!("offline generator, queries in {}", language.name()),
+    }
+}
+
+/// The language of the corpus, from up to 200 chunks spread over it.
+fn corpus_language(index: &ChunkIndex) -> Result<Language> {
+    let step = (index.len() / 200).max(1);
+    let mut sample = String::new();
+    for position in (0..index.len()).step_by(step) {
+        sample.push_str(&index.text(position)?);
+        sample.push('\n');
+    }
+    Ok(Language::detect(&sample))
 }
 
 /// Reads the corpus, chunks each document as it arrives and streams the chunks to
@@ -177,6 +260,7 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -
 /// The state carried across generation rounds.
 struct Rounds {
     judged: Vec<Judged>,
+    rejects: Vec<Reject>,
     counts: BTreeMap<QueryType, TypeCounts>,
     seen: HashSet<QueryId>,
     done: u32,
@@ -188,7 +272,7 @@ impl Rounds {
             .iter()
             .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
             .collect();
-        Self { judged: Vec::new(), counts, seen: HashSet::new(), done: 0 }
+        Self { judged: Vec::new(), rejects: Vec::new(), counts, seen: HashSet::new(), done: 0 }
     }
 
     /// Queries still missing per type.
@@ -223,9 +307,17 @@ impl Rounds {
             self.count(r.query_type).planned += 1;
         }
         let generated = generator.generate(requests, stage)?;
-        for failure in &generated.failures {
-            let t = requests[failure.request].query_type;
-            *self.count(t).generation_failures.entry(failure.reason.clone()).or_default() += 1;
+        for failure in generated.failures {
+            let request = &requests[failure.request];
+            *self.count(request.query_type).generation_failures.entry(failure.reason.clone()).or_default() +=
+                1;
+            self.rejects.push(Reject {
+                query_type: request.query_type,
+                sources: request.sources.iter().map(|&c| index.meta(c).id.clone()).collect(),
+                round: request.round,
+                reason: failure.reason,
+                reply: failure.reply,
+            });
         }
         let candidates: Vec<Candidate> = generated
             .drafts
@@ -240,6 +332,9 @@ impl Rounds {
                     query_type: request.query_type,
                     sources,
                     absent_term: draft.absent_term,
+                    style: draft.style,
+                    evidence: draft.evidence,
+                    answer: draft.answer,
                     generator: generator.name().to_owned(),
                     round: request.round,
                 }
@@ -333,7 +428,7 @@ fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>
         .collect()
 }
 
-fn write_files(out: &Path, judged: &[Judged], set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
+fn write_files(out: &Path, rounds: &Rounds, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
     output::write_jsonl(&out.join("queries.jsonl"), set.iter().map(|j| output::query_line(j)))?;
     let qrels = output::qrels(set.iter().copied());
     output::write_atomic(&out.join("qrels").join("test.tsv"), |w| {
@@ -343,6 +438,7 @@ fn write_files(out: &Path, judged: &[Judged], set: &[&Judged], queue: &[ReviewIt
     output::write_atomic(&out.join("qrels.trec"), |w| {
         qrels.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
     })?;
-    output::write_jsonl(&out.join("candidates.jsonl"), judged)?;
+    output::write_jsonl(&out.join("candidates.jsonl"), &rounds.judged)?;
+    output::write_jsonl(&out.join("rejects.jsonl"), &rounds.rejects)?;
     output::write_jsonl(&out.join("review_queue.jsonl"), queue)
 }

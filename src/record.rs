@@ -113,6 +113,15 @@ pub struct Candidate {
     /// For `no_answer`: the term that makes the query unanswerable (absent from the corpus).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub absent_term: Option<String>,
+    /// The style it was written in (LLM generator: `question`, `keyword`, …).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub style: Option<String>,
+    /// Verbatim quotes from the sources that support it (LLM generator).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub evidence: Vec<String>,
+    /// A short answer (LLM generator).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub answer: Option<String>,
     /// Which generator wrote it, e.g. `offline`.
     pub generator: String,
     /// Generation round (1 = first; later rounds top up types that fell short).
@@ -151,6 +160,10 @@ pub enum Reason {
     Duplicate,
     /// Its type had already reached its quota when it was judged (a top-up round over-planned).
     OverQuota,
+    /// An evidence quote does not occur in the source chunks.
+    EvidenceNotInSource,
+    /// The query is not in the language asked for.
+    WrongLanguage,
 }
 
 impl Reason {
@@ -166,6 +179,8 @@ impl Reason {
             Self::NoAnswerUnchecked => "no_answer_unchecked",
             Self::Duplicate => "duplicate",
             Self::OverQuota => "over_quota",
+            Self::EvidenceNotInSource => "evidence_not_in_source",
+            Self::WrongLanguage => "wrong_language",
         }
     }
 }
@@ -202,6 +217,23 @@ impl Judged {
     pub fn in_set(&self) -> bool {
         self.verdict.status != Status::Dropped
     }
+}
+
+/// A request a generator could not serve: one line of `rejects.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reject {
+    /// The type asked for.
+    #[serde(rename = "type")]
+    pub query_type: QueryType,
+    /// The chunks it was to be written from.
+    pub sources: Vec<ChunkId>,
+    /// Generation round.
+    pub round: u32,
+    /// Why it failed.
+    pub reason: String,
+    /// The unusable reply, if there was one (truncated).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reply: Option<String>,
 }
 
 /// Relevance grades written to the qrels (the scale is documented in the README).

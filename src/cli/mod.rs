@@ -2,6 +2,7 @@
 //! arguments onto the library's config structs.
 
 mod build;
+mod settings;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -14,6 +15,8 @@ pub mod exit {
     pub const SHORTFALL: u8 = 1;
     /// Usage error or fatal problem.
     pub const FATAL: u8 = 2;
+    /// The token or cost budget ran out; rerunning with a higher limit resumes.
+    pub const BUDGET: u8 = 3;
 }
 
 /// Build synthetic retrieval test sets (queries, qrels, review queue) from a corpus.
@@ -35,7 +38,7 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Build(args) => build::run(&args),
+        Command::Build(args) => build::run(*args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

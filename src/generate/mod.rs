@@ -5,12 +5,17 @@
 //! [`Failure`]s. Invariants: plans are seeded and reproducible; a generator answers every request
 //! with drafts or a failure, never silently.
 
+mod llm;
 mod offline;
 pub(crate) mod plan;
+mod prompt;
+mod reply;
 mod terms;
 
+pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
 pub use offline::OfflineGenerator;
-pub use plan::{Mix, Planner, Quotas};
+pub use plan::{Mix, Planner, Quotas, parse_shares};
+pub use prompt::Prompts;
 
 use crate::error::Result;
 use crate::progress::Stage;
@@ -36,6 +41,12 @@ pub struct Draft {
     pub text: String,
     /// For `no_answer`: the term that makes the query unanswerable.
     pub absent_term: Option<String>,
+    /// The style it was written in (LLM generator).
+    pub style: Option<String>,
+    /// Verbatim quotes from the sources that support it (LLM generator).
+    pub evidence: Vec<String>,
+    /// A short answer (LLM generator).
+    pub answer: Option<String>,
 }
 
 /// A request the generator could not serve, and why.
@@ -45,6 +56,19 @@ pub struct Failure {
     pub request: usize,
     /// Why.
     pub reason: String,
+    /// The unusable reply, if there was one.
+    pub reply: Option<String>,
+}
+
+/// What a batch of requests would cost (for `--dry-run`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Estimate {
+    /// Calls that would be sent.
+    pub calls: u64,
+    /// Prompt tokens, counted with cl100k.
+    pub prompt_tokens: u64,
+    /// Completion tokens at most (`max_tokens` per call).
+    pub max_completion_tokens: u64,
 }
 
 /// What a generator made of a batch of requests.
@@ -60,6 +84,25 @@ pub struct Generated {
 pub trait Generator {
     /// Name recorded on every query it writes.
     fn name(&self) -> &str;
+
+    /// How many queries one call may serve: the planner groups requests by chunk up to this.
+    fn queries_per_call(&self) -> usize {
+        1
+    }
+
+    /// What serving `requests` would cost, without serving them.
+    ///
+    /// # Errors
+    /// As for [`Generator::generate`].
+    fn estimate(&self, requests: &[Request]) -> Result<Estimate> {
+        let _ = requests;
+        Ok(Estimate::default())
+    }
+
+    /// Endpoint, token use and network statistics, for generators that call an LLM.
+    fn llm_report(&self) -> Option<LlmReport> {
+        None
+    }
 
     /// Serves `requests`, reporting one step per request to `progress`.
     ///

@@ -166,8 +166,15 @@ impl Generator for OfflineGenerator<'_> {
         let mut generated = Generated::default();
         for (i, request) in requests.iter().enumerate() {
             match self.write(request)? {
-                Ok((text, absent_term)) => generated.drafts.push(Draft { request: i, text, absent_term }),
-                Err(reason) => generated.failures.push(Failure { request: i, reason }),
+                Ok((text, absent_term)) => generated.drafts.push(Draft {
+                    request: i,
+                    text,
+                    absent_term,
+                    style: None,
+                    evidence: Vec::new(),
+                    answer: None,
+                }),
+                Err(reason) => generated.failures.push(Failure { request: i, reason, reply: None }),
             }
             progress.inc(1);
         }

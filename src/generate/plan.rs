@@ -38,31 +38,46 @@ impl Default for Mix {
     }
 }
 
+/// Parses `name=share,name=share,…`: shares are numbers ≥ 0 adding up to 1, names are unique.
+///
+/// # Errors
+/// A sentence naming the malformed part.
+pub fn parse_shares(spec: &str) -> Result<Vec<(String, f64)>, String> {
+    let mut shares: Vec<(String, f64)> = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, share) = part.split_once('=').ok_or_else(|| format!("{part:?} is not NAME=SHARE"))?;
+        let name = name.trim();
+        let share: f64 = share
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("share {share:?} of {name} is not a number ≥ 0"))?;
+        if shares.iter().any(|(n, _)| n == name) {
+            return Err(format!("{name} is given twice"));
+        }
+        shares.push((name.to_owned(), share));
+    }
+    let total: f64 = shares.iter().map(|(_, s)| s).sum();
+    if (total - 1.0).abs() > 0.01 {
+        return Err(format!("the shares add up to {total}, not 1"));
+    }
+    Ok(shares)
+}
+
 impl FromStr for Mix {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut shares = BTreeMap::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (label, share) = part.split_once('=').ok_or_else(|| format!("{part:?} is not TYPE=SHARE"))?;
-            let query_type = QueryType::from_label(label.trim()).ok_or_else(|| {
-                format!("unknown query type {label:?} (known: direct, paraphrase, multi_hop, no_answer)")
-            })?;
-            let share: f64 = share
-                .trim()
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| format!("share {share:?} of {label} is not a number ≥ 0"))?;
-            if shares.insert(query_type, share).is_some() {
-                return Err(format!("{label} is given twice"));
-            }
-        }
-        let total: f64 = shares.values().sum();
-        if (total - 1.0).abs() > 0.01 {
-            return Err(format!("the shares add up to {total}, not 1"));
-        }
-        Ok(Self(shares))
+        parse_shares(s)?
+            .into_iter()
+            .map(|(label, share)| {
+                QueryType::from_label(&label).map(|t| (t, share)).ok_or_else(|| {
+                    format!("unknown query type {label:?} (known: direct, paraphrase, multi_hop, no_answer)")
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
     }
 }
 
@@ -137,37 +152,56 @@ impl<'a> Planner<'a> {
 
     /// Plans up to `wanted` requests per type for `round`; fewer when chunks run out.
     ///
+    /// With `group` > 1, one chunk (or one multi_hop pair) gets up to `group` requests, of the
+    /// types with the most left to plan, so a generator can serve them with one call.
+    ///
     /// # Errors
-    /// [`Error::Index`] when a search fails.
-    pub fn plan(&mut self, wanted: &Quotas, round: u32) -> Result<Vec<Request>> {
+    /// [`crate::Error::Index`] when a search fails.
+    pub fn plan(&mut self, wanted: &Quotas, round: u32, group: usize) -> Result<Vec<Request>> {
+        let (mut hops, mut singles): (Quotas, Quotas) =
+            wanted.iter().filter(|(_, n)| **n > 0).partition(|(t, _)| **t == QueryType::MultiHop);
+        let mut requests = self.fill(&mut singles, round, group.max(1), "single")?;
+        requests.extend(self.fill(&mut hops, round, group.clamp(1, 2), "multi_hop")?);
+        Ok(requests)
+    }
+
+    /// Visits documents in a seeded round-robin, giving each picked chunk up to `group`
+    /// requests, until `remaining` is planned or no document can give more.
+    fn fill(
+        &mut self,
+        remaining: &mut Quotas,
+        round: u32,
+        group: usize,
+        label: &str,
+    ) -> Result<Vec<Request>> {
         let mut requests = Vec::new();
-        for (&query_type, &count) in wanted.iter().filter(|(_, n)| **n > 0) {
-            let mut rng = stream(self.seed, &format!("plan/{round}/{query_type}"));
-            let mut order: Vec<usize> = (0..self.docs.len()).collect();
-            order.shuffle(&mut rng);
-            let mut planned = 0;
-            'passes: loop {
-                let mut progressed = false;
-                for &doc in &order {
+        let mut rng = stream(self.seed, &format!("plan/{round}/{label}"));
+        let mut order: Vec<usize> = (0..self.docs.len()).collect();
+        order.shuffle(&mut rng);
+        loop {
+            let mut progressed = false;
+            for &doc in &order {
+                let Some(first) = most_wanted(remaining) else { return Ok(requests) };
+                if self.planned_per_doc[doc] >= self.cap {
+                    continue;
+                }
+                let Some(sources) = self.take(doc, first, &mut rng)? else { continue };
+                for _ in 0..group {
+                    let Some(query_type) = most_wanted(remaining) else { break };
                     if self.planned_per_doc[doc] >= self.cap {
-                        continue;
+                        break;
                     }
-                    if let Some(sources) = self.take(doc, query_type, &mut rng)? {
-                        self.planned_per_doc[doc] += 1;
-                        requests.push(Request { query_type, sources, round });
-                        planned += 1;
-                        progressed = true;
-                        if planned == count {
-                            break 'passes;
-                        }
-                    }
+                    self.used.insert((query_type, sources[0]));
+                    self.planned_per_doc[doc] += 1;
+                    *remaining.entry(query_type).or_default() -= 1;
+                    requests.push(Request { query_type, sources: sources.clone(), round });
                 }
-                if !progressed {
-                    break;
-                }
+                progressed = true;
+            }
+            if !progressed {
+                return Ok(requests);
             }
         }
-        Ok(requests)
     }
 
     fn take(
@@ -223,6 +257,12 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// The type with the most requests left to plan (ties in type order), if any.
+fn most_wanted(remaining: &Quotas) -> Option<QueryType> {
+    let most = remaining.values().copied().max().filter(|n| *n > 0)?;
+    remaining.iter().find(|(_, n)| **n == most).map(|(t, _)| *t)
+}
+
 /// The default per-document cap: twice a fair share, at least 2.
 #[must_use]
 pub fn auto_cap(total_queries: usize, documents: usize) -> usize {
@@ -245,7 +285,7 @@ mod tests {
         let mix: Mix = "direct=0.5, no_answer=0.5".parse().unwrap_or_default();
         assert_eq!(mix.to_string(), "direct=0.5,no_answer=0.5");
         check_mix_error("direct=0.5", "add up to 0.5");
-        check_mix_error("direct", "not TYPE=SHARE");
+        check_mix_error("direct", "not NAME=SHARE");
         check_mix_error("drect=1", "unknown query type");
         check_mix_error("direct=-1,paraphrase=2", "not a number");
         check_mix_error("direct=0.5,direct=0.5", "given twice");

@@ -53,6 +53,12 @@ struct QueryMeta<'a> {
     generator: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     absent_term: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    style: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    evidence: &'a [String],
 }
 
 /// The `queries.jsonl` line of a query in the set.
@@ -71,6 +77,9 @@ pub fn query_line(judged: &Judged) -> QueryLine<'_> {
             overlap: round4(v.overlap),
             generator: &c.generator,
             absent_term: c.absent_term.as_deref(),
+            style: c.style.as_deref(),
+            answer: c.answer.as_deref(),
+            evidence: &c.evidence,
         },
     }
 }
@@ -117,6 +126,9 @@ mod tests {
                 query_type,
                 sources,
                 absent_term: None,
+                style: None,
+                evidence: Vec::new(),
+                answer: None,
                 generator: "t".into(),
                 round: 1,
             },

@@ -2,7 +2,10 @@
 
 use super::report::{Shortfall, TypeCounts};
 use crate::config::BuildConfig;
+use crate::generate::LlmSummary;
+use crate::llm::NetworkStats;
 use crate::record::{FORMAT_VERSION, QueryType};
+use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -46,8 +49,23 @@ pub struct Manifest<'a> {
     pub counts: BTreeMap<QueryType, TypeCounts>,
     /// Types that ended below their quota.
     pub shortfalls: Vec<Shortfall>,
-    /// Wall time per stage in milliseconds: the only field that differs between identical runs.
+    /// The language the queries are written in.
+    pub language: Language,
+    /// The LLM generator's endpoint, response format and token use (cached replies included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<LlmSummary>,
+    /// What this particular run did: the only part that differs between identical runs.
+    pub run: RunInfo,
+}
+
+/// The part of the manifest that differs between identical runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunInfo {
+    /// Wall time per stage in milliseconds.
     pub timings_ms: BTreeMap<&'static str, u64>,
+    /// Requests, cache hits, retries and 429s of this run's LLM calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_network: Option<NetworkStats>,
 }
 
 impl<'a> Manifest<'a> {
@@ -65,7 +83,9 @@ impl<'a> Manifest<'a> {
             rounds: 0,
             counts: BTreeMap::new(),
             shortfalls: Vec::new(),
-            timings_ms: BTreeMap::new(),
+            language: Language::En,
+            llm: None,
+            run: RunInfo::default(),
         }
     }
 }

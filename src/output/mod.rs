@@ -4,14 +4,14 @@
 //! files.
 //! Invariants: every file is written to a temporary file in the same folder and renamed into
 //! place, so a killed run never leaves a half-written file; outputs are byte-identical for the
-//! same inputs (timings live only in `manifest.json`'s `timings_ms`).
+//! same inputs (what differs between runs lives only in `manifest.json`'s `run`).
 
 mod beir;
 mod manifest;
 pub(crate) mod report;
 
 pub use beir::{corpus_line, qrels, query_line};
-pub use manifest::{CorpusSummary, Manifest};
+pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use report::{Summary, TypeCounts, render_report};
 
 use crate::error::{Error, Result};

@@ -112,7 +112,8 @@ fn outputs(run: &Run) -> BTreeMap<String, Vec<u8>> {
     }
     let mut manifest: Value =
         serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
-    let timings = manifest.as_object_mut().and_then(|m| m.remove("timings_ms"));
+    let timings =
+        manifest.as_object_mut().and_then(|m| m.remove("run")).and_then(|r| r.get("timings_ms").cloned());
     assert!(timings.is_some_and(|t| t.get("index").is_some()), "manifest has no index timing");
     files.insert("manifest.json".to_owned(), manifest.to_string().into_bytes());
     files

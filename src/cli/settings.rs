@@ -1,0 +1,375 @@
+//! The settings a build can take from flags, the environment or a TOML config file, and their
+//! resolution into the library's [`BuildConfig`]. Flags (and `OPENAI_BASE_URL`,
+//! `QRELGEN_MODEL`) override the file; the file overrides the defaults.
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use qrelgen::BuildConfig;
+use qrelgen::chunk::{ChunkConfig, SizeUnit};
+use qrelgen::config::{GeneratorConfig, LlmSetup};
+use qrelgen::filter::{FilterConfig, HopRule, OnMiss};
+use qrelgen::generate::{JsonMode, LlmGeneration, Mix, parse_shares};
+use qrelgen::llm::{Budget, Endpoint, LimitConfig, LlmConfig, Price, RetryPolicy};
+use qrelgen::sample::SampleConfig;
+use qrelgen::text::Language;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The version of the config file format this build reads.
+pub const CONFIG_SCHEMA_VERSION: u32 = 1;
+
+macro_rules! settings {
+    ($( $(#[$meta:meta])* $name:ident : $ty:ty ),* $(,)?) => {
+        /// Settings that flags, the environment and the config file can give.
+        #[derive(Debug, Default, Args, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Settings {
+            /// Config file format version (config file only; must be 1).
+            #[arg(skip)]
+            schema_version: Option<u32>,
+            $( $(#[$meta])* $name: Option<$ty>, )*
+        }
+
+        impl Settings {
+            /// These settings, with gaps filled from `file`.
+            fn or(self, file: Settings) -> Settings {
+                Settings { schema_version: file.schema_version, $( $name: self.$name.or(file.$name), )* }
+            }
+        }
+    };
+}
+
+settings! {
+    /// Largest chunk, in --chunk-unit units [default: 1000].
+    #[arg(long, value_name = "N", help_heading = "Chunking")]
+    chunk_size: usize,
+    /// Overlap between neighbouring chunks [default: 100].
+    #[arg(long, value_name = "N", help_heading = "Chunking")]
+    chunk_overlap: usize,
+    /// What chunk sizes count: characters or cl100k_base tokens [default: chars].
+    #[arg(long, value_enum, help_heading = "Chunking")]
+    chunk_unit: UnitArg,
+    /// Queries wanted in the test set [default: 100].
+    #[arg(long, value_name = "N", help_heading = "Queries")]
+    queries: usize,
+    /// Share of each query type; shares add up to 1
+    /// [default: direct=0.4,paraphrase=0.3,multi_hop=0.15,no_answer=0.15].
+    #[arg(long, value_name = "TYPE=SHARE,…", help_heading = "Queries")]
+    mix: String,
+    /// Most queries per document, so a few long files don't dominate [default: twice a fair
+    /// share, at least 2].
+    #[arg(long, value_name = "N", help_heading = "Queries")]
+    per_doc_cap: usize,
+    /// Seed of every random draw: same corpus, settings and seed give identical files [default: 42].
+    #[arg(long, help_heading = "Queries")]
+    seed: u64,
+    /// Generation rounds at most; later rounds top up types that fell short [default: 5].
+    #[arg(long, value_name = "N", help_heading = "Queries")]
+    max_rounds: u32,
+    /// Language of the queries: en or zh [default: the corpus language].
+    #[arg(long, value_enum, help_heading = "Queries")]
+    language: LanguageArg,
+    /// A query's source must rank within the top N of a BM25 search with it [default: 10].
+    #[arg(long, value_name = "N", help_heading = "Round-trip filter")]
+    top_n: usize,
+    /// A query whose source misses the top N: drop it, or keep it flagged for review [default: drop].
+    #[arg(long, value_enum, help_heading = "Round-trip filter")]
+    on_miss: OnMissArg,
+    /// Which hops of a multi_hop query must rank within the top N [default: all].
+    #[arg(long, value_enum, help_heading = "Round-trip filter")]
+    multi_hop_rule: HopRuleArg,
+    /// Queries in the review queue (stratified by type, flagged first) [default: 50].
+    #[arg(long, value_name = "N", help_heading = "Review queue")]
+    review_size: usize,
+    /// Review-queue items per query type at least, so rare types appear [default: 5].
+    #[arg(long, value_name = "N", help_heading = "Review queue")]
+    review_min_per_type: usize,
+    /// Who writes the queries: an LLM, the offline simulator, or llm when an endpoint is
+    /// configured [default: auto].
+    #[arg(long, value_enum, help_heading = "LLM")]
+    generator: GeneratorArg,
+    /// Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1. The API key is read
+    /// from OPENAI_API_KEY (optional for local servers).
+    #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL", help_heading = "LLM")]
+    base_url: String,
+    /// Model name.
+    #[arg(long, env = "QRELGEN_MODEL", help_heading = "LLM")]
+    model: String,
+    /// Prompt template folder [default: the bundled prompts/].
+    #[arg(long, value_name = "DIR", help_heading = "LLM")]
+    prompts: PathBuf,
+    /// Share of each query style (names from prompts/<lang>/styles.md)
+    /// [default: question=0.5,keyword=0.3,colloquial=0.2].
+    #[arg(long, value_name = "STYLE=SHARE,…", help_heading = "LLM")]
+    styles: String,
+    /// How to ask for JSON [default: the best the server accepts, found by the preflight].
+    #[arg(long, value_enum, help_heading = "LLM")]
+    json_mode: JsonModeArg,
+    /// Re-asks after an unusable reply [default: 2].
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    repairs: u32,
+    /// Queries asked for in one call (the chunk is sent once for all) [default: 4].
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    queries_per_call: usize,
+    /// Requests in flight at most, retries included [default: 4].
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    concurrency: usize,
+    /// Requests per minute at most (paced evenly).
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    rpm: u32,
+    /// Tokens (prompt + max completion) per minute at most.
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    tpm: u32,
+    /// Seconds to wait for one reply before retrying [default: 300, for slow local models].
+    #[arg(long, value_name = "SECONDS", help_heading = "LLM")]
+    timeout: u64,
+    /// Attempts per call for 429, 5xx, timeouts and connection errors [default: 6].
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    attempts: u32,
+    /// Stop when no call has finished for this long [default: 3 × --timeout].
+    #[arg(long, value_name = "SECONDS", help_heading = "LLM")]
+    stall_timeout: u64,
+    /// max_tokens of each call [default: 1500].
+    #[arg(long, value_name = "N", help_heading = "LLM")]
+    max_tokens: u32,
+    /// Sampling temperature [default: 0.7].
+    #[arg(long, help_heading = "LLM")]
+    temperature: f32,
+    /// Reply cache (SQLite) [default: OUT/llm-cache.sqlite]; share one across builds.
+    #[arg(long, value_name = "FILE", help_heading = "LLM")]
+    cache: PathBuf,
+    /// Stop cleanly (exit 3) once the replies used reach this many tokens.
+    #[arg(long, value_name = "N", help_heading = "Budget")]
+    max_tokens_total: u64,
+    /// Stop cleanly (exit 3) once the replies used cost this much (needs the prices).
+    #[arg(long, value_name = "AMOUNT", help_heading = "Budget")]
+    max_cost: f64,
+    /// Price of a million prompt tokens, for the report and --max-cost.
+    #[arg(long, value_name = "AMOUNT", help_heading = "Budget")]
+    price_prompt: f64,
+    /// Price of a million completion tokens, for the report and --max-cost.
+    #[arg(long, value_name = "AMOUNT", help_heading = "Budget")]
+    price_completion: f64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnitArg {
+    Chars,
+    Tokens,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissArg {
+    Drop,
+    Flag,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HopRuleArg {
+    All,
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GeneratorArg {
+    Auto,
+    Llm,
+    Offline,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LanguageArg {
+    En,
+    Zh,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonModeArg {
+    #[value(name = "json_schema")]
+    #[serde(rename = "json_schema")]
+    Schema,
+    #[value(name = "json_object")]
+    #[serde(rename = "json_object")]
+    Object,
+    Plain,
+}
+
+/// What the command line gives besides [`Settings`].
+pub struct Inputs<'a> {
+    /// `--corpus`.
+    pub corpus: &'a Path,
+    /// `--prechunked`.
+    pub prechunked: bool,
+    /// `--dry-run`.
+    pub dry_run: bool,
+    /// `OPENAI_API_KEY`.
+    pub api_key: Option<String>,
+}
+
+impl Settings {
+    /// Reads a config file.
+    ///
+    /// # Errors
+    /// When the file cannot be read, is not TOML, has unknown keys or another schema version.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = fs_err::read_to_string(path)?;
+        let settings: Self =
+            toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))?;
+        match settings.schema_version {
+            Some(CONFIG_SCHEMA_VERSION) => Ok(settings),
+            Some(other) => bail!(
+                "{}: schema_version {other} is not supported (this qrelgen reads {CONFIG_SCHEMA_VERSION})",
+                path.display()
+            ),
+            None => bail!("{}: add `schema_version = {CONFIG_SCHEMA_VERSION}` at the top", path.display()),
+        }
+    }
+
+    /// Flags first, then `file`.
+    #[must_use]
+    pub fn over(self, file: Option<Settings>) -> Settings {
+        match file {
+            Some(file) => self.or(file),
+            None => self,
+        }
+    }
+
+    /// Whether an endpoint is configured, so `--generator auto` means llm.
+    fn wants_llm(&self) -> bool {
+        match self.generator.unwrap_or(GeneratorArg::Auto) {
+            GeneratorArg::Llm => true,
+            GeneratorArg::Offline => false,
+            GeneratorArg::Auto => self.base_url.is_some(),
+        }
+    }
+
+    /// The language asked for, if any.
+    pub fn language(&self) -> Option<Language> {
+        self.language.map(|l| match l {
+            LanguageArg::En => Language::En,
+            LanguageArg::Zh => Language::Zh,
+        })
+    }
+
+    /// The prompt folder asked for, if any.
+    pub fn prompts_dir(&self) -> Option<&Path> {
+        self.prompts.as_deref()
+    }
+
+    /// Resolves the settings into the library's config.
+    ///
+    /// # Errors
+    /// For an invalid `--mix` or `--styles`, or `--generator llm` without an endpoint or model.
+    pub fn resolve(&self, inputs: Inputs<'_>) -> anyhow::Result<BuildConfig> {
+        let mix = match &self.mix {
+            Some(spec) => spec.parse::<Mix>().map_err(|e| anyhow::anyhow!("invalid --mix: {e}"))?,
+            None => Mix::default(),
+        };
+        let generator = if self.wants_llm() {
+            GeneratorConfig::Llm(Box::new(self.llm_setup(inputs.api_key)?))
+        } else {
+            GeneratorConfig::Offline
+        };
+        Ok(BuildConfig {
+            corpus: inputs.corpus.to_owned(),
+            prechunked: inputs.prechunked,
+            chunking: ChunkConfig {
+                size: self.chunk_size.unwrap_or(1000),
+                overlap: self.chunk_overlap.unwrap_or(100),
+                unit: match self.chunk_unit.unwrap_or(UnitArg::Chars) {
+                    UnitArg::Chars => SizeUnit::Chars,
+                    UnitArg::Tokens => SizeUnit::Tokens,
+                },
+            },
+            queries: self.queries.unwrap_or(100),
+            mix,
+            per_doc_cap: self.per_doc_cap,
+            seed: self.seed.unwrap_or(42),
+            max_rounds: self.max_rounds.unwrap_or(5),
+            filter: FilterConfig {
+                top_n: self.top_n.unwrap_or(10).max(1),
+                on_miss: match self.on_miss.unwrap_or(OnMissArg::Drop) {
+                    OnMissArg::Drop => OnMiss::Drop,
+                    OnMissArg::Flag => OnMiss::Flag,
+                },
+                multi_hop_rule: match self.multi_hop_rule.unwrap_or(HopRuleArg::All) {
+                    HopRuleArg::All => HopRule::All,
+                    HopRuleArg::Any => HopRule::Any,
+                },
+                language: None,
+            },
+            review: SampleConfig {
+                size: self.review_size.unwrap_or(50),
+                min_per_type: self.review_min_per_type.unwrap_or(5),
+            },
+            generator,
+            language: self.language(),
+            dry_run: inputs.dry_run,
+        })
+    }
+
+    fn llm_setup(&self, api_key: Option<String>) -> anyhow::Result<LlmSetup> {
+        let Some(base_url) = self.base_url.clone() else {
+            bail!(
+                "--generator llm needs an endpoint\nhint: pass --base-url (or set OPENAI_BASE_URL), e.g. https://api.openai.com/v1"
+            );
+        };
+        let Some(model) = self.model.clone() else {
+            bail!("--generator llm needs a model\nhint: pass --model (or set QRELGEN_MODEL)");
+        };
+        let styles =
+            parse_shares(self.styles.as_deref().unwrap_or("question=0.5,keyword=0.3,colloquial=0.2"))
+                .map_err(|e| anyhow::anyhow!("invalid --styles: {e}"))?;
+        let timeout = Duration::from_secs(self.timeout.unwrap_or(300).max(1));
+        let price = match (self.price_prompt, self.price_completion) {
+            (None, None) => None,
+            (prompt, completion) => {
+                Some(Price { prompt: prompt.unwrap_or(0.0), completion: completion.unwrap_or(0.0) })
+            }
+        };
+        if self.max_cost.is_some() && price.is_none() {
+            bail!(
+                "--max-cost needs prices\nhint: add --price-prompt and --price-completion (per million tokens)"
+            );
+        }
+        Ok(LlmSetup {
+            llm: LlmConfig {
+                endpoint: Endpoint { base_url, model, api_key: api_key.filter(|k| !k.is_empty()) },
+                timeout,
+                limits: LimitConfig {
+                    concurrency: self.concurrency.unwrap_or(4).max(1),
+                    rpm: self.rpm,
+                    tpm: self.tpm,
+                },
+                retry: RetryPolicy {
+                    max_attempts: self.attempts.unwrap_or(6).max(1),
+                    ..RetryPolicy::default()
+                },
+                temperature: self.temperature.unwrap_or(0.7),
+                max_tokens: self.max_tokens.unwrap_or(1500),
+                seed: self.seed.unwrap_or(42),
+                budget: Budget { max_tokens_total: self.max_tokens_total, max_cost: self.max_cost, price },
+            },
+            generation: LlmGeneration {
+                json_mode: self.json_mode.map(|m| match m {
+                    JsonModeArg::Schema => JsonMode::Schema,
+                    JsonModeArg::Object => JsonMode::Object,
+                    JsonModeArg::Plain => JsonMode::Plain,
+                }),
+                repairs: self.repairs.unwrap_or(2),
+                styles,
+                queries_per_call: self.queries_per_call.unwrap_or(4).max(1),
+                stall_after: self.stall_timeout.map_or(timeout * 3, Duration::from_secs),
+            },
+            prompts: self.prompts.clone(),
+            cache: self.cache.clone(),
+        })
+    }
+}

@@ -1,0 +1,472 @@
+//! The LLM generator: asks a chat model for several queries per call, one call per chunk (or
+//! multi_hop pair), and turns the validated replies into drafts.
+//!
+//! Invariants: a call is sent only after a preflight chose a response format the server
+//! accepts; every request ends as a draft or a failure with a reason (and the reply, for
+//! `rejects.jsonl`); an unusable reply is re-asked at most `repairs` times; calls run with
+//! `buffered`, so results keep the plan's order whatever order the server answers in.
+
+use super::prompt::Prompts;
+use super::reply::{ReplyQuery, parse_reply};
+use super::{Draft, Failure, Generated, Generator, Request};
+use crate::error::{Error, Result};
+use crate::index::ChunkIndex;
+use crate::llm::{Llm, LlmError, Message, NetworkStats, TokenUsage, estimate_tokens};
+use crate::progress::Stage;
+use crate::record::QueryType;
+use crate::rng::stream;
+use futures::StreamExt as _;
+use rand::distr::{Distribution, weighted::WeightedIndex};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Characters of a bad reply kept in `rejects.jsonl`.
+const REPLY_EXCERPT: usize = 600;
+
+/// How the reply's structure is requested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonMode {
+    /// `response_format: json_schema` with the schema of `prompts/schema.json`.
+    Schema,
+    /// `response_format: json_object`.
+    Object,
+    /// No `response_format`: the prompt alone asks for JSON.
+    Plain,
+}
+
+impl JsonMode {
+    /// Modes from most to least structured: the preflight's order of trial.
+    pub const FALLBACK_ORDER: [Self; 3] = [Self::Schema, Self::Object, Self::Plain];
+
+    /// The label used in flags and reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Schema => "json_schema",
+            Self::Object => "json_object",
+            Self::Plain => "plain",
+        }
+    }
+}
+
+/// Settings of the LLM generator besides the endpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct LlmGeneration {
+    /// A fixed response format, or `None` to let the preflight choose.
+    pub json_mode: Option<JsonMode>,
+    /// Re-asks after an unusable reply.
+    pub repairs: u32,
+    /// Query styles and their shares.
+    pub styles: Vec<(String, f64)>,
+    /// Queries asked for in one call.
+    pub queries_per_call: usize,
+    /// Stop when no call finished for this long.
+    #[serde(skip)]
+    pub stall_after: Duration,
+}
+
+/// The LLM part of a build's manifest and report: the same for every run of the same build.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LlmSummary {
+    /// Base URL.
+    pub base_url: String,
+    /// Model.
+    pub model: String,
+    /// Response format chosen by the preflight (or `--json-mode`).
+    pub json_mode: JsonMode,
+    /// Tokens of the replies behind this set, cached or fresh.
+    pub usage: TokenUsage,
+    /// Their cost, if prices are known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+/// The LLM generator's summary plus what this run sent over the network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmReport {
+    /// The deterministic part.
+    pub summary: LlmSummary,
+    /// This run's network statistics.
+    pub network: NetworkStats,
+}
+
+/// One call: a chunk (or pair) and the queries it is asked for.
+#[derive(Debug, Clone)]
+struct Call {
+    sources: Vec<usize>,
+    tasks: Vec<Task>,
+}
+
+#[derive(Debug, Clone)]
+struct Task {
+    request: usize,
+    query_type: QueryType,
+    style: String,
+}
+
+/// What asking for a call's queries produced.
+enum Answer {
+    /// Validated queries.
+    Queries(Vec<ReplyQuery>),
+    /// No usable reply, and why (with the last reply, if any).
+    Unusable { reason: String, reply: Option<String> },
+}
+
+/// Queries written by a chat model.
+pub struct LlmGenerator<'a> {
+    index: &'a ChunkIndex,
+    llm: Llm,
+    prompts: Prompts,
+    settings: LlmGeneration,
+    mode: JsonMode,
+    runtime: tokio::runtime::Runtime,
+    name: String,
+    seed: u64,
+}
+
+impl<'a> LlmGenerator<'a> {
+    /// A generator over the chunks of `index`. With `preflight`, one small call first checks the
+    /// endpoint and picks the response format (unless `settings.json_mode` fixes it).
+    ///
+    /// # Errors
+    /// [`Error::Endpoint`] when the endpoint cannot be reached or refuses the model;
+    /// [`Error::Prompt`] when a style is not defined in the prompts.
+    pub fn new(
+        index: &'a ChunkIndex,
+        llm: Llm,
+        prompts: Prompts,
+        settings: LlmGeneration,
+        seed: u64,
+        preflight: bool,
+    ) -> Result<Self> {
+        for (style, _) in &settings.styles {
+            if !prompts.styles.contains_key(style) {
+                let known: Vec<&str> = prompts.styles.keys().map(String::as_str).collect();
+                return Err(Error::Prompt {
+                    path: format!("{}/{}/styles.md", prompts.source, prompts.language.code()).into(),
+                    message: format!(
+                        "--styles names {style:?}, which is not defined (known: {})",
+                        known.join(", ")
+                    ),
+                });
+            }
+        }
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(
+                |e| endpoint_error(&llm, format!("cannot start the async runtime: {e}"), "report this"),
+            )?;
+        let name = format!("llm:{}", llm.config().endpoint.model);
+        let mut generator = Self {
+            index,
+            llm,
+            prompts,
+            mode: settings.json_mode.unwrap_or(JsonMode::Schema),
+            settings,
+            runtime,
+            name,
+            seed,
+        };
+        if preflight {
+            generator.mode = generator.runtime.block_on(generator.preflight())?;
+        }
+        Ok(generator)
+    }
+
+    /// The response format in use.
+    #[must_use]
+    pub fn mode(&self) -> JsonMode {
+        self.mode
+    }
+
+    /// The client, for its usage totals.
+    #[must_use]
+    pub fn llm(&self) -> &Llm {
+        &self.llm
+    }
+
+    /// Tries the response formats in turn with one small call each; the first the server
+    /// accepts wins. Connection failures and refusals of the model are fatal.
+    async fn preflight(&self) -> Result<JsonMode> {
+        let messages = vec![
+            Message::new("system", self.system_message()?),
+            Message::new("user", self.prompts.preflight.render(&[])?),
+        ];
+        let modes: Vec<JsonMode> = match self.settings.json_mode {
+            Some(mode) => vec![mode],
+            None => JsonMode::FALLBACK_ORDER.to_vec(),
+        };
+        let mut last = String::new();
+        for (i, mode) in modes.iter().enumerate() {
+            let is_last = i + 1 == modes.len();
+            match self.llm.complete(&messages, self.response_format(*mode).as_ref(), is_last).await {
+                Ok(_) => return Ok(*mode),
+                Err(LlmError::Http { status: 401 | 403, message, .. }) => {
+                    return Err(endpoint_error(
+                        &self.llm,
+                        format!("refused the API key: {message}"),
+                        "set OPENAI_API_KEY",
+                    ));
+                }
+                Err(LlmError::Http { status: 404, message, .. }) => {
+                    return Err(endpoint_error(
+                        &self.llm,
+                        format!("does not serve model {:?}: {message}", self.llm.config().endpoint.model),
+                        "check --model and --base-url (it usually ends in /v1)",
+                    ));
+                }
+                Err(error @ (LlmError::Connect(_) | LlmError::Timeout(_))) => {
+                    return Err(endpoint_error(
+                        &self.llm,
+                        format!("does not answer: {error}"),
+                        "is the server running? check --base-url",
+                    ));
+                }
+                Err(error) => last = format!("rejected {}: {error}", mode.label()),
+            }
+        }
+        Err(endpoint_error(&self.llm, last, "try --json-mode plain, or check the server's log"))
+    }
+
+    fn system_message(&self) -> Result<String> {
+        self.prompts.system.render(&[("language", self.prompts.language.name())])
+    }
+
+    fn response_format(&self, mode: JsonMode) -> Option<serde_json::Value> {
+        match mode {
+            JsonMode::Schema => Some(serde_json::json!({
+                "type": "json_schema",
+                "json_schema": {"name": "queries", "strict": true, "schema": self.prompts.schema},
+            })),
+            JsonMode::Object => Some(serde_json::json!({"type": "json_object"})),
+            JsonMode::Plain => None,
+        }
+    }
+
+    /// Groups requests with the same sources into calls, in plan order, and draws a style for
+    /// each request.
+    fn calls(&self, requests: &[Request]) -> Vec<Call> {
+        let weights: Vec<f64> = self.settings.styles.iter().map(|(_, w)| *w).collect();
+        let styles = WeightedIndex::new(&weights).ok();
+        let mut calls: Vec<Call> = Vec::new();
+        for (i, request) in requests.iter().enumerate() {
+            let ids: Vec<&str> = request.sources.iter().map(|&c| self.index.meta(c).id.as_str()).collect();
+            let mut rng = stream(self.seed, &format!("style/{}/{}/{i}", request.query_type, ids.join("+")));
+            let style = match &styles {
+                Some(dist) => self.settings.styles[dist.sample(&mut rng)].0.clone(),
+                None => "question".to_owned(),
+            };
+            let task = Task { request: i, query_type: request.query_type, style };
+            match calls.iter_mut().find(|c| c.sources == request.sources) {
+                Some(call) => call.tasks.push(task),
+                None => calls.push(Call { sources: request.sources.clone(), tasks: vec![task] }),
+            }
+        }
+        calls
+    }
+
+    /// The messages of a call.
+    fn messages(&self, call: &Call) -> Result<Vec<Message>> {
+        let mut passages = Vec::new();
+        for (n, &chunk) in call.sources.iter().enumerate() {
+            let stored = self.index.stored(chunk)?;
+            let number = (n + 1).to_string();
+            passages.push(self.prompts.passage.render(&[
+                ("number", &number),
+                ("title", &stored.title),
+                ("text", &stored.text),
+            ])?);
+        }
+        let mut groups: BTreeMap<(QueryType, &str), usize> = BTreeMap::new();
+        for task in &call.tasks {
+            *groups.entry((task.query_type, task.style.as_str())).or_default() += 1;
+        }
+        let mut tasks = Vec::new();
+        for ((query_type, style), count) in groups {
+            let description = self.prompts.styles.get(style).map_or("", String::as_str);
+            tasks.push(self.prompts.tasks[&query_type].render(&[
+                ("count", &count.to_string()),
+                ("style", style),
+                ("style_description", description),
+            ])?);
+        }
+        let user = self
+            .prompts
+            .request
+            .render(&[("passages", &passages.join("\n")), ("tasks", tasks.join("").trim_end())])?;
+        Ok(vec![Message::new("system", self.system_message()?), Message::new("user", user)])
+    }
+
+    /// Runs one call, with repair re-asks; a budget error is passed up, other failures become
+    /// failures of the call's requests.
+    async fn run_call(&self, call: &Call, progress: &Stage) -> std::result::Result<Generated, LlmError> {
+        let answer = self.ask(call).await;
+        progress.inc(call.tasks.len() as u64);
+        match answer {
+            Ok(Answer::Queries(queries)) => Ok(assign(call, queries)),
+            Ok(Answer::Unusable { reason, reply }) => Ok(fail_all(call, &reason, reply.as_deref())),
+            Err(LlmError::Budget(message)) => Err(LlmError::Budget(message)),
+            Err(error) => Ok(fail_all(call, &error.to_string(), None)),
+        }
+    }
+
+    /// Asks until a reply parses (or the repairs run out).
+    async fn ask(&self, call: &Call) -> std::result::Result<Answer, LlmError> {
+        let mut messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
+        let format = self.response_format(self.mode);
+        let mut attempt = 0;
+        loop {
+            let completion = self.llm.complete(&messages, format.as_ref(), true).await?;
+            if completion.truncated {
+                let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
+                return Ok(Answer::Unusable { reason, reply: Some(excerpt(&completion.content)) });
+            }
+            let error = match parse_reply(&completion.content) {
+                Ok(queries) if !queries.is_empty() => return Ok(Answer::Queries(queries)),
+                Ok(_) => "the reply has no queries".to_owned(),
+                Err(error) => error,
+            };
+            if attempt == self.settings.repairs {
+                let reason = format!("unusable reply after {attempt} repair(s): {error}");
+                return Ok(Answer::Unusable { reason, reply: Some(excerpt(&completion.content)) });
+            }
+            attempt += 1;
+            let repair = self
+                .prompts
+                .repair
+                .render(&[("error", &error)])
+                .map_err(|e| LlmError::Body(e.to_string()))?;
+            messages.push(Message::new("assistant", completion.content));
+            messages.push(Message::new("user", repair));
+        }
+    }
+
+    async fn run_all(&self, calls: &[Call], progress: &Stage) -> Result<Generated> {
+        let concurrency = self.llm.config().limits.concurrency.max(1);
+        let work = futures::stream::iter(calls.iter().map(|call| self.run_call(call, progress)))
+            .buffered(concurrency)
+            .collect::<Vec<_>>();
+        let outcomes = tokio::select! {
+            outcomes = work => outcomes,
+            () = self.watchdog() => {
+                return Err(Error::Stalled {
+                    seconds: self.settings.stall_after.as_secs(),
+                    url: self.llm.config().endpoint.base_url.clone(),
+                });
+            }
+        };
+        let mut generated = Generated::default();
+        let mut budget = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(part) => {
+                    generated.drafts.extend(part.drafts);
+                    generated.failures.extend(part.failures);
+                }
+                Err(error) => budget = Some(error.to_string()),
+            }
+        }
+        match budget {
+            Some(message) => Err(Error::Budget(message)),
+            None => Ok(generated),
+        }
+    }
+
+    /// Resolves once no call has finished for `stall_after`.
+    async fn watchdog(&self) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if self.llm.idle_for() >= self.settings.stall_after {
+                return;
+            }
+        }
+    }
+}
+
+fn excerpt(reply: &str) -> String {
+    reply.chars().take(REPLY_EXCERPT).collect()
+}
+
+fn endpoint_error(llm: &Llm, message: String, hint: &'static str) -> Error {
+    Error::Endpoint { url: llm.config().endpoint.base_url.clone(), message, hint }
+}
+
+fn fail_all(call: &Call, reason: &str, reply: Option<&str>) -> Generated {
+    let failures = call
+        .tasks
+        .iter()
+        .map(|t| Failure { request: t.request, reason: reason.to_owned(), reply: reply.map(str::to_owned) })
+        .collect();
+    Generated { drafts: Vec::new(), failures }
+}
+
+/// Matches the reply's queries to the call's tasks: by type, preferring the same style; tasks
+/// left without a query fail, surplus queries are ignored.
+fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
+    let mut generated = Generated::default();
+    for task in &call.tasks {
+        let same_style =
+            queries.iter().position(|q| q.query_type == task.query_type && q.style == task.style);
+        let same_type = || queries.iter().position(|q| q.query_type == task.query_type);
+        match same_style.or_else(same_type) {
+            Some(at) => {
+                let q = queries.remove(at);
+                generated.drafts.push(Draft {
+                    request: task.request,
+                    text: q.text,
+                    absent_term: None,
+                    style: Some(task.style.clone()),
+                    evidence: q.evidence,
+                    answer: Some(q.answer),
+                });
+            }
+            None => generated.failures.push(Failure {
+                request: task.request,
+                reason: format!("the reply has no {} query for this request", task.query_type),
+                reply: None,
+            }),
+        }
+    }
+    generated
+}
+
+impl Generator for LlmGenerator<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn queries_per_call(&self) -> usize {
+        self.settings.queries_per_call
+    }
+
+    fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated> {
+        let calls = self.calls(requests);
+        self.runtime.block_on(self.run_all(&calls, progress))
+    }
+
+    fn llm_report(&self) -> Option<LlmReport> {
+        let config = self.llm.config();
+        let usage = self.llm.usage();
+        Some(LlmReport {
+            summary: LlmSummary {
+                base_url: config.endpoint.base_url.clone(),
+                model: config.endpoint.model.clone(),
+                json_mode: self.mode,
+                usage,
+                cost: config.budget.price.map(|p| usage.cost(p)),
+            },
+            network: self.llm.network(),
+        })
+    }
+
+    fn estimate(&self, requests: &[Request]) -> Result<super::Estimate> {
+        let mut estimate = super::Estimate::default();
+        for call in self.calls(requests) {
+            estimate.calls += 1;
+            estimate.prompt_tokens += u64::from(estimate_tokens(&self.messages(&call)?));
+            estimate.max_completion_tokens += u64::from(self.llm.config().max_tokens);
+        }
+        Ok(estimate)
+    }
+}

@@ -1,0 +1,134 @@
+//! The reply cache: every successful reply is stored in SQLite before it is used, so a rerun
+//! after a crash never pays twice for a call that already succeeded.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A stored reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedReply {
+    /// The message content.
+    pub content: String,
+    /// Why generation stopped (`stop`, `length`, …).
+    pub finish_reason: Option<String>,
+    /// Prompt tokens, from the server's `usage`.
+    pub prompt_tokens: u64,
+    /// Completion tokens, from the server's `usage`.
+    pub completion_tokens: u64,
+}
+
+/// A cache file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("reply cache {path}: {source}")]
+pub struct CacheError {
+    path: PathBuf,
+    #[source]
+    source: rusqlite::Error,
+}
+
+/// The cache, safe to share between tasks.
+pub struct Cache {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl Cache {
+    /// Opens (or creates) the cache at `path`.
+    ///
+    /// # Errors
+    /// [`CacheError`] if the file cannot be opened or is not a qrelgen cache.
+    pub fn open(path: &Path) -> Result<Self, CacheError> {
+        let err = |source| CacheError { path: path.to_owned(), source };
+        let conn = Connection::open(path).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(30)).map_err(err)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS replies (
+                 key TEXT PRIMARY KEY,
+                 content TEXT NOT NULL,
+                 finish_reason TEXT,
+                 prompt_tokens INTEGER NOT NULL,
+                 completion_tokens INTEGER NOT NULL
+             );",
+        )
+        .map_err(err)?;
+        Ok(Self { path: path.to_owned(), conn: Mutex::new(conn) })
+    }
+
+    /// The reply stored under `key`.
+    ///
+    /// # Errors
+    /// [`CacheError`] when SQLite fails.
+    pub fn get(&self, key: &str) -> Result<Option<CachedReply>, CacheError> {
+        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        conn.query_row(
+            "SELECT content, finish_reason, prompt_tokens, completion_tokens FROM replies WHERE key = ?1",
+            params![key],
+            |row| {
+                Ok(CachedReply {
+                    content: row.get(0)?,
+                    finish_reason: row.get(1)?,
+                    prompt_tokens: row.get::<_, i64>(2)?.unsigned_abs(),
+                    completion_tokens: row.get::<_, i64>(3)?.unsigned_abs(),
+                })
+            },
+        )
+        .optional()
+        .map_err(|source| CacheError { path: self.path.clone(), source })
+    }
+
+    /// Stores a reply under `key` (durably, before it is used).
+    ///
+    /// # Errors
+    /// [`CacheError`] when SQLite fails.
+    pub fn put(&self, key: &str, reply: &CachedReply) -> Result<(), CacheError> {
+        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        conn.execute(
+            "INSERT OR REPLACE INTO replies VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                key,
+                reply.content,
+                reply.finish_reason,
+                i64::try_from(reply.prompt_tokens).unwrap_or(i64::MAX),
+                i64::try_from(reply.completion_tokens).unwrap_or(i64::MAX)
+            ],
+        )
+        .map(drop)
+        .map_err(|source| CacheError { path: self.path.clone(), source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("cache.sqlite");
+        let reply = CachedReply {
+            content: "{\"queries\":[]}".into(),
+            finish_reason: Some("stop".into()),
+            prompt_tokens: 12,
+            completion_tokens: 3,
+        };
+        {
+            let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(cache.get("k").unwrap_or_else(|e| panic!("{e}")), None);
+            cache.put("k", &reply).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cache.get("k").unwrap_or_else(|e| panic!("{e}")), Some(reply));
+    }
+
+    #[test]
+    fn a_file_that_is_not_sqlite_is_an_error() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("cache.sqlite");
+        fs_err::write(&path, "not a database, just text that is long enough to be a header")
+            .unwrap_or_default();
+        assert!(Cache::open(&path).is_err());
+    }
+}

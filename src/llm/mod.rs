@@ -1,0 +1,429 @@
+//! Talking to an OpenAI-compatible chat endpoint: the only module that imports async-openai,
+//! governor and rusqlite.
+//!
+//! [`Llm::complete`] is the one place where a call is cached, rate-limited, timed out and
+//! retried. Input: chat messages and a response format. Output: a [`Completion`] or an
+//! [`LlmError`]. Invariants: a successful reply is in the cache before it is returned; cache
+//! hits skip the limiters; the API key is kept in memory only and never serialized or logged.
+
+mod cache;
+mod error;
+mod limits;
+mod retry;
+mod transport;
+
+pub use cache::{Cache, CacheError, CachedReply};
+pub use error::LlmError;
+pub use limits::{LimitConfig, Limits};
+pub use retry::{RetryPolicy, parse_retry_after};
+
+use crate::id::ContentHasher;
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Where to send calls. The key is never serialized, printed or stored.
+#[derive(Clone, Serialize)]
+pub struct Endpoint {
+    /// Base URL, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// API key from `OPENAI_API_KEY` (optional for local servers).
+    #[serde(skip)]
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Prices in money units per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Price {
+    /// Per million prompt tokens.
+    pub prompt: f64,
+    /// Per million completion tokens.
+    pub completion: f64,
+}
+
+/// Spending limits; reaching one stops sending new calls.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Budget {
+    /// Prompt + completion tokens at most.
+    pub max_tokens_total: Option<u64>,
+    /// Money at most (needs `price`).
+    pub max_cost: Option<f64>,
+    /// Prices, to turn tokens into money.
+    pub price: Option<Price>,
+}
+
+/// How to call the endpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct LlmConfig {
+    /// Where.
+    pub endpoint: Endpoint,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Concurrency and rates.
+    pub limits: LimitConfig,
+    /// Retries.
+    #[serde(skip)]
+    pub retry: RetryPolicy,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// `max_tokens` of each call.
+    pub max_tokens: u32,
+    /// Seed sent to servers that support it.
+    pub seed: u64,
+    /// Spending limits.
+    pub budget: Budget,
+}
+
+/// A chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with this role.
+    #[must_use]
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Self { role: role.to_owned(), content: content.into() }
+    }
+}
+
+/// The request body we send (async-openai's "bring your own types" path).
+#[derive(Debug, Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    temperature: f32,
+    /// `max_tokens`, not `max_completion_tokens`: local servers ignore the latter.
+    max_tokens: u32,
+    seed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<&'a serde_json::Value>,
+    stream: bool,
+}
+
+/// The parts of a chat completion we read; everything else may be missing.
+#[derive(Debug, Deserialize)]
+struct ChatResponse {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    message: ChoiceMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChoiceMessage {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+/// A reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The message content.
+    pub content: String,
+    /// Cut off by `max_tokens` (`finish_reason: length`).
+    pub truncated: bool,
+    /// Served from the cache.
+    pub cached: bool,
+}
+
+/// Tokens of the replies a run used, whether fresh or from the cache: the same for every run
+/// of the same build, so it belongs in the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TokenUsage {
+    /// Replies used.
+    pub replies: u64,
+    /// Their prompt tokens, from the server's `usage`.
+    pub prompt_tokens: u64,
+    /// Their completion tokens, from the server's `usage`.
+    pub completion_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Money at `price`.
+    #[must_use]
+    pub fn cost(&self, price: Price) -> f64 {
+        (self.prompt_tokens as f64 * price.prompt + self.completion_tokens as f64 * price.completion) / 1e6
+    }
+
+    fn add(&mut self, reply: &CachedReply) {
+        self.replies += 1;
+        self.prompt_tokens += reply.prompt_tokens;
+        self.completion_tokens += reply.completion_tokens;
+    }
+}
+
+/// What this run sent over the network: differs between a first run and a warm rerun.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NetworkStats {
+    /// Requests sent (retries included).
+    pub requests: u64,
+    /// Calls answered from the cache.
+    pub cache_hits: u64,
+    /// Attempts retried.
+    pub retries: u64,
+    /// 429 answers received.
+    pub rate_limited: u64,
+    /// Calls that failed for good.
+    pub failures: u64,
+    /// Tokens of the replies paid for in this run.
+    pub paid: TokenUsage,
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    used: TokenUsage,
+    network: NetworkStats,
+}
+
+/// A client for one endpoint, with its cache and limits.
+pub struct Llm {
+    client: Client<OpenAIConfig>,
+    config: LlmConfig,
+    limits: Limits,
+    cache: Cache,
+    totals: Mutex<Totals>,
+    last_completion: Mutex<Instant>,
+}
+
+impl Llm {
+    /// A client for `config`, caching replies in `cache`.
+    ///
+    /// # Errors
+    /// [`LlmError::Connect`] if the HTTP client cannot be built.
+    pub fn new(config: LlmConfig, cache: Cache) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| LlmError::Connect(e.to_string()))?;
+        // Every field set explicitly: OpenAIConfig::default() would read OPENAI_* variables.
+        let openai = OpenAIConfig::new()
+            .with_api_base(config.endpoint.base_url.trim_end_matches('/'))
+            .with_api_key(config.endpoint.api_key.clone().unwrap_or_default())
+            .with_org_id("")
+            .with_project_id("");
+        let client = Client::with_config(openai).with_http_service(transport::service(http));
+        let limits = Limits::new(config.limits);
+        Ok(Self {
+            client,
+            config,
+            limits,
+            cache,
+            totals: Mutex::new(Totals::default()),
+            last_completion: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    /// Tokens of the replies used so far.
+    #[must_use]
+    pub fn usage(&self) -> TokenUsage {
+        self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).used
+    }
+
+    /// What this run sent so far.
+    #[must_use]
+    pub fn network(&self) -> NetworkStats {
+        self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).network
+    }
+
+    /// Time since a call last finished (for the watchdog).
+    #[must_use]
+    pub fn idle_for(&self) -> Duration {
+        self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed()
+    }
+
+    /// The cache key of a call: base URL, model, and the whole request body.
+    fn key(&self, request: &ChatRequest<'_>) -> String {
+        let body = serde_json::to_string(request).unwrap_or_default();
+        let mut hasher = ContentHasher::default();
+        hasher.update(&[&self.config.endpoint.base_url, &self.config.endpoint.model, &body]);
+        hasher.finish()
+    }
+
+    /// Sends `messages` (or answers from the cache), retrying transient failures.
+    ///
+    /// # Errors
+    /// [`LlmError`] when the call fails for good, or the budget is spent.
+    pub async fn complete(
+        &self,
+        messages: &[Message],
+        response_format: Option<&serde_json::Value>,
+        retry: bool,
+    ) -> Result<Completion, LlmError> {
+        let request = ChatRequest {
+            model: &self.config.endpoint.model,
+            messages,
+            temperature: self.config.temperature,
+            max_tokens: self.config.max_tokens,
+            seed: self.config.seed,
+            response_format,
+            stream: false,
+        };
+        let key = self.key(&request);
+        if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
+            self.update(|t| {
+                t.network.cache_hits += 1;
+                t.used.add(&reply);
+            });
+            return Ok(completion(&reply, true));
+        }
+        let tokens = estimate_tokens(messages) + self.config.max_tokens;
+        let attempts = if retry { self.config.retry.max_attempts.max(1) } else { 1 };
+        let mut last_error = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                let retry_after = last_error.as_ref().and_then(LlmError::retry_after);
+                let jitter = rand::rng().random::<f64>();
+                tokio::time::sleep(self.config.retry.delay(attempt - 1, jitter, retry_after)).await;
+                self.update(|t| t.network.retries += 1);
+            }
+            self.check_budget()?;
+            match self.attempt(&request, tokens).await {
+                Ok(reply) => {
+                    self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
+                    self.update(|t| {
+                        t.used.add(&reply);
+                        t.network.paid.add(&reply);
+                    });
+                    return Ok(completion(&reply, false));
+                }
+                Err(error) if error.is_retryable() => last_error = Some(error),
+                Err(error) => {
+                    self.update(|t| t.network.failures += 1);
+                    return Err(error);
+                }
+            }
+        }
+        self.update(|t| t.network.failures += 1);
+        Err(last_error.unwrap_or_else(|| LlmError::Connect("no attempt made".to_owned())))
+    }
+
+    /// One network attempt, within the limits and the timeout.
+    async fn attempt(&self, request: &ChatRequest<'_>, tokens: u32) -> Result<CachedReply, LlmError> {
+        let _permit = self.limits.acquire(tokens).await;
+        self.update(|t| t.network.requests += 1);
+        let chat = self.client.chat();
+        let outcome =
+            tokio::time::timeout(self.config.timeout, chat.create_byot::<_, ChatResponse>(request)).await;
+        *self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        let response = match outcome {
+            Err(_) => return Err(LlmError::Timeout(self.config.timeout)),
+            Ok(Err(error)) => {
+                let error = classify(error);
+                if matches!(error, LlmError::Http { status: 429, .. }) {
+                    self.update(|t| t.network.rate_limited += 1);
+                }
+                return Err(error);
+            }
+            Ok(Ok(response)) => response,
+        };
+        let usage = response.usage.unwrap_or_default();
+        let choice =
+            response.choices.into_iter().next().ok_or_else(|| LlmError::Body("no choices".into()))?;
+        Ok(CachedReply {
+            content: choice.message.content.unwrap_or_default(),
+            finish_reason: choice.finish_reason,
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+        })
+    }
+
+    /// Stops before a new request once the tokens (or money) of the replies used reach a limit.
+    fn check_budget(&self) -> Result<(), LlmError> {
+        let totals = self.usage();
+        let budget = self.config.budget;
+        let spent = totals.prompt_tokens + totals.completion_tokens;
+        if let Some(limit) = budget.max_tokens_total.filter(|limit| spent >= *limit) {
+            return Err(LlmError::Budget(format!("{spent} tokens used, --max-tokens-total {limit}")));
+        }
+        if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
+            let cost = totals.cost(price);
+            if cost >= limit {
+                return Err(LlmError::Budget(format!("{cost:.4} spent, --max-cost {limit}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Totals)) {
+        change(&mut self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+}
+
+fn completion(reply: &CachedReply, cached: bool) -> Completion {
+    Completion {
+        content: reply.content.clone(),
+        truncated: reply.finish_reason.as_deref() == Some("length"),
+        cached,
+    }
+}
+
+/// Maps async-openai's error onto ours.
+fn classify(error: OpenAIError) -> LlmError {
+    match error {
+        OpenAIError::Boxed(boxed) => match boxed.downcast::<transport::HttpFailure>() {
+            Ok(failure) => LlmError::Http {
+                status: failure.status,
+                message: failure.message,
+                retry_after: failure.retry_after,
+            },
+            Err(other) => LlmError::Connect(other.to_string()),
+        },
+        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(Duration::ZERO),
+        OpenAIError::Reqwest(e) => LlmError::Connect(e.to_string()),
+        OpenAIError::ApiError(e) => {
+            LlmError::Http { status: e.status_code.as_u16(), message: e.api_error.message, retry_after: None }
+        }
+        OpenAIError::JSONDeserialize(e, _) => LlmError::Body(e.to_string()),
+        other => LlmError::Body(other.to_string()),
+    }
+}
+
+/// Prompt tokens of `messages`, as cl100k counts them, plus a few per message.
+#[must_use]
+pub fn estimate_tokens(messages: &[Message]) -> u32 {
+    let bpe = tiktoken_rs::cl100k_base_singleton();
+    let tokens: usize = messages.iter().map(|m| bpe.encode_ordinary(&m.content).len() + 4).sum();
+    u32::try_from(tokens).unwrap_or(u32::MAX)
+}
