@@ -26,7 +26,7 @@ run() {  # run OUT LABEL
 import json, sys
 m = json.load(open(sys.argv[1]))
 wall, rss_kb = open(sys.argv[2]).read().split()
-t = m["timings_ms"]
+t = m["run"]["timings_ms"]
 chunks = m["corpus"]["chunks"]
 judged = sum(c["generated"] for c in m["counts"].values())
 in_set = sum(c["kept"] + c["flagged"] for c in m["counts"].values())

@@ -7,7 +7,7 @@ use crate::corpus::{self, Item, Skipped};
 use crate::error::{Error, Result};
 use crate::filter::{FilterConfig, RoundTrip};
 use crate::generate::{
-    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request, plan,
+    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::ChunkIndex;
@@ -59,9 +59,10 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         *timings.entry(stage).or_insert(0) += u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     };
 
+    let staging = output::Staging::create(out)?;
     let stage = progress.stage("chunk", 0);
-    let corpus_file = out.join("corpus.jsonl");
-    let (chunks, corpus_summary, skipped) = read_and_chunk(config, &corpus_file, &stage)?;
+    let corpus_file = staging.path("corpus.jsonl");
+    let (chunks, corpus_summary, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
     for s in &skipped {
         progress.warn(&format!("skipped {s}"));
     }
@@ -82,8 +83,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let mut generator = make_generator(config, &index, out, language)?;
     ms("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
-    let cap = config.per_doc_cap.unwrap_or_else(|| plan::auto_cap(config.queries, corpus_summary.documents));
-    let mut planner = Planner::new(&index, cap, config.seed);
+    let mut planner = Planner::new(&index, config.per_doc_cap, config.queries, config.seed);
     let group = generator.queries_per_call();
     if config.dry_run {
         let requests = planner.plan(&quotas, 1, group)?;
@@ -94,7 +94,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let filter =
         RoundTrip::new(&index, FilterConfig { language: llm_queries.then_some(language), ..config.filter });
     let mut rounds = Rounds::new(&quotas);
-    for round in 1..=config.max_rounds.max(1) {
+    for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         if wanted.is_empty() {
             break;
@@ -120,20 +120,21 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let stage = progress.stage("write", 0);
     let llm = generator.llm_report();
     let mut manifest = Manifest::new(config, generator.name().to_owned());
-    manifest.per_doc_cap = cap;
+    manifest.per_doc_cap = planner.cap();
     manifest.language = language;
     manifest.corpus = corpus_summary;
     manifest.rounds = rounds.done;
     manifest.shortfalls = rounds.shortfalls(&quotas);
     manifest.counts = rounds.counts.clone();
     manifest.llm = llm.as_ref().map(|r| r.summary.clone());
-    write_files(out, &rounds, &set, &queue)?;
+    write_files(&staging, &rounds, &set, &queue)?;
     let report =
         output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped: &skipped });
-    output::write_text(&out.join("report.md"), &report)?;
+    output::write_text(&staging.path("report.md"), &report)?;
     ms("write", stage.finish(&format!("{}", out.display())));
     manifest.run = RunInfo { timings_ms: timings, llm_network: llm.as_ref().map(|r| r.network) };
-    output::write_json(&out.join("manifest.json"), &manifest)?;
+    output::write_json(&staging.path("manifest.json"), &manifest)?;
+    staging.publish()?;
 
     Ok(Outcome {
         counts: rounds.counts,
@@ -205,6 +206,7 @@ fn corpus_language(index: &ChunkIndex) -> Result<Language> {
 /// `corpus.jsonl`; only their metadata stays in memory.
 fn read_and_chunk(
     config: &BuildConfig,
+    out: &Path,
     corpus_file: &Path,
     stage: &crate::progress::Stage,
 ) -> Result<(Vec<ChunkMeta>, CorpusSummary, Vec<Skipped>)> {
@@ -219,7 +221,7 @@ fn read_and_chunk(
         metas.push(chunk.meta());
         Ok(())
     };
-    let report = corpus::read(&config.corpus, config.prechunked, |item| {
+    let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
         match item {
             Item::Document(doc) => {
                 corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
@@ -388,9 +390,30 @@ impl Rounds {
             .iter()
             .filter_map(|(&t, &wanted)| {
                 let got = self.counts.get(&t).map_or(0, TypeCounts::in_set);
-                (got < wanted).then_some(Shortfall { query_type: t, wanted, got })
+                let counts = self.counts.get(&t).cloned().unwrap_or_default();
+                (got < wanted).then(|| Shortfall {
+                    query_type: t,
+                    wanted,
+                    got,
+                    cause: shortfall_cause(&counts),
+                })
             })
             .collect()
+    }
+}
+
+/// Why a type fell short, in a few words pointing at the fix.
+fn shortfall_cause(counts: &TypeCounts) -> String {
+    let failed: usize = counts.generation_failures.values().sum();
+    if counts.planned == 0 {
+        "nothing could be planned: no chunk with 5+ distinct query words left under --per-doc-cap".to_owned()
+    } else if counts.planned < counts.requested && counts.dropped == 0 && failed == 0 {
+        format!("only {} could be planned: chunks or --per-doc-cap ran out", counts.planned)
+    } else {
+        format!(
+            "{} dropped by the filter, {failed} not generated (see report.md and rejects.jsonl)",
+            counts.dropped
+        )
     }
 }
 
@@ -428,17 +451,17 @@ fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>
         .collect()
 }
 
-fn write_files(out: &Path, rounds: &Rounds, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
-    output::write_jsonl(&out.join("queries.jsonl"), set.iter().map(|j| output::query_line(j)))?;
+fn write_files(out: &output::Staging, rounds: &Rounds, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
+    output::write_jsonl(&out.path("queries.jsonl"), set.iter().map(|j| output::query_line(j)))?;
     let qrels = output::qrels(set.iter().copied());
-    output::write_atomic(&out.join("qrels").join("test.tsv"), |w| {
+    output::write_atomic(&out.path("qrels/test.tsv"), |w| {
         writeln!(w, "query-id\tcorpus-id\tscore")?;
         qrels.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
     })?;
-    output::write_atomic(&out.join("qrels.trec"), |w| {
+    output::write_atomic(&out.path("qrels.trec"), |w| {
         qrels.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
     })?;
-    output::write_jsonl(&out.join("candidates.jsonl"), &rounds.judged)?;
-    output::write_jsonl(&out.join("rejects.jsonl"), &rounds.rejects)?;
-    output::write_jsonl(&out.join("review_queue.jsonl"), queue)
+    output::write_jsonl(&out.path("candidates.jsonl"), &rounds.judged)?;
+    output::write_jsonl(&out.path("rejects.jsonl"), &rounds.rejects)?;
+    output::write_jsonl(&out.path("review_queue.jsonl"), queue)
 }

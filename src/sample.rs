@@ -30,7 +30,10 @@ pub fn allocate(available: &BTreeMap<QueryType, usize>, config: SampleConfig) ->
     let mut alloc: BTreeMap<QueryType, usize> = available.keys().map(|&t| (t, 0)).collect();
     // Minimums, one round at a time, so a queue too small for all of them stays balanced.
     let mut left = config.size;
-    for _ in 0..config.min_per_type {
+    for _ in 0..config.min_per_type.min(config.size) {
+        if left == 0 {
+            break;
+        }
         for (t, n) in &mut alloc {
             if left > 0 && *n < available[t] {
                 *n += 1;
@@ -116,6 +119,12 @@ mod tests {
         check((10, 10, 10, 10), 6, 5, [2, 2, 1, 1]);
         // No minimum: plain proportional allocation.
         check((60, 30, 10, 0), 10, 0, [6, 3, 1, 0]);
+    }
+
+    #[test]
+    fn a_huge_minimum_does_not_hang() {
+        let alloc = allocate(&counts(10, 10, 0, 0), SampleConfig { size: 5, min_per_type: usize::MAX });
+        assert_eq!(alloc.values().sum::<usize>(), 5);
     }
 
     proptest! {

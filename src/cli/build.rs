@@ -127,7 +127,14 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path) {
 }
 
 fn exit_code(outcome: &Outcome, allow_shortfall: bool) -> u8 {
-    if outcome.in_set == 0 {
+    let planned: usize = outcome.counts.values().map(|c| c.planned).sum();
+    if planned == 0 {
+        eprintln!(
+            "error: no query could be planned: no chunk has 5+ distinct query words\nhint: check the corpus, \
+             or raise --chunk-size"
+        );
+        exit::SHORTFALL
+    } else if outcome.in_set == 0 {
         eprintln!(
             "error: no query passed the round-trip filter\nhint: see the report; try --on-miss flag or a larger --top-n"
         );

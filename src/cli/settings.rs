@@ -268,6 +268,19 @@ impl Settings {
     /// # Errors
     /// For an invalid `--mix` or `--styles`, or `--generator llm` without an endpoint or model.
     pub fn resolve(&self, inputs: Inputs<'_>) -> anyhow::Result<BuildConfig> {
+        for (flag, value) in [
+            ("--queries", self.queries),
+            ("--per-doc-cap", self.per_doc_cap),
+            ("--top-n", self.top_n),
+            ("--chunk-size", self.chunk_size),
+            ("--max-rounds", self.max_rounds.map(|r| r as usize)),
+            ("--queries-per-call", self.queries_per_call),
+            ("--concurrency", self.concurrency),
+        ] {
+            if value == Some(0) {
+                bail!("invalid {flag}: must be at least 1");
+            }
+        }
         let mix = match &self.mix {
             Some(spec) => spec.parse::<Mix>().map_err(|e| anyhow::anyhow!("invalid --mix: {e}"))?,
             None => Mix::default(),
@@ -294,7 +307,7 @@ impl Settings {
             seed: self.seed.unwrap_or(42),
             max_rounds: self.max_rounds.unwrap_or(5),
             filter: FilterConfig {
-                top_n: self.top_n.unwrap_or(10).max(1),
+                top_n: self.top_n.unwrap_or(10),
                 on_miss: match self.on_miss.unwrap_or(OnMissArg::Drop) {
                     OnMissArg::Drop => OnMiss::Drop,
                     OnMissArg::Flag => OnMiss::Flag,
@@ -365,7 +378,7 @@ impl Settings {
                 }),
                 repairs: self.repairs.unwrap_or(2),
                 styles,
-                queries_per_call: self.queries_per_call.unwrap_or(4).max(1),
+                queries_per_call: self.queries_per_call.unwrap_or(4),
                 stall_after: self.stall_timeout.map_or(timeout * 3, Duration::from_secs),
             },
             prompts: self.prompts.clone(),

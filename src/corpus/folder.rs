@@ -4,6 +4,7 @@ use super::{Skipped, decode_text, html, markdown_title};
 use crate::error::Result;
 use crate::id::DocId;
 use crate::record::Document;
+use std::collections::HashMap;
 use std::path::Path;
 use walkdir::WalkDir;
 
@@ -30,17 +31,29 @@ impl Format {
 /// Reads every usable file under `root` and hands it to `sink` as a [`Document`].
 ///
 /// Returns the skipped inputs and the number of files ignored for their extension. Symbolic
-/// links are followed; a link loop is skipped with a warning.
+/// links are followed; a link loop is skipped with a warning. The folder `exclude` (the output
+/// folder, when it lies inside the corpus) is not read. Two files whose ids clash once
+/// whitespace and `#` are replaced (`a b.md`, `a#b.md`) get distinct ids (`a_b.md`, `a_b.md~2`).
 ///
 /// # Errors
 /// Only the errors of `sink`: bad files are skipped, not fatal.
 pub fn read_folder(
     root: &Path,
+    exclude: Option<&Path>,
     mut sink: impl FnMut(Document) -> Result<()>,
 ) -> Result<(Vec<Skipped>, usize)> {
     let mut skipped = Vec::new();
     let mut ignored = 0;
-    let walker = WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
+    let mut seen: HashMap<DocId, usize> = HashMap::new();
+    let excluded = exclude.and_then(|p| p.canonicalize().ok());
+    let is_excluded = |e: &walkdir::DirEntry| {
+        e.file_type().is_dir() && excluded.is_some() && e.path().canonicalize().ok() == excluded
+    };
+    let walker = WalkDir::new(root)
+        .follow_links(true)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !is_excluded(e));
     for entry in walker {
         let entry = match entry {
             Ok(entry) => entry,
@@ -58,7 +71,14 @@ pub fn read_folder(
             continue;
         };
         match read_file(root, entry.path(), format) {
-            Ok(doc) => sink(doc)?,
+            Ok(mut doc) => {
+                let count = seen.entry(doc.id.clone()).or_default();
+                *count += 1;
+                if *count > 1 {
+                    doc.id = DocId::sanitized(&format!("{}~{count}", doc.id));
+                }
+                sink(doc)?;
+            }
             Err(reason) => skipped.push(Skipped { path: entry.path().to_owned(), line: None, reason }),
         }
     }
@@ -92,7 +112,7 @@ mod tests {
 
     fn read_all(root: &Path) -> (Vec<Document>, Vec<Skipped>, usize) {
         let mut docs = Vec::new();
-        let (skipped, ignored) = read_folder(root, |d| {
+        let (skipped, ignored) = read_folder(root, None, |d| {
             docs.push(d);
             Ok(())
         })
@@ -127,6 +147,24 @@ mod tests {
         assert_eq!(ignored, 1);
     }
 
+    #[test]
+    fn clashing_ids_are_made_distinct_and_the_output_folder_is_skipped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for name in ["a b.md", "a#b.md", "out/report.md"] {
+            let path = dir.path().join(name);
+            fs_err::create_dir_all(path.parent().unwrap_or(dir.path())).unwrap_or_default();
+            fs_err::write(path, "Some words here.").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let out = dir.path().join("out");
+        let mut ids = Vec::new();
+        read_folder(dir.path(), Some(&out), |d| {
+            ids.push(d.id.to_string());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ids, ["a_b.md", "a_b.md~2"]);
+    }
+
     #[cfg(unix)]
     #[test]
     fn symlink_loops_do_not_hang() {
@@ -136,6 +174,6 @@ mod tests {
         let (docs, skipped, _) = read_all(dir.path());
         assert_eq!(docs.len(), 1);
         assert_eq!(skipped.len(), 1);
-        assert!(skipped[0].reason.contains("loop"), "{:?}", skipped[0]);
+        assert!(skipped[0].reason.contains("File system loop found"), "{:?}", skipped[0]);
     }
 }

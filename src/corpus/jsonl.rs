@@ -17,7 +17,16 @@ struct Line {
     #[serde(default)]
     title: Option<String>,
     text: Option<String>,
-    /// Pre-chunked input may name the document a chunk belongs to.
+    /// Pre-chunked input may name the document a chunk belongs to…
+    #[serde(default)]
+    doc_id: Option<String>,
+    /// …or do so in `metadata`, as qrelgen's own `corpus.jsonl` does.
+    #[serde(default)]
+    metadata: Option<LineMeta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LineMeta {
     #[serde(default)]
     doc_id: Option<String>,
 }
@@ -44,7 +53,8 @@ fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
         None => return Err("no \"id\" or \"_id\" field".to_owned()),
     };
     let text = parsed.text.filter(|t| !t.trim().is_empty()).ok_or("no text")?;
-    Ok(Some(Record { id, title: parsed.title, text, doc_id: parsed.doc_id }))
+    let doc_id = parsed.doc_id.or_else(|| parsed.metadata.and_then(|m| m.doc_id));
+    Ok(Some(Record { id, title: parsed.title, text, doc_id }))
 }
 
 /// Calls `each(line_number, record)` for every usable line; collects the rest as skipped.
@@ -163,8 +173,8 @@ mod tests {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-        let got: Vec<_> = chunks.iter().map(|c| (c.id.as_str(), c.ordinal)).collect();
-        assert_eq!(got, [("d1-p0", 0), ("d1-p1", 1)]);
+        let got: Vec<_> = chunks.iter().map(|c| (c.id.as_str(), c.doc_id.as_str(), c.ordinal)).collect();
+        assert_eq!(got, [("d1-p0", "d1", 0), ("d1-p1", "d1", 1)]);
         assert_eq!(skipped.len(), 1);
 
         let dup = file_with("{\"_id\":\"c\",\"text\":\"x\"}\n{\"_id\":\"c\",\"text\":\"y\"}\n");

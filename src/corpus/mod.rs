@@ -58,11 +58,18 @@ pub enum Item {
 }
 
 /// Reads `path` (a folder or a JSONL file) and hands each item to `sink`, in a deterministic order.
+/// A folder `exclude` inside the corpus (the output folder) is not read.
+/// A folder `exclude` inside the corpus (the output folder) is not read.
 ///
 /// # Errors
 /// [`Error::CorpusUnreadable`] if `path` cannot be opened, [`Error::EmptyCorpus`] if no item is
 /// usable, and the errors of `sink`.
-pub fn read(path: &Path, prechunked: bool, mut sink: impl FnMut(Item) -> Result<()>) -> Result<ReadReport> {
+pub fn read(
+    path: &Path,
+    prechunked: bool,
+    exclude: Option<&Path>,
+    mut sink: impl FnMut(Item) -> Result<()>,
+) -> Result<ReadReport> {
     let meta =
         fs_err::metadata(path).map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
     let mut report = ReadReport::default();
@@ -72,7 +79,7 @@ pub fn read(path: &Path, prechunked: bool, mut sink: impl FnMut(Item) -> Result<
     };
     let (skipped, ignored) = match (meta.is_dir(), prechunked) {
         (true, true) => return Err(Error::PrechunkedFolder(path.to_owned())),
-        (true, false) => read_folder(path, |d| count(Item::Document(d)))?,
+        (true, false) => read_folder(path, exclude, |d| count(Item::Document(d)))?,
         (false, false) => (read_jsonl(path, |d| count(Item::Document(d)))?, 0),
         (false, true) => (read_prechunked(path, |c| count(Item::Chunk(c)))?, 0),
     };

@@ -7,7 +7,7 @@
 
 mod llm;
 mod offline;
-pub(crate) mod plan;
+mod plan;
 mod prompt;
 mod reply;
 mod terms;

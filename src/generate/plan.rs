@@ -76,8 +76,14 @@ impl FromStr for Mix {
                     format!("unknown query type {label:?} (known: direct, paraphrase, multi_hop, no_answer)")
                 })
             })
-            .collect::<Result<_, _>>()
-            .map(Self)
+            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map(|shares| {
+                // parse_shares allows a sum within 1 ± 0.01: make it exactly 1.
+                let total: f64 = shares.values().sum();
+                Self(
+                    shares.into_iter().map(|(t, s)| (t, if total > 0.0 { s / total } else { 0.0 })).collect(),
+                )
+            })
     }
 }
 
@@ -105,7 +111,9 @@ impl Mix {
             .collect();
         let mut quotas: Quotas = exact.iter().map(|&(t, x)| (t, x.floor() as usize)).collect();
         let assigned: usize = quotas.values().sum();
-        let mut by_remainder = exact.clone();
+        // Only types in the mix get the leftover queries.
+        let mut by_remainder: Vec<(QueryType, f64)> =
+            exact.iter().copied().filter(|(t, _)| self.0.get(t).is_some_and(|s| *s > 0.0)).collect();
         by_remainder.sort_by(|a, b| (b.1 - b.1.floor()).total_cmp(&(a.1 - a.1.floor())).then(a.0.cmp(&b.0)));
         for (t, _) in by_remainder.into_iter().take(total.saturating_sub(assigned)) {
             *quotas.entry(t).or_default() += 1;
@@ -127,9 +135,10 @@ pub struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    /// A planner over the chunks of `index` allowing `cap` queries per document.
+    /// A planner over the chunks of `index` allowing `cap` queries per document (`None`: twice
+    /// a fair share of `total_queries`, at least 2).
     #[must_use]
-    pub fn new(index: &'a ChunkIndex, cap: usize, seed: u64) -> Self {
+    pub fn new(index: &'a ChunkIndex, cap: Option<usize>, total_queries: usize, seed: u64) -> Self {
         let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
         let mut docs: Vec<Vec<usize>> = Vec::new();
         for position in 0..index.len() {
@@ -141,13 +150,14 @@ impl<'a> Planner<'a> {
             docs[doc].push(position);
         }
         let planned_per_doc = vec![0; docs.len()];
+        let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()));
         Self { index, docs, planned_per_doc, cap, used: HashSet::new(), eligible: HashMap::new(), seed }
     }
 
-    /// Number of documents.
+    /// The per-document cap in force.
     #[must_use]
-    pub fn documents(&self) -> usize {
-        self.docs.len()
+    pub fn cap(&self) -> usize {
+        self.cap
     }
 
     /// Plans up to `wanted` requests per type for `round`; fewer when chunks run out.
@@ -160,8 +170,10 @@ impl<'a> Planner<'a> {
     pub fn plan(&mut self, wanted: &Quotas, round: u32, group: usize) -> Result<Vec<Request>> {
         let (mut hops, mut singles): (Quotas, Quotas) =
             wanted.iter().filter(|(_, n)| **n > 0).partition(|(t, _)| **t == QueryType::MultiHop);
-        let mut requests = self.fill(&mut singles, round, group.max(1), "single")?;
-        requests.extend(self.fill(&mut hops, round, group.clamp(1, 2), "multi_hop")?);
+        // Pairs first: they are the hardest to place, and single-chunk types must not use up
+        // every document's cap before them.
+        let mut requests = self.fill(&mut hops, round, group.clamp(1, 2), "multi_hop")?;
+        requests.extend(self.fill(&mut singles, round, group.max(1), "single")?);
         Ok(requests)
     }
 
@@ -265,7 +277,7 @@ fn most_wanted(remaining: &Quotas) -> Option<QueryType> {
 
 /// The default per-document cap: twice a fair share, at least 2.
 #[must_use]
-pub fn auto_cap(total_queries: usize, documents: usize) -> usize {
+fn auto_cap(total_queries: usize, documents: usize) -> usize {
     (2 * total_queries).div_ceil(documents.max(1)).max(2)
 }
 
@@ -309,13 +321,16 @@ mod tests {
 
     proptest! {
         #[test]
-        fn quotas_sum_to_total_and_stay_within_one(a in 0u32..100, b in 0u32..100, c in 0u32..100, total in 0usize..5000) {
+        fn quotas_sum_to_total_and_stay_within_one(a in 0u32..100, b in 0u32..100, c in 0u32..100,
+                                                     total in 0usize..5000, slack in -0.009f64..0.009) {
             prop_assume!(a + b + c > 0);
-            let sum = f64::from(a + b + c);
+            // Shares may add up to 1 ± 0.01, as users round them.
+            let sum = f64::from(a + b + c) / (1.0 + slack);
             let spec = format!("direct={},paraphrase={},multi_hop={}", f64::from(a) / sum, f64::from(b) / sum, f64::from(c) / sum);
             let mix: Mix = spec.parse().map_err(TestCaseError::fail)?;
             let quotas = mix.quotas(total);
             prop_assert_eq!(quotas.values().sum::<usize>(), total);
+            prop_assert_eq!(quotas.get(&QueryType::NoAnswer).copied().unwrap_or(0), 0, "no_answer is not in the mix");
             for (t, n) in &quotas {
                 let exact = mix.0.get(t).copied().unwrap_or(0.0) * total as f64;
                 prop_assert!((*n as f64 - exact).abs() < 1.0 + 1e-9, "{t}: {n} vs {exact}");

@@ -1,7 +1,8 @@
 //! Stage 7, output: writes the test set into the output folder, which is itself a BEIR dataset.
 //!
 //! Input: chunks (streamed), judged candidates, the review queue and the run's summary. Output:
-//! files.
+//! files. A build writes them into `OUT/.staging/` and publishes them together at the end
+//! ([`Staging`]), so a failed run leaves the previous test set whole, never half old, half new.
 //! Invariants: every file is written to a temporary file in the same folder and renamed into
 //! place, so a killed run never leaves a half-written file; outputs are byte-identical for the
 //! same inputs (what differs between runs lives only in `manifest.json`'s `run`).
@@ -65,6 +66,73 @@ impl AtomicFile {
     }
 }
 
+/// Where a build writes its files before publishing them together.
+pub struct Staging {
+    dir: PathBuf,
+    out: PathBuf,
+    published: bool,
+}
+
+/// The staging folder's name inside the output folder.
+const STAGING: &str = ".staging";
+/// Published last: its presence says the files beside it belong together.
+const MANIFEST: &str = "manifest.json";
+
+impl Staging {
+    /// An empty staging folder in `out` (a leftover from a killed run is cleared).
+    ///
+    /// # Errors
+    /// [`Error::Output`] if the folder cannot be made.
+    pub fn create(out: &Path) -> Result<Self> {
+        let dir = out.join(STAGING);
+        if dir.exists() {
+            fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
+        }
+        fs_err::create_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
+        Ok(Self { dir, out: out.to_owned(), published: false })
+    }
+
+    /// Where to write the output file `name` (e.g. `qrels/test.tsv`) for now.
+    #[must_use]
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Moves every staged file into the output folder, `manifest.json` last.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file that could not be moved.
+    pub fn publish(mut self) -> Result<()> {
+        let mut files: Vec<PathBuf> = walkdir::WalkDir::new(&self.dir)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_map(std::result::Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .map(walkdir::DirEntry::into_path)
+            .collect();
+        files.sort_by_key(|f| f.file_name().is_some_and(|n| n == MANIFEST));
+        for file in files {
+            let relative = file.strip_prefix(&self.dir).unwrap_or(&file);
+            let target = self.out.join(relative);
+            if let Some(parent) = target.parent() {
+                fs_err::create_dir_all(parent).map_err(|e| output_error(parent, e))?;
+            }
+            fs_err::rename(&file, &target).map_err(|e| output_error(&target, e))?;
+        }
+        self.published = true;
+        fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.published {
+            // Best effort: a leftover is cleared by the next run anyway.
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 fn output_error(path: &Path, source: std::io::Error) -> Error {
     Error::Output { path: path.to_owned(), source }
 }
@@ -123,6 +191,27 @@ mod tests {
         assert_eq!(fs_err::read_to_string(&path).unwrap_or_default(), "\"x\"\n");
         let files = fs_err::read_dir(dir.path().join("sub")).map(Iterator::count).unwrap_or_default();
         assert_eq!(files, 1);
+    }
+
+    #[test]
+    fn staging_publishes_all_files_or_none() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path();
+        write_text(&out.join("queries.jsonl"), "old").unwrap_or_else(|e| panic!("{e}"));
+        {
+            let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
+            write_text(&staging.path("queries.jsonl"), "new").unwrap_or_else(|e| panic!("{e}"));
+            // Dropped without publishing: a failed run.
+        }
+        assert_eq!(fs_err::read_to_string(out.join("queries.jsonl")).unwrap_or_default(), "old");
+        assert!(!out.join(STAGING).exists());
+        let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
+        write_text(&staging.path("queries.jsonl"), "new").unwrap_or_else(|e| panic!("{e}"));
+        write_text(&staging.path("qrels/test.tsv"), "q\tc\t3\n").unwrap_or_else(|e| panic!("{e}"));
+        staging.publish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fs_err::read_to_string(out.join("queries.jsonl")).unwrap_or_default(), "new");
+        assert!(out.join("qrels/test.tsv").exists());
+        assert!(!out.join(STAGING).exists());
     }
 
     #[test]

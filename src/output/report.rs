@@ -51,11 +51,13 @@ pub struct Shortfall {
     pub wanted: usize,
     /// Queries of it in the set.
     pub got: usize,
+    /// Why, in a few words.
+    pub cause: String,
 }
 
 impl std::fmt::Display for Shortfall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} of {} wanted", self.query_type, self.got, self.wanted)
+        write!(f, "{}: {} of {} wanted; {}", self.query_type, self.got, self.wanted, self.cause)
     }
 }
 

@@ -65,6 +65,10 @@ fn jsonl_and_prechunked_input() {
         run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect()
     };
     assert_eq!(ids(&prechunked), ids(&first), "pre-chunked input must keep its ids");
+    let doc_ids = |run: &super::Run| -> Vec<String> {
+        run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/metadata/doc_id").to_owned()).collect()
+    };
+    assert_eq!(doc_ids(&prechunked), doc_ids(&first), "metadata.doc_id must group chunks into documents");
 
     let docs = tempdir();
     let as_documents = build(docs.path(), &beir, &["--chunk-size", "400", "--chunk-overlap", "50"]);
@@ -103,5 +107,47 @@ fn symlink_loop_does_not_hang() {
     std::os::unix::fs::symlink(&corpus, corpus.join("loop")).unwrap_or_else(|e| panic!("{e}"));
     let run = build(dir.path(), &corpus, &[]);
     run.assert_code(0);
-    assert!(run.stderr.contains("loop"), "{}", run.stderr);
+    assert!(run.stderr.contains("File system loop found"), "{}", run.stderr);
+}
+
+#[test]
+fn a_failed_run_leaves_the_previous_set_whole() {
+    let dir = tempdir();
+    let good = build(dir.path(), &sample_corpus(), &[]);
+    good.assert_code(0);
+    let before = good.file("qrels.trec");
+    let empty = dir.path().join("empty");
+    write(&empty.join("blank.md"), "\n");
+    build(dir.path(), &empty, &[]).assert_code(2);
+    assert_eq!(good.file("qrels.trec"), before);
+    let corpus: std::collections::HashSet<String> =
+        good.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect();
+    assert!(
+        good.trec().iter().all(|(_, chunk, _)| corpus.contains(chunk)),
+        "qrels point outside corpus.jsonl"
+    );
+    assert!(!good.out.join(".staging").exists());
+}
+
+#[test]
+fn an_output_folder_inside_the_corpus_is_not_read() {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_sample(&corpus);
+    for _ in 0..2 {
+        let out = corpus.join("out");
+        let output = super::qrelgen(&[
+            "build",
+            "--corpus",
+            super::path_str(&corpus),
+            "--out",
+            super::path_str(&out),
+            "-q",
+        ]);
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        let manifest: serde_json::Value =
+            serde_json::from_str(&fs_err::read_to_string(out.join("manifest.json")).unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(manifest["corpus"]["documents"], 42);
+    }
 }

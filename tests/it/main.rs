@@ -6,7 +6,8 @@ mod corpus;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The bundled sample corpus.
 fn sample_corpus() -> PathBuf {
@@ -68,13 +69,34 @@ fn build(dir: &Path, corpus: &Path, args: &[&str]) -> Run {
     }
 }
 
+/// Longest a test lets the binary run: a hang fails the test instead of stalling CI.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
 fn qrelgen(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qrelgen"))
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run qrelgen: {e}"))
+    qrelgen_with_env(args, &[])
+}
+
+/// Runs the binary with no `OPENAI_*`/`QRELGEN_*` variables but `env`, killing it after
+/// [`RUN_LIMIT`].
+fn qrelgen_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_qrelgen"));
+    command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("OPENAI_") || key.starts_with("QRELGEN_") {
+            command.env_remove(key);
+        }
+    }
+    command.envs(env.iter().copied());
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run qrelgen: {e}"));
+    let started = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            panic!("qrelgen {args:?} ran longer than {RUN_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn path_str(path: &Path) -> &str {
