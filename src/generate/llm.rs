@@ -11,7 +11,7 @@ use super::reply::{ReplyQuery, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
-use crate::llm::{Llm, LlmError, Message, NetworkStats, TokenUsage, estimate_tokens};
+use crate::llm::{Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
 use crate::record::QueryType;
 use crate::rng::stream;
@@ -20,6 +20,9 @@ use rand::distr::{Distribution, weighted::WeightedIndex};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// Cache note holding the response format a preflight chose.
+const PREFLIGHT_NOTE: &str = "preflight-json-mode";
 
 /// Characters of a bad reply kept in `rejects.jsonl`.
 const REPLY_EXCERPT: usize = 600;
@@ -170,8 +173,16 @@ impl<'a> LlmGenerator<'a> {
         };
         if preflight {
             generator.mode = generator.runtime.block_on(generator.preflight())?;
+            generator.llm.forget_usage();
         }
         Ok(generator)
+    }
+
+    /// The mode chosen by an earlier preflight against this endpoint and model, if any: a rerun
+    /// does not probe again.
+    fn remembered_mode(&self) -> Option<JsonMode> {
+        let label = self.llm.note(PREFLIGHT_NOTE).ok().flatten()?;
+        JsonMode::FALLBACK_ORDER.into_iter().find(|m| m.label() == label)
     }
 
     /// The response format in use.
@@ -189,6 +200,21 @@ impl<'a> LlmGenerator<'a> {
     /// Tries the response formats in turn with one small call each; the first the server
     /// accepts wins. Connection failures and refusals of the model are fatal.
     async fn preflight(&self) -> Result<JsonMode> {
+        if self.settings.json_mode.is_none()
+            && let Some(mode) = self.remembered_mode()
+        {
+            return Ok(mode);
+        }
+        let mode = self.probe().await?;
+        if self.settings.json_mode.is_none() {
+            self.llm
+                .remember(PREFLIGHT_NOTE, mode.label())
+                .map_err(|e| endpoint_error(&self.llm, e.to_string(), "check --cache"))?;
+        }
+        Ok(mode)
+    }
+
+    async fn probe(&self) -> Result<JsonMode> {
         let messages = vec![
             Message::new("system", self.system_message()?),
             Message::new("user", self.prompts.preflight.render(&[])?),
@@ -199,8 +225,9 @@ impl<'a> LlmGenerator<'a> {
         };
         let mut last = String::new();
         for (i, mode) in modes.iter().enumerate() {
-            let is_last = i + 1 == modes.len();
-            match self.llm.complete(&messages, self.response_format(*mode).as_ref(), is_last).await {
+            let retry_on =
+                if i + 1 == modes.len() { RetryOn::Transient } else { RetryOn::RateLimitsAndNetwork };
+            match self.llm.complete(&messages, self.response_format(*mode).as_ref(), retry_on).await {
                 Ok(_) => return Ok(*mode),
                 Err(LlmError::Http { status: 401 | 403, message, .. }) => {
                     return Err(endpoint_error(
@@ -317,7 +344,7 @@ impl<'a> LlmGenerator<'a> {
         let format = self.response_format(self.mode);
         let mut attempt = 0;
         loop {
-            let completion = self.llm.complete(&messages, format.as_ref(), true).await?;
+            let completion = self.llm.complete(&messages, format.as_ref(), RetryOn::Transient).await?;
             if completion.truncated {
                 let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
                 return Ok(Answer::Unusable { reason, reply: Some(excerpt(&completion.content)) });

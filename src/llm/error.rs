@@ -40,6 +40,12 @@ impl LlmError {
         }
     }
 
+    /// Whether the server answered with a 5xx (which may mean "I don't support that").
+    #[must_use]
+    pub fn is_server_error(&self) -> bool {
+        matches!(self, Self::Http { status, .. } if *status >= 500)
+    }
+
     /// The wait the server asked for.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {

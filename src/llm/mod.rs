@@ -74,6 +74,7 @@ pub struct LlmConfig {
     /// Where.
     pub endpoint: Endpoint,
     /// Per-attempt timeout.
+    #[serde(rename = "timeout_secs", serialize_with = "as_secs")]
     pub timeout: Duration,
     /// Concurrency and rates.
     pub limits: LimitConfig,
@@ -149,6 +150,15 @@ struct Usage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+}
+
+/// Which failures a call retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOn {
+    /// 429, 5xx, connection errors and timeouts.
+    Transient,
+    /// 429, connection errors and timeouts, but not 5xx: for probing what a server supports.
+    RateLimitsAndNetwork,
 }
 
 /// A reply.
@@ -261,6 +271,12 @@ impl Llm {
         self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).used
     }
 
+    /// Stops counting what was used so far (the preflight is not part of the set; what it
+    /// cost stays in [`Llm::network`]).
+    pub fn forget_usage(&self) {
+        self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).used = TokenUsage::default();
+    }
+
     /// What this run sent so far.
     #[must_use]
     pub fn network(&self) -> NetworkStats {
@@ -271,6 +287,35 @@ impl Llm {
     #[must_use]
     pub fn idle_for(&self) -> Duration {
         self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed()
+    }
+
+    /// A note remembered in the cache under `name` for this endpoint and model.
+    ///
+    /// # Errors
+    /// [`LlmError::Body`] when the cache cannot be read.
+    pub fn note(&self, name: &str) -> Result<Option<String>, LlmError> {
+        let key = self.note_key(name);
+        Ok(self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))?.map(|r| r.content))
+    }
+
+    /// Remembers `value` under `name` for this endpoint and model.
+    ///
+    /// # Errors
+    /// [`LlmError::Body`] when the cache cannot be written.
+    pub fn remember(&self, name: &str, value: &str) -> Result<(), LlmError> {
+        let reply = CachedReply {
+            content: value.to_owned(),
+            finish_reason: None,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        };
+        self.cache.put(&self.note_key(name), &reply).map_err(|e| LlmError::Body(e.to_string()))
+    }
+
+    fn note_key(&self, name: &str) -> String {
+        let mut hasher = ContentHasher::default();
+        hasher.update(&["note", name, &self.config.endpoint.base_url, &self.config.endpoint.model]);
+        hasher.finish()
     }
 
     /// The cache key of a call: base URL, model, and the whole request body.
@@ -289,7 +334,7 @@ impl Llm {
         &self,
         messages: &[Message],
         response_format: Option<&serde_json::Value>,
-        retry: bool,
+        retry_on: RetryOn,
     ) -> Result<Completion, LlmError> {
         let request = ChatRequest {
             model: &self.config.endpoint.model,
@@ -309,7 +354,7 @@ impl Llm {
             return Ok(completion(&reply, true));
         }
         let tokens = estimate_tokens(messages) + self.config.max_tokens;
-        let attempts = if retry { self.config.retry.max_attempts.max(1) } else { 1 };
+        let attempts = self.config.retry.max_attempts.max(1);
         let mut last_error = None;
         for attempt in 0..attempts {
             if attempt > 0 {
@@ -328,7 +373,12 @@ impl Llm {
                     });
                     return Ok(completion(&reply, false));
                 }
-                Err(error) if error.is_retryable() => last_error = Some(error),
+                Err(error)
+                    if error.is_retryable()
+                        && (retry_on == RetryOn::Transient || !error.is_server_error()) =>
+                {
+                    last_error = Some(error);
+                }
                 Err(error) => {
                     self.update(|t| t.network.failures += 1);
                     return Err(error);
@@ -389,6 +439,10 @@ impl Llm {
     fn update(&self, change: impl FnOnce(&mut Totals)) {
         change(&mut self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
+}
+
+fn as_secs<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(duration.as_secs())
 }
 
 fn completion(reply: &CachedReply, cached: bool) -> Completion {

@@ -3,6 +3,8 @@
 
 mod build;
 mod corpus;
+mod llm;
+mod mock;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

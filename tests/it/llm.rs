@@ -1,0 +1,374 @@
+//! `qrelgen build --generator llm` against a mock OpenAI-compatible server over real HTTP.
+
+use super::mock::{self, Behaviour, Counters, Model};
+use super::{Run, path_str, qrelgen_with_env, sample_corpus, str_field, tempdir};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "sk-test-SECRET-never-written-7f3a";
+
+/// Runs `build` on the sample corpus with the LLM generator pointed at `server`.
+fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
+    let base_url = format!("{server}/v1");
+    let corpus = sample_corpus();
+    let mut all = vec![
+        "build",
+        "--corpus",
+        path_str(&corpus),
+        "--out",
+        path_str(out),
+        "--generator",
+        "llm",
+        "--base-url",
+        &base_url,
+        "--model",
+        "mock-model",
+        "--review-size",
+        "6",
+    ];
+    if !args.contains(&"--queries") {
+        all.extend_from_slice(&["--queries", "12"]);
+    }
+    all.extend_from_slice(args);
+    let output = qrelgen_with_env(&all, &[("OPENAI_API_KEY", SECRET)]);
+    Run {
+        out: out.to_owned(),
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Starts the mock and runs a build against it, off the async runtime.
+async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
+    let server = mock::start(model).await;
+    run_on(&server, out, args).await
+}
+
+/// Runs a build against a running mock (the base URL is part of the cache key, so reruns that
+/// should hit the cache use the same server).
+async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
+    let (uri, out, args): (String, std::path::PathBuf, Vec<String>) =
+        (server.uri(), out.to_owned(), args.iter().map(|a| (*a).to_owned()).collect());
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        llm_build(&out, &uri, &args)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn manifest(run: &Run) -> Value {
+    serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn reasons(run: &Run, file: &str, field: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for line in run.jsonl(file) {
+        *counts.entry(str_field(&line, field).to_owned()).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_good_model_fills_the_set_and_the_key_never_reaches_a_file() {
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::Good);
+    let run = run_with(model, dir.path(), &[]).await;
+    run.assert_code(0);
+    let queries = run.jsonl("queries.jsonl");
+    assert_eq!(queries.len(), 12);
+    for q in &queries {
+        assert!(q.pointer("/metadata/style").is_some(), "{q}");
+        if str_field(q, "/metadata/type") != "no_answer" {
+            assert!(q.pointer("/metadata/evidence/0").is_some(), "{q}");
+        }
+    }
+    let m = manifest(&run);
+    assert_eq!(m["llm"]["json_mode"], "schema");
+    assert_eq!(m["generator"], "llm:mock-model");
+    // One preflight, then one call per chunk or pair for up to 4 queries each.
+    let requests = counters.requests();
+    assert!(requests <= 1 + 12 / 2, "{requests} requests for 12 queries");
+    assert_eq!(m["run"]["llm_network"]["requests"], requests);
+    for entry in walkdir::WalkDir::new(dir.path()).into_iter().flatten().filter(|e| e.file_type().is_file()) {
+        let bytes = fs_err::read(entry.path()).unwrap_or_default();
+        let leaked = bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes());
+        assert!(!leaked, "the API key is in {}", entry.path().display());
+    }
+    assert!(!run.stderr.contains(SECRET) && !run.stdout.contains(SECRET));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_rejecting_json_schema_falls_back_to_json_object() {
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.reject_json_schema = true;
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
+    let bodies: Vec<Value> = server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+        .collect();
+    let schema_probes = bodies.iter().filter(|b| b["response_format"]["type"] == "json_schema").count();
+    assert_eq!(schema_probes, 1, "the 500 to json_schema is not retried: one probe, then json_object");
+    let first = counters.requests();
+    run_on(&server, dir.path(), &[]).await.assert_code(0);
+    assert_eq!(counters.requests(), first, "a warm rerun probes nothing and calls nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fenced_replies_with_prose_are_accepted() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::Fenced);
+    let run = run_with(model, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(run.jsonl("queries.jsonl").len(), 12);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unusable_replies_are_re_asked_then_rejected_with_their_reason() {
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::WrongTypes);
+    let run = run_with(model, dir.path(), &["--repairs", "2", "--max-rounds", "1"]).await;
+    run.assert_code(1);
+    let rejects = run.jsonl("rejects.jsonl");
+    assert!(!rejects.is_empty());
+    assert!(
+        rejects
+            .iter()
+            .all(|r| str_field(r, "/reason").starts_with("unusable reply after 2 repair(s): invalid JSON"))
+    );
+    assert!(rejects.iter().all(|r| r.get("reply").is_some()), "the bad reply is kept for inspection");
+    let calls = counters.requests() - 1;
+    assert_eq!(calls % 3, 0, "each call asked 1 + 2 repairs times: {calls}");
+
+    let repaired = tempdir();
+    let (model, counters) = mock::model(Behaviour::InvalidThenRepaired);
+    let run = run_with(model, repaired.path(), &["--repairs", "1"]).await;
+    run.assert_code(0);
+    assert_eq!((counters.requests() - 1) % 2, 0, "each call needed exactly one repair");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn truncated_replies_are_reported_as_truncation() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::Truncated);
+    let run = run_with(model, dir.path(), &["--max-rounds", "1"]).await;
+    run.assert_code(1);
+    let reasons = reasons(&run, "rejects.jsonl", "/reason");
+    assert_eq!(
+        reasons.keys().collect::<Vec<_>>(),
+        ["truncated: the reply hit max_tokens (raise --max-tokens)"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn evidence_not_in_the_source_is_dropped() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::BadEvidence);
+    let run = run_with(model, dir.path(), &["--max-rounds", "1", "--allow-shortfall"]).await;
+    run.assert_code(1);
+    let reasons = reasons(&run, "candidates.jsonl", "/reason");
+    assert_eq!(reasons.get("evidence_not_in_source"), Some(&12), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limits_are_retried_after_retry_after() {
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    (model.fail_first, model.fail_status, model.retry_after) = (2, 429, Some("1".to_owned()));
+    let started = Instant::now();
+    let run = run_with(model, dir.path(), &[]).await;
+    run.assert_code(0);
+    let arrivals = counters.arrivals.lock().map(|a| a.clone()).unwrap_or_default();
+    assert!(arrivals[1].duration_since(arrivals[0]) >= Duration::from_secs(1), "retried before Retry-After");
+    assert!(arrivals[2].duration_since(arrivals[1]) >= Duration::from_secs(1), "retried before Retry-After");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let network = &manifest(&run)["run"]["llm_network"];
+    assert_eq!((network["rate_limited"].as_u64(), network["retries"].as_u64()), (Some(2), Some(2)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_are_retried_and_other_4xx_fail_fast() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    (model.fail_first, model.fail_status) = (1, 500);
+    let run = run_with(model, dir.path(), &["--json-mode", "json_object"]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["run"]["llm_network"]["retries"], 1);
+
+    let other = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    (model.fail_first, model.fail_status) = (1, 404);
+    let run = run_with(model, other.path(), &["--json-mode", "json_object"]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("does not serve model \"mock-model\""), "{}", run.stderr);
+    assert!(run.stderr.contains("hint: check --model"), "{}", run.stderr);
+    assert_eq!(counters.requests(), 1, "a 404 is not retried");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hanging_server_times_out_with_a_clear_message() {
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.delay = Duration::from_secs(5);
+    let started = Instant::now();
+    let run = run_with(model, dir.path(), &["--timeout", "1", "--attempts", "2"]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("does not answer: no reply within 1 s"), "{}", run.stderr);
+    assert_eq!(counters.requests(), 2, "one timeout retried once");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrency_caps_requests_in_flight() {
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    let delay = Duration::from_millis(400);
+    model.delay = delay;
+    let run =
+        run_with(model, dir.path(), &["--concurrency", "2", "--queries", "24", "--queries-per-call", "2"])
+            .await;
+    run.assert_code(0);
+    let peak = counters.peak_in_flight(delay);
+    assert_eq!(peak, 2, "peak in flight {peak} with --concurrency 2");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::Good);
+    let run = run_with(model, dir.path(), &["--dry-run"]).await;
+    run.assert_code(0);
+    assert!(run.stdout.starts_with("dry run: 12 queries in "), "{}", run.stdout);
+    assert_eq!(counters.requests(), 0);
+    assert!(!dir.path().join("queries.jsonl").exists());
+
+    let (model, _) = mock::model(Behaviour::Good);
+    let run = run_with(model, dir.path(), &["--max-tokens-total", "300", "--concurrency", "1"]).await;
+    run.assert_code(3);
+    assert!(run.stderr.contains("budget reached"), "{}", run.stderr);
+    assert!(run.stderr.contains("rerun with a higher limit"), "{}", run.stderr);
+}
+
+/// Every output file but the run section of the manifest.
+fn outputs(run: &Run) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    for name in [
+        "corpus.jsonl",
+        "queries.jsonl",
+        "qrels.trec",
+        "candidates.jsonl",
+        "rejects.jsonl",
+        "review_queue.jsonl",
+        "report.md",
+    ] {
+        files.insert(name.to_owned(), run.file(name));
+    }
+    let mut m = manifest(run);
+    m.as_object_mut().map(|o| o.remove("run"));
+    files.insert("manifest.json".to_owned(), m.to_string());
+    files
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_cache_gives_identical_files_without_calls() {
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let first = run_on(&server, dir.path(), &[]).await;
+    first.assert_code(0);
+    let before = outputs(&first);
+    let paid = counters.requests();
+    let second = run_on(&server, dir.path(), &[]).await;
+    second.assert_code(0);
+    assert_eq!(counters.requests(), paid, "the warm rerun sent requests");
+    assert_same(&outputs(&second), &before);
+}
+
+#[track_caller]
+fn assert_same(got: &BTreeMap<String, String>, expected: &BTreeMap<String, String>) {
+    for (name, text) in expected {
+        let other = got.get(name).map_or("", String::as_str);
+        if other != text {
+            let line = text.lines().zip(other.lines()).position(|(a, b)| a != b).unwrap_or(0);
+            let (a, b) = (text.lines().nth(line).unwrap_or(""), other.lines().nth(line).unwrap_or(""));
+            panic!("{name} differs at line {}:\nexpected: {a}\n     got: {b}", line + 1);
+        }
+    }
+}
+
+/// Replies stored in a cache file (the preflight's mode note included).
+fn cached_replies(cache: &Path) -> usize {
+    let conn = rusqlite::Connection::open(cache).unwrap_or_else(|e| panic!("{e}"));
+    let count: i64 = conn
+        .query_row("SELECT COUNT(*) FROM replies WHERE finish_reason IS NOT NULL", [], |r| r.get(0))
+        .unwrap_or_else(|e| panic!("{e}"));
+    usize::try_from(count).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_mid_way_resumes_without_paying_twice() {
+    let args = ["--queries", "24", "--queries-per-call", "2", "--concurrency", "1"];
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.delay = Duration::from_millis(150);
+    let server = mock::start(model).await;
+    // The uninterrupted reference run.
+    let reference = tempdir();
+    let full = run_on(&server, reference.path(), &args).await;
+    full.assert_code(0);
+    let total_calls = counters.requests();
+
+    // The same run into another folder, killed with SIGKILL after a few calls.
+    let dir = tempdir();
+    let base_url = format!("{}/v1", server.uri());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args([
+            "build",
+            "--corpus",
+            path_str(&sample_corpus()),
+            "--out",
+            path_str(dir.path()),
+            "--generator",
+            "llm",
+        ])
+        .args(["--base-url", &base_url, "--model", "mock-model", "--review-size", "6", "-q"])
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for(&counters, total_calls + 5).await;
+    child.kill().unwrap_or_else(|e| panic!("{e}"));
+    let _ = child.wait();
+    let paid = cached_replies(&dir.path().join("llm-cache.sqlite"));
+    assert!(paid >= 3 && paid < total_calls, "{paid} of {total_calls} calls were paid before the kill");
+
+    let before_rerun = counters.requests();
+    let rerun = run_on(&server, dir.path(), &args).await;
+    rerun.assert_code(0);
+    assert_eq!(
+        counters.requests() - before_rerun,
+        total_calls - paid,
+        "the rerun must make exactly the calls not yet paid"
+    );
+    assert_same(&outputs(&rerun), &outputs(&full));
+}
+
+async fn wait_for(counters: &Arc<Counters>, requests: usize) {
+    let started = Instant::now();
+    while counters.requests() < requests {
+        assert!(started.elapsed() < Duration::from_secs(60), "the build never made {requests} requests");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

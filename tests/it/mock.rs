@@ -1,0 +1,213 @@
+//! A mock OpenAI-compatible chat endpoint over real HTTP (wiremock) that answers like a
+//! well-behaved model: it reads the passages and the requested queries from the prompt and
+//! replies with queries that quote the passages verbatim. Deterministic: the same request
+//! always gets the same reply.
+
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// How the mock misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Behaviour {
+    /// Valid replies.
+    #[default]
+    Good,
+    /// Valid JSON inside a ```json fence with prose around it.
+    Fenced,
+    /// Evidence quotes that are not in the passage.
+    BadEvidence,
+    /// `finish_reason: length` and a cut-off body.
+    Truncated,
+    /// `evidence` as a string instead of a list.
+    WrongTypes,
+    /// Invalid JSON on the first ask, valid after the repair re-ask.
+    InvalidThenRepaired,
+}
+
+/// The mock's state, shared with the test.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Chat requests received.
+    pub requests: AtomicUsize,
+    /// When each request arrived.
+    pub arrivals: Mutex<Vec<Instant>>,
+}
+
+impl Counters {
+    /// Requests received so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Most requests in flight at once, given that each is answered `delay` after it arrives.
+    pub fn peak_in_flight(&self, delay: Duration) -> usize {
+        let arrivals = self.arrivals.lock().map(|a| a.clone()).unwrap_or_default();
+        arrivals
+            .iter()
+            .map(|t| arrivals.iter().filter(|u| *u <= t && t.duration_since(**u) < delay).count())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The responder.
+pub struct Model {
+    pub behaviour: Behaviour,
+    /// Every answer comes this long after the request.
+    pub delay: Duration,
+    /// Answer HTTP 500 to `response_format: json_schema`, as llama.cpp's server does.
+    pub reject_json_schema: bool,
+    /// The first this many requests get `fail_status`.
+    pub fail_first: usize,
+    pub fail_status: u16,
+    /// `Retry-After` sent with the failures.
+    pub retry_after: Option<String>,
+    pub counters: Arc<Counters>,
+}
+
+impl Respond for Model {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        self.answer(request).set_delay(self.delay)
+    }
+}
+
+impl Model {
+    fn answer(&self, request: &Request) -> ResponseTemplate {
+        let c = &self.counters;
+        let n = c.requests.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut arrivals) = c.arrivals.lock() {
+            arrivals.push(Instant::now());
+        }
+        if n < self.fail_first {
+            let failure = ResponseTemplate::new(self.fail_status)
+                .set_body_json(json!({"error": {"message": "slow down"}}));
+            return match &self.retry_after {
+                Some(value) => failure.insert_header("Retry-After", value.as_str()),
+                None => failure,
+            };
+        }
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let format = body.pointer("/response_format/type").and_then(Value::as_str).unwrap_or("");
+        if self.reject_json_schema && format == "json_schema" {
+            return ResponseTemplate::new(500).set_body_string("json_schema is not supported");
+        }
+        let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+        let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
+        let repaired = messages.len() > 2;
+        let content = match self.behaviour {
+            _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
+            Behaviour::InvalidThenRepaired if !repaired => "{\"queries\": [ oops".to_owned(),
+            Behaviour::Truncated => return completion("{\"queries\": [{\"type\": \"dir", "length"),
+            Behaviour::WrongTypes => wrong_types(user),
+            Behaviour::Fenced => {
+                format!("Here are the queries:\n```json\n{}\n```\nDone.", queries(user, false))
+            }
+            Behaviour::BadEvidence => queries(user, true),
+            _ => queries(user, false),
+        };
+        completion(&content, "stop")
+    }
+}
+
+fn completion(content: &str, finish_reason: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "model": "mock-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": content.len() / 4 + 100, "completion_tokens": content.len() / 4}
+    }))
+}
+
+/// The passages of a prompt: the text between `"""` fences.
+fn passages(user: &str) -> Vec<&str> {
+    user.split("\"\"\"").skip(1).step_by(2).map(str::trim).collect()
+}
+
+/// `(type, style, count)` of every task line.
+fn tasks(user: &str) -> Vec<(String, String, usize)> {
+    user.lines()
+        .filter_map(|line| {
+            let count = line.trim_start_matches("- ").split(' ').next()?.parse().ok()?;
+            let query_type = line.split("of type \"").nth(1)?.split('"').next()?.to_owned();
+            let style = line.split("style \"").nth(1)?.split('"').next()?.to_owned();
+            Some((query_type, style, count))
+        })
+        .collect()
+}
+
+/// A verbatim quote from a passage: its longest line, cut to 80 characters at a word.
+fn quote(passage: &str) -> String {
+    let line = passage.lines().max_by_key(|l| l.len()).unwrap_or(passage).trim();
+    let mut quote: String = line.chars().take(80).collect();
+    if let Some(cut) = quote.rfind(' ').filter(|_| line.chars().count() > 80) {
+        quote.truncate(cut);
+    }
+    quote
+}
+
+/// A query from a passage's words: the quote's words (so BM25 finds the passage).
+fn query_from(passage: &str, salt: usize) -> String {
+    let quoted = quote(passage);
+    let words: Vec<&str> = quoted.split_whitespace().filter(|w| w.len() > 3).collect();
+    let take = 4 + salt % 3;
+    words.iter().take(take).copied().collect::<Vec<_>>().join(" ")
+}
+
+fn queries(user: &str, bad_evidence: bool) -> String {
+    let passages = passages(user);
+    let mut out = Vec::new();
+    for (query_type, style, count) in tasks(user) {
+        for i in 0..count {
+            let evidence: Vec<String> = if bad_evidence {
+                vec!["this sentence appears in no passage at all".to_owned()]
+            } else if query_type == "multi_hop" {
+                passages.iter().map(|p| quote(p)).collect()
+            } else {
+                vec![quote(passages.first().copied().unwrap_or(""))]
+            };
+            let text = match query_type.as_str() {
+                "multi_hop" => passages.iter().map(|p| query_from(p, i)).collect::<Vec<_>>().join(" and "),
+                "no_answer" => {
+                    format!("{} for a walrus {i}", query_from(passages.first().copied().unwrap_or(""), i))
+                }
+                _ => format!("{} {style} {i}", query_from(passages.first().copied().unwrap_or(""), i)),
+            };
+            let answer = if query_type == "no_answer" { "" } else { "an answer" };
+            out.push(json!({"type": query_type, "style": style, "query": text, "evidence": evidence, "answer": answer}));
+        }
+    }
+    json!({"queries": out}).to_string()
+}
+
+fn wrong_types(user: &str) -> String {
+    let passage = passages(user).first().copied().unwrap_or("").to_owned();
+    json!({"queries": [{"type": "direct", "style": "question", "query": "x", "evidence": quote(&passage), "answer": 3}]})
+        .to_string()
+}
+
+/// Starts a mock serving `model` at `/v1/chat/completions`.
+pub async fn start(model: Model) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(model).mount(&server).await;
+    server
+}
+
+/// A model with `behaviour`, and the counters to watch it.
+pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
+    let counters = Arc::new(Counters::default());
+    let model = Model {
+        behaviour,
+        delay: Duration::ZERO,
+        reject_json_schema: false,
+        fail_first: 0,
+        fail_status: 200,
+        retry_after: None,
+        counters: Arc::clone(&counters),
+    };
+    (model, counters)
+}
