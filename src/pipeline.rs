@@ -83,8 +83,8 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let mut generator = make_generator(config, &index, out, language)?;
     ms("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
-    let mut planner = Planner::new(&index, config.per_doc_cap, config.queries, config.seed);
     let group = generator.queries_per_call();
+    let mut planner = Planner::new(&index, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
         let requests = planner.plan(&quotas, 1, group)?;
         let estimate = generator.estimate(&requests)?;

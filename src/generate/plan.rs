@@ -136,9 +136,16 @@ pub struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     /// A planner over the chunks of `index` allowing `cap` queries per document (`None`: twice
-    /// a fair share of `total_queries`, at least 2).
+    /// a fair share of `total_queries`, at least 2 and at least `group`, so one chunk can serve a
+    /// whole call).
     #[must_use]
-    pub fn new(index: &'a ChunkIndex, cap: Option<usize>, total_queries: usize, seed: u64) -> Self {
+    pub fn new(
+        index: &'a ChunkIndex,
+        cap: Option<usize>,
+        total_queries: usize,
+        group: usize,
+        seed: u64,
+    ) -> Self {
         let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
         let mut docs: Vec<Vec<usize>> = Vec::new();
         for position in 0..index.len() {
@@ -150,7 +157,7 @@ impl<'a> Planner<'a> {
             docs[doc].push(position);
         }
         let planned_per_doc = vec![0; docs.len()];
-        let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()));
+        let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()).max(group));
         Self { index, docs, planned_per_doc, cap, used: HashSet::new(), eligible: HashMap::new(), seed }
     }
 

@@ -77,6 +77,8 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     let mut out = String::new();
     header(&mut out, summary.manifest);
     counts_table(&mut out, summary.manifest);
+    llm_section(&mut out, summary.manifest, summary.judged);
+    styles_table(&mut out, summary.judged);
     reasons_table(&mut out, summary.manifest);
     rank_histogram(&mut out, summary.judged, summary.manifest.config.filter.top_n);
     overlap_table(&mut out, summary.judged);
@@ -130,6 +132,56 @@ fn counts_table(out: &mut String, m: &Manifest<'_>) {
             c.dropped,
             c.in_set()
         );
+    }
+    out.push('\n');
+}
+
+fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
+    let Some(llm) = &m.llm else { return };
+    let in_set = judged.iter().filter(|j| j.in_set()).count().max(1) as f64;
+    let u = &llm.usage;
+    let _ = writeln!(out, "## LLM\n");
+    let _ = writeln!(
+        out,
+        "- endpoint: {} model `{}`, response format {}",
+        llm.base_url,
+        llm.model,
+        llm.json_mode.label()
+    );
+    let _ = writeln!(
+        out,
+        "- generate: {} replies, {} prompt + {} completion tokens (cached replies included)",
+        u.replies, u.prompt_tokens, u.completion_tokens
+    );
+    let _ = writeln!(
+        out,
+        "- per query in the set: {:.2} replies, {:.0} prompt tokens",
+        u.replies as f64 / in_set,
+        u.prompt_tokens as f64 / in_set
+    );
+    if let Some(cost) = llm.cost {
+        let _ = writeln!(out, "- cost at the given prices: {cost:.4}");
+    }
+    let _ =
+        writeln!(out, "- requests sent, retries and 429s of each run: `manifest.json` → `run.llm_network`\n");
+}
+
+fn styles_table(out: &mut String, judged: &[Judged]) {
+    let mut rows: BTreeMap<(QueryType, &str), usize> = BTreeMap::new();
+    for j in judged.iter().filter(|j| j.in_set()) {
+        if let Some(style) = &j.candidate.style {
+            *rows.entry((j.candidate.query_type, style.as_str())).or_default() += 1;
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Queries in the set by type and style\n\n| type | style | queries |\n|---|---|---:|"
+    );
+    for ((t, style), n) in rows {
+        let _ = writeln!(out, "| {t} | {style} | {n} |");
     }
     out.push('\n');
 }

@@ -35,6 +35,10 @@ pub struct Counters {
     pub requests: AtomicUsize,
     /// When each request arrived.
     pub arrivals: Mutex<Vec<Instant>>,
+    /// When each request within the rate limit arrived.
+    pub accepted: Mutex<Vec<Instant>>,
+    /// Requests answered 429 for exceeding the rate limit.
+    pub rate_limited: AtomicUsize,
 }
 
 impl Counters {
@@ -66,6 +70,8 @@ pub struct Model {
     pub fail_status: u16,
     /// `Retry-After` sent with the failures.
     pub retry_after: Option<String>,
+    /// At most this many requests per rolling window; more get 429.
+    pub rate_limit: Option<(usize, Duration)>,
     pub counters: Arc<Counters>,
 }
 
@@ -82,6 +88,15 @@ impl Model {
         if let Ok(mut arrivals) = c.arrivals.lock() {
             arrivals.push(Instant::now());
         }
+        if let Some((limit, window)) = self.rate_limit {
+            let now = Instant::now();
+            let Ok(mut accepted) = c.accepted.lock() else { return ResponseTemplate::new(500) };
+            if accepted.iter().filter(|t| now.duration_since(**t) < window).count() >= limit {
+                c.rate_limited.fetch_add(1, Ordering::SeqCst);
+                return ResponseTemplate::new(429).insert_header("Retry-After", "1");
+            }
+            accepted.push(now);
+        }
         if n < self.fail_first {
             let failure = ResponseTemplate::new(self.fail_status)
                 .set_body_json(json!({"error": {"message": "slow down"}}));
@@ -96,12 +111,15 @@ impl Model {
             return ResponseTemplate::new(500).set_body_string("json_schema is not supported");
         }
         let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+        let prompt_chars: usize = messages.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum();
         let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
             _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
             Behaviour::InvalidThenRepaired if !repaired => "{\"queries\": [ oops".to_owned(),
-            Behaviour::Truncated => return completion("{\"queries\": [{\"type\": \"dir", "length"),
+            Behaviour::Truncated => {
+                return completion("{\"queries\": [{\"type\": \"dir", "length", prompt_chars);
+            }
             Behaviour::WrongTypes => wrong_types(user),
             Behaviour::Fenced => {
                 format!("Here are the queries:\n```json\n{}\n```\nDone.", queries(user, false))
@@ -109,17 +127,18 @@ impl Model {
             Behaviour::BadEvidence => queries(user, true),
             _ => queries(user, false),
         };
-        completion(&content, "stop")
+        completion(&content, "stop", prompt_chars)
     }
 }
 
-fn completion(content: &str, finish_reason: &str) -> ResponseTemplate {
+/// A chat completion; token counts at about four characters a token.
+fn completion(content: &str, finish_reason: &str, prompt_chars: usize) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({
         "id": "chatcmpl-mock",
         "object": "chat.completion",
         "model": "mock-model",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": content.len() / 4 + 100, "completion_tokens": content.len() / 4}
+        "usage": {"prompt_tokens": prompt_chars / 4, "completion_tokens": content.len() / 4}
     }))
 }
 
@@ -207,6 +226,7 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         fail_first: 0,
         fail_status: 200,
         retry_after: None,
+        rate_limit: None,
         counters: Arc::clone(&counters),
     };
     (model, counters)
