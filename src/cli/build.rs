@@ -134,6 +134,13 @@ fn exit_code(outcome: &Outcome, allow_shortfall: bool) -> u8 {
              or raise --chunk-size"
         );
         exit::SHORTFALL
+    } else if outcome.counts.values().all(|c| c.generated == 0) {
+        eprintln!(
+            "error: the generator wrote no usable query; every request failed (reasons and replies in \
+             rejects.jsonl)\nhint: check the model with --print-prompts and a few --queries; small local \
+             models may need --json-mode plain or a larger --max-tokens"
+        );
+        exit::SHORTFALL
     } else if outcome.in_set == 0 {
         eprintln!(
             "error: no query passed the round-trip filter\nhint: see the report; try --on-miss flag or a larger --top-n"

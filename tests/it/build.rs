@@ -252,3 +252,37 @@ pub fn sample_docs_as_jsonl() -> Vec<String> {
         })
         .collect()
 }
+
+#[test]
+fn a_config_file_sets_defaults_and_flags_override_it() {
+    let dir = tempdir();
+    let config = dir.path().join("qrelgen.toml");
+    fs_err::write(&config, "schema_version = 1\nqueries = 20\nseed = 9\nreview_size = 7\n").unwrap_or_default();
+    let run = build(dir.path(), &sample_corpus(), &["--config", super::path_str(&config), "--review-size", "8"]);
+    run.assert_code(0);
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(manifest["config"]["queries"], 20);
+    assert_eq!(manifest["seed"], 9);
+    assert_eq!(manifest["config"]["review"]["size"], 8, "the flag overrides the file");
+
+    fs_err::write(&config, "schema_version = 1\nquerys = 20\n").unwrap_or_default();
+    let typo = build(dir.path(), &sample_corpus(), &["--config", super::path_str(&config)]);
+    typo.assert_code(2);
+    assert!(typo.stderr.contains("unknown field `querys`"), "{}", typo.stderr);
+    fs_err::write(&config, "queries = 20\n").unwrap_or_default();
+    let unversioned = build(dir.path(), &sample_corpus(), &["--config", super::path_str(&config)]);
+    unversioned.assert_code(2);
+    assert!(unversioned.stderr.contains("schema_version = 1"), "{}", unversioned.stderr);
+}
+
+#[test]
+fn print_prompts_shows_the_effective_templates() {
+    let output = qrelgen(&["build", "--print-prompts", "--language", "zh"]);
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.starts_with("# prompts from bundled (zh)"), "{text}");
+    assert!(text.contains("## paraphrase") && text.contains("同义词"), "{text}");
+    let offline = qrelgen(&["build", "--corpus", "x", "--out", "y", "--generator", "llm"]);
+    assert_eq!(offline.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&offline.stderr).contains("--generator llm needs an endpoint"));
+}
