@@ -57,7 +57,7 @@ impl Progress {
             let template = if total == 0 {
                 "{prefix:>9} {spinner} {human_pos} done, {elapsed}"
             } else {
-                "{prefix:>9} [{bar:30}] {human_pos}/{human_len}, eta {eta}"
+                "{prefix:>9} [{bar:30}] {human_pos}/{human_len} {per_sec:.0}, eta {eta} {msg}"
             };
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style.progress_chars("=> "));
@@ -73,6 +73,7 @@ impl Progress {
             bar,
             started: Instant::now(),
             last_line: Mutex::new(Instant::now()),
+            note: Mutex::new(String::new()),
         }
     }
 }
@@ -87,6 +88,7 @@ pub struct Stage {
     bar: Option<ProgressBar>,
     started: Instant,
     last_line: Mutex<Instant>,
+    note: Mutex<String>,
 }
 
 impl Stage {
@@ -94,6 +96,16 @@ impl Stage {
     #[must_use]
     pub fn hidden() -> Self {
         Progress::hidden().stage("", 0)
+    }
+
+    /// Shows a short note next to the count (e.g. tokens and errors so far).
+    pub fn note(&self, note: String) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(note.clone());
+        }
+        if let Ok(mut slot) = self.note.lock() {
+            *slot = note;
+        }
     }
 
     /// Records `n` more steps done.
@@ -106,7 +118,9 @@ impl Stage {
             if last.elapsed() >= LINE_INTERVAL {
                 *last = Instant::now();
                 let total = self.total.load(Ordering::Relaxed);
-                eprintln!("{:>9}: {done}/{total}", self.name);
+                let note = self.note.lock().map(|n| n.clone()).unwrap_or_default();
+                let rate = done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+                eprintln!("{:>9}: {done}/{total} ({rate:.1}/s) {note}", self.name);
             }
         }
     }

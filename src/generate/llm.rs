@@ -329,6 +329,14 @@ impl<'a> LlmGenerator<'a> {
     /// failures of the call's requests.
     async fn run_call(&self, call: &Call, progress: &Stage) -> std::result::Result<Generated, LlmError> {
         let answer = self.ask(call).await;
+        let (used, network) = (self.llm.usage(), self.llm.network());
+        progress.note(format!(
+            "{} tokens, {} requests, {} retries, {} failed",
+            used.prompt_tokens + used.completion_tokens,
+            network.requests,
+            network.retries,
+            network.failures
+        ));
         progress.inc(call.tasks.len() as u64);
         match answer {
             Ok(Answer::Queries(queries)) => Ok(assign(call, queries)),

@@ -257,8 +257,10 @@ pub fn sample_docs_as_jsonl() -> Vec<String> {
 fn a_config_file_sets_defaults_and_flags_override_it() {
     let dir = tempdir();
     let config = dir.path().join("qrelgen.toml");
-    fs_err::write(&config, "schema_version = 1\nqueries = 20\nseed = 9\nreview_size = 7\n").unwrap_or_default();
-    let run = build(dir.path(), &sample_corpus(), &["--config", super::path_str(&config), "--review-size", "8"]);
+    fs_err::write(&config, "schema_version = 1\nqueries = 20\nseed = 9\nreview_size = 7\n")
+        .unwrap_or_default();
+    let run =
+        build(dir.path(), &sample_corpus(), &["--config", super::path_str(&config), "--review-size", "8"]);
     run.assert_code(0);
     let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(manifest["config"]["queries"], 20);

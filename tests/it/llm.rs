@@ -372,3 +372,23 @@ async fn wait_for(counters: &Arc<Counters>, requests: usize) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_watchdog_stops_a_run_where_nothing_finishes() {
+    let dir = tempdir();
+    // A first run against a healthy server leaves the preflight's choice in the cache.
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    run_on(&server, dir.path(), &["--queries", "4"]).await.assert_code(0);
+    // Then the server hangs on every new call.
+    server.reset().await;
+    let (mut hanging, _) = mock::model(Behaviour::Good);
+    hanging.delay = Duration::from_secs(30);
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(hanging).mount(&server).await;
+    let started = Instant::now();
+    let run =
+        run_on(&server, dir.path(), &["--queries", "12", "--stall-timeout", "2", "--timeout", "60"]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("no LLM call finished in 2 s"), "{}", run.stderr);
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
