@@ -123,7 +123,10 @@ impl<'a> RoundTrip<'a> {
                     sources.push(self.index.text(position)?);
                 }
             }
-            if !candidate.evidence.iter().all(|quote| sources.iter().any(|s| quote_in(quote, s))) {
+            // Every quote is in some source, and every source (each hop) is quoted.
+            let quoted = |s: &String| candidate.evidence.iter().any(|q| quote_in(q, s));
+            let found = |q: &String| sources.iter().any(|s| quote_in(q, s));
+            if !candidate.evidence.iter().all(found) || !sources.iter().all(quoted) {
                 return Ok(Some(Reason::EvidenceNotInSource));
             }
         }

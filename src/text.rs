@@ -33,20 +33,26 @@ impl Language {
         }
     }
 
-    /// The language of `text`, by the share of CJK characters among its letters.
+    /// The language of `text`: Chinese when CJK characters make up at least 30 % of its
+    /// units (see [`units`]).
     #[must_use]
     pub fn detect(text: &str) -> Self {
-        if cjk_share(text) >= 0.3 { Self::Zh } else { Self::En }
+        let u = units(text);
+        if u.cjk_share() >= 0.3 { Self::Zh } else { Self::En }
     }
 
-    /// Whether `text` looks written in this language: Chinese needs at least 30 % CJK letters,
-    /// English at most 10 % (names and terms in the other script are fine).
+    /// Whether `text` looks written in this language. Chinese: at least 20 % CJK units, so a
+    /// query full of command names (`apt-get install 报错 dpkg lock`) passes. English: at least
+    /// 80 % Latin words and no more than 10 % CJK (names from other scripts are fine, whole
+    /// Cyrillic or Hangul queries are not).
     #[must_use]
     pub fn matches(self, text: &str) -> bool {
-        let share = cjk_share(text);
+        let u = units(text);
         match self {
-            Self::Zh => share >= 0.3,
-            Self::En => share <= 0.1,
+            Self::Zh => u.cjk_share() >= 0.2,
+            Self::En => {
+                u.total() > 0 && u.latin_words as f64 >= 0.8 * u.total() as f64 && u.cjk_share() <= 0.1
+            }
         }
     }
 }
@@ -55,29 +61,80 @@ fn is_cjk(c: char) -> bool {
     matches!(c as u32, 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x2FA1F | 0x3040..=0x30FF)
 }
 
-/// Share of CJK characters among alphabetic characters (0 for a text without letters).
-fn cjk_share(text: &str) -> f64 {
-    let (mut letters, mut cjk) = (0usize, 0usize);
-    for c in text.chars().filter(|c| c.is_alphabetic()) {
-        letters += 1;
-        cjk += usize::from(is_cjk(c));
+/// A text measured in comparable units: one per CJK character (a CJK character is about a
+/// word), one per run of Latin letters, one per run of letters of other scripts.
+#[derive(Debug, Default, Clone, Copy)]
+struct Units {
+    cjk: usize,
+    latin_words: usize,
+    other_words: usize,
+}
+
+impl Units {
+    fn total(self) -> usize {
+        self.cjk + self.latin_words + self.other_words
     }
-    if letters == 0 { 0.0 } else { cjk as f64 / letters as f64 }
+
+    fn cjk_share(self) -> f64 {
+        if self.total() == 0 { 0.0 } else { self.cjk as f64 / self.total() as f64 }
+    }
+}
+
+fn units(text: &str) -> Units {
+    let mut u = Units::default();
+    let mut previous: Option<bool> = None; // Some(true) inside a Latin word, Some(false) another script
+    for c in text.chars() {
+        if is_cjk(c) {
+            u.cjk += 1;
+            previous = None;
+        } else if c.is_alphabetic() {
+            let latin = c.is_ascii_alphabetic() || matches!(c as u32, 0xC0..=0x24F);
+            if previous != Some(latin) {
+                if latin { u.latin_words += 1 } else { u.other_words += 1 }
+            }
+            previous = Some(latin);
+        } else {
+            previous = None;
+        }
+    }
+    u
 }
 
 /// Normalises text for quote matching: NFKC (full-width → half-width), lower case, one kind of
-/// quote mark, dashes unified, whitespace collapsed.
+/// quote mark, dashes unified, Markdown emphasis, code ticks and link targets dropped,
+/// whitespace collapsed.
 #[must_use]
 pub fn normalize_for_match(text: &str) -> String {
-    let mapped = text.nfkc().flat_map(char::to_lowercase).map(|c| match c {
-        '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '`' | '\u{00B4}' => '\'',
-        '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{00AB}' | '\u{00BB}' | '\u{300C}'
-        | '\u{300D}' | '\u{300E}' | '\u{300F}' => '"',
-        '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
-        c => c,
-    });
+    let text = drop_link_targets(text);
+    let mapped =
+        text.nfkc().flat_map(char::to_lowercase).filter(|c| !matches!(c, '*' | '`' | '_' | '[' | ']')).map(
+            |c| match c {
+                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{00B4}' => '\'',
+                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{00AB}' | '\u{00BB}' | '\u{300C}'
+                | '\u{300D}' | '\u{300E}' | '\u{300F}' => '"',
+                '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+                c => c,
+            },
+        );
     let collected: String = mapped.collect();
     collected.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `[text](target)` → `[text]`.
+fn drop_link_targets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("](") {
+        out.push_str(&rest[..=at]);
+        match rest[at..].find(')') {
+            Some(end) => rest = &rest[at + end + 1..],
+            None => {
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Whether `quote` occurs in `source` after [`normalize_for_match`] (an empty quote never does).
@@ -107,6 +164,13 @@ mod tests {
         check_quote("", source, false);
         check_quote("ＨＳ－４０１２", "error HS-4012 means", true);
         check_quote("配额已满", "当空间用完时，配额已满，同步会暂停。", true);
+        check_quote("Team: events are kept for 90 days", "- **Team**: events are kept for 90 days.", true);
+        check_quote("The catalog pg_default_acl stores", "The catalog `pg_default_acl` stores", true);
+        check_quote(
+            "see the release notes for details",
+            "see the [release notes](https://x.example/n) for details",
+            true,
+        );
     }
 
     #[test]
@@ -117,5 +181,15 @@ mod tests {
         assert!(!Language::Zh.matches("How do I configure replication?"));
         assert!(Language::En.matches("What does apt-get do?"));
         assert!(!Language::En.matches("什么是 apt-get？"));
+        for zh in [
+            "apt-get install 报错 dpkg lock",
+            "如何用 apt-get 安装 package",
+            "怎么配置 sources.list 的 mirror",
+        ] {
+            assert!(Language::Zh.matches(zh), "{zh}");
+            assert!(!Language::En.matches(zh), "{zh}");
+        }
+        assert!(!Language::En.matches("Как настроить репликацию?"));
+        assert!(!Language::En.matches("복제를 어떻게 설정하나요"));
     }
 }

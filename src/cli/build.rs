@@ -78,7 +78,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<u8> {
     let outcome = match pipeline::build(&config, out, &progress) {
         Err(qrelgen::Error::Budget(message)) => {
             eprintln!(
-                "error: {message}\nhint: every reply so far is cached: rerun with a higher limit to resume"
+                "error: budget reached: {message}\nhint: every reply so far is cached: rerun with a higher limit to resume"
             );
             return Ok(exit::BUDGET);
         }

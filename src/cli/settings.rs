@@ -276,9 +276,25 @@ impl Settings {
             ("--max-rounds", self.max_rounds.map(|r| r as usize)),
             ("--queries-per-call", self.queries_per_call),
             ("--concurrency", self.concurrency),
+            ("--rpm", self.rpm.map(|n| n as usize)),
+            ("--tpm", self.tpm.map(|n| n as usize)),
+            ("--timeout", self.timeout.map(|n| n as usize)),
+            ("--stall-timeout", self.stall_timeout.map(|n| n as usize)),
+            ("--attempts", self.attempts.map(|n| n as usize)),
+            ("--max-tokens", self.max_tokens.map(|n| n as usize)),
         ] {
             if value == Some(0) {
                 bail!("invalid {flag}: must be at least 1");
+            }
+        }
+        for (flag, value) in [
+            ("--temperature", self.temperature.map(f64::from)),
+            ("--max-cost", self.max_cost),
+            ("--price-prompt", self.price_prompt),
+            ("--price-completion", self.price_completion),
+        ] {
+            if value.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                bail!("invalid {flag}: must be a number ≥ 0");
             }
         }
         let mix = match &self.mix {
@@ -340,7 +356,8 @@ impl Settings {
         let styles =
             parse_shares(self.styles.as_deref().unwrap_or("question=0.5,keyword=0.3,colloquial=0.2"))
                 .map_err(|e| anyhow::anyhow!("invalid --styles: {e}"))?;
-        let timeout = Duration::from_secs(self.timeout.unwrap_or(300).max(1));
+        // A day is plenty for one reply, and keeps the arithmetic below far from overflow.
+        let timeout = Duration::from_secs(self.timeout.unwrap_or(300).clamp(1, 86_400));
         let price = match (self.price_prompt, self.price_completion) {
             (None, None) => None,
             (prompt, completion) => {
@@ -379,7 +396,9 @@ impl Settings {
                 repairs: self.repairs.unwrap_or(2),
                 styles,
                 queries_per_call: self.queries_per_call.unwrap_or(4),
-                stall_after: self.stall_timeout.map_or(timeout * 3, Duration::from_secs),
+                stall_after: self
+                    .stall_timeout
+                    .map_or(timeout.saturating_mul(3), |s| Duration::from_secs(s.min(86_400 * 3))),
             },
             prompts: self.prompts.clone(),
             cache: self.cache.clone(),

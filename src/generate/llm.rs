@@ -172,7 +172,13 @@ impl<'a> LlmGenerator<'a> {
             seed,
         };
         if preflight {
-            generator.mode = generator.runtime.block_on(generator.preflight())?;
+            let checked = async {
+                tokio::select! {
+                    mode = generator.preflight() => mode,
+                    () = generator.watchdog() => Err(generator.stalled()),
+                }
+            };
+            generator.mode = generator.runtime.block_on(checked)?;
             generator.llm.forget_usage();
         }
         Ok(generator)
@@ -229,6 +235,7 @@ impl<'a> LlmGenerator<'a> {
                 if i + 1 == modes.len() { RetryOn::Transient } else { RetryOn::RateLimitsAndNetwork };
             match self.llm.complete(&messages, self.response_format(*mode).as_ref(), retry_on).await {
                 Ok(_) => return Ok(*mode),
+                Err(LlmError::Budget(message)) => return Err(Error::Budget(message)),
                 Err(LlmError::Http { status: 401 | 403, message, .. }) => {
                     return Err(endpoint_error(
                         &self.llm,
@@ -285,7 +292,8 @@ impl<'a> LlmGenerator<'a> {
                 None => "question".to_owned(),
             };
             let task = Task { request: i, query_type: request.query_type, style };
-            match calls.iter_mut().find(|c| c.sources == request.sources) {
+            let per_call = self.settings.queries_per_call.max(1);
+            match calls.iter_mut().find(|c| c.sources == request.sources && c.tasks.len() < per_call) {
                 Some(call) => call.tasks.push(task),
                 None => calls.push(Call { sources: request.sources.clone(), tasks: vec![task] }),
             }
@@ -341,7 +349,7 @@ impl<'a> LlmGenerator<'a> {
         match answer {
             Ok(Answer::Queries(queries)) => Ok(assign(call, queries)),
             Ok(Answer::Unusable { reason, reply }) => Ok(fail_all(call, &reason, reply.as_deref())),
-            Err(LlmError::Budget(message)) => Err(LlmError::Budget(message)),
+            Err(error) if is_fatal(&error) => Err(error),
             Err(error) => Ok(fail_all(call, &error.to_string(), None)),
         }
     }
@@ -377,35 +385,57 @@ impl<'a> LlmGenerator<'a> {
         }
     }
 
+    /// Runs the calls, `concurrency` at a time, in any order (a slow call does not hold the
+    /// others back), and returns their results in plan order. A spent budget lets the calls in
+    /// flight finish; an unusable endpoint stops at once.
     async fn run_all(&self, calls: &[Call], progress: &Stage) -> Result<Generated> {
         let concurrency = self.llm.config().limits.concurrency.max(1);
-        let work = futures::stream::iter(calls.iter().map(|call| self.run_call(call, progress)))
-            .buffered(concurrency)
-            .collect::<Vec<_>>();
-        let outcomes = tokio::select! {
-            outcomes = work => outcomes,
-            () = self.watchdog() => {
-                return Err(Error::Stalled {
-                    seconds: self.settings.stall_after.as_secs(),
-                    url: self.llm.config().endpoint.base_url.clone(),
-                });
+        let work = async {
+            let mut stream = futures::stream::iter(calls.iter().enumerate())
+                .map(|(i, call)| async move { (i, self.run_call(call, progress).await) })
+                .buffer_unordered(concurrency);
+            let mut parts = Vec::with_capacity(calls.len());
+            let mut budget = None;
+            while let Some((i, outcome)) = stream.next().await {
+                match outcome {
+                    Ok(part) => parts.push((i, part)),
+                    Err(LlmError::Budget(message)) => budget = Some(message),
+                    Err(error) => return Err(self.fatal(&error)),
+                }
+            }
+            match budget {
+                Some(message) => Err(Error::Budget(message)),
+                None => Ok(parts),
             }
         };
+        let mut parts = tokio::select! {
+            parts = work => parts?,
+            () = self.watchdog() => return Err(self.stalled()),
+        };
+        parts.sort_by_key(|(i, _)| *i);
         let mut generated = Generated::default();
-        let mut budget = None;
-        for outcome in outcomes {
-            match outcome {
-                Ok(part) => {
-                    generated.drafts.extend(part.drafts);
-                    generated.failures.extend(part.failures);
-                }
-                Err(error) => budget = Some(error.to_string()),
-            }
+        for (_, part) in parts {
+            generated.drafts.extend(part.drafts);
+            generated.failures.extend(part.failures);
         }
-        match budget {
-            Some(message) => Err(Error::Budget(message)),
-            None => Ok(generated),
+        Ok(generated)
+    }
+
+    fn stalled(&self) -> Error {
+        Error::Stalled {
+            seconds: self.settings.stall_after.as_secs(),
+            url: self.llm.config().endpoint.base_url.clone(),
         }
+    }
+
+    /// The error that stops the run for an endpoint that cannot serve it.
+    fn fatal(&self, error: &LlmError) -> Error {
+        let hint = match error {
+            LlmError::Http { status: 401 | 403, .. } => "check OPENAI_API_KEY",
+            LlmError::Http { status: 404, .. } => "check --model and --base-url (it usually ends in /v1)",
+            _ => "is the server running? replies so far are cached and a rerun resumes",
+        };
+        endpoint_error(&self.llm, format!("failed: {error}"), hint)
     }
 
     /// Resolves once no call has finished for `stall_after`.
@@ -417,6 +447,18 @@ impl<'a> LlmGenerator<'a> {
             }
         }
     }
+}
+
+/// Failures that no other call will escape either: the server is unreachable, or refuses the
+/// key or the model.
+fn is_fatal(error: &LlmError) -> bool {
+    matches!(
+        error,
+        LlmError::Connect(_)
+            | LlmError::Timeout(_)
+            | LlmError::Budget(_)
+            | LlmError::Http { status: 401 | 403 | 404, .. }
+    )
 }
 
 fn excerpt(reply: &str) -> String {

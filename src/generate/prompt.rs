@@ -40,10 +40,19 @@ pub struct Template {
 }
 
 impl Template {
-    fn new(name: String, text: String, allowed: &[&str]) -> Result<Self> {
+    /// A template that may use the placeholders `allowed` and must use those in `required`.
+    fn new(name: String, text: String, allowed: &[&str], required: &[&str]) -> Result<Self> {
         let template = Self { name, text };
         let values: Vec<(&str, &str)> = allowed.iter().map(|a| (*a, "")).collect();
         template.render(&values)?;
+        let marked: Vec<(&str, &str)> = allowed.iter().map(|a| (*a, "\u{1}")).collect();
+        for name in required {
+            let only: Vec<(&str, &str)> =
+                marked.iter().map(|(n, v)| (*n, if n == name { *v } else { "" })).collect();
+            if !template.render(&only)?.contains('\u{1}') {
+                return Err(template.error(format!("must contain {{{{{name}}}}}")));
+            }
+        }
         Ok(template)
     }
 
@@ -127,9 +136,9 @@ impl Prompts {
                     .ok_or_else(|| Error::Prompt { path: name.into(), message: "not bundled".to_owned() }),
             }
         };
-        let template = |name: &str, allowed: &[&str]| -> Result<Template> {
+        let template = |name: &str, allowed: &[&str], required: &[&str]| -> Result<Template> {
             let (path, text) = read(name)?;
-            Template::new(path, text, allowed)
+            Template::new(path, text, allowed, required)
         };
         let lang = language.code();
         let (schema_path, schema_text) = read("schema.json")?;
@@ -138,19 +147,19 @@ impl Prompts {
         let task_fields = ["count", "style", "style_description"];
         let mut tasks = BTreeMap::new();
         for t in QueryType::ALL {
-            tasks.insert(t, template(&format!("{lang}/{}.md", t.label()), &task_fields)?);
+            tasks.insert(t, template(&format!("{lang}/{}.md", t.label()), &task_fields, &["count"])?);
         }
         let (_, styles_text) = read(&format!("{lang}/styles.md"))?;
         Ok(Self {
             source: dir.map_or_else(|| "bundled".to_owned(), |d| d.display().to_string()),
             language,
-            system: template("system.md", &["language"])?,
+            system: template("system.md", &["language"], &[])?,
             schema,
-            preflight: template("preflight.md", &[])?,
-            passage: template(&format!("{lang}/passage.md"), &["number", "title", "text"])?,
-            request: template(&format!("{lang}/request.md"), &["passages", "tasks"])?,
+            preflight: template("preflight.md", &[], &[])?,
+            passage: template(&format!("{lang}/passage.md"), &["number", "title", "text"], &["text"])?,
+            request: template(&format!("{lang}/request.md"), &["passages", "tasks"], &["passages", "tasks"])?,
             tasks,
-            repair: template(&format!("{lang}/repair.md"), &["error"])?,
+            repair: template(&format!("{lang}/repair.md"), &["error"], &[])?,
             styles: parse_styles(&styles_text),
         })
     }
@@ -192,13 +201,16 @@ mod tests {
 
     #[test]
     fn renders_and_rejects_unknown_placeholders() {
-        let t = Template::new("t".into(), "Hi {{ name }}, {{count}}!".into(), &["name", "count"])
+        let t = Template::new("t".into(), "Hi {{ name }}, {{count}}!".into(), &["name", "count"], &["count"])
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(t.render(&[("name", "Ann"), ("count", "2")]).unwrap_or_default(), "Hi Ann, 2!");
-        let bad = Template::new("bad.md".into(), "{{nmae}}".into(), &["name"]);
+        let bad = Template::new("bad.md".into(), "{{nmae}}".into(), &["name"], &[]);
         assert!(bad.is_err_and(|e| e.to_string().contains("unknown placeholder {{nmae}}")));
-        let open = Template::new("open.md".into(), "{{name".into(), &["name"]);
+        let open = Template::new("open.md".into(), "{{name".into(), &["name"], &[]);
         assert!(open.is_err());
+        let missing =
+            Template::new("passage.md".into(), "Passage {{number}}".into(), &["number", "text"], &["text"]);
+        assert!(missing.is_err_and(|e| e.to_string().contains("must contain {{text}}")));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Reading a model's reply: find the JSON object (tolerating code fences and prose around it),
-//! then validate it strictly: types, non-empty strings, known query types.
+//! Reading a model's reply: find the JSON object (tolerating code fences, prose and reasoning
+//! around it), then validate it strictly: types, non-empty strings, known query types.
 
 use crate::record::QueryType;
 use serde::Deserialize;
@@ -40,8 +40,8 @@ struct RawQuery {
 /// A sentence naming the problem (no JSON object, invalid JSON, a field of the wrong type, an
 /// empty string, an unknown query type).
 pub fn parse_reply(content: &str) -> Result<Vec<ReplyQuery>, String> {
-    let json = extract_json(content).ok_or("the reply contains no JSON object")?;
-    let raw: RawReply = serde_json::from_str(json).map_err(|e| format!("invalid JSON: {e}"))?;
+    let object = extract_json(content)?;
+    let raw: RawReply = serde_json::from_value(object).map_err(|e| format!("invalid JSON: {e}"))?;
     raw.queries.into_iter().enumerate().map(|(i, q)| validate(i, q)).collect()
 }
 
@@ -69,20 +69,38 @@ fn validate(i: usize, raw: RawQuery) -> Result<ReplyQuery, String> {
     Ok(ReplyQuery { query_type, style, text, evidence, answer })
 }
 
-/// The JSON object in a reply: inside a code fence if there is one, else from the first `{`
-/// to the last `}`.
-fn extract_json(content: &str) -> Option<&str> {
-    let body = match content.find("```") {
-        Some(start) => {
-            let after = &content[start + 3..];
-            let after = after.find('\n').map_or(after, |nl| &after[nl + 1..]);
-            after.find("```").map_or(after, |end| &after[..end])
+/// The JSON object in a reply: after dropping `<think>…</think>` reasoning, the first `{` that
+/// starts a complete JSON object with a `queries` key (so prose with braces, code fences and
+/// text after the object are all fine).
+fn extract_json(content: &str) -> Result<serde_json::Value, String> {
+    let content = strip_thinking(content);
+    let mut first_error = None;
+    for (at, _) in content.match_indices('{') {
+        let mut values = serde_json::Deserializer::from_str(&content[at..]).into_iter::<serde_json::Value>();
+        match values.next() {
+            Some(Ok(value)) if value.get("queries").is_some() => return Ok(value),
+            Some(Err(e)) => {
+                first_error.get_or_insert_with(|| format!("invalid JSON: {e}"));
+            }
+            Some(Ok(_)) | None => {}
         }
-        None => content,
-    };
-    let start = body.find('{')?;
-    let end = body.rfind('}')?;
-    (end > start).then(|| &body[start..=end])
+    }
+    Err(first_error.unwrap_or_else(|| "the reply contains no JSON object with \"queries\"".to_owned()))
+}
+
+/// The reply without `<think>…</think>` blocks (reasoning models put drafts there).
+fn strip_thinking(content: &str) -> String {
+    let mut out = String::with_capacity(content.len());
+    let mut rest = content;
+    while let Some(start) = rest.find("<think>") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</think>") {
+            Some(end) => rest = &rest[start + end + "</think>".len()..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -112,9 +130,22 @@ mod tests {
     }
 
     #[test]
+    fn finds_the_object_behind_braces_thinking_and_nested_fences() {
+        let cases = [
+            format!("Here are the queries for {{the passage}}:\n{ONE}"),
+            format!("<think>maybe {{\"queries\": []}} no</think>\n{ONE}"),
+            format!("```json\n{ONE}\n```\n\nThe passage had ```code``` in it."),
+        ];
+        for content in cases {
+            let parsed = parse_reply(&content).unwrap_or_else(|e| panic!("{e}: {content}"));
+            assert_eq!(parsed.len(), 1, "{content}");
+        }
+    }
+
+    #[test]
     fn rejects_what_is_not_valid() {
         check_error("I cannot help with that.", "no JSON object");
-        check_error(r#"{"queries":[{"type":"direct""#, "no JSON object");
+        check_error(r#"{"queries":[{"type":"direct""#, "invalid JSON");
         check_error(r#"{"queries": [1, 2]}"#, "invalid JSON");
         check_error(
             r#"{"queries":[{"type":"direct","style":"q","query":"x","evidence":"a quote","answer":"y"}]}"#,

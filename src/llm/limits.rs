@@ -34,9 +34,10 @@ impl Limits {
     #[must_use]
     pub fn new(config: LimitConfig) -> Self {
         let requests = config.rpm.and_then(|rpm| paced(f64::from(rpm)));
-        let tokens = config.tpm.and_then(|tpm| {
-            // Tokens come in lumps of a whole request: allow one large request at once.
-            let burst = NonZeroU32::new((tpm / 10).clamp(1, 16_384).max(1))?;
+        let tokens = config.tpm.filter(|tpm| *tpm > 0).and_then(|tpm| {
+            // A request takes its tokens in pieces of at most a tenth of a minute's worth, so the
+            // full estimate is charged while a window never sees much over the limit.
+            let burst = NonZeroU32::new((tpm / 10).max(1))?;
             let period = Duration::from_secs_f64(60.0 / (f64::from(tpm) * PACE));
             let quota = Quota::with_period(period)?.allow_burst(burst);
             Some((RateLimiter::direct(quota), burst))
@@ -51,9 +52,12 @@ impl Limits {
             limiter.until_ready().await;
         }
         if let Some((limiter, burst)) = &self.tokens {
-            let n = NonZeroU32::new(tokens.clamp(1, burst.get())).unwrap_or(*burst);
-            // `n` never exceeds the burst, so this cannot fail.
-            let _ = limiter.until_n_ready(n).await;
+            let mut left = tokens.max(1);
+            while let Some(piece) = NonZeroU32::new(left.min(burst.get())) {
+                // A piece never exceeds the burst, so this cannot fail.
+                let _ = limiter.until_n_ready(piece).await;
+                left -= piece.get();
+            }
         }
         Some(permit)
     }
@@ -85,6 +89,19 @@ mod tests {
         let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
         assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
+    }
+
+    #[tokio::test]
+    async fn charges_the_whole_token_estimate() {
+        // 6,000 tokens a minute paced at 98 %: 100 tokens every ~1.02 s, bursts of 600.
+        let limits = Limits::new(LimitConfig { concurrency: 4, rpm: None, tpm: Some(6_000) });
+        let start = Instant::now();
+        drop(limits.acquire(600).await);
+        drop(limits.acquire(200).await);
+        // The first 600 pass at once; 200 more need about two seconds of refill.
+        let elapsed = start.elapsed();
+        assert!(elapsed >= Duration::from_millis(1_900), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
     }
 
     #[tokio::test]

@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 /// Where to send calls. The key is never serialized, printed or stored.
 #[derive(Clone, Serialize)]
 pub struct Endpoint {
-    /// Base URL, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`.
+    /// Base URL, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1` (serialized
+    /// without any `user:password@`).
+    #[serde(serialize_with = "without_credentials")]
     pub base_url: String,
     /// Model name.
     pub model: String,
@@ -41,10 +43,47 @@ pub struct Endpoint {
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .finish()
+    }
+}
+
+/// A URL without the `user:password@` part.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme && !url[scheme + 3..at].contains('/') => {
+            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn without_credentials<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redact_url(url))
+}
+
+impl Endpoint {
+    /// `text` with the API key and any bearer token replaced by `<redacted>`: for messages from
+    /// the server, which may echo the request.
+    #[must_use]
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = match self.api_key.as_deref().filter(|k| !k.is_empty()) {
+            Some(key) => text.replace(key, "<redacted>"),
+            None => text.to_owned(),
+        };
+        let mut from = 0;
+        while let Some(found) = text[from..].find("Bearer ") {
+            let start = from + found + "Bearer ".len();
+            let end = text[start..]
+                .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                .map_or(text.len(), |e| start + e);
+            text.replace_range(start..end, "<redacted>");
+            from = start + "<redacted>".len();
+        }
+        text
     }
 }
 
@@ -218,6 +257,10 @@ pub struct NetworkStats {
 #[derive(Debug, Default)]
 struct Totals {
     used: TokenUsage,
+    /// Spent before the set's calls (the preflight): counts against the budget, not in the set.
+    before: TokenUsage,
+    /// Worst case of the requests in flight: prompt estimate + `max_tokens` each.
+    reserved: u64,
     network: NetworkStats,
 }
 
@@ -274,7 +317,10 @@ impl Llm {
     /// Stops counting what was used so far (the preflight is not part of the set; what it
     /// cost stays in [`Llm::network`]).
     pub fn forget_usage(&self) {
-        self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).used = TokenUsage::default();
+        let mut totals = self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let used = std::mem::take(&mut totals.used);
+        totals.before.prompt_tokens += used.prompt_tokens;
+        totals.before.completion_tokens += used.completion_tokens;
     }
 
     /// What this run sent so far.
@@ -283,7 +329,8 @@ impl Llm {
         self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).network
     }
 
-    /// Time since a call last finished (for the watchdog).
+    /// Time since the server last answered (for the watchdog; timeouts and refused connections
+    /// are not answers).
     #[must_use]
     pub fn idle_for(&self) -> Duration {
         self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed()
@@ -363,8 +410,10 @@ impl Llm {
                 tokio::time::sleep(self.config.retry.delay(attempt - 1, jitter, retry_after)).await;
                 self.update(|t| t.network.retries += 1);
             }
-            self.check_budget()?;
-            match self.attempt(&request, tokens).await {
+            self.reserve(tokens)?;
+            let outcome = self.attempt(&request, tokens).await;
+            self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
+            match outcome {
                 Ok(reply) => {
                     self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
                     self.update(|t| {
@@ -399,8 +448,16 @@ impl Llm {
         *self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
         let response = match outcome {
             Err(_) => return Err(LlmError::Timeout(self.config.timeout)),
+            Ok(Err(OpenAIError::Reqwest(e))) if e.is_timeout() => {
+                return Err(LlmError::Timeout(self.config.timeout));
+            }
             Ok(Err(error)) => {
-                let error = classify(error);
+                let error = match classify(error) {
+                    LlmError::Http { status, message, retry_after } => {
+                        LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
+                    }
+                    other => other,
+                };
                 if matches!(error, LlmError::Http { status: 429, .. }) {
                     self.update(|t| t.network.rate_limited += 1);
                 }
@@ -419,20 +476,33 @@ impl Llm {
         })
     }
 
-    /// Stops before a new request once the tokens (or money) of the replies used reach a limit.
-    fn check_budget(&self) -> Result<(), LlmError> {
-        let totals = self.usage();
+    /// Reserves the worst case of a request (`tokens` = prompt estimate + `max_tokens`), or
+    /// refuses it if that could take the spend over a budget: the limits are hard caps, even
+    /// with requests in flight.
+    fn reserve(&self, tokens: u32) -> Result<(), LlmError> {
+        let mut totals = self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let budget = self.config.budget;
-        let spent = totals.prompt_tokens + totals.completion_tokens;
-        if let Some(limit) = budget.max_tokens_total.filter(|limit| spent >= *limit) {
-            return Err(LlmError::Budget(format!("{spent} tokens used, --max-tokens-total {limit}")));
+        let spent = |u: &TokenUsage| u.prompt_tokens + u.completion_tokens;
+        let worst = spent(&totals.used) + spent(&totals.before) + totals.reserved + u64::from(tokens);
+        if let Some(limit) = budget.max_tokens_total.filter(|limit| worst > *limit) {
+            let used = spent(&totals.used) + spent(&totals.before);
+            return Err(LlmError::Budget(format!(
+                "{used} tokens used; the next call could take up to {} more, over --max-tokens-total {limit}",
+                worst - used
+            )));
         }
         if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
-            let cost = totals.cost(price);
-            if cost >= limit {
-                return Err(LlmError::Budget(format!("{cost:.4} spent, --max-cost {limit}")));
+            let dearest = price.prompt.max(price.completion);
+            let cost = totals.used.cost(price)
+                + totals.before.cost(price)
+                + (totals.reserved + u64::from(tokens)) as f64 * dearest / 1e6;
+            if cost > limit {
+                return Err(LlmError::Budget(format!(
+                    "the next call could bring the cost to {cost:.4}, over --max-cost {limit}"
+                )));
             }
         }
+        totals.reserved += u64::from(tokens);
         Ok(())
     }
 
@@ -464,7 +534,6 @@ fn classify(error: OpenAIError) -> LlmError {
             },
             Err(other) => LlmError::Connect(other.to_string()),
         },
-        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(Duration::ZERO),
         OpenAIError::Reqwest(e) => LlmError::Connect(e.to_string()),
         OpenAIError::ApiError(e) => {
             LlmError::Http { status: e.status_code.as_u16(), message: e.api_error.message, retry_after: None }
@@ -480,4 +549,28 @@ pub fn estimate_tokens(messages: &[Message]) -> u32 {
     let bpe = tiktoken_rs::cl100k_base_singleton();
     let tokens: usize = messages.iter().map(|m| bpe.encode_ordinary(&m.content).len() + 4).sum();
     u32::try_from(tokens).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_keys_bearer_tokens_and_url_credentials() {
+        let endpoint = Endpoint {
+            base_url: "https://user:pa55@llm.example/v1".into(),
+            model: "m".into(),
+            api_key: Some("sk-abc123".into()),
+        };
+        let echoed = r#"bad header: "Authorization: Bearer sk-abc123", also Bearer other-token"#;
+        assert_eq!(
+            endpoint.redact(echoed),
+            r#"bad header: "Authorization: Bearer <redacted>", also Bearer <redacted>"#
+        );
+        assert_eq!(redact_url(&endpoint.base_url), "https://llm.example/v1");
+        assert_eq!(redact_url("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
+        let json = serde_json::to_string(&endpoint).unwrap_or_default();
+        assert!(!json.contains("pa55") && !json.contains("sk-abc123"), "{json}");
+        assert!(!format!("{endpoint:?}").contains("sk-abc123"));
+    }
 }

@@ -31,15 +31,23 @@ impl RetryPolicy {
     }
 }
 
-/// Parses a `Retry-After` value: seconds, or an HTTP date (a date in the past means now).
+/// Longest `Retry-After` honoured; a server asking for more gets this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Parses a `Retry-After` value: seconds, or an HTTP date (a date in the past means now); capped
+/// at [`MAX_RETRY_AFTER`].
 #[must_use]
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
-    }
-    let date = httpdate::parse_http_date(value).ok()?;
-    Some(date.duration_since(now).unwrap_or_default())
+    let wait = if let Ok(seconds) = value.parse::<f64>() {
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return None;
+        }
+        Duration::try_from_secs_f64(seconds).unwrap_or(MAX_RETRY_AFTER)
+    } else {
+        httpdate::parse_http_date(value).ok()?.duration_since(now).unwrap_or_default()
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 #[cfg(test)]
@@ -82,5 +90,7 @@ mod tests {
         assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-1", now), None);
+        assert_eq!(parse_retry_after("1e300", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("NaN", now), None);
     }
 }

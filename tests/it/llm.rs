@@ -253,11 +253,24 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
     assert_eq!(counters.requests(), 0);
     assert!(!dir.path().join("queries.jsonl").exists());
 
-    let (model, _) = mock::model(Behaviour::Good);
-    let run = run_with(model, dir.path(), &["--max-tokens-total", "300", "--concurrency", "1"]).await;
+    let (model, counters) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let capped = ["--max-tokens-total", "2500", "--max-tokens", "400", "--concurrency", "1"];
+    let run = run_on(&server, dir.path(), &capped).await;
     run.assert_code(3);
     assert!(run.stderr.contains("budget reached"), "{}", run.stderr);
     assert!(run.stderr.contains("rerun with a higher limit"), "{}", run.stderr);
+    assert!(!dir.path().join("queries.jsonl").exists(), "a stopped run publishes nothing");
+    let paid = counters.requests();
+    assert!(paid >= 2, "the budget allowed some calls: {paid}");
+    let resumed = run_on(&server, dir.path(), &["--max-tokens-total", "100000", "--max-tokens", "400"]).await;
+    resumed.assert_code(0);
+    let network = &manifest(&resumed)["run"]["llm_network"];
+    assert_eq!(
+        network["cache_hits"].as_u64(),
+        Some(paid as u64 - 1),
+        "every paid call but the preflight is reused"
+    );
 }
 
 /// Every output file but the run section of the manifest.
@@ -391,4 +404,29 @@ async fn the_watchdog_stops_a_run_where_nothing_finishes() {
     run.assert_code(2);
     assert!(run.stderr.contains("no LLM call finished in 2 s"), "{}", run.stderr);
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_server_stops_the_run_and_keeps_the_previous_set() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let first = run_on(&server, dir.path(), &[]).await;
+    first.assert_code(0);
+    let before = first.file("queries.jsonl");
+    let uri = server.uri();
+    drop(server);
+    // New calls (more queries) against the same, now closed, address.
+    let (out, base_url) = (dir.path().to_owned(), format!("{uri}/v1"));
+    let run = tokio::task::spawn_blocking(move || {
+        let corpus = sample_corpus();
+        let args = ["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--generator", "llm"];
+        let more = ["--base-url", &base_url, "--model", "mock-model", "--queries", "20", "--attempts", "2"];
+        qrelgen_with_env(&[&args[..], &more[..]].concat(), &[])
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("cannot reach the server"));
+    assert_eq!(first.file("queries.jsonl"), before, "the previous set was overwritten");
 }

@@ -211,7 +211,7 @@ fn wrong_types(user: &str) -> String {
 
 /// Starts a mock serving `model` at `/v1/chat/completions`.
 pub async fn start(model: Model) -> MockServer {
-    let server = MockServer::start().await;
+    let server = MockServer::builder().start().await;
     Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(model).mount(&server).await;
     server
 }
