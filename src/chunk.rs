@@ -8,6 +8,7 @@
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
 use crate::record::{Chunk, Document};
+use crate::text::Language;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use text_splitter::{ChunkConfig as SplitConfig, ChunkSizer, MarkdownSplitter, TextSplitter};
@@ -29,6 +30,11 @@ pub struct ChunkConfig {
     pub size: usize,
     /// Overlap between neighbouring chunks, in `unit`s.
     pub overlap: usize,
+    /// Largest chunk of a Chinese document (a Chinese character carries about as much as an
+    /// English word, so the same count of characters holds three times the text).
+    pub size_zh: usize,
+    /// Overlap in a Chinese document.
+    pub overlap_zh: usize,
     /// What sizes count.
     pub unit: SizeUnit,
 }
@@ -48,10 +54,16 @@ impl ChunkSizer for Sizer {
     }
 }
 
-/// Splits documents into chunks.
-pub struct Chunker {
+/// The splitters for one size.
+struct Splitters {
     markdown: MarkdownSplitter<Sizer>,
     text: TextSplitter<Sizer>,
+}
+
+/// Splits documents into chunks, with the sizes of the document's language.
+pub struct Chunker {
+    en: Splitters,
+    zh: Splitters,
 }
 
 impl Chunker {
@@ -60,33 +72,27 @@ impl Chunker {
     /// # Errors
     /// [`Error::InvalidSetting`] if the size is 0 or the overlap is not smaller than the size.
     pub fn new(config: ChunkConfig) -> Result<Self> {
-        if config.size == 0 {
-            return Err(invalid("--chunk-size", "must be at least 1".to_owned()));
-        }
         let sizer = match config.unit {
             SizeUnit::Chars => Sizer::Chars,
             SizeUnit::Tokens => Sizer::Tokens(tiktoken_rs::cl100k_base_singleton()),
         };
-        let split = || -> Result<SplitConfig<Sizer>> {
-            let overlap_error = |_| {
-                invalid(
-                    "--chunk-overlap",
-                    format!("{} must be smaller than --chunk-size {}", config.overlap, config.size),
-                )
-            };
-            let split = SplitConfig::new(config.size).with_overlap(config.overlap).map_err(overlap_error)?;
-            Ok(split.with_sizer(sizer))
-        };
-        Ok(Self { markdown: MarkdownSplitter::new(split()?), text: TextSplitter::new(split()?) })
+        Ok(Self {
+            en: splitters(config.size, config.overlap, sizer)?,
+            zh: splitters(config.size_zh, config.overlap_zh, sizer)?,
+        })
     }
 
     /// Splits one document; identical texts within it get distinct ids.
     #[must_use]
     pub fn chunk(&self, doc: &Document) -> Vec<Chunk> {
+        let splitters = match Language::detect(&doc.text) {
+            Language::En => &self.en,
+            Language::Zh => &self.zh,
+        };
         let pieces: Vec<&str> = if doc.markdown {
-            self.markdown.chunks(&doc.text).collect()
+            splitters.markdown.chunks(&doc.text).collect()
         } else {
-            self.text.chunks(&doc.text).collect()
+            splitters.text.chunks(&doc.text).collect()
         };
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut chunks = Vec::with_capacity(pieces.len());
@@ -105,6 +111,18 @@ impl Chunker {
     }
 }
 
+fn splitters(size: usize, overlap: usize, sizer: Sizer) -> Result<Splitters> {
+    if size == 0 {
+        return Err(invalid("--chunk-size", "must be at least 1".to_owned()));
+    }
+    let split = || -> Result<SplitConfig<Sizer>> {
+        let overlap_error =
+            |_| invalid("--chunk-overlap", format!("{overlap} must be smaller than --chunk-size {size}"));
+        Ok(SplitConfig::new(size).with_overlap(overlap).map_err(overlap_error)?.with_sizer(sizer))
+    };
+    Ok(Splitters { markdown: MarkdownSplitter::new(split()?), text: TextSplitter::new(split()?) })
+}
+
 fn invalid(flag: &'static str, message: String) -> Error {
     Error::InvalidSetting { flag, message }
 }
@@ -120,7 +138,7 @@ mod tests {
     }
 
     fn chunker(size: usize, overlap: usize) -> Chunker {
-        let config = ChunkConfig { size, overlap, unit: SizeUnit::Chars };
+        let config = ChunkConfig { size, overlap, size_zh: size, overlap_zh: overlap, unit: SizeUnit::Chars };
         Chunker::new(config).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -146,18 +164,37 @@ mod tests {
 
     #[test]
     fn rejects_overlap_not_below_size() {
-        let err = Chunker::new(ChunkConfig { size: 10, overlap: 10, unit: SizeUnit::Chars });
+        let err = Chunker::new(ChunkConfig {
+            size: 10,
+            overlap: 10,
+            size_zh: 10,
+            overlap_zh: 5,
+            unit: SizeUnit::Chars,
+        });
         assert!(err.is_err_and(|e| e.to_string().contains("--chunk-overlap")));
     }
 
     #[test]
     fn token_unit_counts_tokens() {
-        let config = ChunkConfig { size: 8, overlap: 0, unit: SizeUnit::Tokens };
+        let config = ChunkConfig { size: 8, overlap: 0, size_zh: 8, overlap_zh: 0, unit: SizeUnit::Tokens };
         let words = "sync ".repeat(40);
         let chunks = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(&words, false));
         assert!(chunks.len() >= 5, "{} chunks", chunks.len());
         let bpe = tiktoken_rs::cl100k_base_singleton();
         assert!(chunks.iter().all(|c| bpe.encode_ordinary(&c.text).len() <= 8));
+    }
+
+    #[test]
+    fn chinese_documents_use_their_own_size_and_break_at_sentences() {
+        let config =
+            ChunkConfig { size: 1000, overlap: 0, size_zh: 30, overlap_zh: 0, unit: SizeUnit::Chars };
+        let text = "同步会在后台自动进行，不需要手动操作。当配额用完时，上传会暂停！你可以在设置里查看用量吗？可以。";
+        let chunks = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(text, false));
+        assert!(chunks.len() >= 2, "{chunks:?}");
+        for c in &chunks {
+            assert!(c.text.chars().count() <= 30);
+            assert!(c.text.ends_with(['。', '！', '？']), "chunk does not end at a sentence: {:?}", c.text);
+        }
     }
 
     proptest! {

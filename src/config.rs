@@ -4,6 +4,7 @@
 use crate::chunk::ChunkConfig;
 use crate::filter::FilterConfig;
 use crate::generate::{LlmGeneration, Mix};
+use crate::index::Segmenter;
 use crate::llm::LlmConfig;
 use crate::sample::SampleConfig;
 use crate::text::Language;
@@ -42,6 +43,8 @@ pub struct BuildConfig {
     pub prechunked: bool,
     /// How documents are split.
     pub chunking: ChunkConfig,
+    /// How Chinese text is segmented for BM25.
+    pub segmenter: Segmenter,
     /// Queries wanted in the test set.
     pub queries: usize,
     /// Share of each query type.

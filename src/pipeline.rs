@@ -10,7 +10,7 @@ use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
-use crate::index::ChunkIndex;
+use crate::index::{Analyzer, ChunkIndex};
 use crate::llm::{Cache, Llm};
 use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
@@ -69,16 +69,17 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     ms("chunk", stage.finish(&format!("{} documents → {} chunks", corpus_summary.documents, chunks.len())));
 
     let stage = progress.stage("index", chunks.len() as u64);
-    let (index, provenance) =
-        ChunkIndex::open_or_build(&out.join("index"), chunks, &corpus_summary.chunks_hash, &stage, |add| {
-            reread_chunks(&corpus_file, add)
-        })?;
+    let (index, provenance) = ChunkIndex::open_or_build(
+        &out.join("index"),
+        chunks,
+        &corpus_summary.chunks_hash,
+        Analyzer::new(config.segmenter),
+        &stage,
+        |add| reread_chunks(&corpus_file, add),
+    )?;
     ms("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
 
-    let language = match config.language {
-        Some(language) => language,
-        None => corpus_language(&index)?,
-    };
+    let language = config.language.unwrap_or(corpus_summary.language);
     let stage = progress.stage("connect", 0);
     let mut generator = make_generator(config, &index, out, language)?;
     ms("connect", stage.finish(&generator_line(generator.as_ref(), language)));
@@ -90,10 +91,8 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         let estimate = generator.estimate(&requests)?;
         return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
     }
-    let llm_queries = matches!(config.generator, GeneratorConfig::Llm(_));
-    let filter =
-        RoundTrip::new(&index, FilterConfig { language: llm_queries.then_some(language), ..config.filter });
-    let mut rounds = Rounds::new(&quotas);
+    let filter = RoundTrip::new(&index, FilterConfig { language: Some(language), ..config.filter });
+    let mut rounds = Rounds::new(&quotas, language);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         if wanted.is_empty() {
@@ -155,7 +154,7 @@ fn make_generator<'a>(
     language: Language,
 ) -> Result<Box<dyn Generator + 'a>> {
     match &config.generator {
-        GeneratorConfig::Offline => Ok(Box::new(OfflineGenerator::new(index, config.seed)?)),
+        GeneratorConfig::Offline => Ok(Box::new(OfflineGenerator::new(index, config.seed, language)?)),
         GeneratorConfig::Llm(setup) => {
             let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
             let cache_path = setup.cache.clone().unwrap_or_else(|| out.join("llm-cache.sqlite"));
@@ -191,17 +190,6 @@ fn generator_line(generator: &dyn Generator, language: Language) -> String {
     }
 }
 
-/// The language of the corpus, from up to 200 chunks spread over it.
-fn corpus_language(index: &ChunkIndex) -> Result<Language> {
-    let step = (index.len() / 200).max(1);
-    let mut sample = String::new();
-    for position in (0..index.len()).step_by(step) {
-        sample.push_str(&index.text(position)?);
-        sample.push('\n');
-    }
-    Ok(Language::detect(&sample))
-}
-
 /// Reads the corpus, chunks each document as it arrives and streams the chunks to
 /// `corpus.jsonl`; only their metadata stays in memory.
 fn read_and_chunk(
@@ -215,6 +203,7 @@ fn read_and_chunk(
     let mut metas = Vec::new();
     let mut corpus_hash = ContentHasher::default();
     let mut chunks_hash = ContentHasher::default();
+    let mut languages = Languages::default();
     let mut keep = |chunk: &Chunk| -> Result<()> {
         chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         file.write_json_line(&output::corpus_line(chunk))?;
@@ -225,10 +214,12 @@ fn read_and_chunk(
         match item {
             Item::Document(doc) => {
                 corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
+                languages.add(&doc.text);
                 chunker.chunk(&doc).iter().try_for_each(&mut keep)?;
             }
             Item::Chunk(chunk) => {
                 corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+                languages.add(&chunk.text);
                 keep(&chunk)?;
             }
         }
@@ -243,8 +234,32 @@ fn read_and_chunk(
         hash: corpus_hash.finish(),
         chunks: metas.len(),
         chunks_hash: chunks_hash.finish(),
+        language: languages.corpus(),
+        languages: languages.documents,
     };
     Ok((metas, summary, report.skipped))
+}
+
+/// Languages of the documents read, detected one by one.
+#[derive(Default)]
+struct Languages {
+    documents: BTreeMap<Language, usize>,
+    characters: BTreeMap<Language, usize>,
+}
+
+impl Languages {
+    fn add(&mut self, text: &str) {
+        let language = Language::detect(text);
+        *self.documents.entry(language).or_default() += 1;
+        *self.characters.entry(language).or_default() += text.chars().count();
+    }
+
+    /// The language of most of the text (English on a tie).
+    fn corpus(&self) -> Language {
+        let zh = self.characters.get(&Language::Zh).copied().unwrap_or(0);
+        let en = self.characters.get(&Language::En).copied().unwrap_or(0);
+        if zh > en { Language::Zh } else { Language::En }
+    }
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
@@ -261,6 +276,7 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -
 
 /// The state carried across generation rounds.
 struct Rounds {
+    language: Language,
     judged: Vec<Judged>,
     rejects: Vec<Reject>,
     counts: BTreeMap<QueryType, TypeCounts>,
@@ -269,12 +285,12 @@ struct Rounds {
 }
 
 impl Rounds {
-    fn new(quotas: &Quotas) -> Self {
+    fn new(quotas: &Quotas, language: Language) -> Self {
         let counts = quotas
             .iter()
             .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
             .collect();
-        Self { judged: Vec::new(), rejects: Vec::new(), counts, seen: HashSet::new(), done: 0 }
+        Self { language, judged: Vec::new(), rejects: Vec::new(), counts, seen: HashSet::new(), done: 0 }
     }
 
     /// Queries still missing per type.
@@ -452,7 +468,10 @@ fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>
 }
 
 fn write_files(out: &output::Staging, rounds: &Rounds, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
-    output::write_jsonl(&out.path("queries.jsonl"), set.iter().map(|j| output::query_line(j)))?;
+    output::write_jsonl(
+        &out.path("queries.jsonl"),
+        set.iter().map(|j| output::query_line(j, rounds.language)),
+    )?;
     let qrels = output::qrels(set.iter().copied());
     output::write_atomic(&out.path("qrels/test.tsv"), |w| {
         writeln!(w, "query-id\tcorpus-id\tscore")?;

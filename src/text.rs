@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use unicode_normalization::UnicodeNormalization;
 
 /// The languages qrelgen writes queries in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Language {
     /// English (or any Latin-script language).
@@ -50,14 +50,15 @@ impl Language {
         let u = units(text);
         match self {
             Self::Zh => u.cjk_share() >= 0.2,
-            Self::En => {
-                u.total() > 0 && u.latin_words as f64 >= 0.8 * u.total() as f64 && u.cjk_share() <= 0.1
-            }
+            // A text without letters (codes, numbers) shows no other language.
+            Self::En => u.latin_words as f64 >= 0.8 * u.total() as f64 && u.cjk_share() <= 0.1,
         }
     }
 }
 
-fn is_cjk(c: char) -> bool {
+/// Whether `c` is a CJK ideograph or kana (Chinese and Japanese script).
+#[must_use]
+pub fn is_cjk(c: char) -> bool {
     matches!(c as u32, 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x2FA1F | 0x3040..=0x30FF)
 }
 
@@ -190,6 +191,8 @@ mod tests {
             assert!(!Language::En.matches(zh), "{zh}");
         }
         assert!(!Language::En.matches("Как настроить репликацию?"));
+        assert!(Language::En.matches("4012 5002"));
+        assert!(!Language::Zh.matches("4012 5002"));
         assert!(!Language::En.matches("복제를 어떻게 설정하나요"));
     }
 }

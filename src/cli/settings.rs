@@ -9,6 +9,7 @@ use qrelgen::chunk::{ChunkConfig, SizeUnit};
 use qrelgen::config::{GeneratorConfig, LlmSetup};
 use qrelgen::filter::{FilterConfig, HopRule, OnMiss};
 use qrelgen::generate::{JsonMode, LlmGeneration, Mix, parse_shares};
+use qrelgen::index::Segmenter;
 use qrelgen::llm::{Budget, Endpoint, LimitConfig, LlmConfig, Price, RetryPolicy};
 use qrelgen::sample::SampleConfig;
 use qrelgen::text::Language;
@@ -41,15 +42,19 @@ macro_rules! settings {
 }
 
 settings! {
-    /// Largest chunk, in --chunk-unit units [default: 1000].
+    /// Largest chunk, in --chunk-unit units [default: 1000; 400 for Chinese documents].
     #[arg(long, value_name = "N", help_heading = "Chunking")]
     chunk_size: usize,
-    /// Overlap between neighbouring chunks [default: 100].
+    /// Overlap between neighbouring chunks [default: 100; 40 for Chinese documents].
     #[arg(long, value_name = "N", help_heading = "Chunking")]
     chunk_overlap: usize,
     /// What chunk sizes count: characters or cl100k_base tokens [default: chars].
     #[arg(long, value_enum, help_heading = "Chunking")]
     chunk_unit: UnitArg,
+    /// How Chinese text is split into BM25 terms: jieba words, or overlapping character pairs
+    /// [default: jieba].
+    #[arg(long, value_enum, help_heading = "Chunking")]
+    cjk_segmenter: SegmenterArg,
     /// Queries wanted in the test set [default: 100].
     #[arg(long, value_name = "N", help_heading = "Queries")]
     queries: usize,
@@ -67,7 +72,8 @@ settings! {
     /// Generation rounds at most; later rounds top up types that fell short [default: 5].
     #[arg(long, value_name = "N", help_heading = "Queries")]
     max_rounds: u32,
-    /// Language of the queries: en or zh [default: the corpus language].
+    /// Language of the queries: en, zh, or auto for the corpus language (detected per document,
+    /// by characters) [default: auto].
     #[arg(long, value_enum, help_heading = "Queries")]
     language: LanguageArg,
     /// A query's source must rank within the top N of a BM25 search with it [default: 10].
@@ -185,8 +191,16 @@ pub enum GeneratorArg {
 #[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LanguageArg {
+    Auto,
     En,
     Zh,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmenterArg {
+    Jieba,
+    Bigram,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
@@ -252,9 +266,10 @@ impl Settings {
 
     /// The language asked for, if any.
     pub fn language(&self) -> Option<Language> {
-        self.language.map(|l| match l {
-            LanguageArg::En => Language::En,
-            LanguageArg::Zh => Language::Zh,
+        self.language.and_then(|l| match l {
+            LanguageArg::Auto => None,
+            LanguageArg::En => Some(Language::En),
+            LanguageArg::Zh => Some(Language::Zh),
         })
     }
 
@@ -312,10 +327,16 @@ impl Settings {
             chunking: ChunkConfig {
                 size: self.chunk_size.unwrap_or(1000),
                 overlap: self.chunk_overlap.unwrap_or(100),
+                size_zh: self.chunk_size.unwrap_or(400),
+                overlap_zh: self.chunk_overlap.unwrap_or(40),
                 unit: match self.chunk_unit.unwrap_or(UnitArg::Chars) {
                     UnitArg::Chars => SizeUnit::Chars,
                     UnitArg::Tokens => SizeUnit::Tokens,
                 },
+            },
+            segmenter: match self.cjk_segmenter.unwrap_or(SegmenterArg::Jieba) {
+                SegmenterArg::Jieba => Segmenter::Jieba,
+                SegmenterArg::Bigram => Segmenter::Bigram,
             },
             queries: self.queries.unwrap_or(100),
             mix,

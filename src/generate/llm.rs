@@ -366,8 +366,11 @@ impl<'a> LlmGenerator<'a> {
                 return Ok(Answer::Unusable { reason, reply: Some(excerpt(&completion.content)) });
             }
             let error = match parse_reply(&completion.content) {
-                Ok(queries) if !queries.is_empty() => return Ok(Answer::Queries(queries)),
-                Ok(_) => "the reply has no queries".to_owned(),
+                Ok(queries) if queries.is_empty() => "the reply has no queries".to_owned(),
+                Ok(queries) => match self.wrong_language(&queries) {
+                    None => return Ok(Answer::Queries(queries)),
+                    Some(error) => error,
+                },
                 Err(error) => error,
             };
             if attempt == self.settings.repairs {
@@ -388,6 +391,14 @@ impl<'a> LlmGenerator<'a> {
     /// Runs the calls, `concurrency` at a time, in any order (a slow call does not hold the
     /// others back), and returns their results in plan order. A spent budget lets the calls in
     /// flight finish; an unusable endpoint stops at once.
+    /// Why the reply must be re-asked for its language, if it must.
+    fn wrong_language(&self, queries: &[ReplyQuery]) -> Option<String> {
+        let language = self.prompts.language;
+        let wrong: Vec<usize> =
+            queries.iter().enumerate().filter(|(_, q)| !language.matches(&q.text)).map(|(i, _)| i).collect();
+        (!wrong.is_empty()).then(|| format!("queries {wrong:?} are not written in {}", language.name()))
+    }
+
     async fn run_all(&self, calls: &[Call], progress: &Stage) -> Result<Generated> {
         let concurrency = self.llm.config().limits.concurrency.max(1);
         let work = async {

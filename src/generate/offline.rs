@@ -17,12 +17,14 @@ use crate::index::{ChunkIndex, TermStat};
 use crate::progress::Stage;
 use crate::record::QueryType;
 use crate::rng::{Rng, stream};
+use crate::text::{Language, is_cjk};
 use rand::Rng as _;
 use rand::seq::IndexedRandom;
 use std::ops::RangeInclusive;
 
-/// Candidate absent words, one per line (`#` starts a comment).
-const ABSENT_WORDS: &str = include_str!("absent_terms.txt");
+/// Candidate absent words per language, one per line (`#` starts a comment).
+const ABSENT_WORDS_EN: &str = include_str!("absent_terms.txt");
+const ABSENT_WORDS_ZH: &str = include_str!("absent_terms_zh.txt");
 
 /// Per-type settings: query length range and per-term noise probability.
 struct Shape {
@@ -42,24 +44,30 @@ fn shape(query_type: QueryType) -> Shape {
 pub struct OfflineGenerator<'a> {
     index: &'a ChunkIndex,
     absent: Vec<String>,
+    language: Language,
     seed: u64,
 }
 
 impl<'a> OfflineGenerator<'a> {
-    /// A generator over the chunks of `index`.
+    /// A generator over the chunks of `index`, writing `no_answer` queries' absent word in
+    /// `language`.
     ///
     /// # Errors
     /// [`crate::Error::Index`] when the absent-word check fails.
-    pub fn new(index: &'a ChunkIndex, seed: u64) -> Result<Self> {
+    pub fn new(index: &'a ChunkIndex, seed: u64, language: Language) -> Result<Self> {
+        let words = match language {
+            Language::En => ABSENT_WORDS_EN,
+            Language::Zh => ABSENT_WORDS_ZH,
+        };
         let mut absent = Vec::new();
-        for word in ABSENT_WORDS.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for word in words.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
             if let [term] = index.analyzer().terms(word).as_slice()
                 && index.doc_freq(term)? == 0
             {
                 absent.push(word.to_owned());
             }
         }
-        Ok(Self { index, absent, seed })
+        Ok(Self { index, absent, language, seed })
     }
 
     fn write(&self, request: &Request) -> Result<std::result::Result<(String, Option<String>), String>> {
@@ -68,7 +76,7 @@ impl<'a> OfflineGenerator<'a> {
         let shape = shape(request.query_type);
         let model = |c: usize, discriminative: bool| -> Result<TermModel> {
             let stats = self.index.term_stats(&self.index.text(c)?)?;
-            Ok(TermModel::new(self.index, stats, discriminative))
+            Ok(self.in_language(TermModel::new(self.index, stats, discriminative)))
         };
         let first = request.sources.first().copied().unwrap_or_default();
         let words = match request.query_type {
@@ -98,6 +106,15 @@ impl<'a> OfflineGenerator<'a> {
         let at = rng.random_range(0..=words.len());
         words.insert(at, absent.clone());
         Ok((words.join(" "), Some(absent)))
+    }
+
+    /// The model's terms in the generator's language (Chinese terms for Chinese, others for
+    /// English), when the chunk has at least two of them; otherwise all its terms.
+    fn in_language(&self, model: TermModel) -> TermModel {
+        let chinese = |s: &TermStat| s.surface.chars().any(is_cjk);
+        let want_chinese = self.language == Language::Zh;
+        let narrowed = model.clone().filtered(|s| chinese(s) == want_chinese);
+        if narrowed.len() >= 2 { narrowed } else { model }
     }
 
     /// Replaces each word, with probability `noise`, by a word drawn from the collection model:

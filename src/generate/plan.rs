@@ -194,19 +194,20 @@ impl<'a> Planner<'a> {
         label: &str,
     ) -> Result<Vec<Request>> {
         let mut requests = Vec::new();
+        let wanted = remaining.clone();
         let mut rng = stream(self.seed, &format!("plan/{round}/{label}"));
         let mut order: Vec<usize> = (0..self.docs.len()).collect();
         order.shuffle(&mut rng);
         loop {
             let mut progressed = false;
             for &doc in &order {
-                let Some(first) = most_wanted(remaining) else { return Ok(requests) };
+                let Some(first) = most_wanted(remaining, &wanted) else { return Ok(requests) };
                 if self.planned_per_doc[doc] >= self.cap {
                     continue;
                 }
                 let Some(sources) = self.take(doc, first, &mut rng)? else { continue };
                 for _ in 0..group {
-                    let Some(query_type) = most_wanted(remaining) else { break };
+                    let Some(query_type) = most_wanted(remaining, &wanted) else { break };
                     if self.planned_per_doc[doc] >= self.cap {
                         break;
                     }
@@ -276,10 +277,22 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// The type with the most requests left to plan (ties in type order), if any.
-fn most_wanted(remaining: &Quotas) -> Option<QueryType> {
-    let most = remaining.values().copied().max().filter(|n| *n > 0)?;
-    remaining.iter().find(|(_, n)| **n == most).map(|(t, _)| *t)
+/// The type with the largest share of its requests still to plan (ties in type order), if any:
+/// types are served in proportion, so when chunks run short every type gets its part.
+fn most_wanted(remaining: &Quotas, wanted: &Quotas) -> Option<QueryType> {
+    let share =
+        |t: &QueryType, left: usize| left as f64 / wanted.get(t).copied().unwrap_or(left).max(1) as f64;
+    remaining
+        .iter()
+        .filter(|(_, left)| **left > 0)
+        .fold(None, |best: Option<(QueryType, f64)>, (t, left)| {
+            let s = share(t, *left);
+            match best {
+                Some((_, b)) if b >= s => best,
+                _ => Some((*t, s)),
+            }
+        })
+        .map(|(t, _)| t)
 }
 
 /// The default per-document cap: twice a fair share, at least 2.
@@ -317,6 +330,21 @@ mod tests {
         let got: Vec<_> = quotas.values().copied().collect();
         assert_eq!(got, [4, 3, 2, 1]);
         assert_eq!(Mix::default().quotas(0).values().sum::<usize>(), 0);
+    }
+
+    #[test]
+    fn types_are_served_in_proportion() {
+        let wanted: Quotas = [(QueryType::Direct, 40), (QueryType::NoAnswer, 10)].into_iter().collect();
+        let mut remaining = wanted.clone();
+        let mut order = Vec::new();
+        while let Some(t) = most_wanted(&remaining, &wanted) {
+            *remaining.entry(t).or_default() -= 1;
+            order.push(t);
+        }
+        // Of the first 10, about a fifth are no_answer, not none.
+        let early = order.iter().take(10).filter(|t| **t == QueryType::NoAnswer).count();
+        assert_eq!(early, 2, "{order:?}");
+        assert_eq!(order.len(), 50);
     }
 
     #[test]

@@ -19,11 +19,14 @@ static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
 });
 
 /// Whether a word (as written, lower-cased) can be a query term: not a stop word, and at least
-/// three characters unless it is a number of two or more digits.
+/// three characters (two for a Chinese word) unless it is a number of two or more digits.
 #[must_use]
 pub fn is_query_word(surface: &str) -> bool {
-    let long_enough =
-        surface.chars().count() >= 3 || (surface.len() >= 2 && surface.chars().all(|c| c.is_ascii_digit()));
+    let chars = surface.chars().count();
+    let chinese = surface.chars().any(crate::text::is_cjk);
+    let long_enough = chars >= 3
+        || (chinese && chars >= 2)
+        || (surface.len() >= 2 && surface.chars().all(|c| c.is_ascii_digit()));
     long_enough && !STOPWORDS.contains(surface)
 }
 
@@ -127,7 +130,8 @@ mod tests {
         for word in ["quota", "4012", "sso", "harbor"] {
             assert!(is_query_word(word), "{word}");
         }
-        for word in ["re", "l", "the", "see", "7", "using"] {
+        assert!(is_query_word("配额") && is_query_word("同步文件"));
+        for word in ["re", "l", "the", "see", "7", "using", "的", "如何", "库"] {
             assert!(!is_query_word(word), "{word}");
         }
     }

@@ -1,12 +1,11 @@
 //! The text analyzer shared by indexing, searching and every term statistic, so that a term the
 //! generator counts is exactly a term BM25 scores.
 
-use tantivy::tokenizer::{
-    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
-};
+use super::segment::{MixedTokenizer, Segmenter};
+use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, Stemmer, StopWordFilter, TextAnalyzer};
 
-/// Name under which the analyzer is registered in the index.
-pub(crate) const NAME: &str = "qrelgen_en_v1";
+/// Name under which the analyzer is registered in the index schema.
+pub(crate) const NAME: &str = "qrelgen";
 
 /// One analyzed token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,28 +16,44 @@ pub struct Token {
     pub surface: String,
 }
 
-/// English analyzer: words, lower-cased, stop words removed, Snowball-stemmed.
+/// The analyzer: Chinese segmented (see [`Segmenter`]), other words as written; then
+/// lower-cased, English stop words removed, English words Snowball-stemmed.
 #[derive(Clone)]
-pub struct Analyzer(TextAnalyzer);
+pub struct Analyzer {
+    inner: TextAnalyzer,
+    segmenter: Segmenter,
+}
 
 impl Default for Analyzer {
     fn default() -> Self {
-        let mut builder = TextAnalyzer::builder(SimpleTokenizer::default())
+        Self::new(Segmenter::default())
+    }
+}
+
+impl Analyzer {
+    /// The analyzer with this Chinese segmenter.
+    #[must_use]
+    pub fn new(segmenter: Segmenter) -> Self {
+        let mut builder = TextAnalyzer::builder(MixedTokenizer(segmenter))
             .filter(RemoveLongFilter::limit(40))
             .filter(LowerCaser)
             .dynamic();
         if let Some(stop_words) = StopWordFilter::new(Language::English) {
             builder = builder.filter_dynamic(stop_words);
         }
-        Self(builder.filter_dynamic(Stemmer::new(Language::English)).build())
+        Self { inner: builder.filter_dynamic(Stemmer::new(Language::English)).build(), segmenter }
     }
-}
 
-impl Analyzer {
+    /// Names this analyzer's behaviour: an index built with another one must be rebuilt.
+    #[must_use]
+    pub fn version(&self) -> String {
+        format!("qrelgen-analyzer-v2-{}", self.segmenter.label())
+    }
+
     /// The analyzed tokens of `text`, in order.
     #[must_use]
     pub fn tokens(&self, text: &str) -> Vec<Token> {
-        let mut analyzer = self.0.clone();
+        let mut analyzer = self.inner.clone();
         let mut stream = analyzer.token_stream(text);
         let mut tokens = Vec::new();
         while let Some(token) = stream.next() {
@@ -55,13 +70,19 @@ impl Analyzer {
     }
 
     pub(crate) fn inner(&self) -> TextAnalyzer {
-        self.0.clone()
+        self.inner.clone()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handles_chinese_and_mixed_text() {
+        let terms = Analyzer::default().terms("配额已满时 Uploads 会暂停");
+        assert!(terms.contains(&"配额".to_owned()) && terms.contains(&"upload".to_owned()), "{terms:?}");
+    }
 
     #[test]
     fn stems_lowercases_and_drops_stop_words() {

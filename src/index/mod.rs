@@ -9,8 +9,10 @@
 //! the analyzer) change.
 
 mod analyzer;
+mod segment;
 
 pub use analyzer::{Analyzer, Token};
+pub use segment::Segmenter;
 
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
@@ -99,10 +101,10 @@ struct Opened {
 }
 
 impl Opened {
-    fn open(dir: &Path) -> Result<Self> {
+    fn open(dir: &Path, analyzer: &Analyzer) -> Result<Self> {
         let err = |source| Error::Index { path: dir.to_owned(), source };
         let index = Index::open_in_dir(dir).map_err(err)?;
-        register(&index);
+        register(&index, analyzer);
         let schema = index.schema();
         let field = |name| schema.get_field(name).map_err(err);
         let fields = Fields {
@@ -123,7 +125,7 @@ impl Opened {
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
-    fn attach(self, dir: &Path, chunks: Vec<ChunkMeta>) -> Result<ChunkIndex> {
+    fn attach(self, dir: &Path, chunks: Vec<ChunkMeta>, analyzer: Analyzer) -> Result<ChunkIndex> {
         let mismatch = || Error::Index {
             path: dir.to_owned(),
             source: tantivy::TantivyError::InternalError(format!(
@@ -152,7 +154,7 @@ impl Opened {
             addresses,
             chunks,
             by_id,
-            analyzer: Analyzer::default(),
+            analyzer,
         })
     }
 }
@@ -182,22 +184,23 @@ impl ChunkIndex {
         dir: &Path,
         chunks: Vec<ChunkMeta>,
         fingerprint: &str,
+        analyzer: Analyzer,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<()>,
     ) -> Result<(Self, Provenance)> {
-        let stamp = format!("{}\n{fingerprint}\n", analyzer::NAME);
+        let stamp = format!("{}\n{fingerprint}\n", analyzer.version());
         let stamp_path = dir.join(FINGERPRINT_FILE);
         if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
-            && let Ok(opened) = Opened::open(dir)
+            && let Ok(opened) = Opened::open(dir, &analyzer)
             && opened.searcher.num_docs() == chunks.len() as u64
         {
             progress.inc(chunks.len() as u64);
-            return Ok((opened.attach(dir, chunks)?, Provenance::Reused));
+            return Ok((opened.attach(dir, chunks, analyzer)?, Provenance::Reused));
         }
         reset_dir(dir)?;
-        build(dir, progress, feed)?;
+        build(dir, &analyzer, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| output_error(&stamp_path, source))?;
-        Ok((Opened::open(dir)?.attach(dir, chunks)?, Provenance::Built))
+        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer)?, Provenance::Built))
     }
 
     /// The analyzer the index uses.
@@ -344,19 +347,20 @@ fn schema() -> (Schema, Fields) {
     (builder.build(), Fields { search, title, text, ord })
 }
 
-fn register(index: &Index) {
-    index.tokenizers().register(analyzer::NAME, Analyzer::default().inner());
+fn register(index: &Index, analyzer: &Analyzer) {
+    index.tokenizers().register(analyzer::NAME, analyzer.inner());
 }
 
 fn build(
     dir: &Path,
+    analyzer: &Analyzer,
     progress: &Stage,
     feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<()>,
 ) -> Result<()> {
     let err = |source| Error::Index { path: dir.to_owned(), source };
     let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(err)?;
-    register(&index);
+    register(&index, analyzer);
     let mut writer: IndexWriter = index.writer_with_num_threads(1, WRITER_MEMORY).map_err(err)?;
     let mut position = 0u64;
     feed(&mut |chunk| {
@@ -401,7 +405,7 @@ fn output_error(path: &Path, source: std::io::Error) -> Error {
 pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, Provenance) {
     let metas = chunks.iter().map(Chunk::meta).collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
-    ChunkIndex::open_or_build(dir, metas, &fingerprint, &Stage::hidden(), |add| {
+    ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), &Stage::hidden(), |add| {
         chunks.iter().cloned().try_for_each(add)
     })
     .unwrap_or_else(|e| panic!("{e}"))
@@ -460,6 +464,40 @@ mod tests {
     }
 
     #[test]
+    fn an_eight_character_chinese_substring_finds_its_chunk_first() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let texts = [
+            "当工作区的存储用量达到配额的百分之九十时，管理员会收到提醒邮件。",
+            "分享链接默认在三十天后过期，可以在链接设置里设置访问密码。",
+            "桌面客户端在后台同步文件，冲突时会生成冲突副本文件。",
+            "Mixed text: run harbor sync --pause 暂停同步，恢复时运行 resume 命令。",
+        ];
+        for segmenter in [Segmenter::Jieba, Segmenter::Bigram] {
+            let path = dir.path().join(segmenter.label());
+            let chunks = test_chunks(&texts);
+            let metas = chunks.iter().map(Chunk::meta).collect();
+            let (index, _) = ChunkIndex::open_or_build(
+                &path,
+                metas,
+                "zh",
+                Analyzer::new(segmenter),
+                &Stage::hidden(),
+                |add| chunks.into_iter().try_for_each(add),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            for (i, text) in texts.iter().enumerate().take(3) {
+                let substring: String = text.chars().skip(5).take(8).collect();
+                let hits = index.search(&substring, 3).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(hits.first().map(|h| h.chunk), Some(i), "{segmenter:?}: {substring}");
+            }
+            for query in ["暂停同步", "harbor pause"] {
+                let hits = index.search(query, 1).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(hits.first().map(|h| h.chunk), Some(3), "{segmenter:?}: {query}");
+            }
+        }
+    }
+
+    #[test]
     fn rebuilds_only_when_chunks_change() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("index");
@@ -476,9 +514,10 @@ mod tests {
         fs_err::write(dir.path().join("notes.txt"), "mine").unwrap_or_else(|e| panic!("{e}"));
         let chunks = test_chunks(&["x"]);
         let metas = chunks.iter().map(Chunk::meta).collect();
-        let result = ChunkIndex::open_or_build(dir.path(), metas, "f", &Stage::hidden(), |add| {
-            chunks.into_iter().try_for_each(add)
-        });
+        let result =
+            ChunkIndex::open_or_build(dir.path(), metas, "f", Analyzer::default(), &Stage::hidden(), |add| {
+                chunks.into_iter().try_for_each(add)
+            });
         assert!(result.is_err());
         assert!(dir.path().join("notes.txt").exists());
     }
@@ -488,9 +527,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let chunks = test_chunks(&["a", "b"]);
         let metas = chunks.iter().map(Chunk::meta).collect();
-        let result = ChunkIndex::open_or_build(dir.path(), metas, "f", &Stage::hidden(), |add| {
-            chunks.into_iter().take(1).try_for_each(add)
-        });
+        let result =
+            ChunkIndex::open_or_build(dir.path(), metas, "f", Analyzer::default(), &Stage::hidden(), |add| {
+                chunks.into_iter().take(1).try_for_each(add)
+            });
         assert!(result.is_err_and(|e| format!("{e:?}").contains("does not hold the 2 chunks")));
     }
 

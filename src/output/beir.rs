@@ -2,6 +2,7 @@
 
 use crate::id::{ChunkId, DocId, QueryId};
 use crate::record::{Chunk, Judged, Qrel, QueryType, Reason, Status, grade};
+use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -59,11 +60,12 @@ struct QueryMeta<'a> {
     answer: Option<&'a str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     evidence: &'a [String],
+    language: Language,
 }
 
-/// The `queries.jsonl` line of a query in the set.
+/// The `queries.jsonl` line of a query in the set, written in `language`.
 #[must_use]
-pub fn query_line(judged: &Judged) -> QueryLine<'_> {
+pub fn query_line(judged: &Judged, language: Language) -> QueryLine<'_> {
     let (c, v) = (&judged.candidate, &judged.verdict);
     QueryLine {
         id: &c.id,
@@ -80,6 +82,7 @@ pub fn query_line(judged: &Judged) -> QueryLine<'_> {
             style: c.style.as_deref(),
             answer: c.answer.as_deref(),
             evidence: &c.evidence,
+            language,
         },
     }
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The corpus as the run saw it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CorpusSummary {
     /// Documents (or pre-chunked lines) read.
     pub documents: usize,
@@ -24,6 +24,10 @@ pub struct CorpusSummary {
     pub chunks: usize,
     /// Hash of every chunk's id and text, in order (the index is rebuilt when it changes).
     pub chunks_hash: String,
+    /// The language of most of the text.
+    pub language: Language,
+    /// Documents per detected language.
+    pub languages: BTreeMap<Language, usize>,
 }
 
 /// The contents of `manifest.json`.
@@ -79,7 +83,16 @@ impl<'a> Manifest<'a> {
             generator,
             config,
             per_doc_cap: 0,
-            corpus: CorpusSummary::default(),
+            corpus: CorpusSummary {
+                documents: 0,
+                skipped: 0,
+                ignored: 0,
+                hash: String::new(),
+                chunks: 0,
+                chunks_hash: String::new(),
+                language: Language::En,
+                languages: BTreeMap::new(),
+            },
             rounds: 0,
             counts: BTreeMap::new(),
             shortfalls: Vec::new(),

@@ -2,6 +2,7 @@
 //! check the files it writes.
 
 mod build;
+mod chinese;
 mod corpus;
 mod llm;
 mod mock;

@@ -152,8 +152,9 @@ fn tasks(user: &str) -> Vec<(String, String, usize)> {
     user.lines()
         .filter_map(|line| {
             let count = line.trim_start_matches("- ").split(' ').next()?.parse().ok()?;
-            let query_type = line.split("of type \"").nth(1)?.split('"').next()?.to_owned();
-            let style = line.split("style \"").nth(1)?.split('"').next()?.to_owned();
+            let after = |en: &str, zh: &str| line.split(en).nth(1).or_else(|| line.split(zh).nth(1));
+            let query_type = after("of type \"", "类型为 \"")?.split('"').next()?.to_owned();
+            let style = after("style \"", "风格为 \"")?.split('"').next()?.to_owned();
             Some((query_type, style, count))
         })
         .collect()
@@ -169,9 +170,13 @@ fn quote(passage: &str) -> String {
     quote
 }
 
-/// A query from a passage's words: the quote's words (so BM25 finds the passage).
+/// A query from a passage's words: the quote's words (so BM25 finds the passage); for Chinese,
+/// a run of the quote's characters.
 fn query_from(passage: &str, salt: usize) -> String {
     let quoted = quote(passage);
+    if quoted.chars().filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c)).count() > 8 {
+        return quoted.chars().skip(salt % 3).take(12).collect();
+    }
     let words: Vec<&str> = quoted.split_whitespace().filter(|w| w.len() > 3).collect();
     let take = 4 + salt % 3;
     words.iter().take(take).copied().collect::<Vec<_>>().join(" ")

@@ -1,0 +1,171 @@
+//! A tantivy tokenizer for Chinese, English and mixed text: runs of CJK ideographs are segmented
+//! into words by jieba (search mode, so long words also yield their parts) or, with
+//! [`Segmenter::Bigram`], into overlapping character pairs; everything else is split into
+//! alphanumeric words as tantivy's simple tokenizer does. Punctuation of both scripts separates.
+
+use crate::text::is_cjk;
+use jieba_rs::Jieba;
+use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
+
+/// Loaded on first use: English-only corpora never pay for the dictionary.
+static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
+
+/// How runs of Chinese characters become terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Segmenter {
+    /// Dictionary words (jieba-rs, search mode).
+    #[default]
+    Jieba,
+    /// Overlapping character bigrams: no dictionary, robust for any vocabulary.
+    Bigram,
+}
+
+impl Segmenter {
+    /// The label used in flags and the index fingerprint.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Jieba => "jieba",
+            Self::Bigram => "bigram",
+        }
+    }
+}
+
+/// The tokenizer.
+#[derive(Debug, Clone, Copy)]
+pub struct MixedTokenizer(pub Segmenter);
+
+impl Tokenizer for MixedTokenizer {
+    type TokenStream<'a> = VecTokenStream;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> VecTokenStream {
+        VecTokenStream { tokens: tokens(text, self.0), next: 0 }
+    }
+}
+
+/// Tokens computed up front.
+pub struct VecTokenStream {
+    tokens: Vec<Token>,
+    next: usize,
+}
+
+impl TokenStream for VecTokenStream {
+    fn advance(&mut self) -> bool {
+        self.next += 1;
+        self.next <= self.tokens.len()
+    }
+
+    fn token(&self) -> &Token {
+        &self.tokens[self.next - 1]
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.tokens[self.next - 1]
+    }
+}
+
+/// The kind of a character for splitting into runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Cjk,
+    Word,
+    Separator,
+}
+
+fn kind(c: char) -> Kind {
+    if is_cjk(c) {
+        Kind::Cjk
+    } else if c.is_alphanumeric() {
+        Kind::Word
+    } else {
+        Kind::Separator
+    }
+}
+
+fn tokens(text: &str, segmenter: Segmenter) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut push = |from: usize, to: usize| {
+        out.push(Token {
+            offset_from: from,
+            offset_to: to,
+            position: out.len(),
+            text: text[from..to].to_owned(),
+            position_length: 1,
+        });
+    };
+    for (start, run, kind) in runs(text) {
+        match kind {
+            Kind::Word => push(start, start + run.len()),
+            Kind::Cjk => match segmenter {
+                Segmenter::Jieba => {
+                    for word in JIEBA.cut_for_search(run, true) {
+                        push(start + word.byte_start, start + word.byte_end);
+                    }
+                }
+                Segmenter::Bigram => {
+                    let bounds: Vec<usize> = run.char_indices().map(|(i, _)| i).chain([run.len()]).collect();
+                    if bounds.len() == 2 {
+                        push(start, start + run.len());
+                    }
+                    for pair in bounds.windows(3) {
+                        push(start + pair[0], start + pair[2]);
+                    }
+                }
+            },
+            Kind::Separator => {}
+        }
+    }
+    out
+}
+
+/// Maximal runs of characters of one kind: `(byte offset, text, kind)`.
+fn runs(text: &str) -> Vec<(usize, &str, Kind)> {
+    let mut runs = Vec::new();
+    let mut current: Option<(usize, Kind)> = None;
+    for (i, c) in text.char_indices() {
+        let k = kind(c);
+        match current {
+            Some((_, kind)) if kind == k => {}
+            Some((start, kind)) => {
+                runs.push((start, &text[start..i], kind));
+                current = Some((i, k));
+            }
+            None => current = Some((i, k)),
+        }
+    }
+    if let Some((start, kind)) = current {
+        runs.push((start, &text[start..], kind));
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str, segmenter: Segmenter) -> Vec<String> {
+        tokens(text, segmenter).into_iter().map(|t| t.text).collect()
+    }
+
+    #[test]
+    fn segments_chinese_and_keeps_english_words() {
+        let got = words("运行 harbor sync 命令，同步文件夹。HS-4012", Segmenter::Jieba);
+        for expected in ["运行", "harbor", "sync", "命令", "同步", "文件夹", "HS", "4012"] {
+            assert!(got.iter().any(|w| w == expected), "{expected} missing from {got:?}");
+        }
+        assert!(!got.iter().any(|w| w.contains('，') || w.contains('。')), "{got:?}");
+    }
+
+    #[test]
+    fn bigrams_overlap_and_offsets_point_into_the_text() {
+        assert_eq!(words("同步文件", Segmenter::Bigram), ["同步", "步文", "文件"]);
+        assert_eq!(words("库 a", Segmenter::Bigram), ["库", "a"]);
+        let text = "配置 mirror 的方法";
+        for token in tokens(text, Segmenter::Jieba) {
+            assert_eq!(&text[token.offset_from..token.offset_to], token.text);
+        }
+    }
+}
