@@ -57,6 +57,8 @@ pub struct BuildConfig {
     pub max_rounds: u32,
     /// The round trip.
     pub filter: FilterConfig,
+    /// Queries at least this similar (Jaccard of their shingles) to one in the set are dropped.
+    pub dedup_threshold: f64,
     /// The review queue.
     pub review: SampleConfig,
     /// Who writes the queries.

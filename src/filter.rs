@@ -88,6 +88,7 @@ impl<'a> RoundTrip<'a> {
                 ranks: Vec::new(),
                 top_hit: None,
                 overlap: 0.0,
+                duplicate_of: None,
             });
         }
         let query_terms = self.index.analyzer().terms(&candidate.text);
@@ -110,7 +111,7 @@ impl<'a> RoundTrip<'a> {
             }
         };
         let overlap = self.overlap(&query_terms, sources.iter().flatten().copied())?;
-        Ok(Verdict { status, reason, ranks, top_hit, overlap })
+        Ok(Verdict { status, reason, ranks, top_hit, overlap, duplicate_of: None })
     }
 
     /// Checks made before the round trip: evidence quotes must occur in the sources, and the

@@ -8,6 +8,7 @@
 pub mod chunk;
 pub mod config;
 pub mod corpus;
+pub mod dedup;
 pub mod error;
 pub mod filter;
 pub mod generate;

@@ -4,6 +4,7 @@
 use crate::chunk::Chunker;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, Skipped};
+use crate::dedup::Dedup;
 use crate::error::{Error, Result};
 use crate::filter::{FilterConfig, RoundTrip};
 use crate::generate::{
@@ -92,7 +93,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
     }
     let filter = RoundTrip::new(&index, FilterConfig { language: Some(language), ..config.filter });
-    let mut rounds = Rounds::new(&quotas, language);
+    let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         if wanted.is_empty() {
@@ -277,6 +278,7 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -
 /// The state carried across generation rounds.
 struct Rounds {
     language: Language,
+    dedup: Dedup,
     judged: Vec<Judged>,
     rejects: Vec<Reject>,
     counts: BTreeMap<QueryType, TypeCounts>,
@@ -285,12 +287,20 @@ struct Rounds {
 }
 
 impl Rounds {
-    fn new(quotas: &Quotas, language: Language) -> Self {
+    fn new(quotas: &Quotas, language: Language, dedup_threshold: f64) -> Self {
         let counts = quotas
             .iter()
             .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
             .collect();
-        Self { language, judged: Vec::new(), rejects: Vec::new(), counts, seen: HashSet::new(), done: 0 }
+        Self {
+            language,
+            dedup: Dedup::new(dedup_threshold),
+            judged: Vec::new(),
+            rejects: Vec::new(),
+            counts,
+            seen: HashSet::new(),
+            done: 0,
+        }
     }
 
     /// Queries still missing per type.
@@ -379,7 +389,14 @@ impl Rounds {
             } else if deficit == 0 {
                 unjudged(Reason::OverQuota)
             } else {
-                filter.judge(&candidate)?
+                let verdict = filter.judge(&candidate)?;
+                let joins = verdict.status != Status::Dropped;
+                match joins.then(|| self.dedup.check_and_keep(&candidate.id, &candidate.text)).flatten() {
+                    Some(survivor) => {
+                        Verdict { duplicate_of: Some(survivor), ..unjudged(Reason::NearDuplicate) }
+                    }
+                    None => verdict,
+                }
             };
             let counts = self.count(candidate.query_type);
             match verdict.status {
@@ -435,7 +452,14 @@ fn shortfall_cause(counts: &TypeCounts) -> String {
 
 /// The verdict on a candidate dropped before its round trip.
 fn unjudged(reason: Reason) -> Verdict {
-    Verdict { status: Status::Dropped, reason, ranks: Vec::new(), top_hit: None, overlap: 0.0 }
+    Verdict {
+        status: Status::Dropped,
+        reason,
+        ranks: Vec::new(),
+        top_hit: None,
+        overlap: 0.0,
+        duplicate_of: None,
+    }
 }
 
 fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {

@@ -164,6 +164,8 @@ pub enum Reason {
     EvidenceNotInSource,
     /// The query is not in the language asked for.
     WrongLanguage,
+    /// Too close to a query already in the set (`--dedup-threshold`).
+    NearDuplicate,
 }
 
 impl Reason {
@@ -181,6 +183,7 @@ impl Reason {
             Self::OverQuota => "over_quota",
             Self::EvidenceNotInSource => "evidence_not_in_source",
             Self::WrongLanguage => "wrong_language",
+            Self::NearDuplicate => "near_duplicate",
         }
     }
 }
@@ -196,8 +199,12 @@ pub struct Verdict {
     pub ranks: Vec<Option<u32>>,
     /// The top-ranked chunk, if any chunk matched.
     pub top_hit: Option<ChunkId>,
-    /// Share of the query's content terms that occur in its source chunks (0 for `no_answer`).
+    /// Share of the query's content terms that occur in its source chunks (for `no_answer`: in
+    /// the chunk it was modelled on, which is not relevant).
     pub overlap: f64,
+    /// For a near-duplicate: the query in the set that it repeats.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub duplicate_of: Option<QueryId>,
 }
 
 /// A candidate together with its verdict: one line of `candidates.jsonl`.

@@ -85,6 +85,10 @@ settings! {
     /// Which hops of a multi_hop query must rank within the top N [default: all].
     #[arg(long, value_enum, help_heading = "Round-trip filter")]
     multi_hop_rule: HopRuleArg,
+    /// Drop a query whose words (Chinese: character pairs) overlap a query already in the set
+    /// at least this much, by Jaccard similarity; 1 drops only copies [default: 0.8].
+    #[arg(long, value_name = "0..1", help_heading = "Round-trip filter")]
+    dedup_threshold: f64,
     /// Queries in the review queue (stratified by type, flagged first) [default: 50].
     #[arg(long, value_name = "N", help_heading = "Review queue")]
     review_size: usize,
@@ -302,6 +306,9 @@ impl Settings {
                 bail!("invalid {flag}: must be at least 1");
             }
         }
+        if self.dedup_threshold.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
+            bail!("invalid --dedup-threshold: must be above 0 and at most 1");
+        }
         for (flag, value) in [
             ("--temperature", self.temperature.map(f64::from)),
             ("--max-cost", self.max_cost),
@@ -355,6 +362,7 @@ impl Settings {
                 },
                 language: None,
             },
+            dedup_threshold: self.dedup_threshold.unwrap_or(0.8),
             review: SampleConfig {
                 size: self.review_size.unwrap_or(50),
                 min_per_type: self.review_min_per_type.unwrap_or(5),

@@ -141,6 +141,7 @@ mod tests {
                 ranks: vec![Some(1)],
                 top_hit: None,
                 overlap: 1.0,
+                duplicate_of: None,
             },
         }
     }
