@@ -61,7 +61,7 @@ impl Dedup {
 /// The shingles of a query: normalised Latin words and CJK character pairs (a lone CJK
 /// character stands for itself).
 #[must_use]
-pub fn shingles(text: &str) -> HashSet<u64> {
+fn shingles(text: &str) -> HashSet<u64> {
     let normal: String = text.nfkc().flat_map(char::to_lowercase).collect();
     let mut out = HashSet::new();
     let mut word = String::new();
@@ -105,7 +105,7 @@ pub fn shingles(text: &str) -> HashSet<u64> {
 
 /// Jaccard similarity of two shingle sets (1.0 for two empty sets).
 #[must_use]
-pub fn jaccard(a: &HashSet<u64>, b: &HashSet<u64>) -> f64 {
+fn jaccard(a: &HashSet<u64>, b: &HashSet<u64>) -> f64 {
     let union = a.union(b).count();
     if union == 0 { 1.0 } else { a.intersection(b).count() as f64 / union as f64 }
 }
