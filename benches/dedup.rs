@@ -14,12 +14,14 @@ fn main() {
     let mut queries: Vec<String> = Vec::with_capacity(n);
     for i in 0..n {
         if i > 0 && rng.random_bool(0.1) {
-            let mut words: Vec<String> = queries[rng.random_range(0..i)].split(' ').map(str::to_owned).collect();
+            let mut words: Vec<String> =
+                queries[rng.random_range(0..i)].split(' ').map(str::to_owned).collect();
             words.push(vocabulary[rng.random_range(0..vocabulary.len())].clone());
             queries.push(words.join(" "));
         } else {
             let len = rng.random_range(3..=8);
-            let words: Vec<&str> = (0..len).map(|_| vocabulary[rng.random_range(0..vocabulary.len())].as_str()).collect();
+            let words: Vec<&str> =
+                (0..len).map(|_| vocabulary[rng.random_range(0..vocabulary.len())].as_str()).collect();
             queries.push(words.join(" "));
         }
     }
@@ -31,5 +33,9 @@ fn main() {
         .filter(|(i, q)| dedup.check_and_keep(&QueryId::derive("direct", &[], &i.to_string()), q).is_some())
         .count();
     let elapsed = started.elapsed();
-    println!("dedup: {n} queries in {:.3} s ({:.0} queries/s), {caught} near-duplicates removed", elapsed.as_secs_f64(), n as f64 / elapsed.as_secs_f64());
+    println!(
+        "dedup: {n} queries in {:.3} s ({:.0} queries/s), {caught} near-duplicates removed",
+        elapsed.as_secs_f64(),
+        n as f64 / elapsed.as_secs_f64()
+    );
 }
