@@ -85,14 +85,9 @@ impl Chunker {
     /// Splits one document; identical texts within it get distinct ids.
     #[must_use]
     pub fn chunk(&self, doc: &Document) -> Vec<Chunk> {
-        let splitters = match Language::detect(&doc.text) {
-            Language::En => &self.en,
-            Language::Zh => &self.zh,
-        };
-        let pieces: Vec<&str> = if doc.markdown {
-            splitters.markdown.chunks(&doc.text).collect()
-        } else {
-            splitters.text.chunks(&doc.text).collect()
+        let pieces = match Language::detect(&doc.text) {
+            Language::En => self.en.split(&doc.text, doc.markdown),
+            Language::Zh => self.zh.split_chinese(&doc.text, doc.markdown),
         };
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut chunks = Vec::with_capacity(pieces.len());
@@ -108,6 +103,49 @@ impl Chunker {
             *occurrence += 1;
         }
         chunks
+    }
+}
+
+/// Chinese clause punctuation that Unicode sentence rules do not end a sentence at.
+const CLAUSE_BREAK: char = '；';
+
+impl Splitters {
+    /// `(byte offset, chunk)` pairs of `text`.
+    fn indices<'t>(&self, text: &'t str, markdown: bool) -> Vec<(usize, &'t str)> {
+        if markdown {
+            self.markdown.chunk_indices(text).collect()
+        } else {
+            self.text.chunk_indices(text).collect()
+        }
+    }
+
+    fn split<'t>(&self, text: &'t str, markdown: bool) -> Vec<&'t str> {
+        self.indices(text, markdown).into_iter().map(|(_, chunk)| chunk).collect()
+    }
+
+    /// Like [`Splitters::split`], but a long Chinese sentence may also end a chunk at `；`: the
+    /// text is split with a line break after each `；` (the splitter breaks at line breaks
+    /// before sentences), and each chunk is mapped back to the original, so chunk texts stay
+    /// verbatim.
+    fn split_chinese<'t>(&self, text: &'t str, markdown: bool) -> Vec<&'t str> {
+        let mut marked = String::with_capacity(text.len() + 64);
+        let mut inserted = Vec::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            marked.push(c);
+            if c == CLAUSE_BREAK && chars.peek().is_some_and(|next| !next.is_whitespace()) {
+                inserted.push(marked.len());
+                marked.push('\n');
+            }
+        }
+        let before = |at: usize| inserted.partition_point(|&i| i < at);
+        self.indices(&marked, markdown)
+            .into_iter()
+            .filter_map(|(start, chunk)| {
+                let end = start + chunk.len();
+                text.get(start - before(start)..end - before(end))
+            })
+            .collect()
     }
 }
 
@@ -195,6 +233,18 @@ mod tests {
             assert!(c.text.chars().count() <= 30);
             assert!(c.text.ends_with(['。', '！', '？']), "chunk does not end at a sentence: {:?}", c.text);
         }
+        // A sentence longer than a chunk ends its chunks at `；`, and chunk texts stay verbatim.
+        let long = "第一步打开设置页面并选择同步选项；第二步输入新的带宽上限并保存；第三步重启客户端。";
+        let chunks = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(long, false));
+        let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["第一步打开设置页面并选择同步选项；", "第二步输入新的带宽上限并保存；第三步重启客户端。"]
+        );
+        assert!(chunks.iter().all(|c| long.contains(&c.text)));
+        let markdown = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(long, true));
+        assert!(markdown.len() >= 2 && markdown[0].text.ends_with('；'), "{markdown:?}");
+        assert!(markdown.iter().all(|c| long.contains(&c.text)));
     }
 
     proptest! {
