@@ -82,14 +82,7 @@ impl<'a> RoundTrip<'a> {
     /// [`crate::Error::Index`] when the search fails.
     pub fn judge(&self, candidate: &Candidate) -> Result<Verdict> {
         if let Some(reason) = self.precheck(candidate)? {
-            return Ok(Verdict {
-                status: Status::Dropped,
-                reason,
-                ranks: Vec::new(),
-                top_hit: None,
-                overlap: 0.0,
-                duplicate_of: None,
-            });
+            return Ok(Verdict::dropped(reason));
         }
         let query_terms = self.index.analyzer().terms(&candidate.text);
         let hits = self.index.search_terms(&query_terms, self.config.top_n)?;

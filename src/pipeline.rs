@@ -385,15 +385,15 @@ impl Rounds {
         for candidate in candidates {
             let deficit = Self::deficit(self.count(candidate.query_type));
             let verdict = if !self.seen.insert(candidate.id.clone()) {
-                unjudged(Reason::Duplicate)
+                Verdict::dropped(Reason::Duplicate)
             } else if deficit == 0 {
-                unjudged(Reason::OverQuota)
+                Verdict::dropped(Reason::OverQuota)
             } else {
                 let verdict = filter.judge(&candidate)?;
                 let joins = verdict.status != Status::Dropped;
                 match joins.then(|| self.dedup.check_and_keep(&candidate.id, &candidate.text)).flatten() {
                     Some(survivor) => {
-                        Verdict { duplicate_of: Some(survivor), ..unjudged(Reason::NearDuplicate) }
+                        Verdict { duplicate_of: Some(survivor), ..Verdict::dropped(Reason::NearDuplicate) }
                     }
                     None => verdict,
                 }
@@ -447,18 +447,6 @@ fn shortfall_cause(counts: &TypeCounts) -> String {
             "{} dropped by the filter, {failed} not generated (see report.md and rejects.jsonl)",
             counts.dropped
         )
-    }
-}
-
-/// The verdict on a candidate dropped before its round trip.
-fn unjudged(reason: Reason) -> Verdict {
-    Verdict {
-        status: Status::Dropped,
-        reason,
-        ranks: Vec::new(),
-        top_hit: None,
-        overlap: 0.0,
-        duplicate_of: None,
     }
 }
 

@@ -207,6 +207,21 @@ pub struct Verdict {
     pub duplicate_of: Option<QueryId>,
 }
 
+impl Verdict {
+    /// The verdict on a candidate dropped before (or instead of) its round trip.
+    #[must_use]
+    pub fn dropped(reason: Reason) -> Self {
+        Self {
+            status: Status::Dropped,
+            reason,
+            ranks: Vec::new(),
+            top_hit: None,
+            overlap: 0.0,
+            duplicate_of: None,
+        }
+    }
+}
+
 /// A candidate together with its verdict: one line of `candidates.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Judged {
