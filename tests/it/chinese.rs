@@ -102,6 +102,7 @@ async fn the_llm_generator_is_asked_in_chinese_and_keeps_chinese_queries() {
     let queries = run.jsonl("queries.jsonl");
     assert_eq!(queries.len(), 12);
     assert!(queries.iter().all(|q| is_chinese(str_field(q, "/text"))));
+    assert_eq!(median_direct_rank(&queries), 1);
     let requests = server.received_requests().await.unwrap_or_default();
     let asked_in_chinese =
         requests.iter().filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok()).any(|b| {
