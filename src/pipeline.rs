@@ -55,35 +55,14 @@ pub struct Outcome {
 /// unusable endpoint, a spent budget.
 pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Outcome> {
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
-    let mut timings = BTreeMap::new();
-    let mut ms = |stage: &'static str, d: Duration| {
-        *timings.entry(stage).or_insert(0) += u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    };
-
+    let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let stage = progress.stage("chunk", 0);
-    let corpus_file = staging.path("corpus.jsonl");
-    let (chunks, corpus_summary, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
-    for s in &skipped {
-        progress.warn(&format!("skipped {s}"));
-    }
-    ms("chunk", stage.finish(&format!("{} documents → {} chunks", corpus_summary.documents, chunks.len())));
+    let (index, corpus, skipped) = chunk_and_index(config, out, &staging, *progress, &mut timings)?;
+    let language = config.language.unwrap_or(corpus.language);
 
-    let stage = progress.stage("index", chunks.len() as u64);
-    let (index, provenance) = ChunkIndex::open_or_build(
-        &out.join("index"),
-        chunks,
-        &corpus_summary.chunks_hash,
-        Analyzer::new(config.segmenter),
-        &stage,
-        |add| reread_chunks(&corpus_file, add),
-    )?;
-    ms("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-
-    let language = config.language.unwrap_or(corpus_summary.language);
     let stage = progress.stage("connect", 0);
     let mut generator = make_generator(config, &index, out, language)?;
-    ms("connect", stage.finish(&generator_line(generator.as_ref(), language)));
+    timings.add("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
     let group = generator.queries_per_call();
     let mut planner = Planner::new(&index, config.per_doc_cap, config.queries, group, config.seed);
@@ -92,59 +71,106 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         let estimate = generator.estimate(&requests)?;
         return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
     }
-    let filter = RoundTrip::new(&index, FilterConfig { language: Some(language), ..config.filter });
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold);
+    let filter = RoundTrip::new(&index, FilterConfig { language: Some(language), ..config.filter });
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
-        if wanted.is_empty() {
-            break;
-        }
-        let requests = planner.plan(&wanted, round, group)?;
+        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
         if requests.is_empty() {
             break;
         }
-        let stage = progress.stage("generate", requests.len() as u64);
-        let candidates = rounds.generate(generator.as_mut(), &index, &requests, &stage)?;
-        ms("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
-        let stage = progress.stage("filter", candidates.len() as u64);
-        let kept = rounds.judge(&filter, candidates, &stage)?;
-        ms("filter", stage.finish(&format!("round {round}: {kept} in the set")));
-        rounds.done = round;
+        rounds.run(round, generator.as_mut(), &filter, &index, &requests, *progress, &mut timings)?;
     }
 
-    let stage = progress.stage("sample", 0);
-    let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
-    let queue = review_items(&sample::sample(&set, config.review, config.seed), &index)?;
-    ms("sample", stage.finish(&format!("{} queries to review", queue.len())));
-
-    let stage = progress.stage("write", 0);
-    let llm = generator.llm_report();
     let mut manifest = Manifest::new(config, generator.name().to_owned());
     manifest.per_doc_cap = planner.cap();
     manifest.language = language;
-    manifest.corpus = corpus_summary;
+    manifest.corpus = corpus;
     manifest.rounds = rounds.done;
     manifest.shortfalls = rounds.shortfalls(&quotas);
     manifest.counts = rounds.counts.clone();
+    let llm = generator.llm_report();
     manifest.llm = llm.as_ref().map(|r| r.summary.clone());
-    write_files(&staging, &rounds, &set, &queue)?;
-    let report =
-        output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped: &skipped });
-    output::write_text(&staging.path("report.md"), &report)?;
-    ms("write", stage.finish(&format!("{}", out.display())));
-    manifest.run = RunInfo { timings_ms: timings, llm_network: llm.as_ref().map(|r| r.network) };
-    output::write_json(&staging.path("manifest.json"), &manifest)?;
-    staging.publish()?;
-
+    let review_items =
+        publish(config, staging, &index, &rounds, manifest, &skipped, *progress, timings, llm.as_ref())?;
     Ok(Outcome {
+        shortfalls: rounds.shortfalls(&quotas),
+        in_set: rounds.judged.iter().filter(|j| j.in_set()).count(),
         counts: rounds.counts,
-        shortfalls: manifest.shortfalls.clone(),
         skipped,
-        in_set: set.len(),
-        review_items: queue.len(),
+        review_items,
         dry_run: None,
         llm,
     })
+}
+
+/// Wall time per stage, summed over rounds.
+#[derive(Default)]
+struct Timings(BTreeMap<&'static str, u64>);
+
+impl Timings {
+    fn add(&mut self, stage: &'static str, elapsed: Duration) {
+        *self.0.entry(stage).or_insert(0) += u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    }
+}
+
+/// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl`, then builds (or
+/// reuses) the index.
+fn chunk_and_index(
+    config: &BuildConfig,
+    out: &Path,
+    staging: &output::Staging,
+    progress: Progress,
+    timings: &mut Timings,
+) -> Result<(ChunkIndex, CorpusSummary, Vec<Skipped>)> {
+    let stage = progress.stage("chunk", 0);
+    let corpus_file = staging.path("corpus.jsonl");
+    let (chunks, corpus, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
+    for s in &skipped {
+        progress.warn(&format!("skipped {s}"));
+    }
+    timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
+    let stage = progress.stage("index", chunks.len() as u64);
+    let analyzer = Analyzer::new(config.segmenter);
+    let (index, provenance) = ChunkIndex::open_or_build(
+        &out.join("index"),
+        chunks,
+        &corpus.chunks_hash,
+        analyzer,
+        &stage,
+        |add| reread_chunks(&corpus_file, add),
+    )?;
+    timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
+    Ok((index, corpus, skipped))
+}
+
+/// Stages 6–7: samples the review queue, writes every file into the staging folder and
+/// publishes them together (`manifest.json` last). Returns the size of the review queue.
+#[expect(clippy::too_many_arguments, reason = "the last stage gathers what every stage made")]
+fn publish(
+    config: &BuildConfig,
+    staging: output::Staging,
+    index: &ChunkIndex,
+    rounds: &Rounds,
+    mut manifest: Manifest<'_>,
+    skipped: &[Skipped],
+    progress: Progress,
+    mut timings: Timings,
+    llm: Option<&LlmReport>,
+) -> Result<usize> {
+    let stage = progress.stage("sample", 0);
+    let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
+    let queue = review_items(&sample::sample(&set, config.review, config.seed), index)?;
+    timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
+    let stage = progress.stage("write", 0);
+    write_files(&staging, rounds, &set, &queue)?;
+    let report = output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped });
+    output::write_text(&staging.path("report.md"), &report)?;
+    timings.add("write", stage.finish(&format!("{} queries", set.len())));
+    manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
+    output::write_json(&staging.path("manifest.json"), &manifest)?;
+    staging.publish()?;
+    Ok(queue.len())
 }
 
 /// The generator the config asks for.
@@ -412,6 +438,28 @@ impl Rounds {
             stage.inc(1);
         }
         Ok(joined)
+    }
+
+    /// One round: generate the planned requests, then judge the candidates.
+    #[expect(clippy::too_many_arguments, reason = "a round touches every stage between plan and set")]
+    fn run(
+        &mut self,
+        round: u32,
+        generator: &mut dyn Generator,
+        filter: &RoundTrip<'_>,
+        index: &ChunkIndex,
+        requests: &[Request],
+        progress: Progress,
+        timings: &mut Timings,
+    ) -> Result<()> {
+        let stage = progress.stage("generate", requests.len() as u64);
+        let candidates = self.generate(generator, index, requests, &stage)?;
+        timings.add("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
+        let stage = progress.stage("filter", candidates.len() as u64);
+        let kept = self.judge(filter, candidates, &stage)?;
+        timings.add("filter", stage.finish(&format!("round {round}: {kept} in the set")));
+        self.done = round;
+        Ok(())
     }
 
     fn count(&mut self, t: QueryType) -> &mut TypeCounts {
