@@ -81,7 +81,7 @@ pub enum Error {
     },
     /// The token or cost budget is spent; replies so far are cached.
     #[error(
-        "{0}\nhint: every reply so far is cached: rerun with a higher limit to resume without paying twice"
+        "budget reached: {0}\nhint: every reply so far is cached: rerun with a higher limit to resume without paying twice"
     )]
     Budget(String),
     /// No LLM call finished for too long.

@@ -87,14 +87,15 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     manifest.language = language;
     manifest.corpus = corpus;
     manifest.rounds = rounds.done;
-    manifest.shortfalls = rounds.shortfalls(&quotas);
+    let shortfalls = rounds.shortfalls(&quotas);
+    manifest.shortfalls.clone_from(&shortfalls);
     manifest.counts = rounds.counts.clone();
     let llm = generator.llm_report();
     manifest.llm = llm.as_ref().map(|r| r.summary.clone());
     let review_items =
         publish(config, staging, &index, &rounds, manifest, &skipped, *progress, timings, llm.as_ref())?;
     Ok(Outcome {
-        shortfalls: rounds.shortfalls(&quotas),
+        shortfalls,
         in_set: rounds.judged.iter().filter(|j| j.in_set()).count(),
         counts: rounds.counts,
         skipped,

@@ -76,10 +76,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<u8> {
     }
     let progress = Progress::stderr(args.quiet);
     let outcome = match pipeline::build(&config, out, &progress) {
-        Err(qrelgen::Error::Budget(message)) => {
-            eprintln!(
-                "error: budget reached: {message}\nhint: every reply so far is cached: rerun with a higher limit to resume"
-            );
+        Err(err @ qrelgen::Error::Budget(_)) => {
+            eprintln!("error: {err}");
             return Ok(exit::BUDGET);
         }
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,

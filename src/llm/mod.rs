@@ -207,8 +207,6 @@ pub struct Completion {
     pub content: String,
     /// Cut off by `max_tokens` (`finish_reason: length`).
     pub truncated: bool,
-    /// Served from the cache.
-    pub cached: bool,
 }
 
 /// Tokens of the replies a run used, whether fresh or from the cache: the same for every run
@@ -398,7 +396,7 @@ impl Llm {
                 t.network.cache_hits += 1;
                 t.used.add(&reply);
             });
-            return Ok(completion(&reply, true));
+            return Ok(completion(&reply));
         }
         let tokens = estimate_tokens(messages) + self.config.max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
@@ -420,7 +418,7 @@ impl Llm {
                         t.used.add(&reply);
                         t.network.paid.add(&reply);
                     });
-                    return Ok(completion(&reply, false));
+                    return Ok(completion(&reply));
                 }
                 Err(error)
                     if error.is_retryable()
@@ -515,12 +513,8 @@ fn as_secs<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S
     serializer.serialize_u64(duration.as_secs())
 }
 
-fn completion(reply: &CachedReply, cached: bool) -> Completion {
-    Completion {
-        content: reply.content.clone(),
-        truncated: reply.finish_reason.as_deref() == Some("length"),
-        cached,
-    }
+fn completion(reply: &CachedReply) -> Completion {
+    Completion { content: reply.content.clone(), truncated: reply.finish_reason.as_deref() == Some("length") }
 }
 
 /// Maps async-openai's error onto ours.
