@@ -7,7 +7,7 @@
 
 use crate::error::Result;
 use crate::index::ChunkIndex;
-use crate::record::{Candidate, QueryType, Reason, Status, Verdict};
+use crate::record::{Candidate, Pooled, QueryType, Reason, Status, Verdict};
 use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -61,6 +61,8 @@ pub struct FilterConfig {
     pub multi_hop_rule: HopRule,
     /// The language queries must be in (checked for LLM queries; `None` = no check).
     pub language: Option<Language>,
+    /// Chunks in each query's pool: the top hits that are not its sources.
+    pub pool_depth: usize,
 }
 
 /// Judges candidates against the index.
@@ -85,15 +87,26 @@ impl<'a> RoundTrip<'a> {
             return Ok(Verdict::dropped(reason));
         }
         let query_terms = self.index.analyzer().terms(&candidate.text);
-        let hits = self.index.search_terms(&query_terms, self.config.top_n)?;
+        let depth = self.config.top_n.max(self.config.pool_depth + candidate.sources.len());
+        let hits = self.index.search_terms(&query_terms, depth)?;
         let sources: Vec<Option<usize>> =
             candidate.sources.iter().map(|id| self.index.position(id)).collect();
+        let top_n = &hits[..hits.len().min(self.config.top_n)];
         let ranks: Vec<Option<u32>> = sources
             .iter()
             .map(|source| {
-                let at = hits.iter().position(|h| Some(h.chunk) == *source)?;
+                let at = top_n.iter().position(|h| Some(h.chunk) == *source)?;
                 u32::try_from(at + 1).ok()
             })
+            .collect();
+        // A no_answer query's sources are not relevant, so they belong in its pool.
+        let is_source =
+            |chunk: usize| candidate.query_type != QueryType::NoAnswer && sources.contains(&Some(chunk));
+        let pool = (1..)
+            .zip(&hits)
+            .filter(|(_, h)| !is_source(h.chunk))
+            .take(self.config.pool_depth)
+            .map(|(rank, h)| Pooled { chunk_id: self.index.meta(h.chunk).id.clone(), rank, grade: None })
             .collect();
         let top_hit = hits.first().map(|h| self.index.meta(h.chunk).id.clone());
         let (status, reason) = match candidate.query_type {
@@ -104,7 +117,7 @@ impl<'a> RoundTrip<'a> {
             }
         };
         let overlap = self.overlap(&query_terms, sources.iter().flatten().copied())?;
-        Ok(Verdict { status, reason, ranks, top_hit, overlap, duplicate_of: None })
+        Ok(Verdict { status, reason, ranks, top_hit, overlap, duplicate_of: None, pool })
     }
 
     /// Checks made before the round trip: evidence quotes must occur in the sources, and the
@@ -221,7 +234,7 @@ mod tests {
     }
 
     fn config(top_n: usize, on_miss: OnMiss, multi_hop_rule: HopRule) -> FilterConfig {
-        FilterConfig { top_n, on_miss, multi_hop_rule, language: None }
+        FilterConfig { top_n, on_miss, multi_hop_rule, language: None, pool_depth: 2 }
     }
 
     #[track_caller]

@@ -16,7 +16,8 @@ use crate::llm::{Cache, Llm};
 use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
 use crate::record::{
-    Candidate, Chunk, ChunkMeta, Judged, QueryType, Reason, Reject, ReviewItem, ReviewSource, Status, Verdict,
+    Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
+    ReviewSource, Status, Verdict,
 };
 use crate::sample;
 use crate::text::Language;
@@ -521,9 +522,21 @@ fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>
                 reason: j.verdict.reason,
                 ranks: j.verdict.ranks.clone(),
                 absent_term: j.candidate.absent_term.clone(),
+                evidence: j.candidate.evidence.clone(),
                 sources,
+                pool: pool_chunks(&j.verdict.pool, index)?,
                 decision: None,
             })
+        })
+        .collect()
+}
+
+fn pool_chunks(pool: &[Pooled], index: &ChunkIndex) -> Result<Vec<PoolChunk>> {
+    pool.iter()
+        .filter_map(|p| index.position(&p.chunk_id).map(|at| (p, at)))
+        .map(|(p, at)| {
+            let stored = index.stored(at)?;
+            Ok(PoolChunk { pooled: p.clone(), title: stored.title, text: stored.text })
         })
         .collect()
 }
@@ -537,6 +550,12 @@ fn write_files(out: &output::Staging, rounds: &Rounds, set: &[&Judged], queue: &
     output::write_atomic(&out.path("qrels/test.tsv"), |w| {
         writeln!(w, "query-id\tcorpus-id\tscore")?;
         qrels.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
+    })?;
+    output::write_atomic(&out.path("qrels/provenance.tsv"), |w| {
+        writeln!(w, "query-id\tcorpus-id\tscore\tprovenance")?;
+        qrels.iter().try_for_each(|q| {
+            writeln!(w, "{}\t{}\t{}\t{}", q.query_id, q.chunk_id, q.grade, q.provenance.label())
+        })
     })?;
     output::write_atomic(&out.path("qrels.trec"), |w| {
         qrels.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Version of the output file formats, recorded in the manifest.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A source document, as read from the corpus. Lives only until it is chunked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +205,9 @@ pub struct Verdict {
     /// For a near-duplicate: the query in the set that it repeats.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub duplicate_of: Option<QueryId>,
+    /// The top-k chunks the query retrieves besides its sources (`--pool-depth`).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pool: Vec<Pooled>,
 }
 
 impl Verdict {
@@ -218,6 +221,7 @@ impl Verdict {
             top_hit: None,
             overlap: 0.0,
             duplicate_of: None,
+            pool: Vec::new(),
         }
     }
 }
@@ -266,6 +270,39 @@ pub mod grade {
     pub const HOP: u8 = 2;
 }
 
+/// Where a relevance judgment comes from (recorded in `qrels/provenance.tsv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provenance {
+    /// A chunk the query was written from (a source or a hop).
+    Source,
+    /// A near-identical copy of a source chunk (co-relevant).
+    Duplicate,
+    /// Graded by the LLM judge (pooling, or a reclassified `no_answer` query).
+    Judge,
+    /// Set by a human reviewer; overrides every other provenance.
+    Human,
+}
+
+impl Provenance {
+    /// The label used in `qrels/provenance.tsv`.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Source => "source",
+            Self::Duplicate => "duplicate",
+            Self::Judge => "judge",
+            Self::Human => "human",
+        }
+    }
+
+    /// Parses a label as written by [`Provenance::label`].
+    #[must_use]
+    pub fn from_label(label: &str) -> Option<Self> {
+        [Self::Source, Self::Duplicate, Self::Judge, Self::Human].into_iter().find(|p| p.label() == label)
+    }
+}
+
 /// One relevance judgment.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Qrel {
@@ -275,6 +312,8 @@ pub struct Qrel {
     pub chunk_id: ChunkId,
     /// Graded relevance, see [`grade`].
     pub grade: u8,
+    /// Who said so.
+    pub provenance: Provenance,
 }
 
 /// A chunk as shown to a reviewer.
@@ -282,6 +321,30 @@ pub struct Qrel {
 pub struct ReviewSource {
     /// The chunk.
     pub chunk_id: ChunkId,
+    /// Its document title.
+    pub title: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// A chunk in a query's pool: retrieved in the top k, but not one of its sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pooled {
+    /// The chunk.
+    pub chunk_id: ChunkId,
+    /// Its BM25 rank for the query (1-based).
+    pub rank: u32,
+    /// The judge's grade (0–3), if the pool was judged (`--judge-pool`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub grade: Option<u8>,
+}
+
+/// A pooled chunk as shown to a reviewer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolChunk {
+    /// The chunk, its rank and grade.
+    #[serde(flatten)]
+    pub pooled: Pooled,
     /// Its document title.
     pub title: String,
     /// Its text.
@@ -307,8 +370,14 @@ pub struct ReviewItem {
     /// For `no_answer`: the absent term.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub absent_term: Option<String>,
+    /// Verbatim quotes from the sources that support the query (LLM generator).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub evidence: Vec<String>,
     /// The source chunks, in full.
     pub sources: Vec<ReviewSource>,
+    /// Other chunks the query retrieves (its pool), with the judge's grade when one was asked.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pool: Vec<PoolChunk>,
     /// The reviewer's decision, filled in by the reviewer (`accept`, `reject`, `edit`).
     pub decision: Option<String>,
 }

@@ -85,6 +85,10 @@ settings! {
     /// Which hops of a multi_hop query must rank within the top N [default: all].
     #[arg(long, value_enum, help_heading = "Round-trip filter")]
     multi_hop_rule: HopRuleArg,
+    /// Chunks in each query's pool: the top hits besides its sources, shown to reviewers and
+    /// graded by the judge with --judge-pool [default: 5].
+    #[arg(long, value_name = "N", help_heading = "Round-trip filter")]
+    pool_depth: usize,
     /// Drop a query whose words (Chinese: character pairs) overlap a query already in the set
     /// at least this much, by Jaccard similarity; 1 drops only copies [default: 0.8].
     #[arg(long, value_name = "0..1", help_heading = "Round-trip filter")]
@@ -361,6 +365,7 @@ impl Settings {
                     HopRuleArg::Any => HopRule::Any,
                 },
                 language: None,
+                pool_depth: self.pool_depth.unwrap_or(5),
             },
             dedup_threshold: self.dedup_threshold.unwrap_or(0.8),
             review: SampleConfig {

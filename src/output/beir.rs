@@ -1,7 +1,7 @@
 //! BEIR and TREC lines: `corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv` and `qrels.trec`.
 
 use crate::id::{ChunkId, DocId, QueryId};
-use crate::record::{Chunk, Judged, Qrel, QueryType, Reason, Status, grade};
+use crate::record::{Chunk, Judged, Provenance, Qrel, QueryType, Reason, Status, grade};
 use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -92,8 +92,9 @@ pub(crate) fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-/// The positive judgments of the queries in the set, in query order, without repeated pairs.
-/// `no_answer` queries have none.
+/// The positive judgments of the queries in the set, in query order, without repeated pairs:
+/// the sources first, then pooled chunks the judge graded 1 or more. `no_answer` queries have
+/// none.
 #[must_use]
 pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
     let mut seen = BTreeSet::new();
@@ -105,9 +106,15 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
             QueryType::MultiHop => grade::HOP,
             QueryType::NoAnswer => continue,
         };
-        for chunk in &c.sources {
+        let sources = c.sources.iter().map(|chunk| (chunk, grade, Provenance::Source));
+        let judged = judged
+            .verdict
+            .pool
+            .iter()
+            .filter_map(|p| p.grade.filter(|&g| g >= 1).map(|g| (&p.chunk_id, g, Provenance::Judge)));
+        for (chunk, grade, provenance) in sources.chain(judged) {
             if seen.insert((&c.id, chunk)) {
-                qrels.push(Qrel { query_id: c.id.clone(), chunk_id: chunk.clone(), grade });
+                qrels.push(Qrel { query_id: c.id.clone(), chunk_id: chunk.clone(), grade, provenance });
             }
         }
     }
@@ -142,6 +149,7 @@ mod tests {
                 top_hit: None,
                 overlap: 1.0,
                 duplicate_of: None,
+                pool: Vec::new(),
             },
         }
     }
