@@ -5,6 +5,7 @@ use crate::chunk::ChunkConfig;
 use crate::filter::FilterConfig;
 use crate::generate::{LlmGeneration, Mix};
 use crate::index::Segmenter;
+use crate::judge::JudgeConfig;
 use crate::llm::LlmConfig;
 use crate::sample::SampleConfig;
 use crate::text::Language;
@@ -59,6 +60,11 @@ pub struct BuildConfig {
     pub filter: FilterConfig,
     /// Queries at least this similar (Jaccard of their shingles) to one in the set are dropped.
     pub dedup_threshold: f64,
+    /// Chunks at least this similar (estimated Jaccard of their 3-word shingles) are copies of
+    /// each other, relevant together.
+    pub chunk_dup_threshold: f64,
+    /// The LLM judge (used with the LLM generator).
+    pub judge: JudgeConfig,
     /// The review queue.
     pub review: SampleConfig,
     /// Who writes the queries.

@@ -1,4 +1,5 @@
-//! Near-duplicate control: no two queries in the set may be more alike than a threshold.
+//! Near-duplicate control: no two queries in the set may be more alike than a threshold; and
+//! near-identical chunks are grouped, so that every copy of a source is relevant.
 //!
 //! Queries are compared as sets of shingles: Latin words after normalisation (NFKC, lower case,
 //! punctuation dropped) and, for Chinese, overlapping character pairs, so `重置密码` and
@@ -40,7 +41,7 @@ impl Dedup {
         let shingles = shingles(text);
         let signature = signature(&shingles);
         let keys: Vec<(usize, u64)> =
-            (0..BANDS).map(|b| (b, band_hash(&signature[b * ROWS..(b + 1) * ROWS]))).collect();
+            (0..BANDS).map(|b| (b, band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().copied()))).collect();
         let mut seen = HashSet::new();
         for key in &keys {
             for &other in self.buckets.get(key).map_or(&[][..], Vec::as_slice) {
@@ -62,27 +63,26 @@ impl Dedup {
 /// character stands for itself).
 #[must_use]
 fn shingles(text: &str) -> HashSet<u64> {
+    units(text).into_iter().collect()
+}
+
+/// A text's units, in order: normalised Latin words and CJK character pairs, hashed.
+fn units(text: &str) -> Vec<u64> {
     let normal: String = text.nfkc().flat_map(char::to_lowercase).collect();
-    let mut out = HashSet::new();
+    let mut out = Vec::new();
     let mut word = String::new();
     let mut cjk_run: Vec<char> = Vec::new();
-    let flush_word = |word: &mut String, out: &mut HashSet<u64>| {
+    let flush_word = |word: &mut String, out: &mut Vec<u64>| {
         if !word.is_empty() {
-            out.insert(hash_str(word));
+            out.push(hash_str(word));
             word.clear();
         }
     };
-    let flush_cjk = |run: &mut Vec<char>, out: &mut HashSet<u64>| {
+    let flush_cjk = |run: &mut Vec<char>, out: &mut Vec<u64>| {
         match run.len() {
             0 => {}
-            1 => {
-                out.insert(hash_str(&run[0].to_string()));
-            }
-            _ => {
-                for pair in run.windows(2) {
-                    out.insert(hash_str(&pair.iter().collect::<String>()));
-                }
-            }
+            1 => out.push(hash_str(&run[0].to_string())),
+            _ => out.extend(run.windows(2).map(|pair| hash_str(&pair.iter().collect::<String>()))),
         }
         run.clear();
     };
@@ -110,11 +110,92 @@ fn jaccard(a: &HashSet<u64>, b: &HashSet<u64>) -> f64 {
     if union == 0 { 1.0 } else { a.intersection(b).count() as f64 / union as f64 }
 }
 
+/// FNV-1a, finished with [`mix`]: fast, and stable across builds and platforms.
 fn hash_str(s: &str) -> u64 {
-    let digest = blake3::hash(s.as_bytes());
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&digest.as_bytes()[..8]);
-    u64::from_le_bytes(bytes)
+    mix(s.bytes().fold(0xCBF2_9CE4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3)))
+}
+
+/// Units per chunk shingle: chunks are compared by runs of three words (or CJK pairs), so two
+/// chunks on one topic do not look alike merely for sharing their vocabulary.
+const CHUNK_SHINGLE: usize = 3;
+
+/// Groups of near-identical chunks (boilerplate, copied sections, versions of a page), found
+/// while the corpus is read. A query written from one member has every member as relevant.
+#[derive(Debug, Default)]
+pub struct ChunkGroups {
+    threshold: f64,
+    /// Truncated MinHash signatures, one per chunk position.
+    signatures: Vec<[u32; HASHES]>,
+    buckets: HashMap<(usize, u64), Vec<usize>>,
+    /// Group number of each chunk in a group of two or more.
+    group_of: HashMap<usize, usize>,
+    groups: Vec<Vec<usize>>,
+}
+
+impl ChunkGroups {
+    /// No chunks yet; chunks at least `threshold` alike (estimated Jaccard of their 3-word
+    /// shingles) will share a group.
+    #[must_use]
+    pub fn new(threshold: f64) -> Self {
+        Self { threshold, ..Self::default() }
+    }
+
+    /// Adds the next chunk (its position is the number of chunks added before it).
+    pub fn add(&mut self, text: &str) {
+        let position = self.signatures.len();
+        let units = units(text);
+        let shingles: HashSet<u64> = if units.len() < CHUNK_SHINGLE {
+            units.into_iter().collect()
+        } else {
+            units.windows(CHUNK_SHINGLE).map(|w| w.iter().fold(0, |h, u| mix(h ^ u))).collect()
+        };
+        // Truncating to 32 bits halves the memory; collisions are rare enough not to matter.
+        #[expect(clippy::cast_possible_truncation, reason = "deliberate truncation")]
+        let signature = signature(&shingles).map(|h| h as u32);
+        self.signatures.push(signature);
+        if shingles.is_empty() {
+            return;
+        }
+        let keys: Vec<(usize, u64)> = (0..BANDS)
+            .map(|b| (b, band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h)))))
+            .collect();
+        let twin = keys
+            .iter()
+            .flat_map(|key| self.buckets.get(key).map_or(&[][..], Vec::as_slice))
+            .copied()
+            .find(|&other| self.similarity(other, position) >= self.threshold);
+        if let Some(twin) = twin {
+            let group = *self.group_of.entry(twin).or_insert_with(|| {
+                self.groups.push(vec![twin]);
+                self.groups.len() - 1
+            });
+            self.groups[group].push(position);
+            self.group_of.insert(position, group);
+            // A member is never a bucket entry: its group's first chunk stands for it.
+            return;
+        }
+        for key in keys {
+            self.buckets.entry(key).or_default().push(position);
+        }
+    }
+
+    /// Estimated Jaccard similarity: the share of signature slots that agree.
+    fn similarity(&self, a: usize, b: usize) -> f64 {
+        let (a, b) = (&self.signatures[a], &self.signatures[b]);
+        a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / HASHES as f64
+    }
+
+    /// The near-identical copies of a chunk (without the chunk itself), in corpus order.
+    pub fn copies(&self, position: usize) -> impl Iterator<Item = usize> + '_ {
+        let group = self.group_of.get(&position).map_or(&[][..], |&g| self.groups[g].as_slice());
+        group.iter().copied().filter(move |&m| m != position)
+    }
+
+    /// Every group of two or more chunks, in corpus order of their first member.
+    #[must_use]
+    pub fn groups(&self) -> &[Vec<usize>] {
+        &self.groups
+    }
 }
 
 /// MinHash: for each of [`HASHES`] seeded mixes, the smallest mixed shingle.
@@ -135,8 +216,8 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-fn band_hash(rows: &[u64]) -> u64 {
-    rows.iter().fold(0xCBF2_9CE4_8422_2325, |h, r| mix(h ^ r))
+fn band_hash(rows: impl IntoIterator<Item = u64>) -> u64 {
+    rows.into_iter().fold(0xCBF2_9CE4_8422_2325, |h, r| mix(h ^ r))
 }
 
 #[cfg(test)]
@@ -167,6 +248,21 @@ mod tests {
         assert!((j - 0.5).abs() < 1e-9, "{j}");
         assert_eq!(shingles("Reset, PASSWORD!"), shingles("reset password"));
         assert_eq!(shingles("ＨＳ４０１２"), shingles("hs4012"));
+    }
+
+    #[test]
+    fn near_identical_chunks_share_a_group_and_topical_ones_do_not() {
+        let base = "To reset a workspace password open Settings, choose Security and press Reset. \
+                    The new password must have twelve characters and is required on every device.";
+        let mut groups = ChunkGroups::new(0.8);
+        groups.add(base);
+        groups.add("Bandwidth limits slow the upload of large files; raise them under Settings.");
+        groups.add(&format!("{base} "));
+        groups.add(&base.replace("every device", "every computer"));
+        groups.add("To reset a workspace recovery key open Settings, choose Keys and press Rotate.");
+        assert_eq!(groups.groups(), [vec![0, 2, 3]]);
+        assert_eq!(groups.copies(2).collect::<Vec<_>>(), [0, 3]);
+        assert_eq!(groups.copies(1).count(), 0);
     }
 
     proptest! {

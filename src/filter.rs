@@ -5,9 +5,11 @@
 //! a status and a reason; `no_answer` queries are checked differently (rejected when the top hit
 //! contains their absent term) and never dropped for missing their source.
 
+use crate::dedup::ChunkGroups;
 use crate::error::Result;
+use crate::generate::is_query_word;
 use crate::index::ChunkIndex;
-use crate::record::{Candidate, Pooled, QueryType, Reason, Status, Verdict};
+use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -50,8 +52,27 @@ impl std::fmt::Display for HopRule {
     }
 }
 
-/// Settings of the round trip.
+/// What happens to a `paraphrase` query that copies its source's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCopy {
+    /// Keep it as a `direct` query.
+    Relabel,
+    /// Leave it out.
+    Drop,
+}
+
+impl std::fmt::Display for OnCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Relabel => "relabel",
+            Self::Drop => "drop",
+        })
+    }
+}
+
+/// Settings of the round trip and the lexical controls.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FilterConfig {
     /// How deep a source may rank and still count as found.
     pub top_n: usize,
@@ -63,19 +84,35 @@ pub struct FilterConfig {
     pub language: Option<Language>,
     /// Chunks in each query's pool: the top hits that are not its sources.
     pub pool_depth: usize,
+    /// A `paraphrase` query sharing more than this share of its content terms with its source
+    /// copies it.
+    pub max_paraphrase_overlap: f64,
+    /// What happens to a copying paraphrase.
+    pub on_copy: OnCopy,
+    /// Reject a `multi_hop` query unless each hop contributes a query term the other hops lack
+    /// (the check without a judge).
+    pub hop_terms: bool,
 }
 
 /// Judges candidates against the index.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
+    groups: &'a ChunkGroups,
     config: FilterConfig,
 }
 
+/// A source's terms: in order (for shared runs) and as a set (for overlap).
+struct SourceTerms {
+    sequence: Vec<String>,
+    set: HashSet<String>,
+}
+
 impl<'a> RoundTrip<'a> {
-    /// A filter over the chunks of `index`.
+    /// A filter over the chunks of `index`; a source's near-identical copies (`groups`) count
+    /// as the source.
     #[must_use]
-    pub fn new(index: &'a ChunkIndex, config: FilterConfig) -> Self {
-        Self { index, config }
+    pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig) -> Self {
+        Self { index, groups, config }
     }
 
     /// The verdict on one candidate.
@@ -86,29 +123,45 @@ impl<'a> RoundTrip<'a> {
         if let Some(reason) = self.precheck(candidate)? {
             return Ok(Verdict::dropped(reason));
         }
-        let query_terms = self.index.analyzer().terms(&candidate.text);
-        let depth = self.config.top_n.max(self.config.pool_depth + candidate.sources.len());
-        let hits = self.index.search_terms(&query_terms, depth)?;
-        let sources: Vec<Option<usize>> =
-            candidate.sources.iter().map(|id| self.index.position(id)).collect();
-        let top_n = &hits[..hits.len().min(self.config.top_n)];
-        let ranks: Vec<Option<u32>> = sources
+        let answerable = candidate.query_type != QueryType::NoAnswer;
+        let sources: Vec<usize> = candidate.sources.iter().filter_map(|id| self.index.position(id)).collect();
+        // Each source with its copies: any of them found counts as the source found.
+        let relevant: Vec<Vec<usize>> = candidate
+            .sources
             .iter()
-            .map(|source| {
-                let at = top_n.iter().position(|h| Some(h.chunk) == *source)?;
+            .map(|id| {
+                let at = self.index.position(id);
+                at.into_iter().flat_map(|p| std::iter::once(p).chain(self.groups.copies(p))).collect()
+            })
+            .collect();
+        let query_terms = self.index.analyzer().terms(&candidate.text);
+        let depth =
+            self.config.top_n.max(self.config.pool_depth + relevant.iter().map(Vec::len).sum::<usize>());
+        let hits = self.index.search_terms(&query_terms, depth)?;
+        let top_n = &hits[..hits.len().min(self.config.top_n)];
+        let ranks: Vec<Option<u32>> = relevant
+            .iter()
+            .map(|members| {
+                let at = top_n.iter().position(|h| members.contains(&h.chunk))?;
                 u32::try_from(at + 1).ok()
             })
             .collect();
         // A no_answer query's sources are not relevant, so they belong in its pool.
-        let is_source =
-            |chunk: usize| candidate.query_type != QueryType::NoAnswer && sources.contains(&Some(chunk));
+        let excluded: HashSet<usize> =
+            if answerable { relevant.iter().flatten().copied().collect() } else { HashSet::new() };
         let pool = (1..)
             .zip(&hits)
-            .filter(|(_, h)| !is_source(h.chunk))
+            .filter(|(_, h)| !excluded.contains(&h.chunk))
             .take(self.config.pool_depth)
             .map(|(rank, h)| Pooled { chunk_id: self.index.meta(h.chunk).id.clone(), rank, grade: None })
             .collect();
-        let top_hit = hits.first().map(|h| self.index.meta(h.chunk).id.clone());
+        let copies = excluded
+            .iter()
+            .filter(|p| !sources.contains(p))
+            .map(|&p| self.index.meta(p).id.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let (status, reason) = match candidate.query_type {
             QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk))?,
             QueryType::MultiHop => self.miss_rule(self.hops_found(&ranks), Reason::HopNotInTopN),
@@ -116,8 +169,69 @@ impl<'a> RoundTrip<'a> {
                 self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN)
             }
         };
-        let overlap = self.overlap(&query_terms, sources.iter().flatten().copied())?;
-        Ok(Verdict { status, reason, ranks, top_hit, overlap, duplicate_of: None, pool })
+        let source_terms = sources.iter().map(|&p| self.source_terms(p)).collect::<Result<Vec<_>>>()?;
+        let content = self.content_terms(&candidate.text);
+        let overlap = overlap(&content, &source_terms);
+        let longest_shared =
+            source_terms.iter().map(|s| longest_run(&query_terms, &s.sequence)).max().unwrap_or(0);
+        let mut verdict = Verdict {
+            status,
+            reason,
+            top_hit: hits.first().map(|h| self.index.meta(h.chunk).id.clone()),
+            difficulty: answerable.then(|| Difficulty::measure(&ranks, overlap)),
+            ranks,
+            overlap,
+            longest_shared,
+            relabelled: None,
+            copies,
+            duplicate_of: None,
+            pool,
+        };
+        if verdict.status != Status::Dropped {
+            self.lexical_controls(candidate, &content, &source_terms, &mut verdict);
+        }
+        Ok(verdict)
+    }
+
+    /// The copy rule for `paraphrase` queries and, without a judge, the hop-terms rule for
+    /// `multi_hop` ones.
+    fn lexical_controls(
+        &self,
+        candidate: &Candidate,
+        content: &HashSet<String>,
+        sources: &[SourceTerms],
+        verdict: &mut Verdict,
+    ) {
+        match candidate.query_type {
+            QueryType::Paraphrase if verdict.overlap > self.config.max_paraphrase_overlap => {
+                match self.config.on_copy {
+                    OnCopy::Relabel => verdict.relabelled = Some(QueryType::Direct),
+                    OnCopy::Drop => verdict.mark(Status::Dropped, Reason::CopiesSource),
+                }
+            }
+            QueryType::MultiHop if self.config.hop_terms && !each_hop_contributes(content, sources) => {
+                verdict.mark(Status::Dropped, Reason::OneChunkAnswers);
+            }
+            _ => {}
+        }
+    }
+
+    /// The distinct content terms of `text`: analyzed terms of words a query would carry
+    /// (question words and other stop words left out).
+    fn content_terms(&self, text: &str) -> HashSet<String> {
+        self.index
+            .analyzer()
+            .tokens(text)
+            .into_iter()
+            .filter(|t| is_query_word(&t.surface))
+            .map(|t| t.term)
+            .collect()
+    }
+
+    fn source_terms(&self, chunk: usize) -> Result<SourceTerms> {
+        let sequence = self.index.analyzer().terms(&self.index.text(chunk)?);
+        let set = sequence.iter().cloned().collect();
+        Ok(SourceTerms { sequence, set })
     }
 
     /// Checks made before the round trip: evidence quotes must occur in the sources, and the
@@ -179,20 +293,43 @@ impl<'a> RoundTrip<'a> {
     fn terms_of(&self, chunk: usize) -> Result<HashSet<String>> {
         Ok(self.index.analyzer().terms(&self.index.text(chunk)?).into_iter().collect())
     }
+}
 
-    /// Share of the distinct query terms found in the source chunks.
-    fn overlap(&self, query_terms: &[String], sources: impl Iterator<Item = usize>) -> Result<f64> {
-        let query: HashSet<&String> = query_terms.iter().collect();
-        if query.is_empty() {
-            return Ok(0.0);
-        }
-        let mut source_terms = HashSet::new();
-        for chunk in sources {
-            source_terms.extend(self.terms_of(chunk)?);
-        }
-        let shared = query.iter().filter(|t| source_terms.contains(**t)).count();
-        Ok(shared as f64 / query.len() as f64)
+/// Share of the query's distinct content terms found in the sources (0 for a query without
+/// content terms).
+fn overlap(content: &HashSet<String>, sources: &[SourceTerms]) -> f64 {
+    if content.is_empty() {
+        return 0.0;
     }
+    let shared = content.iter().filter(|t| sources.iter().any(|s| s.set.contains(*t))).count();
+    shared as f64 / content.len() as f64
+}
+
+/// Whether every hop has a content term of the query that no other hop has.
+fn each_hop_contributes(content: &HashSet<String>, hops: &[SourceTerms]) -> bool {
+    hops.len() >= 2
+        && (0..hops.len()).all(|i| {
+            content.iter().any(|t| {
+                hops[i].set.contains(t) && hops.iter().enumerate().all(|(j, h)| j == i || !h.set.contains(t))
+            })
+        })
+}
+
+/// Length of the longest run of consecutive terms that `a` and `b` share (longest common
+/// substring over terms, by dynamic programming over one row).
+fn longest_run(a: &[String], b: &[String]) -> u32 {
+    let mut row = vec![0u32; b.len() + 1];
+    let mut best = 0;
+    for x in a {
+        let mut diagonal = 0;
+        for (j, y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if x == y { diagonal + 1 } else { 0 };
+            best = best.max(row[j + 1]);
+            diagonal = above;
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -230,11 +367,20 @@ mod tests {
     fn with_filter(config: FilterConfig, check: impl FnOnce(&RoundTrip<'_>)) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let (index, _) = from_chunks(dir.path(), &test_chunks(&TEXTS));
-        check(&RoundTrip::new(&index, config));
+        check(&RoundTrip::new(&index, &ChunkGroups::new(1.0), config));
     }
 
     fn config(top_n: usize, on_miss: OnMiss, multi_hop_rule: HopRule) -> FilterConfig {
-        FilterConfig { top_n, on_miss, multi_hop_rule, language: None, pool_depth: 2 }
+        FilterConfig {
+            top_n,
+            on_miss,
+            multi_hop_rule,
+            language: None,
+            pool_depth: 2,
+            max_paraphrase_overlap: 1.0,
+            on_copy: OnCopy::Relabel,
+            hop_terms: false,
+        }
     }
 
     #[track_caller]

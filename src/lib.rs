@@ -14,6 +14,7 @@ pub mod filter;
 pub mod generate;
 pub mod id;
 pub mod index;
+pub mod judge;
 pub mod llm;
 pub mod output;
 pub mod pipeline;

@@ -4,7 +4,7 @@
 use crate::chunk::Chunker;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, Skipped};
-use crate::dedup::Dedup;
+use crate::dedup::{ChunkGroups, Dedup};
 use crate::error::{Error, Result};
 use crate::filter::{FilterConfig, RoundTrip};
 use crate::generate::{
@@ -12,6 +12,7 @@ use crate::generate::{
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::{Analyzer, ChunkIndex};
+use crate::judge::{Asks, Judge, JudgeConfig};
 use crate::llm::{Cache, Llm};
 use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
@@ -58,7 +59,7 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let (index, corpus, skipped) = chunk_and_index(config, out, &staging, *progress, &mut timings)?;
+    let (index, groups, corpus, skipped) = chunk_and_index(config, out, &staging, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
@@ -72,8 +73,8 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         let estimate = generator.estimate(&requests)?;
         return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
     }
-    let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold);
-    let filter = RoundTrip::new(&index, FilterConfig { language: Some(language), ..config.filter });
+    let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
+    let filter = RoundTrip::new(&index, &groups, FilterConfig { language: Some(language), ..config.filter });
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
@@ -93,8 +94,10 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     manifest.counts = rounds.counts.clone();
     let llm = generator.llm_report();
     manifest.llm = llm.as_ref().map(|r| r.summary.clone());
-    let review_items =
-        publish(config, staging, &index, &rounds, manifest, &skipped, *progress, timings, llm.as_ref())?;
+    let chunk_groups: Vec<Vec<ChunkId>> =
+        groups.groups().iter().map(|g| g.iter().map(|&c| index.meta(c).id.clone()).collect()).collect();
+    let made = Made { rounds: &rounds, skipped: &skipped, chunk_groups: &chunk_groups };
+    let review_items = publish(config, staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
     Ok(Outcome {
         shortfalls,
         in_set: rounds.judged.iter().filter(|j| j.in_set()).count(),
@@ -116,18 +119,18 @@ impl Timings {
     }
 }
 
-/// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl`, then builds (or
-/// reuses) the index.
+/// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
+/// near-identical chunks on the way), then builds (or reuses) the index.
 fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
     progress: Progress,
     timings: &mut Timings,
-) -> Result<(ChunkIndex, CorpusSummary, Vec<Skipped>)> {
+) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
     let stage = progress.stage("chunk", 0);
     let corpus_file = staging.path("corpus.jsonl");
-    let (chunks, corpus, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
+    let (chunks, groups, corpus, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
     for s in &skipped {
         progress.warn(&format!("skipped {s}"));
     }
@@ -143,7 +146,14 @@ fn chunk_and_index(
         |add| reread_chunks(&corpus_file, add),
     )?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok((index, corpus, skipped))
+    Ok((index, groups, corpus, skipped))
+}
+
+/// What the stages made, for the files to show.
+struct Made<'a> {
+    rounds: &'a Rounds,
+    skipped: &'a [Skipped],
+    chunk_groups: &'a [Vec<ChunkId>],
 }
 
 /// Stages 6–7: samples the review queue, writes every file into the staging folder and
@@ -153,20 +163,24 @@ fn publish(
     config: &BuildConfig,
     staging: output::Staging,
     index: &ChunkIndex,
-    rounds: &Rounds,
+    made: &Made<'_>,
     mut manifest: Manifest<'_>,
-    skipped: &[Skipped],
     progress: Progress,
     mut timings: Timings,
     llm: Option<&LlmReport>,
 ) -> Result<usize> {
     let stage = progress.stage("sample", 0);
-    let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
+    let set: Vec<&Judged> = made.rounds.judged.iter().filter(|j| j.in_set()).collect();
     let queue = review_items(&sample::sample(&set, config.review, config.seed), index)?;
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
     let stage = progress.stage("write", 0);
-    write_files(&staging, rounds, &set, &queue)?;
-    let report = output::render_report(&Summary { manifest: &manifest, judged: &rounds.judged, skipped });
+    write_files(&staging, made, &set, &queue)?;
+    let report = output::render_report(&Summary {
+        manifest: &manifest,
+        judged: &made.rounds.judged,
+        skipped: made.skipped,
+        chunk_groups: made.chunk_groups,
+    });
     output::write_text(&staging.path("report.md"), &report)?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
@@ -226,8 +240,9 @@ fn read_and_chunk(
     out: &Path,
     corpus_file: &Path,
     stage: &crate::progress::Stage,
-) -> Result<(Vec<ChunkMeta>, CorpusSummary, Vec<Skipped>)> {
+) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
     let chunker = Chunker::new(config.chunking)?;
+    let mut groups = ChunkGroups::new(config.chunk_dup_threshold);
     let mut file = output::AtomicFile::create(corpus_file)?;
     let mut metas = Vec::new();
     let mut corpus_hash = ContentHasher::default();
@@ -236,6 +251,7 @@ fn read_and_chunk(
     let mut keep = |chunk: &Chunk| -> Result<()> {
         chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         file.write_json_line(&output::corpus_line(chunk))?;
+        groups.add(&chunk.text);
         metas.push(chunk.meta());
         Ok(())
     };
@@ -265,8 +281,10 @@ fn read_and_chunk(
         chunks_hash: chunks_hash.finish(),
         language: languages.corpus(),
         languages: languages.documents,
+        duplicate_groups: groups.groups().len(),
+        chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
     };
-    Ok((metas, summary, report.skipped))
+    Ok((metas, groups, summary, report.skipped))
 }
 
 /// Languages of the documents read, detected one by one.
@@ -307,6 +325,7 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -
 struct Rounds {
     language: Language,
     dedup: Dedup,
+    judge: JudgeConfig,
     judged: Vec<Judged>,
     rejects: Vec<Reject>,
     counts: BTreeMap<QueryType, TypeCounts>,
@@ -315,7 +334,7 @@ struct Rounds {
 }
 
 impl Rounds {
-    fn new(quotas: &Quotas, language: Language, dedup_threshold: f64) -> Self {
+    fn new(quotas: &Quotas, language: Language, dedup_threshold: f64, judge: JudgeConfig) -> Self {
         let counts = quotas
             .iter()
             .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
@@ -323,6 +342,7 @@ impl Rounds {
         Self {
             language,
             dedup: Dedup::new(dedup_threshold),
+            judge,
             judged: Vec::new(),
             rejects: Vec::new(),
             counts,
@@ -333,7 +353,7 @@ impl Rounds {
 
     /// Queries still missing per type.
     fn deficit(counts: &TypeCounts) -> usize {
-        counts.requested.saturating_sub(counts.in_set())
+        counts.requested.saturating_sub(counts.filled)
     }
 
     /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
@@ -345,7 +365,7 @@ impl Rounds {
             .filter(|(_, c)| Self::deficit(c) > 0)
             .map(|(&t, c)| {
                 let deficit = Self::deficit(c);
-                let keep_rate = if c.planned == 0 { 1.0 } else { c.in_set() as f64 / c.planned as f64 };
+                let keep_rate = if c.planned == 0 { 1.0 } else { c.filled as f64 / c.planned as f64 };
                 let factor = (1.0 / keep_rate.max(1.0 / MAX_TOP_UP_FACTOR)).min(MAX_TOP_UP_FACTOR);
                 (t, (deficit as f64 * factor).ceil() as usize)
             })
@@ -402,47 +422,89 @@ impl Rounds {
         Ok(candidates)
     }
 
-    /// Judges candidates, records them, and returns how many joined the set.
-    fn judge(
+    /// The round trip and the lexical controls, for every candidate (a repeat of an earlier
+    /// one is dropped unsearched).
+    fn round_trip(
         &mut self,
         filter: &RoundTrip<'_>,
         candidates: Vec<Candidate>,
         stage: &crate::progress::Stage,
-    ) -> Result<usize> {
-        let mut joined = 0;
+    ) -> Result<Vec<Judged>> {
+        let mut items = Vec::with_capacity(candidates.len());
         for candidate in candidates {
-            let deficit = Self::deficit(self.count(candidate.query_type));
-            let verdict = if !self.seen.insert(candidate.id.clone()) {
-                Verdict::dropped(Reason::Duplicate)
-            } else if deficit == 0 {
-                Verdict::dropped(Reason::OverQuota)
+            let verdict = if self.seen.insert(candidate.id.clone()) {
+                filter.judge(&candidate)?
             } else {
-                let verdict = filter.judge(&candidate)?;
-                let joins = verdict.status != Status::Dropped;
-                match joins.then(|| self.dedup.check_and_keep(&candidate.id, &candidate.text)).flatten() {
-                    Some(survivor) => {
-                        Verdict { duplicate_of: Some(survivor), ..Verdict::dropped(Reason::NearDuplicate) }
-                    }
-                    None => verdict,
-                }
+                Verdict::dropped(Reason::Duplicate)
             };
-            let counts = self.count(candidate.query_type);
-            match verdict.status {
+            items.push(Judged { candidate, verdict });
+            stage.inc(1);
+        }
+        Ok(items)
+    }
+
+    /// Lets the judge grade what the judge must grade, and applies its grades.
+    fn run_judge(
+        &self,
+        judge: &mut dyn Judge,
+        index: &ChunkIndex,
+        items: &mut [Judged],
+        progress: Progress,
+    ) -> Result<Duration> {
+        let asks = Asks::plan(items, index, self.judge);
+        let asks_len = asks.asks().len();
+        let stage = progress.stage("judge", asks.asks().len() as u64);
+        let grades = if asks.asks().is_empty() { Vec::new() } else { judge.grade(asks.asks(), &stage)? };
+        let usable = grades.iter().flatten().count();
+        asks.apply(items, &grades, self.judge);
+        Ok(stage.finish(&format!("{usable} of {asks_len} grades")))
+    }
+
+    /// Admits the round's survivors into the set in order, while their type has room and no
+    /// query in the set is too alike; records every candidate.
+    fn admit(&mut self, items: Vec<Judged>) {
+        for mut item in items {
+            let query_type = item.query_type();
+            let place = if item.verdict.reason == Reason::Reclassified {
+                item.candidate.query_type
+            } else {
+                query_type
+            };
+            if item.in_set() {
+                if Self::deficit(self.count(place)) == 0 {
+                    item.verdict =
+                        Verdict { status: Status::Dropped, reason: Reason::OverQuota, ..item.verdict };
+                } else if let Some(survivor) =
+                    self.dedup.check_and_keep(&item.candidate.id, &item.candidate.text)
+                {
+                    item.verdict = Verdict {
+                        status: Status::Dropped,
+                        reason: Reason::NearDuplicate,
+                        duplicate_of: Some(survivor),
+                        ..item.verdict
+                    };
+                }
+            }
+            if item.verdict.relabelled.is_some() {
+                self.count(item.candidate.query_type).relabelled += 1;
+            }
+            if item.in_set() {
+                self.count(place).filled += 1;
+            }
+            let counts = self.count(query_type);
+            match item.verdict.status {
                 Status::Kept => counts.kept += 1,
                 Status::Flagged => counts.flagged += 1,
                 Status::Dropped => {
                     counts.dropped += 1;
-                    *counts.dropped_by_reason.entry(verdict.reason.label().to_owned()).or_default() += 1;
+                    *counts.dropped_by_reason.entry(item.verdict.reason.label().to_owned()).or_default() += 1;
                 }
             }
-            joined += usize::from(verdict.status != Status::Dropped);
-            self.judged.push(Judged { candidate, verdict });
-            stage.inc(1);
+            self.judged.push(item);
         }
-        Ok(joined)
     }
 
-    /// One round: generate the planned requests, then judge the candidates.
+    /// One round: generate the planned requests, filter, judge, admit.
     #[expect(clippy::too_many_arguments, reason = "a round touches every stage between plan and set")]
     fn run(
         &mut self,
@@ -458,8 +520,13 @@ impl Rounds {
         let candidates = self.generate(generator, index, requests, &stage)?;
         timings.add("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
         let stage = progress.stage("filter", candidates.len() as u64);
-        let kept = self.judge(filter, candidates, &stage)?;
-        timings.add("filter", stage.finish(&format!("round {round}: {kept} in the set")));
+        let mut items = self.round_trip(filter, candidates, &stage)?;
+        let passed = items.iter().filter(|j| j.in_set()).count();
+        timings.add("filter", stage.finish(&format!("round {round}: {passed} passed the round trip")));
+        if let Some(judge) = generator.judge() {
+            timings.add("judge", self.run_judge(judge, index, &mut items, progress)?);
+        }
+        self.admit(items);
         self.done = round;
         Ok(())
     }
@@ -472,7 +539,7 @@ impl Rounds {
         quotas
             .iter()
             .filter_map(|(&t, &wanted)| {
-                let got = self.counts.get(&t).map_or(0, TypeCounts::in_set);
+                let got = self.counts.get(&t).map_or(0, |c| c.filled);
                 let counts = self.counts.get(&t).cloned().unwrap_or_default();
                 (got < wanted).then(|| Shortfall {
                     query_type: t,
@@ -517,7 +584,7 @@ fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>
             Ok(ReviewItem {
                 query_id: j.candidate.id.clone(),
                 text: j.candidate.text.clone(),
-                query_type: j.candidate.query_type,
+                query_type: j.query_type(),
                 status: j.verdict.status,
                 reason: j.verdict.reason,
                 ranks: j.verdict.ranks.clone(),
@@ -541,7 +608,8 @@ fn pool_chunks(pool: &[Pooled], index: &ChunkIndex) -> Result<Vec<PoolChunk>> {
         .collect()
 }
 
-fn write_files(out: &output::Staging, rounds: &Rounds, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
+fn write_files(out: &output::Staging, made: &Made<'_>, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
+    let rounds = made.rounds;
     output::write_jsonl(
         &out.path("queries.jsonl"),
         set.iter().map(|j| output::query_line(j, rounds.language)),
@@ -560,6 +628,11 @@ fn write_files(out: &output::Staging, rounds: &Rounds, set: &[&Judged], queue: &
     output::write_atomic(&out.path("qrels.trec"), |w| {
         qrels.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
     })?;
+    output::write_atomic(&out.path("no_answer.txt"), |w| {
+        let no_answer = set.iter().filter(|j| j.query_type() == QueryType::NoAnswer);
+        no_answer.map(|j| &j.candidate.id).try_for_each(|id| writeln!(w, "{id}"))
+    })?;
+    output::write_jsonl(&out.path("chunk_groups.jsonl"), made.chunk_groups)?;
     output::write_jsonl(&out.path("candidates.jsonl"), &rounds.judged)?;
     output::write_jsonl(&out.path("rejects.jsonl"), &rounds.rejects)?;
     output::write_jsonl(&out.path("review_queue.jsonl"), queue)

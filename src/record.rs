@@ -166,6 +166,18 @@ pub enum Reason {
     WrongLanguage,
     /// Too close to a query already in the set (`--dedup-threshold`).
     NearDuplicate,
+    /// A `paraphrase` query that copies its source's wording (`--max-paraphrase-overlap`,
+    /// `--on-copy drop`).
+    CopiesSource,
+    /// A `multi_hop` query that one of its chunks answers alone (judge), or that lacks terms
+    /// of one hop (offline).
+    OneChunkAnswers,
+    /// A `no_answer` query that a retrieved chunk answers (judge).
+    AnsweredInCorpus,
+    /// A `no_answer` query that a retrieved chunk answers, kept as answerable (`--reclassify`).
+    Reclassified,
+    /// The judge gave no usable grade: kept for a reviewer to decide.
+    JudgeFailed,
 }
 
 impl Reason {
@@ -184,6 +196,53 @@ impl Reason {
             Self::EvidenceNotInSource => "evidence_not_in_source",
             Self::WrongLanguage => "wrong_language",
             Self::NearDuplicate => "near_duplicate",
+            Self::CopiesSource => "copies_source",
+            Self::OneChunkAnswers => "one_chunk_answers",
+            Self::AnsweredInCorpus => "answered_in_corpus",
+            Self::Reclassified => "reclassified",
+            Self::JudgeFailed => "judge_failed",
+        }
+    }
+}
+
+/// How hard a query is for BM25, measured (see [`Difficulty::measure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Difficulty {
+    /// The source ranks first and the query mostly uses its words.
+    Easy,
+    /// In between.
+    Medium,
+    /// A source ranks below 3 (or misses the top N), or the query shares under half its terms
+    /// with the sources.
+    Hard,
+}
+
+impl Difficulty {
+    /// All levels, in report order.
+    pub const ALL: [Self; 3] = [Self::Easy, Self::Medium, Self::Hard];
+
+    /// Easy: every source ranks 1st and overlap ≥ 0.8. Hard: a source ranks below 3rd or not at
+    /// all, or overlap < 0.5. Medium: the rest. (For `multi_hop`, "ranks 1st" means its hops
+    /// take the top places.)
+    #[must_use]
+    pub fn measure(ranks: &[Option<u32>], overlap: f64) -> Self {
+        let hops = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
+        let worst = ranks.iter().try_fold(0, |worst, r| r.map(|r| worst.max(r)));
+        match worst {
+            Some(worst) if worst > 0 && worst <= hops && overlap >= 0.8 => Self::Easy,
+            Some(worst) if worst > 0 && worst <= hops + 2 && overlap >= 0.5 => Self::Medium,
+            _ => Self::Hard,
+        }
+    }
+
+    /// The label used in files and reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Easy => "easy",
+            Self::Medium => "medium",
+            Self::Hard => "hard",
         }
     }
 }
@@ -202,6 +261,18 @@ pub struct Verdict {
     /// Share of the query's content terms that occur in its source chunks (for `no_answer`: in
     /// the chunk it was modelled on, which is not relevant).
     pub overlap: f64,
+    /// Length, in terms, of the longest run of query terms that occurs in a source as written.
+    pub longest_shared: u32,
+    /// The type the query ended up as, when the controls changed it (a copying paraphrase is
+    /// `direct`; a reclassified no_answer is `direct`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub relabelled: Option<QueryType>,
+    /// Near-identical copies of the sources (co-relevant, with the sources' grade).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub copies: Vec<ChunkId>,
+    /// Measured difficulty, from the sources' BM25 ranks and the overlap (not for `no_answer`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub difficulty: Option<Difficulty>,
     /// For a near-duplicate: the query in the set that it repeats.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub duplicate_of: Option<QueryId>,
@@ -211,6 +282,11 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Sets the status and the reason for it.
+    pub fn mark(&mut self, status: Status, reason: Reason) {
+        (self.status, self.reason) = (status, reason);
+    }
+
     /// The verdict on a candidate dropped before (or instead of) its round trip.
     #[must_use]
     pub fn dropped(reason: Reason) -> Self {
@@ -220,6 +296,10 @@ impl Verdict {
             ranks: Vec::new(),
             top_hit: None,
             overlap: 0.0,
+            longest_shared: 0,
+            relabelled: None,
+            copies: Vec::new(),
+            difficulty: None,
             duplicate_of: None,
             pool: Vec::new(),
         }
@@ -242,6 +322,12 @@ impl Judged {
     #[must_use]
     pub fn in_set(&self) -> bool {
         self.verdict.status != Status::Dropped
+    }
+
+    /// The query's type in the set: the generator's, unless a control relabelled it.
+    #[must_use]
+    pub fn query_type(&self) -> QueryType {
+        self.verdict.relabelled.unwrap_or(self.candidate.query_type)
     }
 }
 

@@ -67,7 +67,7 @@ pub fn sample<'a>(set: &[&'a Judged], config: SampleConfig, seed: u64) -> Vec<&'
     let mut rng = stream(seed, "review");
     let mut by_type: BTreeMap<QueryType, Vec<&'a Judged>> = BTreeMap::new();
     for judged in set {
-        by_type.entry(judged.candidate.query_type).or_default().push(judged);
+        by_type.entry(judged.query_type()).or_default().push(judged);
     }
     let available = by_type.iter().map(|(t, v)| (*t, v.len())).collect();
     let alloc = allocate(&available, config);

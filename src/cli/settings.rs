@@ -7,9 +7,10 @@ use clap::{Args, ValueEnum};
 use qrelgen::BuildConfig;
 use qrelgen::chunk::{ChunkConfig, SizeUnit};
 use qrelgen::config::{GeneratorConfig, LlmSetup};
-use qrelgen::filter::{FilterConfig, HopRule, OnMiss};
+use qrelgen::filter::{FilterConfig, HopRule, OnCopy, OnMiss};
 use qrelgen::generate::{JsonMode, LlmGeneration, Mix, parse_shares};
 use qrelgen::index::Segmenter;
+use qrelgen::judge::JudgeConfig;
 use qrelgen::llm::{Budget, Endpoint, LimitConfig, LlmConfig, Price, RetryPolicy};
 use qrelgen::sample::SampleConfig;
 use qrelgen::text::Language;
@@ -93,6 +94,27 @@ settings! {
     /// at least this much, by Jaccard similarity; 1 drops only copies [default: 0.8].
     #[arg(long, value_name = "0..1", help_heading = "Round-trip filter")]
     dedup_threshold: f64,
+    /// A paraphrase sharing more than this share of its content terms with its source copies
+    /// it [default: 0.6].
+    #[arg(long, value_name = "0..1", help_heading = "Quality controls")]
+    max_paraphrase_overlap: f64,
+    /// A paraphrase that copies its source: keep it as a direct query, or drop it
+    /// [default: relabel].
+    #[arg(long, value_enum, help_heading = "Quality controls")]
+    on_copy: OnCopyArg,
+    /// Chunks at least this alike (Jaccard of their 3-word shingles) are copies of each other:
+    /// all relevant to a query written from one, any of them found by the round trip
+    /// [default: 0.9].
+    #[arg(long, value_name = "0..1", help_heading = "Quality controls")]
+    chunk_dup_threshold: f64,
+    /// Have the LLM judge grade the first K chunks of each query's pool 0–3; grades ≥ 1 become
+    /// extra qrels rows (provenance "judge") [default: 0, no pool judging].
+    #[arg(long, value_name = "K", help_heading = "Quality controls")]
+    judge_pool: usize,
+    /// Keep a no_answer query that the judge finds answered in the corpus, as a direct query
+    /// with the answering chunks relevant (instead of dropping it).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Quality controls")]
+    reclassify: bool,
     /// Queries in the review queue (stratified by type, flagged first) [default: 50].
     #[arg(long, value_name = "N", help_heading = "Review queue")]
     review_size: usize,
@@ -179,6 +201,13 @@ pub enum UnitArg {
 pub enum OnMissArg {
     Drop,
     Flag,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCopyArg {
+    Relabel,
+    Drop,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
@@ -291,38 +320,7 @@ impl Settings {
     /// # Errors
     /// For an invalid `--mix` or `--styles`, or `--generator llm` without an endpoint or model.
     pub fn resolve(&self, inputs: Inputs<'_>) -> anyhow::Result<BuildConfig> {
-        for (flag, value) in [
-            ("--queries", self.queries),
-            ("--per-doc-cap", self.per_doc_cap),
-            ("--top-n", self.top_n),
-            ("--chunk-size", self.chunk_size),
-            ("--max-rounds", self.max_rounds.map(|r| r as usize)),
-            ("--queries-per-call", self.queries_per_call),
-            ("--concurrency", self.concurrency),
-            ("--rpm", self.rpm.map(|n| n as usize)),
-            ("--tpm", self.tpm.map(|n| n as usize)),
-            ("--timeout", self.timeout.map(|n| n as usize)),
-            ("--stall-timeout", self.stall_timeout.map(|n| n as usize)),
-            ("--attempts", self.attempts.map(|n| n as usize)),
-            ("--max-tokens", self.max_tokens.map(|n| n as usize)),
-        ] {
-            if value == Some(0) {
-                bail!("invalid {flag}: must be at least 1");
-            }
-        }
-        if self.dedup_threshold.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
-            bail!("invalid --dedup-threshold: must be above 0 and at most 1");
-        }
-        for (flag, value) in [
-            ("--temperature", self.temperature.map(f64::from)),
-            ("--max-cost", self.max_cost),
-            ("--price-prompt", self.price_prompt),
-            ("--price-completion", self.price_completion),
-        ] {
-            if value.is_some_and(|v| !v.is_finite() || v < 0.0) {
-                bail!("invalid {flag}: must be a number ≥ 0");
-            }
-        }
+        self.validate()?;
         let mix = match &self.mix {
             Some(spec) => spec.parse::<Mix>().map_err(|e| anyhow::anyhow!("invalid --mix: {e}"))?,
             None => Mix::default(),
@@ -354,20 +352,13 @@ impl Settings {
             per_doc_cap: self.per_doc_cap,
             seed: self.seed.unwrap_or(42),
             max_rounds: self.max_rounds.unwrap_or(5),
-            filter: FilterConfig {
-                top_n: self.top_n.unwrap_or(10),
-                on_miss: match self.on_miss.unwrap_or(OnMissArg::Drop) {
-                    OnMissArg::Drop => OnMiss::Drop,
-                    OnMissArg::Flag => OnMiss::Flag,
-                },
-                multi_hop_rule: match self.multi_hop_rule.unwrap_or(HopRuleArg::All) {
-                    HopRuleArg::All => HopRule::All,
-                    HopRuleArg::Any => HopRule::Any,
-                },
-                language: None,
-                pool_depth: self.pool_depth.unwrap_or(5),
-            },
+            filter: self.filter_config(),
             dedup_threshold: self.dedup_threshold.unwrap_or(0.8),
+            chunk_dup_threshold: self.chunk_dup_threshold.unwrap_or(0.9),
+            judge: JudgeConfig {
+                pool: self.judge_pool.unwrap_or(0),
+                reclassify: self.reclassify.unwrap_or(false),
+            },
             review: SampleConfig {
                 size: self.review_size.unwrap_or(50),
                 min_per_type: self.review_min_per_type.unwrap_or(5),
@@ -376,6 +367,78 @@ impl Settings {
             language: self.language(),
             dry_run: inputs.dry_run,
         })
+    }
+
+    /// Rejects values no build can use, naming the flag.
+    fn validate(&self) -> anyhow::Result<()> {
+        for (flag, value) in [
+            ("--queries", self.queries),
+            ("--per-doc-cap", self.per_doc_cap),
+            ("--top-n", self.top_n),
+            ("--chunk-size", self.chunk_size),
+            ("--max-rounds", self.max_rounds.map(|r| r as usize)),
+            ("--queries-per-call", self.queries_per_call),
+            ("--concurrency", self.concurrency),
+            ("--rpm", self.rpm.map(|n| n as usize)),
+            ("--tpm", self.tpm.map(|n| n as usize)),
+            ("--timeout", self.timeout.map(|n| n as usize)),
+            ("--stall-timeout", self.stall_timeout.map(|n| n as usize)),
+            ("--attempts", self.attempts.map(|n| n as usize)),
+            ("--max-tokens", self.max_tokens.map(|n| n as usize)),
+        ] {
+            if value == Some(0) {
+                bail!("invalid {flag}: must be at least 1");
+            }
+        }
+        for (flag, value) in
+            [("--dedup-threshold", self.dedup_threshold), ("--chunk-dup-threshold", self.chunk_dup_threshold)]
+        {
+            if value.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
+                bail!("invalid {flag}: must be above 0 and at most 1");
+            }
+        }
+        if self.max_paraphrase_overlap.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+            bail!("invalid --max-paraphrase-overlap: must be between 0 and 1");
+        }
+        if !self.wants_llm() && (self.judge_pool.is_some_and(|k| k > 0) || self.reclassify == Some(true)) {
+            bail!(
+                "--judge-pool and --reclassify need the LLM judge\nhint: pass --base-url and --model (or set OPENAI_BASE_URL and QRELGEN_MODEL)"
+            );
+        }
+        for (flag, value) in [
+            ("--temperature", self.temperature.map(f64::from)),
+            ("--max-cost", self.max_cost),
+            ("--price-prompt", self.price_prompt),
+            ("--price-completion", self.price_completion),
+        ] {
+            if value.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                bail!("invalid {flag}: must be a number ≥ 0");
+            }
+        }
+        Ok(())
+    }
+
+    /// The round trip and the lexical controls.
+    fn filter_config(&self) -> FilterConfig {
+        FilterConfig {
+            top_n: self.top_n.unwrap_or(10),
+            on_miss: match self.on_miss.unwrap_or(OnMissArg::Drop) {
+                OnMissArg::Drop => OnMiss::Drop,
+                OnMissArg::Flag => OnMiss::Flag,
+            },
+            multi_hop_rule: match self.multi_hop_rule.unwrap_or(HopRuleArg::All) {
+                HopRuleArg::All => HopRule::All,
+                HopRuleArg::Any => HopRule::Any,
+            },
+            language: None,
+            pool_depth: self.pool_depth.unwrap_or(5).max(self.judge_pool.unwrap_or(0)),
+            max_paraphrase_overlap: self.max_paraphrase_overlap.unwrap_or(0.6),
+            on_copy: match self.on_copy.unwrap_or(OnCopyArg::Relabel) {
+                OnCopyArg::Relabel => OnCopy::Relabel,
+                OnCopyArg::Drop => OnCopy::Drop,
+            },
+            hop_terms: !self.wants_llm(),
+        }
     }
 
     fn llm_setup(&self, api_key: Option<String>) -> anyhow::Result<LlmSetup> {

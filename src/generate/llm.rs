@@ -7,10 +7,11 @@
 //! `buffered`, so results keep the plan's order whatever order the server answers in.
 
 use super::prompt::Prompts;
-use super::reply::{ReplyQuery, parse_reply};
+use super::reply::{ReplyQuery, parse_grade, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
+use crate::judge::{Ask, Judge};
 use crate::llm::{Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
 use crate::record::QueryType;
@@ -354,28 +355,44 @@ impl<'a> LlmGenerator<'a> {
         }
     }
 
-    /// Asks until a reply parses (or the repairs run out).
+    /// Asks for a call's queries until a reply parses (or the repairs run out).
     async fn ask(&self, call: &Call) -> std::result::Result<Answer, LlmError> {
-        let mut messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
+        let messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
         let format = self.response_format(self.mode);
+        let parse = |content: &str| match parse_reply(content) {
+            Ok(queries) if queries.is_empty() => Err("the reply has no queries".to_owned()),
+            Ok(queries) => self.wrong_language(&queries).map_or(Ok(queries), Err),
+            Err(error) => Err(error),
+        };
+        Ok(match self.ask_until(messages, format.as_ref(), self.llm.config().temperature, parse).await? {
+            Ok(queries) => Answer::Queries(queries),
+            Err((reason, reply)) => Answer::Unusable { reason, reply },
+        })
+    }
+
+    /// Sends `messages` and re-asks with the repair prompt until `parse` accepts the reply, at
+    /// most `repairs` times. `Err((reason, last reply))` when no reply was usable.
+    async fn ask_until<T>(
+        &self,
+        mut messages: Vec<Message>,
+        format: Option<&serde_json::Value>,
+        temperature: f32,
+        parse: impl Fn(&str) -> std::result::Result<T, String>,
+    ) -> std::result::Result<std::result::Result<T, (String, Option<String>)>, LlmError> {
         let mut attempt = 0;
         loop {
-            let completion = self.llm.complete(&messages, format.as_ref(), RetryOn::Transient).await?;
+            let completion = self.llm.complete_at(&messages, format, RetryOn::Transient, temperature).await?;
             if completion.truncated {
                 let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
-                return Ok(Answer::Unusable { reason, reply: Some(excerpt(&completion.content)) });
+                return Ok(Err((reason, Some(excerpt(&completion.content)))));
             }
-            let error = match parse_reply(&completion.content) {
-                Ok(queries) if queries.is_empty() => "the reply has no queries".to_owned(),
-                Ok(queries) => match self.wrong_language(&queries) {
-                    None => return Ok(Answer::Queries(queries)),
-                    Some(error) => error,
-                },
+            let error = match parse(&completion.content) {
+                Ok(value) => return Ok(Ok(value)),
                 Err(error) => error,
             };
             if attempt == self.settings.repairs {
                 let reason = format!("unusable reply after {attempt} repair(s): {error}");
-                return Ok(Answer::Unusable { reason, reply: Some(excerpt(&completion.content)) });
+                return Ok(Err((reason, Some(excerpt(&completion.content)))));
             }
             attempt += 1;
             let repair = self
@@ -388,9 +405,35 @@ impl<'a> LlmGenerator<'a> {
         }
     }
 
-    /// Runs the calls, `concurrency` at a time, in any order (a slow call does not hold the
-    /// others back), and returns their results in plan order. A spent budget lets the calls in
-    /// flight finish; an unusable endpoint stops at once.
+    /// Asks the judge about one (query, chunk) pair, at temperature 0.
+    async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Option<u8>, LlmError> {
+        let stored = self.index.stored(ask.chunk).map_err(|e| LlmError::Body(e.to_string()))?;
+        let user = self
+            .prompts
+            .judge
+            .render(&[("query", &ask.query), ("title", &stored.title), ("text", &stored.text)])
+            .map_err(|e| LlmError::Body(e.to_string()))?;
+        let format = self.judge_format(self.mode);
+        let answer =
+            self.ask_until(vec![Message::new("user", user)], format.as_ref(), 0.0, parse_grade).await;
+        progress.inc(1);
+        match answer {
+            Ok(Ok(grade)) => Ok(Some(grade.grade)),
+            Err(error) if is_fatal(&error) => Err(error),
+            Ok(Err(_)) | Err(_) => Ok(None),
+        }
+    }
+
+    fn judge_format(&self, mode: JsonMode) -> Option<serde_json::Value> {
+        match mode {
+            JsonMode::Schema => Some(serde_json::json!({
+                "type": "json_schema",
+                "json_schema": {"name": "grade", "strict": true, "schema": self.prompts.judge_schema},
+            })),
+            JsonMode::Object | JsonMode::Plain => self.response_format(mode),
+        }
+    }
+
     /// Why the reply must be re-asked for its language, if it must.
     fn wrong_language(&self, queries: &[ReplyQuery]) -> Option<String> {
         let language = self.prompts.language;
@@ -400,12 +443,32 @@ impl<'a> LlmGenerator<'a> {
     }
 
     async fn run_all(&self, calls: &[Call], progress: &Stage) -> Result<Generated> {
+        let parts = self.run_ordered(calls, |call| self.run_call(call, progress)).await?;
+        let mut generated = Generated::default();
+        for part in parts {
+            generated.drafts.extend(part.drafts);
+            generated.failures.extend(part.failures);
+        }
+        Ok(generated)
+    }
+
+    /// Runs `work` on every item, `concurrency` at a time, in any order (a slow call does not
+    /// hold the others back), and returns the results in the items' order. A spent budget lets
+    /// the calls in flight finish; an unusable endpoint stops at once, and so does a stall.
+    async fn run_ordered<'s, I, T, F, Fut>(&'s self, items: &'s [I], work: F) -> Result<Vec<T>>
+    where
+        F: Fn(&'s I) -> Fut,
+        Fut: Future<Output = std::result::Result<T, LlmError>>,
+    {
         let concurrency = self.llm.config().limits.concurrency.max(1);
-        let work = async {
-            let mut stream = futures::stream::iter(calls.iter().enumerate())
-                .map(|(i, call)| async move { (i, self.run_call(call, progress).await) })
+        let all = async {
+            let mut stream = futures::stream::iter(items.iter().enumerate())
+                .map(|(i, item)| {
+                    let running = work(item);
+                    async move { (i, running.await) }
+                })
                 .buffer_unordered(concurrency);
-            let mut parts = Vec::with_capacity(calls.len());
+            let mut parts = Vec::with_capacity(items.len());
             let mut budget = None;
             while let Some((i, outcome)) = stream.next().await {
                 match outcome {
@@ -420,16 +483,11 @@ impl<'a> LlmGenerator<'a> {
             }
         };
         let mut parts = tokio::select! {
-            parts = work => parts?,
+            parts = all => parts?,
             () = self.watchdog() => return Err(self.stalled()),
         };
         parts.sort_by_key(|(i, _)| *i);
-        let mut generated = Generated::default();
-        for (_, part) in parts {
-            generated.drafts.extend(part.drafts);
-            generated.failures.extend(part.failures);
-        }
-        Ok(generated)
+        Ok(parts.into_iter().map(|(_, part)| part).collect())
     }
 
     fn stalled(&self) -> Error {
@@ -519,7 +577,17 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
     generated
 }
 
+impl Judge for LlmGenerator<'_> {
+    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Option<u8>>> {
+        self.runtime.block_on(self.run_ordered(asks, |ask| self.grade_one(ask, progress)))
+    }
+}
+
 impl Generator for LlmGenerator<'_> {
+    fn judge(&mut self) -> Option<&mut dyn Judge> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -16,8 +16,10 @@ pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
 pub use offline::OfflineGenerator;
 pub use plan::{Mix, Planner, Quotas, parse_shares};
 pub use prompt::Prompts;
+pub(crate) use terms::is_query_word;
 
 use crate::error::Result;
+use crate::judge::Judge;
 use crate::progress::Stage;
 use crate::record::QueryType;
 
@@ -97,6 +99,11 @@ pub trait Generator {
     fn estimate(&self, requests: &[Request]) -> Result<Estimate> {
         let _ = requests;
         Ok(Estimate::default())
+    }
+
+    /// The judge that comes with the generator (the LLM one), if any.
+    fn judge(&mut self) -> Option<&mut dyn Judge> {
+        None
     }
 
     /// Endpoint, token use and network statistics, for generators that call an LLM.

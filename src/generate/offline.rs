@@ -3,8 +3,9 @@
 //! source chunk(s), optionally mixed with noise terms drawn from the whole collection.
 //!
 //! - `direct`: the most discriminative terms (tf·idf²), no noise.
-//! - `paraphrase`: the chunk's rarest third of terms is off limits; terms drawn by in-chunk
-//!   popularity (tf), with noise: a harder, less lexical query.
+//! - `paraphrase`: two terms of the chunk (its rarest third off limits, drawn by in-chunk
+//!   popularity), the rest from the vocabulary of its neighbours (the chunks its own terms
+//!   retrieve): a harder, less lexical query that shares under half its terms with the source.
 //! - `multi_hop`: discriminative terms that only the first chunk has plus terms that only the
 //!   second has, so neither chunk alone matches the query.
 //! - `no_answer`: popular terms of a chunk plus one word that occurs nowhere in the corpus
@@ -19,12 +20,19 @@ use crate::record::QueryType;
 use crate::rng::{Rng, stream};
 use crate::text::{Language, is_cjk};
 use rand::Rng as _;
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use std::ops::RangeInclusive;
 
 /// Candidate absent words per language, one per line (`#` starts a comment).
 const ABSENT_WORDS_EN: &str = include_str!("absent_terms.txt");
 const ABSENT_WORDS_ZH: &str = include_str!("absent_terms_zh.txt");
+
+/// Source terms in an offline paraphrase; the rest come from the source's neighbours.
+const PARAPHRASE_ANCHORS: usize = 2;
+/// Discriminative source terms searched to find its neighbours.
+const NEIGHBOUR_PROBE: usize = 8;
+/// Neighbouring chunks whose vocabulary a paraphrase borrows.
+const NEIGHBOURS: usize = 3;
 
 /// Per-type settings: query length range and per-term noise probability.
 struct Shape {
@@ -35,7 +43,7 @@ struct Shape {
 fn shape(query_type: QueryType) -> Shape {
     match query_type {
         QueryType::Direct => Shape { length: 2..=5, noise: 0.0 },
-        QueryType::Paraphrase => Shape { length: 3..=6, noise: 0.2 },
+        QueryType::Paraphrase => Shape { length: 3..=5, noise: 0.0 },
         QueryType::MultiHop | QueryType::NoAnswer => Shape { length: 2..=3, noise: 0.0 },
     }
 }
@@ -81,7 +89,11 @@ impl<'a> OfflineGenerator<'a> {
         let first = request.sources.first().copied().unwrap_or_default();
         let words = match request.query_type {
             QueryType::Direct => draw(&model(first, true)?, &shape, &mut rng),
-            QueryType::Paraphrase => paraphrase(model(first, false)?, &shape, &mut rng),
+            QueryType::Paraphrase => {
+                let source = model(first, false)?;
+                let neighbours = self.neighbour_model(first, &source)?;
+                paraphrase(source, &neighbours, &shape, &mut rng)
+            }
             QueryType::MultiHop => {
                 let second = request.sources.get(1).copied().unwrap_or(first);
                 multi_hop(&model(first, true)?, &model(second, true)?, &shape, &mut rng)
@@ -106,6 +118,22 @@ impl<'a> OfflineGenerator<'a> {
         let at = rng.random_range(0..=words.len());
         words.insert(at, absent.clone());
         Ok((words.join(" "), Some(absent)))
+    }
+
+    /// The vocabulary of a chunk's neighbours: terms of the chunks its most discriminative
+    /// terms retrieve, weighted by tf·idf², without the chunk's own terms.
+    fn neighbour_model(&self, chunk: usize, own: &TermModel) -> Result<TermModel> {
+        let own_terms = self.index.term_stats(&self.index.text(chunk)?)?;
+        let probe = TermModel::new(self.index, own_terms, true);
+        let terms: Vec<String> = probe.top(NEIGHBOUR_PROBE).into_iter().map(|s| s.term.clone()).collect();
+        let hits = self.index.search_terms(&terms, NEIGHBOURS + 1)?;
+        let mut text = String::new();
+        for hit in hits.iter().filter(|h| h.chunk != chunk).take(NEIGHBOURS) {
+            text.push_str(&self.index.text(hit.chunk)?);
+            text.push('\n');
+        }
+        let model = TermModel::new(self.index, self.index.term_stats(&text)?, true);
+        Ok(self.in_language(model.filtered(|s| !own.contains(&s.term))))
     }
 
     /// The model's terms in the generator's language (Chinese terms for Chinese, others for
@@ -136,16 +164,28 @@ impl<'a> OfflineGenerator<'a> {
     }
 }
 
-/// Terms drawn by in-chunk frequency, the rarest third of the chunk's terms excluded.
-fn paraphrase(model: TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<Vec<String>, String> {
+/// Two anchor terms drawn by in-chunk frequency (the rarest third of the chunk's terms
+/// excluded), the rest of the query in the words of the chunk's neighbours: a reworded query
+/// that shares under half its terms with the source.
+fn paraphrase(
+    model: TermModel,
+    neighbours: &TermModel,
+    shape: &Shape,
+    rng: &mut Rng,
+) -> std::result::Result<Vec<String>, String> {
     let mut by_rarity: Vec<&TermStat> = model.top(usize::MAX);
     by_rarity.sort_by(|a, b| a.df.cmp(&b.df).then_with(|| a.term.cmp(&b.term)));
     let rare: Vec<String> = by_rarity.iter().take(model.len().div_ceil(3)).map(|s| s.term.clone()).collect();
     let common = model.filtered(|s| !rare.contains(&s.term));
-    if common.len() < 2 {
-        return Err("chunk has too few common terms for a paraphrase".to_owned());
+    if common.len() < PARAPHRASE_ANCHORS || neighbours.len() < PARAPHRASE_ANCHORS {
+        return Err("chunk has too few common terms or neighbours for a paraphrase".to_owned());
     }
-    draw(&common, shape, rng)
+    let length = rng.random_range(shape.length.clone()).max(PARAPHRASE_ANCHORS + 2);
+    let mut words: Vec<String> =
+        common.draw(PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()).collect();
+    words.extend(neighbours.draw(length - PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()));
+    words.shuffle(rng);
+    Ok(words)
 }
 
 /// Terms only the first chunk has, then terms only the second has.

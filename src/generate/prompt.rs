@@ -14,6 +14,9 @@ const BUNDLED: &[(&str, &str)] = &[
     ("system.md", include_str!("../../prompts/system.md")),
     ("schema.json", include_str!("../../prompts/schema.json")),
     ("preflight.md", include_str!("../../prompts/preflight.md")),
+    ("judge_schema.json", include_str!("../../prompts/judge_schema.json")),
+    ("en/judge.md", include_str!("../../prompts/en/judge.md")),
+    ("zh/judge.md", include_str!("../../prompts/zh/judge.md")),
     ("en/passage.md", include_str!("../../prompts/en/passage.md")),
     ("en/request.md", include_str!("../../prompts/en/request.md")),
     ("en/direct.md", include_str!("../../prompts/en/direct.md")),
@@ -103,6 +106,10 @@ pub struct Prompts {
     pub schema: serde_json::Value,
     /// The preflight call.
     pub preflight: Template,
+    /// The judge's message: one query and one chunk.
+    pub judge: Template,
+    /// JSON schema of the judge's reply.
+    pub judge_schema: serde_json::Value,
     /// One passage.
     pub passage: Template,
     /// The user message.
@@ -141,9 +148,11 @@ impl Prompts {
             Template::new(path, text, allowed, required)
         };
         let lang = language.code();
-        let (schema_path, schema_text) = read("schema.json")?;
-        let schema = serde_json::from_str(&schema_text)
-            .map_err(|e| Error::Prompt { path: schema_path.into(), message: format!("invalid JSON: {e}") })?;
+        let schema = |name: &str| -> Result<serde_json::Value> {
+            let (path, text) = read(name)?;
+            serde_json::from_str(&text)
+                .map_err(|e| Error::Prompt { path: path.into(), message: format!("invalid JSON: {e}") })
+        };
         let task_fields = ["count", "style", "style_description"];
         let mut tasks = BTreeMap::new();
         for t in QueryType::ALL {
@@ -154,7 +163,9 @@ impl Prompts {
             source: dir.map_or_else(|| "bundled".to_owned(), |d| d.display().to_string()),
             language,
             system: template("system.md", &["language"], &[])?,
-            schema,
+            schema: schema("schema.json")?,
+            judge_schema: schema("judge_schema.json")?,
+            judge: template(&format!("{lang}/judge.md"), &["query", "title", "text"], &["query", "text"])?,
             preflight: template("preflight.md", &[], &[])?,
             passage: template(&format!("{lang}/passage.md"), &["number", "title", "text"], &["text"])?,
             request: template(&format!("{lang}/request.md"), &["passages", "tasks"], &["passages", "tasks"])?,
@@ -179,6 +190,7 @@ impl Prompts {
             section(t.label(), template.text());
         }
         section("repair", self.repair.text());
+        section("judge", self.judge.text());
         let styles: Vec<String> = self.styles.iter().map(|(n, d)| format!("{n}: {d}")).collect();
         section("styles", &styles.join("\n"));
         out

@@ -40,7 +40,7 @@ struct RawQuery {
 /// A sentence naming the problem (no JSON object, invalid JSON, a field of the wrong type, an
 /// empty string, an unknown query type).
 pub fn parse_reply(content: &str) -> Result<Vec<ReplyQuery>, String> {
-    let object = extract_json(content)?;
+    let object = extract_json(content, "queries")?;
     let raw: RawReply = serde_json::from_value(object).map_err(|e| format!("invalid JSON: {e}"))?;
     raw.queries.into_iter().enumerate().map(|(i, q)| validate(i, q)).collect()
 }
@@ -69,23 +69,46 @@ fn validate(i: usize, raw: RawQuery) -> Result<ReplyQuery, String> {
     Ok(ReplyQuery { query_type, style, text, evidence, answer })
 }
 
+/// The judge's grade of one chunk for one query.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ReplyGrade {
+    /// 0–3.
+    pub grade: u8,
+    /// Why, in a sentence.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// Parses and validates a judge's reply.
+///
+/// # Errors
+/// A sentence naming the problem, for the repair re-ask.
+pub fn parse_grade(content: &str) -> Result<ReplyGrade, String> {
+    let object = extract_json(content, "grade")?;
+    let grade: ReplyGrade = serde_json::from_value(object).map_err(|e| format!("invalid JSON: {e}"))?;
+    if grade.grade > 3 {
+        return Err(format!("grade {} is not one of 0, 1, 2, 3", grade.grade));
+    }
+    Ok(grade)
+}
+
 /// The JSON object in a reply: after dropping `<think>…</think>` reasoning, the first `{` that
-/// starts a complete JSON object with a `queries` key (so prose with braces, code fences and
+/// starts a complete JSON object with the key `key` (so prose with braces, code fences and
 /// text after the object are all fine).
-fn extract_json(content: &str) -> Result<serde_json::Value, String> {
+fn extract_json(content: &str, key: &str) -> Result<serde_json::Value, String> {
     let content = strip_thinking(content);
     let mut first_error = None;
     for (at, _) in content.match_indices('{') {
         let mut values = serde_json::Deserializer::from_str(&content[at..]).into_iter::<serde_json::Value>();
         match values.next() {
-            Some(Ok(value)) if value.get("queries").is_some() => return Ok(value),
+            Some(Ok(value)) if value.get(key).is_some() => return Ok(value),
             Some(Err(e)) => {
                 first_error.get_or_insert_with(|| format!("invalid JSON: {e}"));
             }
             Some(Ok(_)) | None => {}
         }
     }
-    Err(first_error.unwrap_or_else(|| "the reply contains no JSON object with \"queries\"".to_owned()))
+    Err(first_error.unwrap_or_else(|| format!("the reply contains no JSON object with {key:?}")))
 }
 
 /// The reply without `<think>…</think>` blocks (reasoning models put drafts there).
@@ -113,6 +136,16 @@ mod tests {
     fn check_error(content: &str, expected: &str) {
         let err = parse_reply(content).err().unwrap_or_default();
         assert!(err.contains(expected), "{content}: {err}");
+    }
+
+    #[test]
+    fn grades_parse_and_out_of_range_ones_are_errors() {
+        let parsed =
+            parse_grade("<think>hmm</think>```json\n{\"grade\": 2, \"reason\": \"most of it\"}\n```");
+        assert_eq!(parsed, Ok(ReplyGrade { grade: 2, reason: "most of it".into() }));
+        assert!(parse_grade(r#"{"grade": 5, "reason": ""}"#).is_err_and(|e| e.contains("grade 5")));
+        assert!(parse_grade(r#"{"grade": "high"}"#).is_err_and(|e| e.contains("invalid JSON")));
+        assert!(parse_grade("three").is_err_and(|e| e.contains("no JSON object with \"grade\"")));
     }
 
     #[test]

@@ -381,10 +381,24 @@ impl Llm {
         response_format: Option<&serde_json::Value>,
         retry_on: RetryOn,
     ) -> Result<Completion, LlmError> {
+        self.complete_at(messages, response_format, retry_on, self.config.temperature).await
+    }
+
+    /// As [`Llm::complete`], at a temperature of its own (the judge grades at 0).
+    ///
+    /// # Errors
+    /// As for [`Llm::complete`].
+    pub async fn complete_at(
+        &self,
+        messages: &[Message],
+        response_format: Option<&serde_json::Value>,
+        retry_on: RetryOn,
+        temperature: f32,
+    ) -> Result<Completion, LlmError> {
         let request = ChatRequest {
             model: &self.config.endpoint.model,
             messages,
-            temperature: self.config.temperature,
+            temperature,
             max_tokens: self.config.max_tokens,
             seed: self.config.seed,
             response_format,

@@ -1,7 +1,7 @@
 //! BEIR and TREC lines: `corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv` and `qrels.trec`.
 
 use crate::id::{ChunkId, DocId, QueryId};
-use crate::record::{Chunk, Judged, Provenance, Qrel, QueryType, Reason, Status, grade};
+use crate::record::{Chunk, Difficulty, Judged, Provenance, Qrel, QueryType, Reason, Status, grade};
 use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -46,11 +46,18 @@ pub struct QueryLine<'a> {
 struct QueryMeta<'a> {
     #[serde(rename = "type")]
     query_type: QueryType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generated_as: Option<QueryType>,
     status: Status,
     reason: Reason,
     sources: &'a [ChunkId],
+    #[serde(skip_serializing_if = "<[ChunkId]>::is_empty")]
+    copies: &'a [ChunkId],
     ranks: &'a [Option<u32>],
     overlap: f64,
+    longest_shared: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    difficulty: Option<Difficulty>,
     generator: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     absent_term: Option<&'a str>,
@@ -71,12 +78,16 @@ pub fn query_line(judged: &Judged, language: Language) -> QueryLine<'_> {
         id: &c.id,
         text: &c.text,
         metadata: QueryMeta {
-            query_type: c.query_type,
+            query_type: judged.query_type(),
+            generated_as: v.relabelled.map(|_| c.query_type),
             status: v.status,
             reason: v.reason,
             sources: &c.sources,
+            copies: &v.copies,
             ranks: &v.ranks,
             overlap: round4(v.overlap),
+            longest_shared: v.longest_shared,
+            difficulty: v.difficulty,
             generator: &c.generator,
             absent_term: c.absent_term.as_deref(),
             style: c.style.as_deref(),
@@ -100,15 +111,20 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
     let mut seen = BTreeSet::new();
     let mut qrels = Vec::new();
     for judged in set {
-        let c = &judged.candidate;
-        let grade = match c.query_type {
-            QueryType::Direct | QueryType::Paraphrase => grade::SOURCE,
-            QueryType::MultiHop => grade::HOP,
-            QueryType::NoAnswer => continue,
+        let (c, v) = (&judged.candidate, &judged.verdict);
+        // A reclassified no_answer query's own chunk was only a model: the judge found its
+        // relevant chunks.
+        let grade = match (c.query_type, judged.query_type()) {
+            (_, QueryType::NoAnswer) => continue,
+            (QueryType::NoAnswer, _) => None,
+            (QueryType::MultiHop, _) => Some(grade::HOP),
+            (QueryType::Direct | QueryType::Paraphrase, _) => Some(grade::SOURCE),
         };
-        let sources = c.sources.iter().map(|chunk| (chunk, grade, Provenance::Source));
-        let judged = judged
-            .verdict
+        let sources = grade.into_iter().flat_map(|g| {
+            let sources = c.sources.iter().map(move |chunk| (chunk, g, Provenance::Source));
+            sources.chain(v.copies.iter().map(move |chunk| (chunk, g, Provenance::Duplicate)))
+        });
+        let judged = v
             .pool
             .iter()
             .filter_map(|p| p.grade.filter(|&g| g >= 1).map(|g| (&p.chunk_id, g, Provenance::Judge)));
@@ -148,6 +164,10 @@ mod tests {
                 ranks: vec![Some(1)],
                 top_hit: None,
                 overlap: 1.0,
+                longest_shared: 1,
+                relabelled: None,
+                copies: Vec::new(),
+                difficulty: None,
                 duplicate_of: None,
                 pool: Vec::new(),
             },

@@ -28,6 +28,10 @@ pub struct CorpusSummary {
     pub language: Language,
     /// Documents per detected language.
     pub languages: BTreeMap<Language, usize>,
+    /// Groups of near-identical chunks (`chunk_groups.jsonl`).
+    pub duplicate_groups: usize,
+    /// Chunks in those groups.
+    pub chunks_in_groups: usize,
 }
 
 /// The contents of `manifest.json`.
@@ -92,6 +96,8 @@ impl<'a> Manifest<'a> {
                 chunks_hash: String::new(),
                 language: Language::En,
                 languages: BTreeMap::new(),
+                duplicate_groups: 0,
+                chunks_in_groups: 0,
             },
             rounds: 0,
             counts: BTreeMap::new(),

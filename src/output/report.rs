@@ -4,7 +4,8 @@
 use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
-use crate::record::{Judged, QueryType};
+use crate::id::ChunkId;
+use crate::record::{Difficulty, Judged, QueryType, Reason, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,6 +28,11 @@ pub struct TypeCounts {
     pub flagged: usize,
     /// Left out.
     pub dropped: usize,
+    /// Generated as this type, moved to another by a control (counted there).
+    pub relabelled: usize,
+    /// Places of this type's quota taken: its queries in the set, but a reclassified
+    /// `no_answer` query keeps its `no_answer` place (a copying paraphrase takes a `direct` one).
+    pub filled: usize,
     /// Left out, by reason.
     pub dropped_by_reason: BTreeMap<String, usize>,
     /// Requests the generator could not serve, by reason.
@@ -69,6 +75,8 @@ pub struct Summary<'a> {
     pub judged: &'a [Judged],
     /// Inputs skipped while reading the corpus.
     pub skipped: &'a [Skipped],
+    /// Groups of near-identical chunks.
+    pub chunk_groups: &'a [Vec<ChunkId>],
 }
 
 /// Renders `report.md`.
@@ -80,8 +88,12 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     llm_section(&mut out, summary.manifest, summary.judged);
     styles_table(&mut out, summary.judged);
     reasons_table(&mut out, summary.manifest);
+    controls_table(&mut out, summary.judged, summary.manifest.llm.is_some());
     rank_histogram(&mut out, summary.judged, summary.manifest.config.filter.top_n);
     overlap_table(&mut out, summary.judged);
+    difficulty_table(&mut out, summary.judged);
+    judge_section(&mut out, summary.judged);
+    groups_section(&mut out, summary.chunk_groups);
     skipped_list(&mut out, summary.skipped);
     out
 }
@@ -170,7 +182,7 @@ fn styles_table(out: &mut String, judged: &[Judged]) {
     let mut rows: BTreeMap<(QueryType, &str), usize> = BTreeMap::new();
     for j in judged.iter().filter(|j| j.in_set()) {
         if let Some(style) = &j.candidate.style {
-            *rows.entry((j.candidate.query_type, style.as_str())).or_default() += 1;
+            *rows.entry((j.query_type(), style.as_str())).or_default() += 1;
         }
     }
     if rows.is_empty() {
@@ -227,8 +239,8 @@ fn rank_histogram(out: &mut String, judged: &[Judged], top_n: usize) {
     }
     columns.push(format!("not in top {top_n}"));
     let mut rows: BTreeMap<QueryType, [usize; 7]> = BTreeMap::new();
-    for j in judged.iter().filter(|j| j.in_set() && j.candidate.query_type != QueryType::NoAnswer) {
-        let row = rows.entry(j.candidate.query_type).or_default();
+    for j in judged.iter().filter(|j| j.in_set() && j.query_type() != QueryType::NoAnswer) {
+        let row = rows.entry(j.query_type()).or_default();
         for rank in &j.verdict.ranks {
             row[bucket(*rank)] += 1;
         }
@@ -249,25 +261,205 @@ fn rank_histogram(out: &mut String, judged: &[Judged], top_n: usize) {
 }
 
 fn overlap_table(out: &mut String, judged: &[Judged]) {
-    let mut by_type: BTreeMap<QueryType, Vec<f64>> = BTreeMap::new();
+    let mut by_type: BTreeMap<QueryType, Vec<(f64, u32)>> = BTreeMap::new();
     for j in judged.iter().filter(|j| j.in_set()) {
-        by_type.entry(j.candidate.query_type).or_default().push(j.verdict.overlap);
+        by_type.entry(j.query_type()).or_default().push((j.verdict.overlap, j.verdict.longest_shared));
     }
-    let _ = writeln!(out, "## Lexical overlap with the source (share of query terms found in it)\n");
-    let _ = writeln!(out, "| type | queries | mean | min | median | max |\n|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "## Lexical overlap with the source\n\nShare of the query's content terms found in its \
+         sources, and the longest run of query terms found there as written.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| type | queries | mean | min | median | max | longest run: mean | max |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for (t, mut values) in by_type {
-        values.sort_by(f64::total_cmp);
-        let mean = values.iter().sum::<f64>() / values.len() as f64;
-        let (min, max, median) = (values[0], values[values.len() - 1], values[values.len() / 2]);
+        values.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let n = values.len() as f64;
+        let mean = values.iter().map(|v| v.0).sum::<f64>() / n;
+        let run_mean = values.iter().map(|v| f64::from(v.1)).sum::<f64>() / n;
+        let run_max = values.iter().map(|v| v.1).max().unwrap_or(0);
+        let (min, max, median) = (values[0].0, values[values.len() - 1].0, values[values.len() / 2].0);
         let _ = writeln!(
             out,
-            "| {t} | {} | {} | {} | {} | {} |",
+            "| {t} | {} | {} | {} | {} | {} | {:.1} | {run_max} |",
             values.len(),
             round4(mean),
             round4(min),
             round4(median),
-            round4(max)
+            round4(max),
+            run_mean
         );
+    }
+    out.push('\n');
+}
+
+/// A control, as the report accounts for it: which candidates meet it, and which verdicts it
+/// gave. Controls are listed in the order a candidate meets them; one that drops a candidate is
+/// the last it meets.
+struct Control {
+    name: &'static str,
+    applies: fn(&Judged, bool) -> bool,
+    reasons: &'static [Reason],
+    relabels: fn(&Judged) -> bool,
+}
+
+const fn control(
+    name: &'static str,
+    applies: fn(&Judged, bool) -> bool,
+    reasons: &'static [Reason],
+) -> Control {
+    Control { name, applies, reasons, relabels: |_| false }
+}
+
+fn asked(j: &Judged, t: QueryType) -> bool {
+    j.candidate.query_type == t
+}
+
+const CONTROLS: [Control; 10] = [
+    control("exact repeat", |_, _| true, &[Reason::Duplicate]),
+    control("evidence quotes", |j, _| !j.candidate.evidence.is_empty(), &[Reason::EvidenceNotInSource]),
+    control("language", |_, _| true, &[Reason::WrongLanguage]),
+    control(
+        "round trip (sources in top N)",
+        |j, _| !asked(j, QueryType::NoAnswer),
+        &[Reason::SourceNotInTopN, Reason::HopNotInTopN],
+    ),
+    control(
+        "absent term not in top hit",
+        |j, _| asked(j, QueryType::NoAnswer),
+        &[Reason::AbsentTermFound, Reason::NoAnswerUnchecked],
+    ),
+    Control {
+        name: "copy (paraphrase overlap)",
+        applies: |j, _| asked(j, QueryType::Paraphrase),
+        reasons: &[Reason::CopiesSource],
+        relabels: |j| j.verdict.relabelled.is_some(),
+    },
+    control(
+        "one chunk answers (judge, or hop terms offline)",
+        |j, _| asked(j, QueryType::MultiHop),
+        &[Reason::OneChunkAnswers],
+    ),
+    Control {
+        name: "judge: answered in the corpus",
+        applies: |j, judge| judge && asked(j, QueryType::NoAnswer),
+        reasons: &[Reason::AnsweredInCorpus, Reason::Reclassified, Reason::JudgeFailed],
+        relabels: |j| j.verdict.reason == Reason::Reclassified,
+    },
+    control("quota", |_, _| true, &[Reason::OverQuota]),
+    control("near-duplicate (--dedup-threshold)", |_, _| true, &[Reason::NearDuplicate]),
+];
+
+/// What the controls did, per control and type: the candidates each examined, passed,
+/// flagged, relabelled and dropped.
+fn controls_table(out: &mut String, judged: &[Judged], judge: bool) {
+    let mut rows: BTreeMap<(usize, QueryType), [usize; 5]> = BTreeMap::new();
+    for j in judged {
+        for (k, control) in CONTROLS.iter().enumerate() {
+            if !(control.applies)(j, judge) {
+                continue;
+            }
+            let row = rows.entry((k, j.candidate.query_type)).or_default();
+            row[0] += 1;
+            let caught = control.reasons.contains(&j.verdict.reason);
+            let outcome = match j.verdict.status {
+                _ if (control.relabels)(j) && j.verdict.status != Status::Dropped => 3,
+                Status::Dropped if caught => 4,
+                Status::Flagged if caught => 2,
+                _ => 1,
+            };
+            row[outcome] += 1;
+            if outcome == 4 {
+                break;
+            }
+        }
+    }
+    let _ = writeln!(out, "## Quality controls\n");
+    let _ = writeln!(
+        out,
+        "Each candidate meets the controls in this order, by the type it was generated as; a \
+         control that drops it is the last it meets.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| control | type | examined | passed | flagged | relabelled | dropped |\n|---|---|---:|---:|---:|---:|---:|"
+    );
+    for ((k, t), [examined, passed, flagged, relabelled, dropped]) in rows {
+        let name = CONTROLS[k].name;
+        let _ =
+            writeln!(out, "| {name} | {t} | {examined} | {passed} | {flagged} | {relabelled} | {dropped} |");
+    }
+    out.push('\n');
+}
+
+fn difficulty_table(out: &mut String, judged: &[Judged]) {
+    let mut rows: BTreeMap<QueryType, BTreeMap<Difficulty, usize>> = BTreeMap::new();
+    for j in judged.iter().filter(|j| j.in_set()) {
+        if let Some(d) = j.verdict.difficulty {
+            *rows.entry(j.query_type()).or_default().entry(d).or_default() += 1;
+        }
+    }
+    let _ = writeln!(
+        out,
+        "## Difficulty: type label versus measured\n\nMeasured from the sources' BM25 ranks and the \
+         overlap (easy: sources on top, overlap ≥ 0.8; hard: a source below the top 3 places or \
+         overlap < 0.5).\n"
+    );
+    let _ = writeln!(out, "| type | easy | medium | hard |\n|---|---:|---:|---:|");
+    for (t, row) in rows {
+        let cells: Vec<String> =
+            Difficulty::ALL.iter().map(|d| row.get(d).copied().unwrap_or(0).to_string()).collect();
+        let _ = writeln!(out, "| {t} | {} |", cells.join(" | "));
+    }
+    out.push('\n');
+}
+
+/// The judge's grades of pooled chunks, and the qrels rows they added.
+fn judge_section(out: &mut String, judged: &[Judged]) {
+    let mut grades = [0usize; 4];
+    let mut extra = 0;
+    for j in judged.iter().filter(|j| j.in_set()) {
+        for g in j.verdict.pool.iter().filter_map(|p| p.grade) {
+            grades[usize::from(g.min(3))] += 1;
+            extra += usize::from(g >= 1 && j.query_type() != QueryType::NoAnswer);
+        }
+    }
+    if grades.iter().sum::<usize>() == 0 {
+        return;
+    }
+    let _ = writeln!(out, "## Judged pools\n");
+    let _ = writeln!(
+        out,
+        "Pooled chunks of queries in the set, by the judge's grade: 0: {}, 1: {}, 2: {}, 3: {}. \
+         {extra} became qrels rows (provenance `judge` in `qrels/provenance.tsv`).\n",
+        grades[0], grades[1], grades[2], grades[3]
+    );
+}
+
+/// Groups of near-identical chunks listed in the report; all are in `chunk_groups.jsonl`.
+const GROUPS_LISTED: usize = 10;
+
+fn groups_section(out: &mut String, groups: &[Vec<ChunkId>]) {
+    let _ = writeln!(out, "## Near-identical chunks\n");
+    if groups.is_empty() {
+        let _ = writeln!(out, "None found (`--chunk-dup-threshold`).\n");
+        return;
+    }
+    let chunks: usize = groups.iter().map(Vec::len).sum();
+    let _ = writeln!(
+        out,
+        "{} groups, {chunks} chunks: a query written from one member has every member relevant \
+         (provenance `duplicate`), and the round trip counts any member found.\n",
+        groups.len()
+    );
+    for group in groups.iter().take(GROUPS_LISTED) {
+        let ids: Vec<String> = group.iter().map(|c| format!("`{c}`")).collect();
+        let _ = writeln!(out, "- {}", ids.join(", "));
+    }
+    if groups.len() > GROUPS_LISTED {
+        let _ = writeln!(out, "- … and {} more in `chunk_groups.jsonl`", groups.len() - GROUPS_LISTED);
     }
     out.push('\n');
 }

@@ -10,14 +10,16 @@ use std::time::{Duration, Instant};
 
 const SECRET: &str = "sk-test-SECRET-never-written-7f3a";
 
-/// Runs `build` on the sample corpus with the LLM generator pointed at `server`.
+/// Runs `build` on the sample corpus (unless `args` name another `--corpus`) with the LLM
+/// generator pointed at `server`.
 fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
     let base_url = format!("{server}/v1");
     let corpus = sample_corpus();
-    let mut all = vec![
-        "build",
-        "--corpus",
-        path_str(&corpus),
+    let mut all = vec!["build"];
+    if !args.contains(&"--corpus") {
+        all.extend_from_slice(&["--corpus", path_str(&corpus)]);
+    }
+    all.extend_from_slice(&[
         "--out",
         path_str(out),
         "--generator",
@@ -28,7 +30,7 @@ fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
         "mock-model",
         "--review-size",
         "6",
-    ];
+    ]);
     if !args.contains(&"--queries") {
         all.extend_from_slice(&["--queries", "12"]);
     }
@@ -43,7 +45,7 @@ fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
 }
 
 /// Starts the mock and runs a build against it, off the async runtime.
-async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
+pub(super) async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
     let server = mock::start(model).await;
     run_on(&server, out, args).await
 }
@@ -61,7 +63,7 @@ async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn manifest(run: &Run) -> Value {
+pub(super) fn manifest(run: &Run) -> Value {
     serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -90,9 +92,17 @@ async fn a_good_model_fills_the_set_and_the_key_never_reaches_a_file() {
     let m = manifest(&run);
     assert_eq!(m["llm"]["json_mode"], "schema");
     assert_eq!(m["generator"], "llm:mock-model");
-    // One preflight, then one call per chunk or pair for up to 4 queries each.
+    // One preflight, then one call per chunk or pair for up to 4 queries each; the judge asks
+    // about each hop of a multi_hop query and each pooled chunk of a no_answer one.
     let requests = counters.requests();
-    assert!(requests <= 1 + 12 / 2, "{requests} requests for 12 queries");
+    let judge = counters.judge_requests();
+    assert!(requests - judge <= 1 + 12 / 2, "{} generation requests for 12 queries", requests - judge);
+    let judged =
+        |t: &str| run.jsonl("candidates.jsonl").iter().filter(|c| str_field(c, "/type") == t).count();
+    assert!(
+        judge > 0 && judge <= 2 * judged("multi_hop") + 5 * judged("no_answer"),
+        "{judge} judge requests"
+    );
     assert_eq!(m["run"]["llm_network"]["requests"], requests);
     for entry in walkdir::WalkDir::new(dir.path()).into_iter().flatten().filter(|e| e.file_type().is_file()) {
         let bytes = fs_err::read(entry.path()).unwrap_or_default();

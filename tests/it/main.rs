@@ -3,6 +3,7 @@
 
 mod build;
 mod chinese;
+mod controls;
 mod corpus;
 mod llm;
 mod mock;

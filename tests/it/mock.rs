@@ -26,6 +26,12 @@ pub enum Behaviour {
     WrongTypes,
     /// Invalid JSON on the first ask, valid after the repair re-ask.
     InvalidThenRepaired,
+    /// Paraphrases that copy the passage's words.
+    CopiedParaphrases,
+    /// `no_answer` queries that the passage answers (no unanswerable term).
+    AnswerableNoAnswer,
+    /// `multi_hop` queries about the first passage only (quoting both).
+    OneChunkMultiHop,
 }
 
 /// The mock's state, shared with the test.
@@ -39,12 +45,19 @@ pub struct Counters {
     pub accepted: Mutex<Vec<Instant>>,
     /// Requests answered 429 for exceeding the rate limit.
     pub rate_limited: AtomicUsize,
+    /// Requests that asked the judge for a grade.
+    pub judge: AtomicUsize,
 }
 
 impl Counters {
     /// Requests received so far.
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Judge requests received so far.
+    pub fn judge_requests(&self) -> usize {
+        self.judge.load(Ordering::SeqCst)
     }
 
     /// Most requests in flight at once, given that each is answered `delay` after it arrives.
@@ -112,6 +125,10 @@ impl Model {
         }
         let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
         let prompt_chars: usize = messages.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum();
+        if let Some(grade) = messages.first().and_then(|m| m["content"].as_str()).and_then(judge) {
+            c.judge.fetch_add(1, Ordering::SeqCst);
+            return completion(&grade, "stop", prompt_chars);
+        }
         let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
@@ -122,10 +139,13 @@ impl Model {
             }
             Behaviour::WrongTypes => wrong_types(user),
             Behaviour::Fenced => {
-                format!("Here are the queries:\n```json\n{}\n```\nDone.", queries(user, false))
+                format!(
+                    "Here are the queries:\n```json\n{}\n```\nDone.",
+                    queries(user, false, self.behaviour)
+                )
             }
-            Behaviour::BadEvidence => queries(user, true),
-            _ => queries(user, false),
+            Behaviour::BadEvidence => queries(user, true, self.behaviour),
+            _ => queries(user, false, self.behaviour),
         };
         completion(&content, "stop", prompt_chars)
     }
@@ -182,7 +202,53 @@ fn query_from(passage: &str, salt: usize) -> String {
     words.iter().take(take).copied().collect::<Vec<_>>().join(" ")
 }
 
-fn queries(user: &str, bad_evidence: bool) -> String {
+/// Words the mock adds to queries and the judge leaves out when it compares a query with a
+/// passage.
+const FILLER: [&str; 8] =
+    ["and", "walrus", "question", "keyword", "colloquial", "reworded", "phrasing", "explained"];
+
+/// The judge's reply, when `user` is a judge prompt: the share of the query's words (longer
+/// than three letters, mock filler left out; for Chinese, its characters) found in the
+/// passage decides — all → 3, half or more → 2, some → 1, none → 0; a query about a walrus
+/// (the mock's unanswerable subject) gets at most 1.
+fn judge(user: &str) -> Option<String> {
+    let query = user.lines().find_map(|l| l.strip_prefix("Query: ").or_else(|| l.strip_prefix("查询：")))?;
+    let passage = passages(user).first().copied().unwrap_or("").to_lowercase();
+    let words: Vec<String> = if query.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c)) {
+        query.chars().filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c)).map(String::from).collect()
+    } else {
+        query
+            .split(|c: char| !c.is_alphanumeric())
+            .map(str::to_lowercase)
+            .filter(|w| w.len() > 3 && !FILLER.contains(&w.as_str()))
+            .collect()
+    };
+    let found = words.iter().filter(|w| passage.contains(w.as_str())).count();
+    let mut grade = match (found, words.len()) {
+        (_, 0) | (0, _) => 0,
+        (f, n) if f == n => 3,
+        (f, n) if 2 * f >= n => 2,
+        _ => 1,
+    };
+    if query.contains("walrus") || query.contains("海象") {
+        grade = grade.min(1);
+    }
+    Some(json!({"grade": grade, "reason": format!("{found} of {} words", words.len())}).to_string())
+}
+
+/// A reworded query: two of the quote's words and filler the passage does not use; for
+/// Chinese, four of its characters and a question.
+fn paraphrase_from(passage: &str, salt: usize, style: &str) -> String {
+    let quoted = quote(passage);
+    if quoted.chars().filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c)).count() > 8 {
+        let part: String = quoted.chars().skip(salt % 3).take(4).collect();
+        return format!("{part}换个说法怎么理解");
+    }
+    let words: Vec<&str> = quoted.split_whitespace().filter(|w| w.len() > 3).skip(salt % 2).take(2).collect();
+    format!("{} reworded phrasing explained {style} {salt}", words.join(" "))
+}
+
+fn queries(user: &str, bad_evidence: bool, behaviour: Behaviour) -> String {
     let passages = passages(user);
     let mut out = Vec::new();
     for (query_type, style, count) in tasks(user) {
@@ -194,12 +260,17 @@ fn queries(user: &str, bad_evidence: bool) -> String {
             } else {
                 vec![quote(passages.first().copied().unwrap_or(""))]
             };
-            let text = match query_type.as_str() {
-                "multi_hop" => passages.iter().map(|p| query_from(p, i)).collect::<Vec<_>>().join(" and "),
-                "no_answer" => {
-                    format!("{} for a walrus {i}", query_from(passages.first().copied().unwrap_or(""), i))
+            let first = passages.first().copied().unwrap_or("");
+            let text = match (query_type.as_str(), behaviour) {
+                ("multi_hop", Behaviour::OneChunkMultiHop) | ("no_answer", Behaviour::AnswerableNoAnswer) => {
+                    query_from(first, i)
                 }
-                _ => format!("{} {style} {i}", query_from(passages.first().copied().unwrap_or(""), i)),
+                ("multi_hop", _) => {
+                    passages.iter().map(|p| query_from(p, i)).collect::<Vec<_>>().join(" and ")
+                }
+                ("no_answer", _) => format!("{} for a walrus {i}", query_from(first, i)),
+                ("paraphrase", b) if b != Behaviour::CopiedParaphrases => paraphrase_from(first, i, &style),
+                _ => format!("{} {style} {i}", query_from(first, i)),
             };
             let answer = if query_type == "no_answer" { "" } else { "an answer" };
             out.push(json!({"type": query_type, "style": style, "query": text, "evidence": evidence, "answer": answer}));

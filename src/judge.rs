@@ -1,0 +1,160 @@
+//! Stage 5b, judge: an LLM grades (query, chunk) pairs on the qrels scale — 3 fully answers,
+//! 2 mostly, 1 related, 0 not relevant (`prompts/<lang>/judge.md`) — and the grades decide three
+//! controls the round trip cannot:
+//!
+//! - a `multi_hop` query that one of its hops answers alone (grade 3) is rejected;
+//! - a `no_answer` query that one of its top-k chunks answers (grade 2 or 3) is dropped, or with
+//!   `--reclassify` kept as an answerable (`direct`) query with the judged chunks as relevant;
+//! - with `--judge-pool K`, the first K chunks of each answerable query's pool are graded, and
+//!   grades of 1 or more become extra qrels rows (provenance `judge`).
+//!
+//! Input: the round's [`Judged`] candidates. Output: the same, with pool grades set and status,
+//! reason or type changed where the judge says so. Invariants: a dropped candidate is never
+//! judged; the same (query, chunk) pair is asked once per round (and, through the LLM cache,
+//! once ever); a missing grade never drops a query: it flags it for review (`judge_failed`).
+
+use crate::error::Result;
+use crate::index::ChunkIndex;
+use crate::progress::Stage;
+use crate::record::{Judged, QueryType, Reason, Status};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A grade at least this high means the chunk answers the query.
+const ANSWERS: u8 = 2;
+/// The grade of a chunk that answers the query on its own.
+const FULLY: u8 = 3;
+
+/// One question to the judge: how well does the chunk answer the query?
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ask {
+    /// The query text.
+    pub query: String,
+    /// Position of the chunk in the index.
+    pub chunk: usize,
+}
+
+/// Grades asks. Implemented by the LLM generator, so the judge shares its endpoint, limits,
+/// cache and budget.
+pub trait Judge {
+    /// One grade (0–3) per ask, in order; `None` where no usable grade came back.
+    ///
+    /// # Errors
+    /// Fatal problems only: an unusable endpoint, a spent budget.
+    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Option<u8>>>;
+}
+
+/// Settings of the judge stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct JudgeConfig {
+    /// Pooled chunks graded per answerable query (`--judge-pool`); 0 = none.
+    pub pool: usize,
+    /// Keep a `no_answer` query that the corpus answers, as answerable.
+    pub reclassify: bool,
+}
+
+/// What one ask is for.
+#[derive(Debug, Clone, Copy)]
+enum Purpose {
+    /// A hop of a `multi_hop` query, judged alone.
+    Hop,
+    /// The pool entry at this index.
+    Pool(usize),
+}
+
+/// The asks of one candidate: what each is for and which ask answers it.
+type Plan = Vec<(Purpose, usize)>;
+
+/// A round's questions to the judge, each asked once, and which candidate needs which answer.
+#[derive(Debug, Default)]
+pub struct Asks {
+    asks: Vec<Ask>,
+    plans: Vec<Plan>,
+}
+
+impl Asks {
+    /// Plans the asks for the round's candidates that are still in the running.
+    #[must_use]
+    pub fn plan(items: &[Judged], index: &ChunkIndex, config: JudgeConfig) -> Self {
+        let mut numbered: BTreeMap<Ask, usize> = BTreeMap::new();
+        let plans = items
+            .iter()
+            .map(|item| {
+                purposes(item, index, config)
+                    .into_iter()
+                    .map(|(purpose, chunk)| {
+                        let next = numbered.len();
+                        let ask = Ask { query: item.candidate.text.clone(), chunk };
+                        (purpose, *numbered.entry(ask).or_insert(next))
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut asks: Vec<(Ask, usize)> = numbered.into_iter().collect();
+        asks.sort_by_key(|(_, at)| *at);
+        Self { asks: asks.into_iter().map(|(ask, _)| ask).collect(), plans }
+    }
+
+    /// The distinct questions, in the candidates' order.
+    #[must_use]
+    pub fn asks(&self) -> &[Ask] {
+        &self.asks
+    }
+
+    /// Applies the judge's grades (one per ask, `None` = no usable grade) to the candidates
+    /// they were planned for.
+    pub fn apply(self, items: &mut [Judged], grades: &[Option<u8>], config: JudgeConfig) {
+        for (item, plan) in items.iter_mut().zip(self.plans) {
+            let answers: Vec<(Purpose, Option<u8>)> =
+                plan.into_iter().map(|(purpose, at)| (purpose, grades.get(at).copied().flatten())).collect();
+            apply(item, &answers, config);
+        }
+    }
+}
+
+/// The chunks to ask about for one candidate, and why.
+fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig) -> Vec<(Purpose, usize)> {
+    if !item.in_set() {
+        return Vec::new();
+    }
+    let pool = |take: usize| {
+        let entries = item.verdict.pool.iter().enumerate().take(take);
+        entries.filter_map(|(i, p)| index.position(&p.chunk_id).map(|c| (Purpose::Pool(i), c))).collect()
+    };
+    match item.candidate.query_type {
+        QueryType::NoAnswer => pool(usize::MAX),
+        QueryType::MultiHop => {
+            let hops = item.candidate.sources.iter().filter_map(|id| index.position(id));
+            hops.map(|c| (Purpose::Hop, c)).chain(pool(config.pool)).collect()
+        }
+        QueryType::Direct | QueryType::Paraphrase => pool(config.pool),
+    }
+}
+
+/// Applies one candidate's grades: pool grades are recorded, then the type's rule decides.
+fn apply(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConfig) {
+    for &(purpose, grade) in graded {
+        if let Purpose::Pool(i) = purpose
+            && let Some(pooled) = item.verdict.pool.get_mut(i)
+        {
+            pooled.grade = grade;
+        }
+    }
+    // A missing pool grade of an answerable query only leaves that chunk ungraded.
+    let decisive = |p: Purpose| item.candidate.query_type == QueryType::NoAnswer || matches!(p, Purpose::Hop);
+    let failed = graded.iter().any(|&(p, g)| g.is_none() && decisive(p));
+    let query_type = item.candidate.query_type;
+    let verdict = &mut item.verdict;
+    let answered = || graded.iter().any(|&(_, g)| g.is_some_and(|g| g >= ANSWERS));
+    let one_hop_answers = || graded.iter().any(|&(p, g)| matches!(p, Purpose::Hop) && g == Some(FULLY));
+    match query_type {
+        QueryType::MultiHop if one_hop_answers() => verdict.mark(Status::Dropped, Reason::OneChunkAnswers),
+        QueryType::NoAnswer if answered() && config.reclassify => {
+            verdict.mark(Status::Kept, Reason::Reclassified);
+            verdict.relabelled = Some(QueryType::Direct);
+        }
+        QueryType::NoAnswer if answered() => verdict.mark(Status::Dropped, Reason::AnsweredInCorpus),
+        _ if failed => verdict.mark(Status::Flagged, Reason::JudgeFailed),
+        _ => {}
+    }
+}
