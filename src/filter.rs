@@ -442,6 +442,58 @@ mod tests {
     }
 
     #[test]
+    fn a_copying_paraphrase_is_relabelled_or_dropped() {
+        let mut relabel = config(3, OnMiss::Drop, HopRule::All);
+        relabel.max_paraphrase_overlap = 0.6;
+        let copy = candidate(QueryType::Paraphrase, "bandwidth limits slow uploads", &[3], None);
+        let reworded =
+            candidate(QueryType::Paraphrase, "bandwidth throttling sluggish transfers", &[3], None);
+        with_filter(relabel, |f| {
+            let verdict = f.judge(&copy).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((verdict.status, verdict.relabelled), (Status::Kept, Some(QueryType::Direct)));
+            // "bandwidth limits slow (the) upload": one run of four terms ("the" is a stop word).
+            assert_eq!(verdict.longest_shared, 4);
+            let verdict = f.judge(&reworded).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((verdict.relabelled, verdict.longest_shared), (None, 1));
+            assert!((verdict.overlap - 0.25).abs() < 1e-9, "{}", verdict.overlap);
+        });
+        with_filter(FilterConfig { on_copy: OnCopy::Drop, ..relabel }, |f| {
+            check(f, &copy, Status::Dropped, Reason::CopiesSource, &[Some(1)]);
+        });
+    }
+
+    #[test]
+    fn without_a_judge_each_hop_must_contribute_a_term() {
+        let mut rule = config(3, OnMiss::Drop, HopRule::Any);
+        rule.hop_terms = true;
+        with_filter(rule, |f| {
+            let both = candidate(QueryType::MultiHop, "quota recovery", &[0, 2], None);
+            check(f, &both, Status::Kept, Reason::SourceInTopN, &[Some(2), Some(1)]);
+            let one = candidate(QueryType::MultiHop, "quota exceeded workspace", &[0, 2], None);
+            check(f, &one, Status::Dropped, Reason::OneChunkAnswers, &[Some(1), None]);
+        });
+    }
+
+    #[test]
+    fn longest_run_is_the_longest_common_substring_of_terms() {
+        let terms = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(longest_run(&terms("a b c d"), &terms("x b c d y a")), 3);
+        assert_eq!(longest_run(&terms("a c"), &terms("a b c")), 1);
+        assert_eq!(longest_run(&terms("q"), &terms("r s")), 0);
+    }
+
+    #[test]
+    fn difficulty_from_ranks_and_overlap() {
+        assert_eq!(Difficulty::measure(&[Some(1)], 0.9), Difficulty::Easy);
+        assert_eq!(Difficulty::measure(&[Some(1), Some(2)], 0.8), Difficulty::Easy);
+        assert_eq!(Difficulty::measure(&[Some(2)], 0.9), Difficulty::Medium);
+        assert_eq!(Difficulty::measure(&[Some(1)], 0.6), Difficulty::Medium);
+        assert_eq!(Difficulty::measure(&[Some(4)], 0.9), Difficulty::Hard);
+        assert_eq!(Difficulty::measure(&[Some(1)], 0.4), Difficulty::Hard);
+        assert_eq!(Difficulty::measure(&[None], 1.0), Difficulty::Hard);
+    }
+
+    #[test]
     fn overlap_counts_distinct_query_terms_in_sources() {
         with_filter(config(3, OnMiss::Drop, HopRule::All), |f| {
             let c = candidate(QueryType::Direct, "quota quota walrus", &[0], None);

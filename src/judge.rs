@@ -158,3 +158,85 @@ fn apply(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConfi
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::{ChunkId, QueryId};
+    use crate::record::{Candidate, Pooled, Verdict};
+
+    fn id(s: &str) -> ChunkId {
+        ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn item(query_type: QueryType, pool: &[&str]) -> Judged {
+        let sources = vec![id("a"), id("b")];
+        let pool = (1..).zip(pool).map(|(rank, c)| Pooled { chunk_id: id(c), rank, grade: None }).collect();
+        Judged {
+            candidate: Candidate {
+                id: QueryId::derive(query_type.label(), &sources, "q"),
+                text: "q".into(),
+                query_type,
+                sources,
+                absent_term: None,
+                style: None,
+                evidence: Vec::new(),
+                answer: None,
+                generator: "t".into(),
+                round: 1,
+            },
+            verdict: Verdict { pool, ..Verdict::dropped(Reason::SourceInTopN) },
+        }
+        .kept()
+    }
+
+    impl Judged {
+        fn kept(mut self) -> Self {
+            self.verdict.mark(Status::Kept, Reason::SourceInTopN);
+            self
+        }
+    }
+
+    const NO_POOL: JudgeConfig = JudgeConfig { pool: 0, reclassify: false };
+
+    fn outcome(item: &Judged) -> (Status, Reason, Option<QueryType>) {
+        (item.verdict.status, item.verdict.reason, item.verdict.relabelled)
+    }
+
+    #[test]
+    fn a_hop_that_answers_alone_rejects_a_multi_hop_query() {
+        let mut one = item(QueryType::MultiHop, &[]);
+        apply(&mut one, &[(Purpose::Hop, Some(3)), (Purpose::Hop, Some(1))], NO_POOL);
+        assert_eq!(outcome(&one), (Status::Dropped, Reason::OneChunkAnswers, None));
+        let mut both = item(QueryType::MultiHop, &[]);
+        apply(&mut both, &[(Purpose::Hop, Some(2)), (Purpose::Hop, Some(2))], NO_POOL);
+        assert_eq!(outcome(&both), (Status::Kept, Reason::SourceInTopN, None));
+        let mut unsure = item(QueryType::MultiHop, &[]);
+        apply(&mut unsure, &[(Purpose::Hop, None), (Purpose::Hop, Some(2))], NO_POOL);
+        assert_eq!(outcome(&unsure), (Status::Flagged, Reason::JudgeFailed, None));
+    }
+
+    #[test]
+    fn an_answered_no_answer_query_is_dropped_or_reclassified() {
+        let graded = [(Purpose::Pool(0), Some(1)), (Purpose::Pool(1), Some(2))];
+        let mut dropped = item(QueryType::NoAnswer, &["x", "y"]);
+        apply(&mut dropped, &graded, NO_POOL);
+        assert_eq!(outcome(&dropped), (Status::Dropped, Reason::AnsweredInCorpus, None));
+        let mut kept = item(QueryType::NoAnswer, &["x", "y"]);
+        apply(&mut kept, &graded, JudgeConfig { pool: 0, reclassify: true });
+        assert_eq!(outcome(&kept), (Status::Kept, Reason::Reclassified, Some(QueryType::Direct)));
+        let pool: Vec<Option<u8>> = kept.verdict.pool.iter().map(|p| p.grade).collect();
+        assert_eq!(pool, [Some(1), Some(2)]);
+        let mut unanswered = item(QueryType::NoAnswer, &["x"]);
+        apply(&mut unanswered, &[(Purpose::Pool(0), Some(1))], NO_POOL);
+        assert_eq!(outcome(&unanswered), (Status::Kept, Reason::SourceInTopN, None));
+    }
+
+    #[test]
+    fn a_missing_pool_grade_of_an_answerable_query_only_leaves_the_chunk_ungraded() {
+        let mut direct = item(QueryType::Direct, &["x", "y"]);
+        apply(&mut direct, &[(Purpose::Pool(0), None), (Purpose::Pool(1), Some(2))], NO_POOL);
+        assert_eq!(outcome(&direct), (Status::Kept, Reason::SourceInTopN, None));
+        assert_eq!(direct.verdict.pool[1].grade, Some(2));
+    }
+}
