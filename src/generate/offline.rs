@@ -3,9 +3,9 @@
 //! source chunk(s), optionally mixed with noise terms drawn from the whole collection.
 //!
 //! - `direct`: the most discriminative terms (tf·idf²), no noise.
-//! - `paraphrase`: two terms of the chunk (its rarest third off limits, drawn by in-chunk
-//!   popularity), the rest from the vocabulary of its neighbours (the chunks its own terms
-//!   retrieve): a harder, less lexical query that shares under half its terms with the source.
+//! - `paraphrase`: three terms of the chunk (its rarest third off limits), the other two or
+//!   three from the vocabulary of its neighbours (the chunks its own terms retrieve): a harder,
+//!   less lexical query that shares at most 60 % of its terms with the source.
 //! - `multi_hop`: discriminative terms that only the first chunk has plus terms that only the
 //!   second has, so neither chunk alone matches the query.
 //! - `no_answer`: popular terms of a chunk plus one word that occurs nowhere in the corpus
@@ -28,7 +28,7 @@ const ABSENT_WORDS_EN: &str = include_str!("absent_terms.txt");
 const ABSENT_WORDS_ZH: &str = include_str!("absent_terms_zh.txt");
 
 /// Source terms in an offline paraphrase; the rest come from the source's neighbours.
-const PARAPHRASE_ANCHORS: usize = 2;
+const PARAPHRASE_ANCHORS: usize = 3;
 /// Discriminative source terms searched to find its neighbours.
 const NEIGHBOUR_PROBE: usize = 8;
 /// Neighbouring chunks whose vocabulary a paraphrase borrows.
@@ -43,7 +43,7 @@ struct Shape {
 fn shape(query_type: QueryType) -> Shape {
     match query_type {
         QueryType::Direct => Shape { length: 2..=5, noise: 0.0 },
-        QueryType::Paraphrase => Shape { length: 3..=5, noise: 0.0 },
+        QueryType::Paraphrase => Shape { length: 5..=6, noise: 0.0 },
         QueryType::MultiHop | QueryType::NoAnswer => Shape { length: 2..=3, noise: 0.0 },
     }
 }
@@ -90,7 +90,7 @@ impl<'a> OfflineGenerator<'a> {
         let words = match request.query_type {
             QueryType::Direct => draw(&model(first, true)?, &shape, &mut rng),
             QueryType::Paraphrase => {
-                let source = model(first, false)?;
+                let source = model(first, true)?;
                 let neighbours = self.neighbour_model(first, &source)?;
                 paraphrase(source, &neighbours, &shape, &mut rng)
             }
@@ -164,9 +164,9 @@ impl<'a> OfflineGenerator<'a> {
     }
 }
 
-/// Two anchor terms drawn by in-chunk frequency (the rarest third of the chunk's terms
-/// excluded), the rest of the query in the words of the chunk's neighbours: a reworded query
-/// that shares under half its terms with the source.
+/// Three anchor terms of the chunk (its rarest third excluded, drawn by tf·idf² so they still
+/// find it), the other two or three in the words of the chunk's neighbours: a reworded query
+/// that shares at most 60 % of its terms with the source.
 fn paraphrase(
     model: TermModel,
     neighbours: &TermModel,
@@ -180,7 +180,7 @@ fn paraphrase(
     if common.len() < PARAPHRASE_ANCHORS || neighbours.len() < PARAPHRASE_ANCHORS {
         return Err("chunk has too few common terms or neighbours for a paraphrase".to_owned());
     }
-    let length = rng.random_range(shape.length.clone()).max(PARAPHRASE_ANCHORS + 2);
+    let length = rng.random_range(shape.length.clone());
     let mut words: Vec<String> =
         common.draw(PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()).collect();
     words.extend(neighbours.draw(length - PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()));
