@@ -121,12 +121,17 @@ const CHUNK_SHINGLE: usize = 3;
 
 /// Groups of near-identical chunks (boilerplate, copied sections, versions of a page), found
 /// while the corpus is read. A query written from one member has every member as relevant.
+///
+/// Chunks are long, so their signatures use one-permutation hashing (one hash per shingle,
+/// split into [`HASHES`] bins, empty bins filled from their neighbour) rather than a hash per
+/// shingle and slot; LSH keeps, per band, the first chunk seen with each band value.
 #[derive(Debug, Default)]
 pub struct ChunkGroups {
     threshold: f64,
-    /// Truncated MinHash signatures, one per chunk position.
-    signatures: Vec<[u32; HASHES]>,
-    buckets: HashMap<(usize, u64), Vec<usize>>,
+    /// Signatures, one per chunk position (`None`: no shingles).
+    signatures: Vec<Option<[u32; HASHES]>>,
+    /// Per band: band value → the first ungrouped chunk with it.
+    bands: Vec<HashMap<u32, u32>>,
     /// Group number of each chunk in a group of two or more.
     group_of: HashMap<usize, usize>,
     groups: Vec<Vec<usize>>,
@@ -137,32 +142,26 @@ impl ChunkGroups {
     /// shingles) will share a group.
     #[must_use]
     pub fn new(threshold: f64) -> Self {
-        Self { threshold, ..Self::default() }
+        Self { threshold, bands: vec![HashMap::new(); BANDS], ..Self::default() }
     }
 
     /// Adds the next chunk (its position is the number of chunks added before it).
     pub fn add(&mut self, text: &str) {
         let position = self.signatures.len();
         let units = units(text);
-        let shingles: HashSet<u64> = if units.len() < CHUNK_SHINGLE {
-            units.into_iter().collect()
+        let signature = if units.len() < CHUNK_SHINGLE {
+            one_permutation(units.iter().copied())
         } else {
-            units.windows(CHUNK_SHINGLE).map(|w| w.iter().fold(0, |h, u| mix(h ^ u))).collect()
+            one_permutation(units.windows(CHUNK_SHINGLE).map(|w| w.iter().fold(0, |h, u| mix(h ^ u))))
         };
-        // Truncating to 32 bits halves the memory; collisions are rare enough not to matter.
-        #[expect(clippy::cast_possible_truncation, reason = "deliberate truncation")]
-        let signature = signature(&shingles).map(|h| h as u32);
         self.signatures.push(signature);
-        if shingles.is_empty() {
-            return;
-        }
-        let keys: Vec<(usize, u64)> = (0..BANDS)
-            .map(|b| (b, band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h)))))
+        let Some(signature) = signature else { return };
+        #[expect(clippy::cast_possible_truncation, reason = "a band value needs 32 bits only")]
+        let keys: Vec<u32> = (0..BANDS)
+            .map(|b| band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h))) as u32)
             .collect();
-        let twin = keys
-            .iter()
-            .flat_map(|key| self.buckets.get(key).map_or(&[][..], Vec::as_slice))
-            .copied()
+        let twin = (0..BANDS)
+            .filter_map(|b| self.bands[b].get(&keys[b]).map(|&p| p as usize))
             .find(|&other| self.similarity(other, position) >= self.threshold);
         if let Some(twin) = twin {
             let group = *self.group_of.entry(twin).or_insert_with(|| {
@@ -171,18 +170,21 @@ impl ChunkGroups {
             });
             self.groups[group].push(position);
             self.group_of.insert(position, group);
-            // A member is never a bucket entry: its group's first chunk stands for it.
+            // A member is never a band entry: its group's first chunk stands for it.
             return;
         }
-        for key in keys {
-            self.buckets.entry(key).or_default().push(position);
+        let Ok(position) = u32::try_from(position) else { return };
+        for (band, key) in self.bands.iter_mut().zip(keys) {
+            band.entry(key).or_insert(position);
         }
     }
 
     /// Estimated Jaccard similarity: the share of signature slots that agree.
     fn similarity(&self, a: usize, b: usize) -> f64 {
-        let (a, b) = (&self.signatures[a], &self.signatures[b]);
-        a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / HASHES as f64
+        match (&self.signatures[a], &self.signatures[b]) {
+            (Some(a), Some(b)) => a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / HASHES as f64,
+            _ => 0.0,
+        }
     }
 
     /// The near-identical copies of a chunk (without the chunk itself), in corpus order.
@@ -207,6 +209,32 @@ fn signature(shingles: &HashSet<u64>) -> [u64; HASHES] {
         }
     }
     signature
+}
+
+/// One-permutation MinHash: each shingle hashed once; its top bits pick one of [`HASHES`]
+/// bins, which keeps the smallest rest. An empty bin takes the value of the next non-empty one
+/// (circularly), mixed with the distance, so that two texts agree on it about as often as on a
+/// full bin. `None` for no shingles.
+fn one_permutation(shingles: impl Iterator<Item = u64>) -> Option<[u32; HASHES]> {
+    const BIN_BITS: u32 = HASHES.trailing_zeros();
+    let mut bins = [u64::MAX; HASHES];
+    for shingle in shingles {
+        let h = mix(shingle);
+        let bin = usize::try_from(h >> (64 - BIN_BITS)).unwrap_or(0);
+        bins[bin] = bins[bin].min(h & (u64::MAX >> BIN_BITS));
+    }
+    if bins.iter().all(|&b| b == u64::MAX) {
+        return None;
+    }
+    let mut signature = [0u32; HASHES];
+    for (i, slot) in signature.iter_mut().enumerate() {
+        let (distance, value) =
+            (0..HASHES).map(|d| (d, bins[(i + d) % HASHES])).find(|(_, v)| *v != u64::MAX)?;
+        #[expect(clippy::cast_possible_truncation, reason = "32 bits of a mixed value")]
+        let folded = mix(value ^ (distance as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) as u32;
+        *slot = folded;
+    }
+    Some(signature)
 }
 
 /// SplitMix64's finaliser: a fast, well-spread 64-bit mix.

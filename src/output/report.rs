@@ -440,6 +440,8 @@ fn judge_section(out: &mut String, judged: &[Judged]) {
 
 /// Groups of near-identical chunks listed in the report; all are in `chunk_groups.jsonl`.
 const GROUPS_LISTED: usize = 10;
+/// Members listed per group.
+const MEMBERS_LISTED: usize = 4;
 
 fn groups_section(out: &mut String, groups: &[Vec<ChunkId>]) {
     let _ = writeln!(out, "## Near-identical chunks\n");
@@ -455,7 +457,10 @@ fn groups_section(out: &mut String, groups: &[Vec<ChunkId>]) {
         groups.len()
     );
     for group in groups.iter().take(GROUPS_LISTED) {
-        let ids: Vec<String> = group.iter().map(|c| format!("`{c}`")).collect();
+        let mut ids: Vec<String> = group.iter().take(MEMBERS_LISTED).map(|c| format!("`{c}`")).collect();
+        if group.len() > MEMBERS_LISTED {
+            ids.push(format!("… {} chunks in all", group.len()));
+        }
         let _ = writeln!(out, "- {}", ids.join(", "));
     }
     if groups.len() > GROUPS_LISTED {
