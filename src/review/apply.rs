@@ -20,7 +20,7 @@ use super::agreement::Policy;
 use super::decisions::Decisions;
 use super::set::{QueryLine, ReviewSet, Version, malformed};
 use super::version::{self, APPLIED_DIR, Counts, Entry, Input, InputFile, VersionRecord};
-use super::{Decision, Judgment, Located, Problem};
+use super::{Decision, Judgment, Located, Location, Problem};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::record::{Provenance, Qrel, QueryType};
@@ -106,6 +106,23 @@ fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
     problems
 }
 
+/// Queries judged more than once in one batch (by two reviewers: that is for `review agree`).
+fn repeats(judgments: &[Located]) -> Vec<Problem> {
+    let mut seen: HashMap<&QueryId, (Location, &str)> = HashMap::new();
+    let mut problems = Vec::new();
+    for Located { at, judgment: j } in judgments {
+        if let Some((first, reviewer)) = seen.insert(&j.query_id, (*at, &j.reviewer)) {
+            let message = format!(
+                "{} is judged by {} here and by {reviewer} ({first}); two reviewers' judgments are merged \
+                 by review agree --resolve",
+                j.query_id, j.reviewer
+            );
+            problems.push(Problem::new(*at, message));
+        }
+    }
+    problems
+}
+
 /// Applies `batch` to `set`: checks it, and writes the next version unless the same input was
 /// applied before or nothing would change.
 ///
@@ -119,7 +136,8 @@ pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
     if let Some(done) = history.into_iter().find(|record| record.key == key) {
         return Ok(Outcome::AlreadyApplied { version: done.version });
     }
-    let problems = problems(set, &batch.judgments);
+    let mut problems = problems(set, &batch.judgments);
+    problems.append(&mut repeats(&batch.judgments));
     if !problems.is_empty() {
         let path = batch.inputs.first().map_or_else(|| set.dir.clone(), |d| d.path.clone());
         return Err(Error::Decisions { path, problems });

@@ -49,7 +49,8 @@ pub fn task(item: &ExportItem, slots: Slots) -> Task {
     data.insert(data::HEADING.to_owned(), heading(item));
     for slot in Slot::all(slots.sources, slots.pool) {
         let chunk = item.chunk(slot);
-        data.insert(slot.name(), chunk.map(|c| c.html.clone()).unwrap_or_default());
+        let html = chunk.map(|c| format!("<div style=\"white-space: pre-wrap\">{}</div>", c.html));
+        data.insert(slot.name(), html.unwrap_or_default());
         data.insert(slot.field(slot_field::ID), chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default());
         let slot_heading = chunk.map_or_else(
             || "(no chunk here: leave its grade empty)".to_owned(),
