@@ -6,6 +6,7 @@ mod chinese;
 mod corpus;
 mod llm;
 mod mock;
+mod review;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
