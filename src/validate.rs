@@ -122,7 +122,7 @@ fn read_ids((path, name): (PathBuf, PathBuf), kind: &str, all: &mut Vec<Finding>
                 }
                 match lines.get(&id) {
                     Some(first) => {
-                        findings.at(n, format!("duplicate {kind} id {id} (first on line {first})"))
+                        findings.at(n, format!("duplicate {kind} id {id} (first on line {first})"));
                     }
                     None => {
                         lines.insert(id, n);
@@ -193,7 +193,7 @@ fn check_qrels_file(
         check_row(n, (query, chunk, grade), known, &mut findings);
         match pairs.get(&(query.to_owned(), chunk.to_owned())) {
             Some(first) => {
-                findings.at(n, format!("duplicate pair ({query}, {chunk}), first on line {first}"))
+                findings.at(n, format!("duplicate pair ({query}, {chunk}), first on line {first}"));
             }
             None => {
                 pairs.insert((query.to_owned(), chunk.to_owned()), n);

@@ -169,17 +169,13 @@ fn write_to(
     to: Option<&Path>,
     fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> anyhow::Result<String> {
-    match to {
-        Some(path) => {
-            output::write_atomic(path, fill)?;
-            Ok(format!(" to {}", path.display()))
-        }
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            fill(&mut stdout).and_then(|()| stdout.flush()).context("writing to stdout")?;
-            Ok(String::new())
-        }
+    if let Some(path) = to {
+        output::write_atomic(path, fill)?;
+        return Ok(format!(" to {}", path.display()));
     }
+    let mut stdout = std::io::stdout().lock();
+    fill(&mut stdout).and_then(|()| stdout.flush()).context("writing to stdout")?;
+    Ok(String::new())
 }
 
 fn export_label_studio(items: &[ExportItem], to: Option<&Path>, set: &Path) -> anyhow::Result<String> {

@@ -186,15 +186,13 @@ fn input_file(decisions: &Decisions) -> InputFile {
 /// The key of a batch: the file's hash, or for several files (resolved) a hash of their hashes
 /// and the policy.
 fn batch_key(inputs: &[InputFile], resolve: Option<Policy>) -> String {
-    match (inputs, resolve) {
-        ([one], None) => one.blake3.clone(),
-        _ => {
-            let mut hasher = ContentHasher::default();
-            hasher.update(&inputs.iter().map(|i| i.blake3.as_str()).collect::<Vec<_>>());
-            hasher.update(&[resolve.map_or("", Policy::label)]);
-            hasher.finish()
-        }
+    if let ([one], None) = (inputs, resolve) {
+        return one.blake3.clone();
     }
+    let mut hasher = ContentHasher::default();
+    hasher.update(&inputs.iter().map(|i| i.blake3.as_str()).collect::<Vec<_>>());
+    hasher.update(&[resolve.map_or("", Policy::label)]);
+    hasher.finish()
 }
 
 /// `metadata.review` of a decided query.

@@ -185,7 +185,7 @@ fn rules(row: &RawRow, decision: Option<Decision>, grades: &[ChunkGrade], proble
         }
         Some(Decision::Edit) if row.edited_text.is_empty() => problem("edit needs an edited_text".to_owned()),
         Some(Decision::Answerable) if !answered => {
-            problem("answerable needs the chunk that answers it: grade it 1–3, or list it in add".to_owned())
+            problem("answerable needs the chunk that answers it: grade it 1–3, or list it in add".to_owned());
         }
         _ => {}
     }
@@ -212,7 +212,7 @@ fn grades(row: &RawRow, problem: &mut impl FnMut(String)) -> Vec<ChunkGrade> {
             (_, Err(e)) => problem(format!("{}: chunk id: {e}", raw.field)),
             (Some(grade), Ok(chunk)) => match by_chunk.get(&chunk) {
                 Some((other, first)) if *other != grade => {
-                    problem(format!("{}: {chunk} is graded {grade} here and {other} in {first}", raw.field))
+                    problem(format!("{}: {chunk} is graded {grade} here and {other} in {first}", raw.field));
                 }
                 _ => {
                     by_chunk.insert(chunk, (grade, raw.field));
@@ -332,7 +332,7 @@ fn csv_row<'a>(at: Location, cells: impl Iterator<Item = (&'a str, &'a str)>) ->
                 ids.insert(slot.name(), value.trim().to_owned());
             }
             Some((slot, slot_field::GRADE)) => {
-                grades.push((slot.name(), name.to_owned(), value.trim().to_owned()))
+                grades.push((slot.name(), name.to_owned(), value.trim().to_owned()));
             }
             _ => {}
         }

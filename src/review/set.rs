@@ -108,7 +108,7 @@ impl ReviewSet {
         let manifest = read_manifest(dir)?;
         let log = manifest
             .get(super::version::MANIFEST_KEY)
-            .map(|v| ReviewLog::deserialize(v))
+            .map(ReviewLog::deserialize)
             .transpose()
             .map_err(|e| malformed(&dir.join(MANIFEST), 0, format!("review section: {e}")))?;
         if log.is_none() && (dir.join(VERSIONS_DIR).exists() || dir.join(LEDGER).exists()) {

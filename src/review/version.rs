@@ -178,7 +178,7 @@ pub fn write_next(
 /// The text of `queries.jsonl` for a version.
 #[must_use]
 pub fn queries_text(version: &Version) -> String {
-    version.queries.iter().map(|q| format!("{}\n", q.raw)).collect()
+    version.queries.iter().flat_map(|q| [q.raw.as_str(), "\n"]).collect()
 }
 
 fn output_error(path: &Path, e: serde_json::Error) -> crate::Error {

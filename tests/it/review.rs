@@ -38,6 +38,11 @@ fn apply(set: &Run, decisions: &Path, extra: &[&str]) -> Run {
     cli(&set.out, &args)
 }
 
+/// JSON values, one per line.
+fn jsonl(values: &[Value]) -> String {
+    values.iter().map(|v| v.to_string() + "\n").collect()
+}
+
 /// Every file of the set except the index, as bytes.
 fn snapshot(out: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walkdir::WalkDir::new(out)
@@ -264,7 +269,7 @@ fn jsonl_round_trip_regrades_and_leaves_the_rest_pending() {
     items[hop]["decision"] = json!("accept");
     items[hop]["sources"][0]["grade"] = json!(1);
     let filled = dir.path().join("filled.jsonl");
-    write(&filled, items.iter().map(|i| format!("{i}\n")).collect::<String>());
+    write(&filled, jsonl(&items));
 
     apply(&set, &filled, &["--reviewer", "bob"]).assert_code(0);
     let (rejected, hop_id) = (str_field(&items[0], "/query_id"), str_field(&items[hop], "/query_id"));
@@ -433,11 +438,10 @@ fn applying_the_same_decisions_twice_changes_nothing() {
     let decisions = dir.path().join("ann.jsonl");
     write(
         &decisions,
-        format!(
-            "{}\n{}\n",
+        jsonl(&[
             json!({"query_id": first, "decision": "reject", "reject_reason": "off topic"}),
-            json!({"query_id": second, "decision": "accept"})
-        ),
+            json!({"query_id": second, "decision": "accept"}),
+        ]),
     );
     apply(&set, &decisions, &[]).assert_code(0);
     let after_first = snapshot(&set.out);
@@ -448,7 +452,7 @@ fn applying_the_same_decisions_twice_changes_nothing() {
 
     // Other bytes, same decisions: no new version either.
     let same = dir.path().join("ann-again.jsonl");
-    write(&same, format!("{}\n", json!({"query_id": second, "decision": "accept", "reviewer": "ann"})));
+    write(&same, jsonl(&[json!({"query_id": second, "decision": "accept", "reviewer": "ann"})]));
     let unchanged = apply(&set, &same, &[]);
     unchanged.assert_code(0);
     assert!(unchanged.stdout.contains("change nothing"), "{}", unchanged.stdout);
@@ -456,7 +460,7 @@ fn applying_the_same_decisions_twice_changes_nothing() {
 
     // A later decision overrides: the rejected query comes back, as version 3.
     let undo = dir.path().join("undo.jsonl");
-    write(&undo, format!("{}\n", json!({"query_id": first, "decision": "accept"})));
+    write(&undo, jsonl(&[json!({"query_id": first, "decision": "accept"})]));
     apply(&set, &undo, &[]).assert_code(0);
     assert!(query(&set.jsonl("queries.jsonl"), first).is_some());
     assert_eq!(manifest(&set)["review"]["version"], 3);
@@ -473,19 +477,18 @@ fn two_reviewers_kappa_and_strict_resolution() {
     let ann = "aaaaaaarrr";
     let bob = "aaaaaarrra";
     let file = |name: &str, pattern: &str| {
-        let lines: String = ids
+        let lines: Vec<Value> = ids
             .iter()
             .zip(pattern.chars())
             .map(|(id, d)| match d {
-                'a' => format!("{}\n", json!({"query_id": id, "decision": "accept"})),
-                _ => format!(
-                    "{}\n",
+                'a' => json!({"query_id": id, "decision": "accept"}),
+                _ => {
                     json!({"query_id": id, "decision": "reject", "reject_reason": format!("{name} says no")})
-                ),
+                }
             })
             .collect();
         let path = dir.path().join(format!("{name}.jsonl"));
-        write(&path, lines);
+        write(&path, jsonl(&lines));
         path
     };
     let (a, b) = (file("ann", ann), file("bob", bob));
@@ -545,19 +548,19 @@ fn status_estimates_the_share_of_good_queries() {
     let queue = set.jsonl("review_queue.jsonl");
     // The first item of each type is rejected, the rest accepted.
     let mut seen = BTreeSet::new();
-    let lines: String = queue
+    let lines: Vec<Value> = queue
         .iter()
         .map(|item| {
             let (id, t) = (str_field(item, "/query_id"), str_field(item, "/type"));
             if seen.insert(t) {
-                format!("{}\n", json!({"query_id": id, "decision": "reject", "reject_reason": "bad"}))
+                json!({"query_id": id, "decision": "reject", "reject_reason": "bad"})
             } else {
-                format!("{}\n", json!({"query_id": id, "decision": "accept"}))
+                json!({"query_id": id, "decision": "accept"})
             }
         })
         .collect();
     let decisions = dir.path().join("all.jsonl");
-    write(&decisions, lines);
+    write(&decisions, jsonl(&lines));
     apply(&set, &decisions, &[]).assert_code(0);
 
     let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out), "--json"]);
