@@ -140,6 +140,18 @@ pub enum Status {
     Dropped,
 }
 
+impl Status {
+    /// The label used in files and reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Kept => "kept",
+            Self::Flagged => "flagged",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
 /// Why a candidate got its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

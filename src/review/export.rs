@@ -232,7 +232,7 @@ fn csv_record(item: &ExportItem, slots: Slots) -> Vec<String> {
     let mut record = vec![
         item.query_id.to_string(),
         item.query_type.label().to_owned(),
-        label(&item.status),
+        item.status.label().to_owned(),
         item.reason.label().to_owned(),
         item.absent_term.clone().unwrap_or_default(),
         item.evidence.join(" | "),
@@ -251,11 +251,6 @@ fn csv_record(item: &ExportItem, slots: Slots) -> Vec<String> {
     }
     record.extend(std::iter::repeat_n(String::new(), 5));
     record
-}
-
-/// The label serde gives a unit enum variant (`kept`, `flagged`).
-pub(crate) fn label(value: &impl Serialize) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
 /// Writes the Label Studio tasks (a JSON array) to `tasks` and the labeling config to `config`.

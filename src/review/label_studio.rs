@@ -8,7 +8,7 @@
 //! so a config and a reader that drift apart fail loudly.
 
 use super::decisions::{RawGrade, RawRow};
-use super::export::{ExportItem, escape_html, label};
+use super::export::{ExportItem, escape_html};
 use super::{Decision, GRADE_MAX, Location, Problem, Role, Slot, field, slot_field};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -72,7 +72,7 @@ pub fn task(item: &ExportItem, slots: Slots) -> Task {
 }
 
 fn heading(item: &ExportItem) -> String {
-    let mut heading = format!("{} · {} · {}", item.query_type, label(&item.status), item.reason.label());
+    let mut heading = format!("{} · {} · {}", item.query_type, item.status.label(), item.reason.label());
     if let Some(term) = &item.absent_term {
         let _ = write!(heading, " · absent term: {term}");
     }

@@ -142,12 +142,6 @@ impl ReviewSet {
     pub fn version(&self) -> u32 {
         self.log.as_ref().map_or(1, |log| log.version)
     }
-
-    /// The base query with this id.
-    #[must_use]
-    pub fn base_query(&self, id: &QueryId) -> Option<&QueryLine> {
-        self.base.queries.iter().find(|q| &q.id == id)
-    }
 }
 
 fn read_manifest(dir: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
