@@ -390,6 +390,7 @@ pub struct ReviewItem {
     /// Other chunks the query retrieves (its pool), with the judge's grade when one was asked.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub pool: Vec<PoolChunk>,
-    /// The reviewer's decision, filled in by the reviewer (`accept`, `reject`, `edit`).
+    /// Always empty here; `qrelgen review export` gives annotators the decision fields to fill
+    /// (`accept`, `edit`, `answerable`, `reject`; see `review::Decision`).
     pub decision: Option<String>,
 }
