@@ -98,6 +98,57 @@ pub enum Error {
     /// The reply cache cannot be used.
     #[error(transparent)]
     Cache(#[from] crate::llm::CacheError),
+    /// A file of a test set cannot be read.
+    #[error("cannot read {path}")]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of a test set file cannot be used.
+    #[error("{path}:{line}: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number (0: the file as a whole).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A decisions file has problems; nothing was applied.
+    #[error(
+        "{path}: {} problem(s), nothing applied:\n{}\nhint: fix the rows named and apply the file again",
+        .problems.len(),
+        crate::review::Problem::list(.problems)
+    )]
+    Decisions {
+        /// The decisions file.
+        path: PathBuf,
+        /// Every problem, with its line, row or task.
+        problems: Vec<crate::review::Problem>,
+    },
+    /// The review history in a set folder cannot be used.
+    #[error("{path}: {message}\nhint: {hint}")]
+    ReviewHistory {
+        /// The set folder.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// Agreement needs judgments by exactly two reviewers.
+    #[error(
+        "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file",
+        .found.len(),
+        .found.join(", ")
+    )]
+    Reviewers {
+        /// The reviewers found.
+        found: Vec<String>,
+    },
     /// Writing an output file failed.
     #[error("cannot write {path}")]
     Output {

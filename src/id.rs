@@ -22,6 +22,20 @@ macro_rules! id_type {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            /// Accepts an id as written in an input file, or says why it cannot be used.
+            ///
+            /// # Errors
+            /// [`InvalidId`] when the id is empty or contains whitespace or `#`.
+            pub fn parse(raw: &str) -> Result<Self, InvalidId> {
+                if raw.is_empty() {
+                    Err(InvalidId::Empty)
+                } else if raw.chars().any(is_forbidden) {
+                    Err(InvalidId::BadCharacter(raw.to_owned()))
+                } else {
+                    Ok(Self(raw.to_owned()))
+                }
+            }
         }
 
         impl fmt::Display for $name {
@@ -80,20 +94,6 @@ impl ChunkId {
             Self(format!("{doc}:{hash}"))
         } else {
             Self(format!("{doc}:{hash}-{occurrence}"))
-        }
-    }
-
-    /// Accepts an id from pre-chunked input as it is, or says why it cannot be used.
-    ///
-    /// # Errors
-    /// [`InvalidId`] when the id is empty or contains whitespace or `#`.
-    pub fn parse(raw: &str) -> Result<Self, InvalidId> {
-        if raw.is_empty() {
-            Err(InvalidId::Empty)
-        } else if raw.chars().any(is_forbidden) {
-            Err(InvalidId::BadCharacter(raw.to_owned()))
-        } else {
-            Ok(Self(raw.to_owned()))
         }
     }
 }

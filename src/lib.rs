@@ -3,7 +3,9 @@
 //!
 //! The pipeline, one module per stage: [`corpus`] → [`chunk`] → [`index`] → [`generate`] →
 //! [`filter`] → [`sample`] → [`output`], wired together by [`pipeline`]. Stages hand each other
-//! the typed records of [`record`]. See `docs/ARCHITECTURE.md`.
+//! the typed records of [`record`]. After the build, [`review`] takes the review queue to
+//! annotators and their decisions back into new versions of the set; [`validate`] checks a set's
+//! files. See `docs/ARCHITECTURE.md`.
 
 pub mod chunk;
 pub mod config;
@@ -20,9 +22,11 @@ pub mod output;
 pub mod pipeline;
 pub mod progress;
 pub mod record;
+pub mod review;
 pub mod rng;
 pub mod sample;
 pub mod text;
+pub mod validate;
 
 pub use config::BuildConfig;
 pub use error::{Error, Result};

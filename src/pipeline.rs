@@ -614,20 +614,7 @@ fn write_files(out: &output::Staging, made: &Made<'_>, set: &[&Judged], queue: &
         &out.path("queries.jsonl"),
         set.iter().map(|j| output::query_line(j, rounds.language)),
     )?;
-    let qrels = output::qrels(set.iter().copied());
-    output::write_atomic(&out.path("qrels/test.tsv"), |w| {
-        writeln!(w, "query-id\tcorpus-id\tscore")?;
-        qrels.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
-    })?;
-    output::write_atomic(&out.path("qrels/provenance.tsv"), |w| {
-        writeln!(w, "query-id\tcorpus-id\tscore\tprovenance")?;
-        qrels.iter().try_for_each(|q| {
-            writeln!(w, "{}\t{}\t{}\t{}", q.query_id, q.chunk_id, q.grade, q.provenance.label())
-        })
-    })?;
-    output::write_atomic(&out.path("qrels.trec"), |w| {
-        qrels.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
-    })?;
+    output::write_qrels(|name| out.path(name), &output::qrels(set.iter().copied()))?;
     output::write_atomic(&out.path("no_answer.txt"), |w| {
         let no_answer = set.iter().filter(|j| j.query_type() == QueryType::NoAnswer);
         no_answer.map(|j| &j.candidate.id).try_for_each(|id| writeln!(w, "{id}"))

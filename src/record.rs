@@ -140,6 +140,18 @@ pub enum Status {
     Dropped,
 }
 
+impl Status {
+    /// The label used in files and reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Kept => "kept",
+            Self::Flagged => "flagged",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
 /// Why a candidate got its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -464,6 +476,7 @@ pub struct ReviewItem {
     /// Other chunks the query retrieves (its pool), with the judge's grade when one was asked.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub pool: Vec<PoolChunk>,
-    /// The reviewer's decision, filled in by the reviewer (`accept`, `reject`, `edit`).
+    /// Always empty here; `qrelgen review export` gives annotators the decision fields to fill
+    /// (`accept`, `edit`, `answerable`, `reject`; see `review::Decision`).
     pub decision: Option<String>,
 }

@@ -107,18 +107,52 @@ fn units(text: &str) -> Units {
 #[must_use]
 pub fn normalize_for_match(text: &str) -> String {
     let text = drop_link_targets(text);
-    let mapped =
-        text.nfkc().flat_map(char::to_lowercase).filter(|c| !matches!(c, '*' | '`' | '_' | '[' | ']')).map(
-            |c| match c {
-                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{00B4}' => '\'',
-                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{00AB}' | '\u{00BB}' | '\u{300C}'
-                | '\u{300D}' | '\u{300E}' | '\u{300F}' => '"',
-                '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
-                c => c,
-            },
-        );
-    let collected: String = mapped.collect();
+    let collected: String = fold_chars(text.nfkc());
     collected.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Lower case, one kind of quote mark, dashes unified, Markdown emphasis and code ticks dropped.
+fn fold_chars(chars: impl Iterator<Item = char>) -> String {
+    chars
+        .flat_map(char::to_lowercase)
+        .filter(|c| !matches!(c, '*' | '`' | '_' | '[' | ']'))
+        .map(|c| match c {
+            '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{00B4}' => '\'',
+            '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{00AB}' | '\u{00BB}' | '\u{300C}'
+            | '\u{300D}' | '\u{300E}' | '\u{300F}' => '"',
+            '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+            c => c,
+        })
+        .collect()
+}
+
+/// Where `quote` occurs in `source`, as a byte range of `source`, matched after the folding of
+/// [`normalize_for_match`] (character by character, so Markdown link targets are not dropped
+/// here). `None` when it does not occur or is empty.
+#[must_use]
+pub fn find_quote(quote: &str, source: &str) -> Option<std::ops::Range<usize>> {
+    let quote = normalize_for_match(quote);
+    let quote = quote.trim_matches(|c: char| c == '"' || c == '\'' || c == '.' || c == ' ');
+    if quote.is_empty() {
+        return None;
+    }
+    // The folded source, and for each of its bytes the range of the source character it came from.
+    let mut folded = String::with_capacity(source.len());
+    let mut origin: Vec<std::ops::Range<usize>> = Vec::with_capacity(source.len());
+    for (at, c) in source.char_indices() {
+        let from = at..at + c.len_utf8();
+        let piece = if c.is_whitespace() { " ".to_owned() } else { fold_chars(c.to_string().nfkc()) };
+        for f in piece.chars() {
+            if f == ' ' && (folded.is_empty() || folded.ends_with(' ')) {
+                continue;
+            }
+            folded.push(f);
+            origin.extend(std::iter::repeat_n(from.clone(), f.len_utf8()));
+        }
+    }
+    let start = folded.find(quote)?;
+    let end = start + quote.len() - 1;
+    Some(origin[start].start..origin[end].end)
 }
 
 /// `[text](target)` → `[text]`.
@@ -172,6 +206,23 @@ mod tests {
             "see the [release notes](https://x.example/n) for details",
             true,
         );
+    }
+
+    #[track_caller]
+    fn check_find(quote: &str, source: &str, expected: Option<&str>) {
+        assert_eq!(find_quote(quote, source).map(|r| &source[r]), expected, "{quote:?} in {source:?}");
+    }
+
+    #[test]
+    fn quotes_are_found_in_the_original_text() {
+        let source = "Links  expire\nafter **30 days**. The owner’s “recovery key” is printed once.";
+        check_find("links expire after 30 days", source, Some("Links  expire\nafter **30 days"));
+        check_find("\"the owner's recovery key\"", source, None);
+        check_find("the owner's \"recovery key\"", source, Some("The owner’s “recovery key"));
+        check_find("ＨＳ－４０１２", "error HS-4012 means", Some("HS-4012"));
+        check_find("配额已满", "当空间用完时，配额已满，同步会暂停。", Some("配额已满"));
+        check_find("", source, None);
+        check_find("not there", source, None);
     }
 
     #[test]

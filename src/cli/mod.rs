@@ -2,7 +2,9 @@
 //! arguments onto the library's config structs.
 
 mod build;
+mod review;
 mod settings;
+mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -13,6 +15,8 @@ pub mod exit {
     pub const OK: u8 = 0;
     /// Finished, but the set falls short of what was asked (or is empty).
     pub const SHORTFALL: u8 = 1;
+    /// `validate` found problems.
+    pub const PROBLEMS: u8 = 1;
     /// Usage error or fatal problem.
     pub const FATAL: u8 = 2;
     /// The token or cost budget ran out; rerunning with a higher limit resumes.
@@ -32,6 +36,12 @@ enum Command {
     /// Build a test set: chunk the corpus, index it, write queries, filter them by a BM25 round
     /// trip, sample a review queue, and write a BEIR dataset with TREC qrels.
     Build(Box<build::BuildArgs>),
+    /// The human review loop: export the review queue to annotators, apply their decisions as a
+    /// new version of the set, compare two reviewers, estimate the share of good queries.
+    Review(review::ReviewArgs),
+    /// Check a set folder or a qrels file: ids, duplicate pairs, dangling ids, grades; exit 1 and
+    /// one line per problem.
+    Validate(validate::ValidateArgs),
 }
 
 /// Parses the command line, runs the command and maps the outcome to an exit code.
@@ -39,6 +49,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Build(args) => build::run(*args),
+        Command::Review(args) => review::run(args),
+        Command::Validate(args) => validate::run(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

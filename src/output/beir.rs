@@ -1,10 +1,12 @@
 //! BEIR and TREC lines: `corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv` and `qrels.trec`.
 
+use crate::error::Result;
 use crate::id::{ChunkId, DocId, QueryId};
 use crate::record::{Chunk, Difficulty, Judged, Provenance, Qrel, QueryType, Reason, Status, grade};
 use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 /// A line of `corpus.jsonl`.
 #[derive(Debug, Serialize)]
@@ -135,6 +137,38 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
         }
     }
     qrels
+}
+
+/// The BEIR qrels file, relative to the output folder.
+pub const QRELS_TSV: &str = "qrels/test.tsv";
+/// The TREC qrels file.
+pub const QRELS_TREC: &str = "qrels.trec";
+/// Every judgment with its provenance (grade 0 included), relative to the output folder.
+pub const PROVENANCE_TSV: &str = "qrels/provenance.tsv";
+/// The header of [`PROVENANCE_TSV`].
+pub const PROVENANCE_HEADER: &str = "query-id\tcorpus-id\tscore\tprovenance";
+
+/// Writes `qrels/test.tsv` and `qrels.trec` (the judgments graded 1 or more) and
+/// `qrels/provenance.tsv` (every judgment, with where it comes from) at the paths `path` gives
+/// for those names.
+///
+/// # Errors
+/// [`Error::Output`] naming the file.
+pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()> {
+    let relevant: Vec<&Qrel> = qrels.iter().filter(|q| q.grade >= 1).collect();
+    super::write_atomic(&path(QRELS_TSV), |w| {
+        writeln!(w, "query-id\tcorpus-id\tscore")?;
+        relevant.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
+    })?;
+    super::write_atomic(&path(PROVENANCE_TSV), |w| {
+        writeln!(w, "{PROVENANCE_HEADER}")?;
+        qrels.iter().try_for_each(|q| {
+            writeln!(w, "{}\t{}\t{}\t{}", q.query_id, q.chunk_id, q.grade, q.provenance.label())
+        })
+    })?;
+    super::write_atomic(&path(QRELS_TREC), |w| {
+        relevant.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@ mod beir;
 mod manifest;
 pub(crate) mod report;
 
-pub use beir::{corpus_line, qrels, query_line};
+pub use beir::{
+    PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line, write_qrels,
+};
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use report::{Summary, TypeCounts, render_report};
 
@@ -110,7 +112,8 @@ impl Staging {
             .filter(|e| e.file_type().is_file())
             .map(walkdir::DirEntry::into_path)
             .collect();
-        files.sort_by_key(|f| f.file_name().is_some_and(|n| n == MANIFEST));
+        files
+            .sort_by_key(|f| f.strip_prefix(&self.dir).is_ok_and(|relative| relative == Path::new(MANIFEST)));
         for file in files {
             let relative = file.strip_prefix(&self.dir).unwrap_or(&file);
             let target = self.out.join(relative);

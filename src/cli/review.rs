@@ -1,0 +1,372 @@
+//! `qrelgen review export|apply|agree|status`: the review queue out to annotators, their
+//! decisions back into new versions of the set, two reviewers compared, and what the review says.
+
+use super::exit;
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use qrelgen::output;
+use qrelgen::review::agreement::{self, Agreement, Policy};
+use qrelgen::review::apply::{self, Batch, Outcome};
+use qrelgen::review::decisions::{self, Decisions};
+use qrelgen::review::estimate::Interval;
+use qrelgen::review::export::{self, ExportItem};
+use qrelgen::review::set::ReviewSet;
+use qrelgen::review::status::{self, ReviewStatus};
+use qrelgen::review::{Decision, Format, Located, Location};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    #[command(subcommand)]
+    command: ReviewCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ReviewCommand {
+    /// Write the review queue for annotators: query, type, status, reason, source chunks with the
+    /// evidence marked, pooled chunks with their machine grades, and empty decision fields.
+    Export(ExportArgs),
+    /// Apply a decisions file: write the next version of the set, the previous one kept under
+    /// versions/. A file with one bad row applies nothing; the same file twice changes nothing.
+    Apply(ApplyArgs),
+    /// Compare two reviewers who judged the same items (Cohen's kappa, disagreements); with
+    /// --resolve, apply their merged judgments as the next version.
+    Agree(AgreeArgs),
+    /// Show reviewed and pending items per type and the estimated share of good queries.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Jsonl,
+    Csv,
+    LabelStudio,
+}
+
+impl From<FormatArg> for Format {
+    fn from(arg: FormatArg) -> Self {
+        match arg {
+            FormatArg::Jsonl => Self::Jsonl,
+            FormatArg::Csv => Self::Csv,
+            FormatArg::LabelStudio => Self::LabelStudio,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    /// The more severe decision wins (reject > answerable > edit > accept); the lower grade wins.
+    Strict,
+    /// The less severe decision wins; the higher grade wins.
+    Lenient,
+}
+
+impl From<PolicyArg> for Policy {
+    fn from(arg: PolicyArg) -> Self {
+        match arg {
+            PolicyArg::Strict => Self::Strict,
+            PolicyArg::Lenient => Self::Lenient,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct ExportArgs {
+    /// The set folder (the --out of qrelgen build).
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+    /// jsonl, csv, or label-studio (tasks JSON plus the labeling config as XML beside it).
+    #[arg(long, value_enum)]
+    format: FormatArg,
+    /// Where to write [default: stdout; label-studio: DIR/review/label-studio.json and .xml].
+    #[arg(long, value_name = "FILE")]
+    to: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ApplyArgs {
+    /// The set folder.
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+    /// The decisions: an exported JSONL or CSV file filled in, or a Label Studio JSON export.
+    #[arg(long, value_name = "FILE")]
+    decisions: PathBuf,
+    /// Who decided [default: the rows' reviewer field, else the file name].
+    #[arg(long, value_name = "NAME")]
+    reviewer: Option<String>,
+    /// The decisions file's format [default: by extension: .jsonl, .csv, .json].
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
+}
+
+#[derive(Debug, Args)]
+struct AgreeArgs {
+    /// The set folder.
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+    /// Decisions files: one per reviewer, or one Label Studio export with two annotators.
+    #[arg(long, value_name = "FILE", required = true)]
+    decisions: Vec<PathBuf>,
+    /// The reviewer of each --decisions file, in the same order [default: as apply].
+    #[arg(long, value_name = "NAME")]
+    reviewer: Vec<String>,
+    /// The decisions files' format [default: by extension].
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
+    /// Merge the two reviewers' judgments by this policy and apply them as the next version.
+    #[arg(long, value_enum)]
+    resolve: Option<PolicyArg>,
+    /// Print the agreement as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// The set folder.
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a review command and returns the exit code.
+pub fn run(args: ReviewArgs) -> anyhow::Result<u8> {
+    match args.command {
+        ReviewCommand::Export(args) => export(&args),
+        ReviewCommand::Apply(args) => apply(&args),
+        ReviewCommand::Agree(args) => agree(&args),
+        ReviewCommand::Status(args) => show_status(&args),
+    }
+}
+
+fn load(set: &Path) -> anyhow::Result<ReviewSet> {
+    ReviewSet::load(set).with_context(|| format!("reading the set in {}", set.display()))
+}
+
+fn export(args: &ExportArgs) -> anyhow::Result<u8> {
+    let set = load(&args.set)?;
+    let items = export::items(&set);
+    let written = match args.format {
+        FormatArg::Jsonl => write_to(args.to.as_deref(), |w| export::write_jsonl(&items, w))?,
+        FormatArg::Csv => write_to(args.to.as_deref(), |w| export::write_csv(&items, w))?,
+        FormatArg::LabelStudio => export_label_studio(&items, args.to.as_deref(), &set.dir)?,
+    };
+    let slots = export::slots(&items);
+    eprintln!(
+        "exported {} items ({} source and {} pool slots each){written}",
+        items.len(),
+        slots.sources,
+        slots.pool
+    );
+    Ok(exit::OK)
+}
+
+/// Writes to `to` atomically, or to stdout; returns " to <path>" for the message.
+fn write_to(
+    to: Option<&Path>,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<String> {
+    if let Some(path) = to {
+        output::write_atomic(path, fill)?;
+        return Ok(format!(" to {}", path.display()));
+    }
+    let mut stdout = std::io::stdout().lock();
+    fill(&mut stdout).and_then(|()| stdout.flush()).context("writing to stdout")?;
+    Ok(String::new())
+}
+
+fn export_label_studio(items: &[ExportItem], to: Option<&Path>, set: &Path) -> anyhow::Result<String> {
+    let tasks = to.map_or_else(|| set.join("review/label-studio.json"), Path::to_owned);
+    let config = tasks.with_extension("xml");
+    if config == tasks {
+        bail!(
+            "--to {} would be overwritten by the labeling config: name the tasks file .json",
+            tasks.display()
+        );
+    }
+    let (mut task_bytes, mut config_bytes) = (Vec::new(), Vec::new());
+    export::write_label_studio(items, &mut task_bytes, &mut config_bytes)?;
+    output::write_atomic(&tasks, |w| w.write_all(&task_bytes))?;
+    output::write_atomic(&config, |w| w.write_all(&config_bytes))?;
+    Ok(format!(" to {} (tasks) and {} (labeling config)", tasks.display(), config.display()))
+}
+
+fn read_decisions(
+    set: &ReviewSet,
+    path: &Path,
+    format: Option<FormatArg>,
+    reviewer: Option<&str>,
+) -> anyhow::Result<Decisions> {
+    let decisions = decisions::read(path, format.map(Format::from), reviewer)?;
+    apply::check(set, &decisions)?;
+    Ok(decisions)
+}
+
+fn apply(args: &ApplyArgs) -> anyhow::Result<u8> {
+    let set = load(&args.set)?;
+    let decisions = read_decisions(&set, &args.decisions, args.format, args.reviewer.as_deref())?;
+    let outcome = apply::apply(&set, &Batch::single(&decisions))?;
+    report(&outcome, &set, &args.decisions.display().to_string());
+    Ok(exit::OK)
+}
+
+fn report(outcome: &Outcome, set: &ReviewSet, input: &str) {
+    match outcome {
+        Outcome::Applied { version, counts: c } => {
+            println!(
+                "version {version} of {}: {} accepted, {} edited, {} answerable, {} rejected, {} grades; {} queries, {} qrels rows",
+                set.dir.display(),
+                c.accepted,
+                c.edited,
+                c.answerable,
+                c.rejected,
+                c.grades,
+                c.queries,
+                c.qrels
+            );
+            let kept = qrelgen::review::version::version_dir(&set.dir, set.version());
+            println!("version {} is kept in {}", set.version(), kept.display());
+        }
+        Outcome::AlreadyApplied { version } => {
+            println!("{input} was already applied as version {version}: nothing changed");
+        }
+        Outcome::NoChange => println!("the decisions in {input} change nothing: no new version"),
+    }
+}
+
+fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
+    if !args.reviewer.is_empty() && args.reviewer.len() != args.decisions.len() {
+        bail!(
+            "give --reviewer once per --decisions file ({} files, {} names)",
+            args.decisions.len(),
+            args.reviewer.len()
+        );
+    }
+    let set = load(&args.set)?;
+    let files = args
+        .decisions
+        .iter()
+        .enumerate()
+        .map(|(i, path)| read_decisions(&set, path, args.format, args.reviewer.get(i).map(String::as_str)))
+        .collect::<anyhow::Result<Vec<Decisions>>>()?;
+    let all: Vec<_> = files.iter().flat_map(|d| d.judgments.iter().map(|l| l.judgment.clone())).collect();
+    let [(first, mine), (second, theirs)] = agreement::split(&all)?;
+    let report_of = agreement::agreement((&first, &mine), (&second, &theirs));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report_of)?);
+    } else {
+        print_agreement(&report_of);
+    }
+    if let Some(policy) = args.resolve {
+        let judgments = agreement::resolve(&mine, &theirs, policy.into());
+        let judgments =
+            judgments.into_iter().map(|judgment| Located { at: Location::Resolved, judgment }).collect();
+        let batch = Batch { inputs: files.iter().collect(), judgments, resolve: Some(policy.into()) };
+        let outcome = apply::apply(&set, &batch)?;
+        let inputs: Vec<String> = args.decisions.iter().map(|p| p.display().to_string()).collect();
+        report(&outcome, &set, &inputs.join(" + "));
+    }
+    Ok(exit::OK)
+}
+
+fn print_agreement(a: &Agreement) {
+    let [first, second] = &a.reviewers;
+    println!("reviewers: {first} ({} queries), {second} ({} queries)", a.judged[0], a.judged[1]);
+    for (what, kappa) in [("decisions", a.decisions), ("grades (unweighted)", a.grades)] {
+        match kappa {
+            Some(k) => println!(
+                "kappa, {what}: {:.3} over {} items (observed agreement {:.3}, expected by chance {:.3})",
+                k.kappa, k.items, k.observed, k.expected
+            ),
+            None => println!("kappa, {what}: no item judged by both"),
+        }
+    }
+    println!("{} disagreement(s)", a.disagreements.len());
+    for d in &a.disagreements {
+        let what = d.chunk_id.as_ref().map_or_else(|| "decision".to_owned(), |c| format!("grade of {c}"));
+        println!("  {}  {what}: {first} {}, {second} {}", d.query_id, d.first, d.second);
+    }
+}
+
+fn show_status(args: &StatusArgs) -> anyhow::Result<u8> {
+    let set = load(&args.set)?;
+    let status = status::status(&set);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print_status(&status, &set.dir);
+    }
+    Ok(exit::OK)
+}
+
+fn print_status(s: &ReviewStatus, dir: &Path) {
+    println!("review of {} (version {})\n", dir.display(), s.version);
+    println!(
+        "{:<11} {:>6} {:>5} {:>8} {:>7} {:>6} {:>4} {:>10} {:>6}  {:>5}  95% interval",
+        "type", "in set", "queue", "reviewed", "pending", "accept", "edit", "answerable", "reject", "good"
+    );
+    for t in &s.types {
+        let count = |d| t.decisions.get(&d).copied().unwrap_or(0);
+        println!(
+            "{:<11} {:>6} {:>5} {:>8} {:>7} {:>6} {:>4} {:>10} {:>6}  {}",
+            t.query_type.label(),
+            t.in_set,
+            t.queue,
+            t.reviewed,
+            t.pending(),
+            count(Decision::Accept),
+            count(Decision::Edit),
+            count(Decision::Answerable),
+            count(Decision::Reject),
+            share(t.good)
+        );
+    }
+    let total = |f: fn(&status::TypeStatus) -> usize| s.types.iter().map(f).sum::<usize>();
+    println!(
+        "{:<11} {:>6} {:>5} {:>8} {:>7} {:>29}  {}",
+        "overall",
+        total(|t| t.in_set),
+        total(|t| t.queue),
+        total(|t| t.reviewed),
+        total(status::TypeStatus::pending),
+        "",
+        share(s.overall)
+    );
+    println!(
+        "\ngood = accepted as the machine made it (edited, rejected and answerable no_answer queries are not).\n\
+         Per type: Wilson 95% interval. Overall: types weighted by their share of the set (version 1),\n\
+         per-type Wilson intervals combined by MOVER; no finite-population correction (conservative)."
+    );
+    notes(s);
+}
+
+fn notes(s: &ReviewStatus) {
+    let flagged = s.flagged_reviewed();
+    if flagged > 0 {
+        println!(
+            "note: the queue draws flagged queries first and {flagged} reviewed item(s) were flagged: the estimate is conservative"
+        );
+    }
+    let missing = s.unreviewed_types();
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.iter().map(|t| t.label()).collect();
+        println!(
+            "note: no reviewed item of {} yet: the overall estimate needs one of every type",
+            names.join(", ")
+        );
+    }
+    if s.outside_queue > 0 {
+        println!(
+            "note: {} decision(s) concern queries outside the queue: applied, but not in the estimate",
+            s.outside_queue
+        );
+    }
+}
+
+fn share(interval: Option<Interval>) -> String {
+    interval
+        .map_or_else(|| "    –".to_owned(), |i| format!("{:.3}  [{:.3}, {:.3}]", i.estimate, i.low, i.high))
+}

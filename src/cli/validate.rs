@@ -1,0 +1,44 @@
+//! `qrelgen validate`: checks a set folder or a qrels file and prints one line per problem.
+
+use super::exit;
+use anyhow::Context as _;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// A set folder: corpus.jsonl, queries.jsonl, qrels.trec, qrels/test.tsv, qrels/provenance.tsv.
+    #[arg(long, value_name = "DIR", conflicts_with = "qrels", required_unless_present = "qrels")]
+    set: Option<PathBuf>,
+    /// A qrels file instead: TREC (`qid 0 docid grade`) or BEIR TSV (with its header).
+    #[arg(long, value_name = "FILE")]
+    qrels: Option<PathBuf>,
+    /// With --qrels: the corpus.jsonl its corpus ids must be in.
+    #[arg(long, value_name = "FILE", requires = "qrels")]
+    corpus: Option<PathBuf>,
+    /// With --qrels: the queries.jsonl its query ids must be in.
+    #[arg(long, value_name = "FILE", requires = "qrels")]
+    queries: Option<PathBuf>,
+}
+
+/// Runs the checks; exit 1 when there are problems.
+pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
+    let (target, findings) = match (&args.set, &args.qrels) {
+        (Some(set), _) => (set, qrelgen::validate::check_set(set)),
+        (None, Some(qrels)) => {
+            (qrels, qrelgen::validate::check_qrels(qrels, args.corpus.as_deref(), args.queries.as_deref()))
+        }
+        (None, None) => anyhow::bail!("give --set or --qrels"),
+    };
+    let findings = findings.with_context(|| format!("validating {}", target.display()))?;
+    for finding in &findings {
+        println!("{finding}");
+    }
+    if findings.is_empty() {
+        eprintln!("{}: no problems", target.display());
+        Ok(exit::OK)
+    } else {
+        eprintln!("{}: {} problem(s)", target.display(), findings.len());
+        Ok(exit::PROBLEMS)
+    }
+}

@@ -1,0 +1,323 @@
+//! Export: the review queue as items for annotators, in JSONL, CSV or Label Studio tasks.
+//!
+//! Input: the set (queue, version-1 grades). Output: one item per queue entry with the query, its
+//! type, status and reason, its source chunks with the evidence quotes marked (`[[…]]` in JSONL
+//! and CSV, `<mark>` in Label Studio), its pooled chunks, each chunk's machine grade and an empty
+//! `grade`, and empty decision fields ([`super::field`]). Items show what the machine made: the
+//! text and grades of version 1, whatever was applied since.
+
+use super::label_studio::{self, Slots};
+use super::set::ReviewSet;
+use super::{Decision, Role, Slot, field, slot_field};
+use crate::id::{ChunkId, QueryId};
+use crate::record::{QueryType, Reason, ReviewItem, Status};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Write;
+use std::ops::Range;
+
+/// One queue entry as annotators get it (one JSONL line).
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportItem {
+    /// The query.
+    pub query_id: QueryId,
+    /// Its text.
+    pub text: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub query_type: QueryType,
+    /// Kept or flagged.
+    pub status: Status,
+    /// The filter's reason.
+    pub reason: Reason,
+    /// For `no_answer`: the term that makes it unanswerable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub absent_term: Option<String>,
+    /// The evidence quotes (LLM queries), marked in the chunks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// The chunks it was written from (for `no_answer`: modelled on, not relevant).
+    pub sources: Vec<ExportChunk>,
+    /// Other chunks it retrieves.
+    pub pool: Vec<ExportChunk>,
+    /// To fill in: accept, edit, answerable or reject.
+    pub decision: Option<Decision>,
+    /// To fill in with reject.
+    pub reject_reason: Option<String>,
+    /// To fill in with edit.
+    pub edited_text: Option<String>,
+    /// To fill in: `CHUNK_ID=GRADE …` for relevant chunks not shown.
+    pub add: Option<String>,
+    /// To fill in: who decided.
+    pub reviewer: Option<String>,
+}
+
+/// A chunk shown with an item.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportChunk {
+    /// The chunk.
+    pub chunk_id: ChunkId,
+    /// Its BM25 rank (pooled chunks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Its document title.
+    pub title: String,
+    /// Its text, evidence quotes in `[[…]]`.
+    pub text: String,
+    /// Its text as HTML, evidence quotes in `<mark>`.
+    #[serde(skip)]
+    pub html: String,
+    /// The machine's grade (version 1); `None`: not judged.
+    pub machine_grade: Option<u8>,
+    /// To fill in: 0–3, or empty to keep the machine's.
+    pub grade: Option<u8>,
+}
+
+/// The export items of the set's review queue, in queue order.
+#[must_use]
+pub fn items(set: &ReviewSet) -> Vec<ExportItem> {
+    let grades: HashMap<(&QueryId, &ChunkId), u8> =
+        set.base.qrels.iter().map(|q| ((&q.query_id, &q.chunk_id), q.grade)).collect();
+    set.queue.iter().map(|item| export_item(item, &grades)).collect()
+}
+
+fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) -> ExportItem {
+    let chunk = |chunk_id: &ChunkId, rank: Option<u32>, title: &str, text: &str| {
+        let marks = marks(text, &item.evidence);
+        ExportChunk {
+            chunk_id: chunk_id.clone(),
+            rank,
+            title: title.to_owned(),
+            text: marked(text, &marks, "[[", "]]", str::to_owned),
+            html: marked(text, &marks, "<mark>", "</mark>", escape_html),
+            machine_grade: grades.get(&(&item.query_id, chunk_id)).copied(),
+            grade: None,
+        }
+    };
+    ExportItem {
+        query_id: item.query_id.clone(),
+        text: item.text.clone(),
+        query_type: item.query_type,
+        status: item.status,
+        reason: item.reason,
+        absent_term: item.absent_term.clone(),
+        evidence: item.evidence.clone(),
+        sources: item.sources.iter().map(|s| chunk(&s.chunk_id, None, &s.title, &s.text)).collect(),
+        pool: item
+            .pool
+            .iter()
+            .map(|p| chunk(&p.pooled.chunk_id, Some(p.pooled.rank), &p.title, &p.text))
+            .collect(),
+        decision: None,
+        reject_reason: None,
+        edited_text: None,
+        add: None,
+        reviewer: None,
+    }
+}
+
+/// The byte ranges of `text` that the quotes match, sorted, overlaps merged.
+fn marks(text: &str, quotes: &[String]) -> Vec<Range<usize>> {
+    let mut found: Vec<Range<usize>> =
+        quotes.iter().filter_map(|q| crate::text::find_quote(q, text)).collect();
+    found.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::new();
+    for range in found {
+        match merged.last_mut() {
+            Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    merged
+}
+
+/// `text` with each mark wrapped in `open`…`close`, every piece passed through `escape`.
+fn marked(text: &str, marks: &[Range<usize>], open: &str, close: &str, escape: fn(&str) -> String) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut at = 0;
+    for mark in marks {
+        out.push_str(&escape(&text[at..mark.start]));
+        out.push_str(open);
+        out.push_str(&escape(&text[mark.clone()]));
+        out.push_str(close);
+        at = mark.end;
+    }
+    out.push_str(&escape(&text[at..]));
+    out
+}
+
+/// Escapes text for HTML content and attribute values.
+#[must_use]
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// How many source and pool slots the items need.
+#[must_use]
+pub fn slots(items: &[ExportItem]) -> Slots {
+    Slots {
+        sources: items.iter().map(|i| i.sources.len()).max().unwrap_or(0),
+        pool: items.iter().map(|i| i.pool.len()).max().unwrap_or(0),
+    }
+}
+
+impl ExportItem {
+    /// The chunk shown in `slot`, if the item has one there.
+    #[must_use]
+    pub fn chunk(&self, slot: Slot) -> Option<&ExportChunk> {
+        let list = match slot.role {
+            Role::Source => &self.sources,
+            Role::Pool => &self.pool,
+        };
+        list.get(slot.index - 1)
+    }
+}
+
+/// Writes one JSON object per item.
+///
+/// # Errors
+/// The writer's error.
+pub fn write_jsonl(items: &[ExportItem], w: &mut dyn Write) -> std::io::Result<()> {
+    for item in items {
+        serde_json::to_writer(&mut *w, item)?;
+        w.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The CSV columns for `slots`: the item, then per slot its chunk, then the decision fields.
+#[must_use]
+pub fn csv_header(slots: Slots) -> Vec<String> {
+    let mut header: Vec<String> =
+        ["query_id", "type", "status", "reason", "absent_term", "evidence", "query"].map(String::from).into();
+    for slot in Slot::all(slots.sources, slots.pool) {
+        let rank: &[&str] = if slot.role == Role::Pool { &["rank"] } else { &[] };
+        let suffixes =
+            [slot_field::ID].iter().chain(rank).chain(&["title", "text", "machine_grade", slot_field::GRADE]);
+        header.extend(suffixes.map(|suffix| slot.field(suffix)));
+    }
+    header.extend(
+        [field::DECISION, field::REJECT_REASON, field::EDITED_TEXT, field::ADD, field::REVIEWER]
+            .map(String::from),
+    );
+    header
+}
+
+/// Writes one row per item under [`csv_header`]; decision and grade cells are empty.
+///
+/// # Errors
+/// The writer's error.
+pub fn write_csv(items: &[ExportItem], w: &mut dyn Write) -> std::io::Result<()> {
+    let slots = slots(items);
+    let mut csv = csv::Writer::from_writer(w);
+    csv.write_record(csv_header(slots))?;
+    for item in items {
+        csv.write_record(csv_record(item, slots))?;
+    }
+    csv.flush()
+}
+
+fn csv_record(item: &ExportItem, slots: Slots) -> Vec<String> {
+    let mut record = vec![
+        item.query_id.to_string(),
+        item.query_type.label().to_owned(),
+        item.status.label().to_owned(),
+        item.reason.label().to_owned(),
+        item.absent_term.clone().unwrap_or_default(),
+        item.evidence.join(" | "),
+        item.text.clone(),
+    ];
+    for slot in Slot::all(slots.sources, slots.pool) {
+        let chunk = item.chunk(slot);
+        record.push(chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default());
+        if slot.role == Role::Pool {
+            record.push(chunk.and_then(|c| c.rank).map(|r| r.to_string()).unwrap_or_default());
+        }
+        record.push(chunk.map(|c| c.title.clone()).unwrap_or_default());
+        record.push(chunk.map(|c| c.text.clone()).unwrap_or_default());
+        record.push(chunk.and_then(|c| c.machine_grade).map(|g| g.to_string()).unwrap_or_default());
+        record.push(String::new());
+    }
+    record.extend(std::iter::repeat_n(String::new(), 5));
+    record
+}
+
+/// Writes the Label Studio tasks (a JSON array) to `tasks` and the labeling config to `config`.
+///
+/// # Errors
+/// The writers' errors.
+pub fn write_label_studio(
+    items: &[ExportItem],
+    tasks: &mut dyn Write,
+    config: &mut dyn Write,
+) -> std::io::Result<()> {
+    let slots = slots(items);
+    let all: Vec<label_studio::Task> = items.iter().map(|item| label_studio::task(item, slots)).collect();
+    serde_json::to_writer_pretty(&mut *tasks, &all)?;
+    tasks.write_all(b"\n")?;
+    config.write_all(label_studio::config(slots).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_is_marked_in_both_styles() {
+        let text = "Tokens expire after **90 days** by default. Use <b>scopes</b>.";
+        let marks =
+            marks(text, &["tokens expire after 90 days".into(), "by default".into(), "absent".into()]);
+        assert_eq!(
+            marked(text, &marks, "[[", "]]", str::to_owned),
+            "[[Tokens expire after **90 days]]** [[by default]]. Use <b>scopes</b>."
+        );
+        assert_eq!(
+            marked(text, &marks, "<mark>", "</mark>", escape_html),
+            "<mark>Tokens expire after **90 days</mark>** <mark>by default</mark>. Use &lt;b&gt;scopes&lt;/b&gt;."
+        );
+        let overlapping = marks_of(text, &["expire after", "after **90"]);
+        assert_eq!(overlapping, "Tokens [[expire after **90]] days** by default. Use <b>scopes</b>.");
+    }
+
+    fn marks_of(text: &str, quotes: &[&str]) -> String {
+        let quotes: Vec<String> = quotes.iter().map(|q| (*q).to_owned()).collect();
+        marked(text, &marks(text, &quotes), "[[", "]]", str::to_owned)
+    }
+
+    #[test]
+    fn csv_header_names_every_slot_field() {
+        let header = csv_header(Slots { sources: 1, pool: 1 });
+        assert_eq!(
+            header[7..],
+            [
+                "source_1_id",
+                "source_1_title",
+                "source_1_text",
+                "source_1_machine_grade",
+                "source_1_grade",
+                "pool_1_id",
+                "pool_1_rank",
+                "pool_1_title",
+                "pool_1_text",
+                "pool_1_machine_grade",
+                "pool_1_grade",
+                "decision",
+                "reject_reason",
+                "edited_text",
+                "add",
+                "reviewer"
+            ]
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! A set folder as the review loop reads it: the queries and judgments of a version, the review
+//! queue, the chunk ids, the manifest and the review history.
+//!
+//! Records are read tolerantly: fields this module does not know are ignored, and query lines are
+//! kept verbatim so that lines no decision touches are written back byte for byte.
+
+use super::version::{Entry, LEDGER, MANIFEST, ReviewLog, VERSIONS_DIR, version_dir};
+use crate::error::{Error, Result};
+use crate::id::{ChunkId, QueryId};
+use crate::output::{PROVENANCE_HEADER, PROVENANCE_TSV};
+use crate::record::{Provenance, Qrel, QueryType, ReviewItem, Status};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+/// `queries.jsonl`.
+pub const QUERIES: &str = "queries.jsonl";
+/// `corpus.jsonl`.
+pub const CORPUS: &str = "corpus.jsonl";
+/// `review_queue.jsonl`.
+pub const QUEUE: &str = "review_queue.jsonl";
+
+/// One line of `queries.jsonl`: the fields the review loop uses, and the line as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryLine {
+    /// The query id.
+    pub id: QueryId,
+    /// Its text.
+    pub text: String,
+    /// Its type.
+    pub query_type: QueryType,
+    /// Kept or flagged.
+    pub status: Status,
+    /// The line, verbatim.
+    pub raw: String,
+}
+
+#[derive(Deserialize)]
+struct QueryFields {
+    #[serde(rename = "_id")]
+    id: QueryId,
+    text: String,
+    metadata: MetaFields,
+}
+
+#[derive(Deserialize)]
+struct MetaFields {
+    #[serde(rename = "type")]
+    query_type: QueryType,
+    status: Status,
+}
+
+/// The content of one version of a set: its queries and every judgment (grade 0 included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Version {
+    /// `queries.jsonl`, in file order.
+    pub queries: Vec<QueryLine>,
+    /// `qrels/provenance.tsv`, in file order.
+    pub qrels: Vec<Qrel>,
+}
+
+impl Version {
+    /// Reads `queries.jsonl` and `qrels/provenance.tsv` from `dir`.
+    ///
+    /// # Errors
+    /// [`Error::Input`] or [`Error::Malformed`] naming the file and line.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let mut queries = Vec::new();
+        read_jsonl(&dir.join(QUERIES), |_, raw, q: QueryFields| {
+            let (query_type, status) = (q.metadata.query_type, q.metadata.status);
+            queries.push(QueryLine { id: q.id, text: q.text, query_type, status, raw: raw.to_owned() });
+            Ok(())
+        })?;
+        Ok(Self { queries, qrels: read_provenance(&dir.join(PROVENANCE_TSV))? })
+    }
+}
+
+/// A set folder, ready for review commands.
+#[derive(Debug)]
+pub struct ReviewSet {
+    /// The folder.
+    pub dir: PathBuf,
+    /// `manifest.json`, as an object (only its `review` section is read).
+    pub manifest: serde_json::Map<String, serde_json::Value>,
+    /// The review history; `None` before the first decisions are applied.
+    pub log: Option<ReviewLog>,
+    /// Version 1: what the machine made.
+    pub base: Version,
+    /// The current version.
+    pub current: Version,
+    /// The review queue, as sampled by the build.
+    pub queue: Vec<ReviewItem>,
+    /// Every chunk id of the corpus.
+    pub chunks: HashSet<ChunkId>,
+    /// Every judgment applied so far, oldest first.
+    pub ledger: Vec<Entry>,
+}
+
+impl ReviewSet {
+    /// Reads the set in `dir`.
+    ///
+    /// # Errors
+    /// [`Error::Input`]/[`Error::Malformed`] for unreadable files, [`Error::ReviewHistory`] when
+    /// `versions/` or the ledger exist but the manifest has no review log (the set was rebuilt).
+    pub fn load(dir: &Path) -> Result<Self> {
+        let manifest = read_manifest(dir)?;
+        let log = manifest
+            .get(super::version::MANIFEST_KEY)
+            .map(ReviewLog::deserialize)
+            .transpose()
+            .map_err(|e| malformed(&dir.join(MANIFEST), 0, format!("review section: {e}")))?;
+        if log.is_none() && (dir.join(VERSIONS_DIR).exists() || dir.join(LEDGER).exists()) {
+            return Err(Error::ReviewHistory {
+                path: dir.to_owned(),
+                message:
+                    "versions/ and review/ are left from an earlier build: the set was rebuilt after a review"
+                        .to_owned(),
+                hint: "move versions/ and review/ out of the folder to start a new review of this build",
+            });
+        }
+        let current = Version::read(dir)?;
+        let (base, ledger) = match &log {
+            None => (current.clone(), Vec::new()),
+            Some(_) => (Version::read(&version_dir(dir, 1))?, read_all(&dir.join(LEDGER))?),
+        };
+        Ok(Self {
+            dir: dir.to_owned(),
+            manifest,
+            log,
+            base,
+            current,
+            queue: read_all(&dir.join(QUEUE))?,
+            chunks: read_chunk_ids(&dir.join(CORPUS))?,
+            ledger,
+        })
+    }
+
+    /// The number of the current version (1 before any review).
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.log.as_ref().map_or(1, |log| log.version)
+    }
+}
+
+fn read_manifest(dir: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let path = dir.join(MANIFEST);
+    let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
+    serde_json::from_str(&text).map_err(|e| malformed(&path, e.line(), e.to_string()))
+}
+
+/// Calls `each(line number, line, record)` for every non-blank line of a JSONL file.
+///
+/// # Errors
+/// [`Error::Input`] if the file cannot be read, [`Error::Malformed`] naming the first line that
+/// does not parse, or whatever `each` returns.
+pub fn read_jsonl<T: DeserializeOwned>(
+    path: &Path,
+    mut each: impl FnMut(usize, &str, T) -> Result<()>,
+) -> Result<()> {
+    let file = fs_err::File::open(path).map_err(|source| Error::Input { path: path.to_owned(), source })?;
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| Error::Input { path: path.to_owned(), source })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line).map_err(|e| malformed(path, i + 1, e.to_string()))?;
+        each(i + 1, &line, record)?;
+    }
+    Ok(())
+}
+
+/// Every record of a JSONL file.
+///
+/// # Errors
+/// As [`read_jsonl`].
+pub fn read_all<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let mut all = Vec::new();
+    read_jsonl(path, |_, _, record| {
+        all.push(record);
+        Ok(())
+    })?;
+    Ok(all)
+}
+
+#[derive(Deserialize)]
+struct CorpusId {
+    #[serde(rename = "_id")]
+    id: ChunkId,
+}
+
+fn read_chunk_ids(path: &Path) -> Result<HashSet<ChunkId>> {
+    let mut ids = HashSet::new();
+    read_jsonl(path, |_, _, line: CorpusId| {
+        ids.insert(line.id);
+        Ok(())
+    })?;
+    Ok(ids)
+}
+
+/// Reads `qrels/provenance.tsv`.
+///
+/// # Errors
+/// [`Error::Input`], or [`Error::Malformed`] naming the line.
+pub fn read_provenance(path: &Path) -> Result<Vec<Qrel>> {
+    let text =
+        fs_err::read_to_string(path).map_err(|source| Error::Input { path: path.to_owned(), source })?;
+    let mut lines = text.lines().enumerate();
+    if lines.next().map(|(_, header)| header) != Some(PROVENANCE_HEADER) {
+        return Err(malformed(path, 1, format!("the header is not {PROVENANCE_HEADER:?}")));
+    }
+    lines.map(|(i, line)| parse_provenance_line(line).map_err(|m| malformed(path, i + 1, m))).collect()
+}
+
+fn parse_provenance_line(line: &str) -> std::result::Result<Qrel, String> {
+    let [query, chunk, grade, provenance] = line.split('\t').collect::<Vec<_>>()[..] else {
+        return Err("expected 4 tab-separated fields".to_owned());
+    };
+    Ok(Qrel {
+        query_id: QueryId::parse(query).map_err(|e| e.to_string())?,
+        chunk_id: ChunkId::parse(chunk).map_err(|e| e.to_string())?,
+        grade: grade.parse().map_err(|_| format!("bad grade {grade:?}"))?,
+        provenance: Provenance::from_label(provenance)
+            .ok_or_else(|| format!("bad provenance {provenance:?}"))?,
+    })
+}
+
+/// An [`Error::Malformed`].
+pub(crate) fn malformed(path: &Path, line: usize, message: impl Into<String>) -> Error {
+    Error::Malformed { path: path.to_owned(), line, message: message.into() }
+}

@@ -1,0 +1,186 @@
+//! Versions of a reviewed set: the review log in `manifest.json`, the ledger of applied
+//! judgments (`review/decisions.jsonl`), and the writing of the next version.
+//!
+//! Invariants: version 1 is what the build wrote; applying decisions keeps the current files under
+//! `versions/v<N>/` and writes version N + 1 in their place, together with the ledger, a copy of
+//! each decisions file (`review/applied/`) and the manifest, staged and published at once
+//! (`manifest.json` last). Nothing that differs between identical applies (times, paths) is
+//! recorded, so the same decisions give byte-identical files.
+
+use super::agreement::Policy;
+use super::set::{QUERIES, ReviewSet, Version};
+use super::{Decision, Format, Judgment, Location};
+use crate::error::Result;
+use crate::output::{self, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, Staging};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `manifest.json`.
+pub const MANIFEST: &str = "manifest.json";
+/// The key of the review log in `manifest.json`.
+pub const MANIFEST_KEY: &str = "review";
+/// Every judgment applied so far, one per line.
+pub const LEDGER: &str = "review/decisions.jsonl";
+/// Copies of the applied decisions files, named by their hash.
+pub const APPLIED_DIR: &str = "review/applied";
+/// Earlier versions, `versions/v1/` (what the build wrote) and on.
+pub const VERSIONS_DIR: &str = "versions";
+/// The files a version consists of (kept for every earlier version).
+pub const VERSION_FILES: [&str; 5] = [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, MANIFEST];
+
+/// The folder that keeps version `n` once a later one exists.
+#[must_use]
+pub fn version_dir(set: &Path, n: u32) -> PathBuf {
+    set.join(VERSIONS_DIR).join(format!("v{n}"))
+}
+
+/// The `review` section of `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewLog {
+    /// The version in the folder.
+    pub version: u32,
+    /// The version it was made from.
+    pub parent: u32,
+    /// Every version made by applying decisions, oldest first.
+    pub history: Vec<VersionRecord>,
+}
+
+/// How one version was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    /// Its number.
+    pub version: u32,
+    /// The version it was made from.
+    pub parent: u32,
+    /// blake3 of the decisions files (and the policy, when two reviewers were resolved): the key
+    /// that makes a second apply of the same input a no-op.
+    pub key: String,
+    /// The decisions files applied.
+    pub inputs: Vec<InputFile>,
+    /// Who judged.
+    pub reviewers: Vec<String>,
+    /// How two reviewers' judgments were merged, if they were.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolve: Option<Policy>,
+    /// What the decisions did, and the size of the set they left.
+    pub counts: Counts,
+}
+
+/// A decisions file as applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    /// Its file name when it was applied.
+    pub name: String,
+    /// Its copy in the set folder.
+    pub stored: String,
+    /// blake3 of its bytes.
+    pub blake3: String,
+    /// Its format.
+    pub format: Format,
+}
+
+/// What a version's decisions did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Judgments read (rows with a decision or a grade).
+    pub judgments: usize,
+    /// Queries accepted.
+    pub accepted: usize,
+    /// Queries edited.
+    pub edited: usize,
+    /// `no_answer` queries found answerable.
+    pub answerable: usize,
+    /// Queries rejected.
+    pub rejected: usize,
+    /// Chunk grades given.
+    pub grades: usize,
+    /// Queries in the set after the decisions.
+    pub queries: usize,
+    /// qrels rows (grade 1 or more) after the decisions.
+    pub qrels: usize,
+}
+
+impl Counts {
+    /// Counts the decisions and grades of `judgments`.
+    #[must_use]
+    pub fn of(judgments: &[Judgment]) -> Self {
+        let decided = |d| judgments.iter().filter(|j| j.decision == Some(d)).count();
+        Self {
+            judgments: judgments.len(),
+            accepted: decided(Decision::Accept),
+            edited: decided(Decision::Edit),
+            answerable: decided(Decision::Answerable),
+            rejected: decided(Decision::Reject),
+            grades: judgments.iter().map(|j| j.grades.len()).sum(),
+            queries: 0,
+            qrels: 0,
+        }
+    }
+}
+
+/// One line of the ledger: a judgment and the version that applied it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The version it made.
+    pub version: u32,
+    /// Where it was read (line, row, task, or resolved).
+    pub at: Location,
+    /// The judgment.
+    #[serde(flatten)]
+    pub judgment: Judgment,
+}
+
+/// A decisions file to keep beside the version it makes.
+pub struct Input<'a> {
+    /// How it is recorded.
+    pub file: InputFile,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+}
+
+/// Writes the next version of `set`: keeps the current files under `versions/v<N>/`, writes
+/// `next` in their place, the ledger, the inputs and the manifest with `record` added to its log.
+///
+/// # Errors
+/// [`crate::Error::Output`] naming the file; nothing is published then.
+pub fn write_next(
+    set: &ReviewSet,
+    next: &Version,
+    ledger: &[Entry],
+    record: VersionRecord,
+    inputs: &[Input<'_>],
+) -> Result<()> {
+    let staging = Staging::create(&set.dir)?;
+    let kept = version_dir(Path::new(""), set.version());
+    for name in VERSION_FILES {
+        let target = staging.path(&kept.join(name).to_string_lossy());
+        output::write_atomic(&target, |w| {
+            std::io::copy(&mut fs_err::File::open(set.dir.join(name))?, w).map(|_| ())
+        })?;
+    }
+    output::write_text(&staging.path(QUERIES), &queries_text(next))?;
+    output::write_qrels(|name| staging.path(name), &next.qrels)?;
+    output::write_jsonl(&staging.path(LEDGER), ledger)?;
+    for input in inputs {
+        output::write_atomic(&staging.path(&input.file.stored), |w| w.write_all(input.bytes))?;
+    }
+    let mut manifest = set.manifest.clone();
+    let mut log = set.log.clone().unwrap_or(ReviewLog { version: 1, parent: 0, history: Vec::new() });
+    log.parent = log.version;
+    log.version = record.version;
+    log.history.push(record);
+    let log = serde_json::to_value(&log).map_err(|e| output_error(&staging.path(MANIFEST), e))?;
+    manifest.insert(MANIFEST_KEY.to_owned(), log);
+    output::write_json(&staging.path(MANIFEST), &manifest)?;
+    staging.publish()
+}
+
+/// The text of `queries.jsonl` for a version.
+#[must_use]
+pub fn queries_text(version: &Version) -> String {
+    version.queries.iter().flat_map(|q| [q.raw.as_str(), "\n"]).collect()
+}
+
+fn output_error(path: &Path, e: serde_json::Error) -> crate::Error {
+    crate::Error::Output { path: path.to_owned(), source: e.into() }
+}

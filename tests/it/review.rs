@@ -1,0 +1,660 @@
+//! `qrelgen review` and `qrelgen validate` on sets built from the sample corpus: every export
+//! format filled in and applied, the all-or-nothing rule, idempotence, agreement, the estimate.
+
+use super::{Run, build, path_str, qrelgen, sample_corpus, str_field, tempdir, write};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Runs `qrelgen ARGS…` for the set `out`.
+fn cli(out: &Path, args: &[&str]) -> Run {
+    let output = qrelgen(args);
+    Run {
+        out: out.to_owned(),
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A set built from the sample corpus (100 queries, 50 to review) in `dir/out`.
+fn built(dir: &Path) -> Run {
+    let run = build(dir, &sample_corpus(), &["--quiet"]);
+    run.assert_code(0);
+    run
+}
+
+fn export(set: &Run, format: &str, to: &Path) {
+    cli(
+        &set.out,
+        &["review", "export", "--set", path_str(&set.out), "--format", format, "--to", path_str(to)],
+    )
+    .assert_code(0);
+}
+
+fn apply(set: &Run, decisions: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["review", "apply", "--set", path_str(&set.out), "--decisions", path_str(decisions)];
+    args.extend_from_slice(extra);
+    cli(&set.out, &args)
+}
+
+/// JSON values, one per line.
+fn jsonl(values: &[Value]) -> String {
+    values.iter().map(|v| v.to_string() + "\n").collect()
+}
+
+/// Every file of the set except the index, as bytes.
+fn snapshot(out: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    walkdir::WalkDir::new(out)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && !e.path().starts_with(out.join("index")))
+        .map(|e| {
+            (
+                e.path().strip_prefix(out).unwrap_or(e.path()).to_owned(),
+                fs_err::read(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// `(query, chunk) → (grade, provenance)` of `qrels/provenance.tsv`.
+fn provenance(run: &Run) -> HashMap<(String, String), (u8, String)> {
+    run.file("qrels/provenance.tsv")
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            ((f[0].to_owned(), f[1].to_owned()), (f[2].parse().unwrap_or(99), f[3].to_owned()))
+        })
+        .collect()
+}
+
+fn trec_grade(run: &Run, query: &str, chunk: &str) -> Option<u8> {
+    run.trec().into_iter().find(|(q, c, _)| q == query && c == chunk).map(|(_, _, g)| g)
+}
+
+fn query<'a>(queries: &'a [Value], id: &str) -> Option<&'a Value> {
+    queries.iter().find(|q| str_field(q, "/_id") == id)
+}
+
+fn manifest(run: &Run) -> Value {
+    serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The TSV and TREC files hold the same rows, and none graded 0.
+fn assert_tsv_matches_trec(run: &Run) {
+    let tsv: Vec<String> = run.file("qrels/test.tsv").lines().skip(1).map(str::to_owned).collect();
+    let trec: Vec<String> = run.trec().iter().map(|(q, c, g)| format!("{q}\t{c}\t{g}")).collect();
+    assert_eq!(tsv, trec);
+    assert!(run.trec().iter().all(|(_, _, g)| *g >= 1));
+}
+
+struct Csv {
+    header: Vec<String>,
+    rows: Vec<BTreeMap<String, String>>,
+}
+
+impl Csv {
+    fn read(path: &Path) -> Self {
+        let mut reader = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{e}"));
+        let header: Vec<String> =
+            reader.headers().unwrap_or_else(|e| panic!("{e}")).iter().map(str::to_owned).collect();
+        let rows = reader
+            .records()
+            .map(|r| {
+                header
+                    .iter()
+                    .cloned()
+                    .zip(r.unwrap_or_else(|e| panic!("{e}")).iter().map(str::to_owned))
+                    .collect()
+            })
+            .collect();
+        Self { header, rows }
+    }
+
+    fn write(&self, path: &Path) {
+        let mut writer = csv::Writer::from_path(path).unwrap_or_else(|e| panic!("{e}"));
+        writer.write_record(&self.header).unwrap_or_else(|e| panic!("{e}"));
+        for row in &self.rows {
+            writer
+                .write_record(self.header.iter().map(|h| row[h].as_str()))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        writer.flush().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Index of the `n`-th row (0-based) of `query_type` with a non-empty `needs` column.
+    fn find(&self, query_type: &str, n: usize, needs: &str) -> usize {
+        let mut matching = (0..self.rows.len())
+            .filter(|&i| self.rows[i]["type"] == query_type && !self.rows[i][needs].is_empty());
+        matching.nth(n).unwrap_or_else(|| panic!("no {query_type} row {n} with {needs}"))
+    }
+
+    fn set(&mut self, row: usize, fields: &[(&str, &str)]) {
+        for (name, value) in fields {
+            assert!(self.header.iter().any(|h| h == name), "no column {name}");
+            self.rows[row].insert((*name).to_owned(), (*value).to_owned());
+        }
+    }
+}
+
+#[test]
+fn csv_round_trip_applies_every_kind_of_decision() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let before = snapshot(&set.out);
+    let path = dir.path().join("queue.csv");
+    export(&set, "csv", &path);
+    let mut csv = Csv::read(&path);
+    assert_eq!(csv.rows.len(), 50);
+    let (d1, d2, d3) = (
+        csv.find("direct", 0, "pool_1_id"),
+        csv.find("direct", 1, "pool_1_id"),
+        csv.find("direct", 2, "pool_1_id"),
+    );
+    let (p1, m1, n1) = (
+        csv.find("paraphrase", 0, "query"),
+        csv.find("multi_hop", 0, "source_2_id"),
+        csv.find("no_answer", 0, "source_1_id"),
+    );
+    let id = |csv: &Csv, row: usize, column: &str| csv.rows[row][column].clone();
+    let added = set.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).find(|c| {
+        (1..=2).all(|i| csv.rows[d3][&format!("source_{i}_id")] != *c)
+            && (1..=5).all(|i| csv.rows[d3][&format!("pool_{i}_id")] != *c)
+    });
+    let added = added.unwrap_or_else(|| panic!("a chunk not shown with the item"));
+    for row in 0..csv.rows.len() {
+        csv.set(row, &[("decision", "accept")]);
+    }
+    csv.set(d1, &[("decision", "reject"), ("reject_reason", "too vague to answer")]);
+    csv.set(p1, &[("decision", "edit"), ("edited_text", "how long does a sharing link last")]);
+    csv.set(d2, &[("source_1_grade", "3"), ("pool_1_grade", "2")]);
+    csv.set(m1, &[("source_2_grade", "0")]);
+    let answer = id(&csv, n1, "source_1_id");
+    csv.set(n1, &[("decision", "answerable"), ("add", &answer)]);
+    csv.set(d3, &[("add", &format!("{added}=1"))]);
+    let filled = dir.path().join("ann.csv");
+    csv.write(&filled);
+
+    let applied = apply(&set, &filled, &[]);
+    applied.assert_code(0);
+    assert!(applied.stdout.starts_with("version 2 of "), "{}", applied.stdout);
+
+    let queries = set.jsonl("queries.jsonl");
+    assert_eq!(queries.len(), 99);
+    assert!(query(&queries, &id(&csv, d1, "query_id")).is_none(), "the rejected query is gone");
+    let edited = query(&queries, &id(&csv, p1, "query_id")).unwrap_or_else(|| panic!("edited query kept"));
+    assert_eq!(str_field(edited, "/text"), "how long does a sharing link last");
+    assert_eq!(str_field(edited, "/metadata/review/decision"), "edit");
+    assert_eq!(str_field(edited, "/metadata/review/reviewer"), "ann");
+    assert_eq!(str_field(edited, "/metadata/review/original_text"), csv.rows[p1]["query"]);
+    assert_eq!(str_field(edited, "/metadata/type"), "paraphrase");
+
+    let rows = provenance(&set);
+    let row = |r: usize, column: &str| rows.get(&(id(&csv, r, "query_id"), id(&csv, r, column))).cloned();
+    let graded = |r: usize, column: &str| trec_grade(&set, &id(&csv, r, "query_id"), &id(&csv, r, column));
+    assert!(
+        set.trec().iter().all(|(qid, _, _)| *qid != id(&csv, d1, "query_id")),
+        "rejected query has no qrels"
+    );
+    assert_eq!(row(d2, "source_1_id"), Some((3, "human".into())), "same grade, now the human's");
+    assert_eq!(row(d2, "pool_1_id"), Some((2, "human".into())));
+    assert_eq!(graded(d2, "pool_1_id"), Some(2));
+    assert_eq!(row(m1, "source_2_id"), Some((0, "human".into())), "grade 0 is kept in provenance.tsv");
+    assert_eq!(graded(m1, "source_2_id"), None, "and leaves the qrels");
+    assert_eq!(row(m1, "source_1_id"), Some((2, "source".into())), "the other hop is untouched");
+    assert_eq!(row(n1, "source_1_id"), Some((3, "human".into())), "the no_answer query is answerable");
+    assert_eq!(rows.get(&(id(&csv, d3, "query_id"), added.clone())), Some(&(1, "human".into())));
+    let other_no_answer = csv.find("no_answer", 1, "source_1_id");
+    assert!(
+        set.trec().iter().all(|(qid, _, _)| *qid != id(&csv, other_no_answer, "query_id")),
+        "accepted no_answer has none"
+    );
+    assert_tsv_matches_trec(&set);
+
+    // The previous version is kept, and the manifest says how the new one was made.
+    for name in ["queries.jsonl", "qrels.trec", "qrels/test.tsv", "qrels/provenance.tsv", "manifest.json"] {
+        let kept = fs_err::read(set.out.join("versions/v1").join(name)).unwrap_or_default();
+        assert!(kept == before[Path::new(name)], "versions/v1/{name} is not version 1");
+    }
+    let log = &manifest(&set)["review"];
+    assert_eq!((log["version"].as_u64(), log["parent"].as_u64()), (Some(2), Some(1)));
+    let record = &log["history"][0];
+    let hash = blake3::hash(&fs_err::read(&filled).unwrap_or_default()).to_hex().to_string();
+    assert_eq!(record["inputs"][0]["blake3"], hash.as_str());
+    assert_eq!(record["reviewers"], json!(["ann"]));
+    let counts = &record["counts"];
+    assert_eq!(
+        [
+            &counts["rejected"],
+            &counts["edited"],
+            &counts["answerable"],
+            &counts["accepted"],
+            &counts["queries"]
+        ],
+        [&json!(1), &json!(1), &json!(1), &json!(47), &json!(99)]
+    );
+    let stored = str_field(&record["inputs"][0], "/stored");
+    assert_eq!(
+        fs_err::read(set.out.join(stored)).unwrap_or_default(),
+        fs_err::read(&filled).unwrap_or_default()
+    );
+    cli(&set.out, &["validate", "--set", path_str(&set.out)]).assert_code(0);
+}
+
+#[test]
+fn jsonl_round_trip_regrades_and_leaves_the_rest_pending() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let path = dir.path().join("queue.jsonl");
+    export(&set, "jsonl", &path);
+    let mut items: Vec<Value> = fs_err::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert_eq!(items.len(), 50);
+    for item in &items {
+        assert!(
+            item["decision"].is_null() && item["reject_reason"].is_null() && item["edited_text"].is_null()
+        );
+        let chunks = item["sources"].as_array().into_iter().chain(item["pool"].as_array()).flatten();
+        assert!(chunks.into_iter().all(|c| c["grade"].is_null() && c.get("machine_grade").is_some()));
+    }
+    let hop =
+        items.iter().position(|i| i["type"] == "multi_hop").unwrap_or_else(|| panic!("a multi_hop item"));
+    items[0]["decision"] = json!("reject");
+    items[0]["reject_reason"] = json!("not a real question");
+    items[hop]["decision"] = json!("accept");
+    items[hop]["sources"][0]["grade"] = json!(1);
+    let filled = dir.path().join("filled.jsonl");
+    write(&filled, jsonl(&items));
+
+    apply(&set, &filled, &["--reviewer", "bob"]).assert_code(0);
+    let (rejected, hop_id) = (str_field(&items[0], "/query_id"), str_field(&items[hop], "/query_id"));
+    let source = str_field(&items[hop], "/sources/0/chunk_id");
+    assert!(query(&set.jsonl("queries.jsonl"), rejected).is_none());
+    assert_eq!(trec_grade(&set, hop_id, source), Some(1));
+    assert_eq!(provenance(&set)[&(hop_id.to_owned(), source.to_owned())], (1, "human".to_owned()));
+    assert_tsv_matches_trec(&set);
+
+    let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out), "--json"]);
+    status.assert_code(0);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let reviewed: u64 =
+        status["types"].as_array().into_iter().flatten().filter_map(|t| t["reviewed"].as_u64()).sum();
+    assert_eq!(reviewed, 2, "the other 48 items are pending");
+    assert!(status["overall"].is_null(), "not every type has a review yet");
+}
+
+/// Every `$name` the labeling config refers to, and every control's `name`.
+fn config_fields(xml: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let doc =
+        roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("the labeling config is not XML: {e}"));
+    let mut vars = BTreeSet::new();
+    let mut controls = BTreeSet::new();
+    for node in doc.descendants().filter(roxmltree::Node::is_element) {
+        for attribute in node.attributes() {
+            vars.extend(attribute.value().strip_prefix('$').map(str::to_owned));
+        }
+        if node.attribute("toName").is_some() {
+            controls.insert(
+                node.attribute("name").unwrap_or_else(|| panic!("a control without a name")).to_owned(),
+            );
+        }
+    }
+    (vars, controls)
+}
+
+/// A Label Studio result region for `control`.
+fn region(control: &str, value: &str) -> Value {
+    if control == "decision" || control.ends_with("_grade") {
+        json!({"from_name": control, "to_name": "query", "type": "choices", "value": {"choices": [value]}})
+    } else {
+        json!({"from_name": control, "to_name": "query", "type": "textarea", "value": {"text": [value]}})
+    }
+}
+
+#[test]
+fn label_studio_config_and_tasks_agree_and_its_export_applies() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let tasks_path = dir.path().join("ls/tasks.json");
+    export(&set, "label-studio", &tasks_path);
+    let xml = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
+    let (vars, controls) = config_fields(&xml);
+    let tasks: Vec<Value> = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tasks.len(), 50);
+    for task in &tasks {
+        for var in &vars {
+            assert!(task["data"].get(var).is_some_and(Value::is_string), "task lacks ${var}: {task}");
+        }
+    }
+    let mut expected: BTreeSet<String> =
+        ["decision", "reject_reason", "edited_text", "add"].map(String::from).into();
+    expected.extend(
+        (1..=2).map(|i| format!("source_{i}_grade")).chain((1..=5).map(|i| format!("pool_{i}_grade"))),
+    );
+    assert_eq!(controls, expected, "the config's controls are the decision fields and one grade per slot");
+
+    // Annotate: every control is used at least once, and apply must read them all.
+    let data = |t: usize, key: &str| tasks[t]["data"][key].as_str().unwrap_or_default().to_owned();
+    let of_type =
+        |t: &str| tasks.iter().position(|task| data_type(task) == t).unwrap_or_else(|| panic!("no {t}"));
+    let full = tasks.iter().position(|task| {
+        data_type(task) == "multi_hop" && !task["data"]["pool_5_id"].as_str().unwrap_or_default().is_empty()
+    });
+    let full = full.unwrap_or_else(|| panic!("a multi_hop task with every slot filled"));
+    let (direct, paraphrase, no_answer) = (of_type("direct"), of_type("paraphrase"), of_type("no_answer"));
+    let grades: Vec<Value> =
+        controls.iter().filter(|c| c.ends_with("_grade")).map(|c| region(c, "1")).collect();
+    let mut annotated: Vec<Value> = tasks.clone();
+    let annotate = |task: &mut Value, result: Vec<Value>| {
+        task["annotations"] =
+            json!([{"id": 1, "completed_by": {"id": 7, "email": "cy@example.org"}, "result": result}]);
+    };
+    annotate(&mut annotated[full], [vec![region("decision", "accept")], grades].concat());
+    annotate(
+        &mut annotated[direct],
+        vec![region("decision", "reject"), region("reject_reason", "duplicate topic")],
+    );
+    annotate(
+        &mut annotated[paraphrase],
+        vec![region("decision", "edit"), region("edited_text", "rotate an api token")],
+    );
+    let answer = data(no_answer, "source_1_id");
+    annotate(
+        &mut annotated[no_answer],
+        vec![region("decision", "answerable"), region("add", &format!("{answer}=2"))],
+    );
+    let export_path = dir.path().join("ls-export.json");
+    write(&export_path, serde_json::to_string(&annotated).unwrap_or_default());
+
+    let applied = apply(&set, &export_path, &[]);
+    applied.assert_code(0);
+    let rows = provenance(&set);
+    let query_id = |t: usize| data(t, "query_id");
+    for slot in ["source_1", "source_2", "pool_1", "pool_2", "pool_3", "pool_4", "pool_5"] {
+        let chunk = data(full, &format!("{slot}_id"));
+        assert_eq!(rows.get(&(query_id(full), chunk)), Some(&(1, "human".to_owned())), "{slot}");
+    }
+    let queries = set.jsonl("queries.jsonl");
+    assert!(query(&queries, &query_id(direct)).is_none());
+    let edited = query(&queries, &query_id(paraphrase)).unwrap_or_else(|| panic!("kept"));
+    assert_eq!(str_field(edited, "/text"), "rotate an api token");
+    assert_eq!(str_field(edited, "/metadata/review/reviewer"), "cy@example.org");
+    assert_eq!(rows.get(&(query_id(no_answer), answer)), Some(&(2, "human".to_owned())));
+    assert_tsv_matches_trec(&set);
+}
+
+fn data_type(task: &Value) -> &str {
+    task["data"]["heading"].as_str().and_then(|h| h.split(" · ").next()).unwrap_or_default()
+}
+
+#[test]
+fn a_file_with_one_bad_row_applies_nothing() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let before = snapshot(&set.out);
+    let path = dir.path().join("queue.csv");
+    export(&set, "csv", &path);
+    let mut csv = Csv::read(&path);
+    for row in 0..csv.rows.len() {
+        csv.set(row, &[("decision", "accept")]);
+    }
+    csv.set(4, &[("source_1_grade", "7")]);
+    let bad = dir.path().join("bad-grade.csv");
+    csv.write(&bad);
+    let refused = apply(&set, &bad, &[]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("1 problem(s), nothing applied"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("row 6: source_1_grade: bad grade \"7\" (0–3)"), "{}", refused.stderr);
+    assert_eq!(snapshot(&set.out), before, "nothing was written");
+
+    csv.set(4, &[("source_1_grade", "")]);
+    csv.set(9, &[("query_id", "direct-000000000000")]);
+    csv.set(12, &[("pool_1_id", "nowhere.md:000000000000"), ("pool_1_grade", "2")]);
+    let unknown = dir.path().join("unknown-ids.csv");
+    csv.write(&unknown);
+    let refused = apply(&set, &unknown, &[]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("row 11: unknown query id direct-000000000000"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("row 14: unknown chunk id nowhere.md:000000000000"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(snapshot(&set.out), before, "nothing was written");
+}
+
+#[test]
+fn applying_the_same_decisions_twice_changes_nothing() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let queue = set.jsonl("review_queue.jsonl");
+    let (first, second) = (str_field(&queue[0], "/query_id"), str_field(&queue[1], "/query_id"));
+    let decisions = dir.path().join("ann.jsonl");
+    write(
+        &decisions,
+        jsonl(&[
+            json!({"query_id": first, "decision": "reject", "reject_reason": "off topic"}),
+            json!({"query_id": second, "decision": "accept"}),
+        ]),
+    );
+    apply(&set, &decisions, &[]).assert_code(0);
+    let after_first = snapshot(&set.out);
+    let again = apply(&set, &decisions, &[]);
+    again.assert_code(0);
+    assert!(again.stdout.contains("was already applied as version 2: nothing changed"), "{}", again.stdout);
+    assert_eq!(snapshot(&set.out), after_first);
+
+    // Other bytes, same decisions: no new version either.
+    let same = dir.path().join("ann-again.jsonl");
+    write(&same, jsonl(&[json!({"query_id": second, "decision": "accept", "reviewer": "ann"})]));
+    let unchanged = apply(&set, &same, &[]);
+    unchanged.assert_code(0);
+    assert!(unchanged.stdout.contains("change nothing"), "{}", unchanged.stdout);
+    assert_eq!(snapshot(&set.out), after_first);
+
+    // A later decision overrides: the rejected query comes back, as version 3.
+    let undo = dir.path().join("undo.jsonl");
+    write(&undo, jsonl(&[json!({"query_id": first, "decision": "accept"})]));
+    apply(&set, &undo, &[]).assert_code(0);
+    assert!(query(&set.jsonl("queries.jsonl"), first).is_some());
+    assert_eq!(manifest(&set)["review"]["version"], 3);
+    assert!(set.out.join("versions/v2/queries.jsonl").exists());
+}
+
+#[test]
+fn two_reviewers_kappa_and_strict_resolution() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let queue = set.jsonl("review_queue.jsonl");
+    let ids: Vec<&str> = queue.iter().take(10).map(|q| str_field(q, "/query_id")).collect();
+    // The worked example of the unit test: κ = (0.8 − 0.58) / (1 − 0.58) = 0.524.
+    let ann = "aaaaaaarrr";
+    let bob = "aaaaaarrra";
+    let file = |name: &str, pattern: &str| {
+        let lines: Vec<Value> = ids
+            .iter()
+            .zip(pattern.chars())
+            .map(|(id, d)| match d {
+                'a' => json!({"query_id": id, "decision": "accept"}),
+                _ => {
+                    json!({"query_id": id, "decision": "reject", "reject_reason": format!("{name} says no")})
+                }
+            })
+            .collect();
+        let path = dir.path().join(format!("{name}.jsonl"));
+        write(&path, jsonl(&lines));
+        path
+    };
+    let (a, b) = (file("ann", ann), file("bob", bob));
+    let args = [
+        "review",
+        "agree",
+        "--set",
+        path_str(&set.out),
+        "--decisions",
+        path_str(&a),
+        "--decisions",
+        path_str(&b),
+    ];
+    let report = cli(&set.out, &args);
+    report.assert_code(0);
+    assert!(
+        report.stdout.contains(
+            "kappa, decisions: 0.524 over 10 items (observed agreement 0.800, expected by chance 0.580)"
+        ),
+        "{}",
+        report.stdout
+    );
+    assert!(report.stdout.contains("2 disagreement(s)"), "{}", report.stdout);
+    assert!(
+        report.stdout.contains(&format!("{}  decision: ann accept, bob reject", ids[6])),
+        "{}",
+        report.stdout
+    );
+    assert!(
+        report.stdout.contains(&format!("{}  decision: ann reject, bob accept", ids[9])),
+        "{}",
+        report.stdout
+    );
+    assert!(!set.out.join("versions").exists(), "without --resolve nothing is applied");
+
+    let resolved = cli(&set.out, &[&args[..], &["--resolve", "strict"]].concat());
+    resolved.assert_code(0);
+    let queries = set.jsonl("queries.jsonl");
+    assert_eq!(queries.len(), 96, "strict: a reject by either reviewer wins");
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(query(&queries, id).is_none(), i >= 6, "{id}");
+    }
+    let accepted = query(&queries, ids[0]).unwrap_or_else(|| panic!("kept"));
+    assert_eq!(str_field(accepted, "/metadata/review/reviewer"), "ann+bob");
+    let record = &manifest(&set)["review"]["history"][0];
+    assert_eq!(record["resolve"], "strict");
+    assert_eq!(record["reviewers"], json!(["ann", "bob"]));
+    assert_eq!(record["inputs"].as_array().map(Vec::len), Some(2));
+    let again = cli(&set.out, &[&args[..], &["--resolve", "strict"]].concat());
+    assert!(again.stdout.contains("already applied"), "{}", again.stdout);
+}
+
+#[test]
+fn status_estimates_the_share_of_good_queries() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let queue = set.jsonl("review_queue.jsonl");
+    // The first item of each type is rejected, the rest accepted.
+    let mut seen = BTreeSet::new();
+    let lines: Vec<Value> = queue
+        .iter()
+        .map(|item| {
+            let (id, t) = (str_field(item, "/query_id"), str_field(item, "/type"));
+            if seen.insert(t) {
+                json!({"query_id": id, "decision": "reject", "reject_reason": "bad"})
+            } else {
+                json!({"query_id": id, "decision": "accept"})
+            }
+        })
+        .collect();
+    let decisions = dir.path().join("all.jsonl");
+    write(&decisions, jsonl(&lines));
+    apply(&set, &decisions, &[]).assert_code(0);
+
+    let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out), "--json"]);
+    status.assert_code(0);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let types = status["types"].as_array().cloned().unwrap_or_default();
+    assert_eq!(types.len(), 4);
+    let mut expected = 0.0;
+    for t in &types {
+        let (in_set, queue, reviewed) = (t["in_set"].as_f64(), t["queue"].as_f64(), t["reviewed"].as_f64());
+        let (in_set, queue) = (in_set.unwrap_or_default(), queue.unwrap_or_default());
+        assert_eq!(Some(queue), reviewed);
+        let share = (queue - 1.0) / queue;
+        assert!((t["good"]["estimate"].as_f64().unwrap_or_default() - share).abs() < 1e-9, "{t}");
+        expected += in_set / 100.0 * share;
+    }
+    let overall = &status["overall"];
+    let (estimate, low, high) =
+        (overall["estimate"].as_f64(), overall["low"].as_f64(), overall["high"].as_f64());
+    let (estimate, low, high) =
+        (estimate.unwrap_or_default(), low.unwrap_or_default(), high.unwrap_or_default());
+    assert!((estimate - expected).abs() < 1e-9, "{estimate} ≠ Σ W_h p_h = {expected}");
+    assert!(0.0 < low && low < estimate && estimate < high && high < 1.0, "{overall}");
+
+    let table = cli(&set.out, &["review", "status", "--set", path_str(&set.out)]);
+    table.assert_code(0);
+    assert!(
+        table.stdout.contains("(version 2)") && table.stdout.lines().any(|l| l.starts_with("overall ")),
+        "{}",
+        table.stdout
+    );
+    assert!(table.stdout.contains(&format!("{estimate:.3}  [{low:.3}, {high:.3}]")), "{}", table.stdout);
+}
+
+#[test]
+fn validate_reports_each_planted_problem_on_its_own_line() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let trec = set.file("qrels.trec");
+    let first = trec.lines().next().unwrap_or_default().to_owned();
+    let rows = set.trec();
+    let (query_id, chunk_id) =
+        (&rows[0].0, &rows.iter().find(|r| r.0 != rows[0].0).unwrap_or_else(|| panic!("two queries")).1);
+    let planted = format!(
+        "{trec}{first}\ndirect-doesnotexist 0 {chunk_id} 3\n{query_id} 0 {chunk_id} 7\ndirect-a b 0 {chunk_id} 3\n"
+    );
+    let path = dir.path().join("planted.trec");
+    write(&path, &planted);
+    let n = trec.lines().count();
+    let (corpus, queries) = (set.out.join("corpus.jsonl"), set.out.join("queries.jsonl"));
+    let args = [
+        "validate",
+        "--qrels",
+        path_str(&path),
+        "--corpus",
+        path_str(&corpus),
+        "--queries",
+        path_str(&queries),
+    ];
+    let run = cli(&set.out, &args);
+    run.assert_code(1);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
+    assert_eq!(
+        lines,
+        [
+            at(n + 1, &format!("duplicate pair ({}, {}), first on line 1", rows[0].0, rows[0].1)),
+            at(n + 2, &format!("dangling query id direct-doesnotexist (not in {})", queries.display())),
+            at(n + 3, "grade 7 is out of range 0–3"),
+            at(n + 4, "expected 4 fields (query 0 doc grade), found 5: ids cannot hold whitespace"),
+        ]
+    );
+    assert!(run.stderr.contains("4 problem(s)"), "{}", run.stderr);
+
+    // In a set folder: a query id that is also a corpus id, and a TSV row with a space in an id.
+    let chunk_line = set.file("corpus.jsonl").lines().next().map(str::to_owned).unwrap_or_default();
+    let chunk: Value = serde_json::from_str(&chunk_line).unwrap_or_else(|e| panic!("{e}"));
+    let clash = json!({"_id": chunk["_id"], "text": "q", "metadata": {"type": "direct", "status": "kept"}});
+    write(&queries, set.file("queries.jsonl") + &format!("{clash}\n"));
+    write(&set.out.join("qrels/test.tsv"), set.file("qrels/test.tsv") + &format!("{query_id}\tdoc x\t3\n"));
+    let run = cli(&set.out, &["validate", "--set", path_str(&set.out)]);
+    run.assert_code(1);
+    assert!(
+        run.stdout.contains(&format!(
+            "queries.jsonl:101: query id {} is also a corpus id",
+            str_field(&chunk, "/_id")
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("qrels/test.tsv:")
+            && run.stdout.contains("corpus id \"doc x\" contains whitespace"),
+        "{}",
+        run.stdout
+    );
+}
