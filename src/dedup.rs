@@ -15,8 +15,9 @@ use unicode_normalization::UnicodeNormalization;
 
 /// Hash functions in a signature.
 const HASHES: usize = 64;
-/// LSH bands (rows per band = `HASHES / BANDS`): at Jaccard 0.5 a pair is a candidate with
-/// probability 1 − (1 − 0.5⁴)¹⁶ ≈ 0.64, at 0.8 with ≈ 0.9998.
+/// LSH bands of chunk signatures (rows per band = `HASHES / BANDS`): a pair at Jaccard 0.9
+/// is a candidate with probability 1 − (1 − 0.9⁴)¹⁶ ≈ 1. Query dedup picks its rows per
+/// threshold ([`lsh_rows`]).
 const BANDS: usize = 16;
 const ROWS: usize = HASHES / BANDS;
 
@@ -24,24 +25,31 @@ const ROWS: usize = HASHES / BANDS;
 #[derive(Debug)]
 pub struct Dedup {
     threshold: f64,
+    /// Signature rows per LSH band, chosen for the threshold.
+    rows: usize,
     kept: Vec<(QueryId, HashSet<u64>)>,
     buckets: HashMap<(usize, u64), Vec<usize>>,
 }
+
+/// A pair exactly at the threshold becomes an LSH candidate with at least this probability.
+const LSH_RECALL: f64 = 0.999;
 
 impl Dedup {
     /// A control that rejects a query whose Jaccard similarity to a kept one is at least
     /// `threshold` (1.0: exact copies after normalisation only).
     #[must_use]
     pub fn new(threshold: f64) -> Self {
-        Self { threshold, kept: Vec::new(), buckets: HashMap::new() }
+        Self { threshold, rows: lsh_rows(threshold), kept: Vec::new(), buckets: HashMap::new() }
     }
 
     /// The kept query that `text` duplicates, if any; otherwise keeps `text` under `id`.
     pub fn check_and_keep(&mut self, id: &QueryId, text: &str) -> Option<QueryId> {
         let shingles = shingles(text);
         let signature = signature(&shingles);
-        let keys: Vec<(usize, u64)> =
-            (0..BANDS).map(|b| (b, band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().copied()))).collect();
+        let rows = self.rows;
+        let keys: Vec<(usize, u64)> = (0..HASHES / rows)
+            .map(|b| (b, band_hash(signature[b * rows..(b + 1) * rows].iter().copied())))
+            .collect();
         let mut seen = HashSet::new();
         for key in &keys {
             for &other in self.buckets.get(key).map_or(&[][..], Vec::as_slice) {
@@ -211,6 +219,21 @@ fn signature(shingles: &HashSet<u64>) -> [u64; HASHES] {
     signature
 }
 
+/// The most rows per band (a divisor of [`HASHES`]) that still make a pair at `threshold` a
+/// candidate with probability [`LSH_RECALL`]: 1 − (1 − t^r)^(64/r). Fewer rows mean more
+/// candidates to confirm, so the fewest that suffice for high thresholds, more bands for low ones
+/// (0.8 → 4 rows, 0.5 → 2, 0.3 → 1).
+fn lsh_rows(threshold: f64) -> usize {
+    [8, 4, 2]
+        .into_iter()
+        .find(|&rows| {
+            let bands = (HASHES / rows) as f64;
+            let exponent = i32::try_from(rows).unwrap_or(i32::MAX);
+            1.0 - (1.0 - threshold.powi(exponent)).powf(bands) >= LSH_RECALL
+        })
+        .unwrap_or(1)
+}
+
 /// One-permutation MinHash: each shingle hashed once; its top bits pick one of [`HASHES`]
 /// bins, which keeps the smallest rest. An empty bin takes the value of the next non-empty one
 /// (circularly), mixed with the distance, so that two texts agree on it about as often as on a
@@ -267,6 +290,15 @@ mod tests {
         assert_eq!(dedup.check_and_keep(&id(5), "如何重置我的密码"), None);
         assert_eq!(dedup.check_and_keep(&id(6), "如何重置我的密码？"), Some(id(5)));
         assert_eq!(dedup.check_and_keep(&id(7), "如何找回恢复密钥"), None);
+    }
+
+    #[test]
+    fn bands_follow_the_threshold() {
+        assert_eq!((lsh_rows(0.9), lsh_rows(0.8), lsh_rows(0.5), lsh_rows(0.3)), (4, 4, 2, 1));
+        // At 0.5, two queries sharing half their words collapse (4 of 8 shingles shared).
+        let mut dedup = Dedup::new(0.5);
+        assert_eq!(dedup.check_and_keep(&id(1), "alpha beta gamma delta epsilon zeta"), None);
+        assert_eq!(dedup.check_and_keep(&id(2), "alpha beta gamma delta eta theta"), Some(id(1)));
     }
 
     #[test]

@@ -475,6 +475,32 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_the_source_in_the_top_n_counts_as_the_source() {
+        // Chunks 0 and 1 are copies; a query about them ranks chunk 1 first (it repeats
+        // "quota" more) and the source, chunk 0, second.
+        let texts = [
+            "quota exceeded when storage is full",
+            "quota quota exceeded when storage is full",
+            "links expire",
+        ];
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = from_chunks(dir.path(), &test_chunks(&texts));
+        let mut groups = ChunkGroups::new(0.5);
+        texts.iter().for_each(|t| groups.add(t));
+        assert_eq!(groups.groups(), [vec![0, 1]]);
+        let filter = RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All));
+        let query = candidate(QueryType::Direct, "quota exceeded", &[0], None);
+        let verdict = filter.judge(&query).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Kept, &[Some(1)][..]));
+        assert_eq!(verdict.copies.iter().map(ChunkId::as_str).collect::<Vec<_>>(), ["c1"]);
+        assert!(verdict.pool.iter().all(|p| p.chunk_id.as_str() != "c1"), "a copy is not pooled");
+        let no_groups = ChunkGroups::new(1.0);
+        let alone = RoundTrip::new(&index, &no_groups, config(1, OnMiss::Drop, HopRule::All));
+        let verdict = alone.judge(&query).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Dropped, &[None][..]));
+    }
+
+    #[test]
     fn longest_run_is_the_longest_common_substring_of_terms() {
         let terms = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
         assert_eq!(longest_run(&terms("a b c d"), &terms("x b c d y a")), 3);

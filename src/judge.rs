@@ -16,7 +16,7 @@
 use crate::error::Result;
 use crate::index::ChunkIndex;
 use crate::progress::Stage;
-use crate::record::{Judged, QueryType, Reason, Status};
+use crate::record::{Difficulty, Judged, QueryType, Reason, Status, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -53,6 +53,16 @@ pub struct JudgeConfig {
     pub reclassify: bool,
 }
 
+/// The two passes of the judge in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Before admission: the questions that decide whether a candidate stays (multi_hop hops,
+    /// no_answer pools).
+    Decide,
+    /// After admission, for the queries in the set only: pool grades (`--judge-pool`).
+    Pool,
+}
+
 /// What one ask is for.
 #[derive(Debug, Clone, Copy)]
 enum Purpose {
@@ -73,14 +83,14 @@ pub struct Asks {
 }
 
 impl Asks {
-    /// Plans the asks for the round's candidates that are still in the running.
+    /// Plans the asks of `phase` for the round's candidates that are still in the running.
     #[must_use]
-    pub fn plan(items: &[Judged], index: &ChunkIndex, config: JudgeConfig) -> Self {
+    pub fn plan(items: &[Judged], index: &ChunkIndex, config: JudgeConfig, phase: Phase) -> Self {
         let mut numbered: BTreeMap<Ask, usize> = BTreeMap::new();
         let plans = items
             .iter()
             .map(|item| {
-                purposes(item, index, config)
+                purposes(item, index, config, phase)
                     .into_iter()
                     .map(|(purpose, chunk)| {
                         let next = numbered.len();
@@ -103,36 +113,44 @@ impl Asks {
 
     /// Applies the judge's grades (one per ask, `None` = no usable grade) to the candidates
     /// they were planned for.
-    pub fn apply(self, items: &mut [Judged], grades: &[Option<u8>], config: JudgeConfig) {
+    pub fn apply(self, items: &mut [Judged], grades: &[Option<u8>], config: JudgeConfig, phase: Phase) {
         for (item, plan) in items.iter_mut().zip(self.plans) {
             let answers: Vec<(Purpose, Option<u8>)> =
                 plan.into_iter().map(|(purpose, at)| (purpose, grades.get(at).copied().flatten())).collect();
-            apply(item, &answers, config);
+            record_pool_grades(item, &answers);
+            if phase == Phase::Decide && item.in_set() {
+                decide(item, &answers, config);
+            }
         }
     }
 }
 
-/// The chunks to ask about for one candidate, and why.
-fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig) -> Vec<(Purpose, usize)> {
+/// The chunks to ask about for one candidate in `phase`, and why.
+fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig, phase: Phase) -> Vec<(Purpose, usize)> {
     if !item.in_set() {
         return Vec::new();
     }
     let pool = |take: usize| {
         let entries = item.verdict.pool.iter().enumerate().take(take);
-        entries.filter_map(|(i, p)| index.position(&p.chunk_id).map(|c| (Purpose::Pool(i), c))).collect()
+        let ungraded = entries.filter(|(_, p)| p.grade.is_none());
+        ungraded.filter_map(|(i, p)| index.position(&p.chunk_id).map(|c| (Purpose::Pool(i), c))).collect()
     };
-    match item.candidate.query_type {
-        QueryType::NoAnswer => pool(usize::MAX),
-        QueryType::MultiHop => {
-            let hops = item.candidate.sources.iter().filter_map(|id| index.position(id));
-            hops.map(|c| (Purpose::Hop, c)).chain(pool(config.pool)).collect()
-        }
-        QueryType::Direct | QueryType::Paraphrase => pool(config.pool),
+    match (phase, item.candidate.query_type) {
+        (Phase::Decide, QueryType::NoAnswer) => pool(usize::MAX),
+        (Phase::Decide, QueryType::MultiHop) => item
+            .candidate
+            .sources
+            .iter()
+            .filter_map(|id| index.position(id))
+            .map(|c| (Purpose::Hop, c))
+            .collect(),
+        (Phase::Decide, QueryType::Direct | QueryType::Paraphrase) => Vec::new(),
+        (Phase::Pool, _) => pool(config.pool),
     }
 }
 
-/// Applies one candidate's grades: pool grades are recorded, then the type's rule decides.
-fn apply(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConfig) {
+/// Records the grades of pooled chunks.
+fn record_pool_grades(item: &mut Judged, graded: &[(Purpose, Option<u8>)]) {
     for &(purpose, grade) in graded {
         if let Purpose::Pool(i) = purpose
             && let Some(pooled) = item.verdict.pool.get_mut(i)
@@ -140,23 +158,34 @@ fn apply(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConfi
             pooled.grade = grade;
         }
     }
-    // A missing pool grade of an answerable query only leaves that chunk ungraded.
-    let decisive = |p: Purpose| item.candidate.query_type == QueryType::NoAnswer || matches!(p, Purpose::Hop);
-    let failed = graded.iter().any(|&(p, g)| g.is_none() && decisive(p));
-    let query_type = item.candidate.query_type;
+}
+
+/// The type's rule, from the deciding grades: a hop that answers alone rejects a multi_hop
+/// query; a chunk that answers a no_answer query drops it (or reclassifies it), and a
+/// no_answer query no chunk answers is confirmed. A missing grade flags the query.
+fn decide(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConfig) {
+    let failed = graded.iter().any(|&(_, g)| g.is_none());
+    let answered = graded.iter().any(|&(_, g)| g.is_some_and(|g| g >= ANSWERS));
+    let one_hop_answers = graded.iter().any(|&(p, g)| matches!(p, Purpose::Hop) && g == Some(FULLY));
     let verdict = &mut item.verdict;
-    let answered = || graded.iter().any(|&(_, g)| g.is_some_and(|g| g >= ANSWERS));
-    let one_hop_answers = || graded.iter().any(|&(p, g)| matches!(p, Purpose::Hop) && g == Some(FULLY));
-    match query_type {
-        QueryType::MultiHop if one_hop_answers() => verdict.mark(Status::Dropped, Reason::OneChunkAnswers),
-        QueryType::NoAnswer if answered() && config.reclassify => {
-            verdict.mark(Status::Kept, Reason::Reclassified);
-            verdict.relabelled = Some(QueryType::Direct);
-        }
-        QueryType::NoAnswer if answered() => verdict.mark(Status::Dropped, Reason::AnsweredInCorpus),
+    match item.candidate.query_type {
+        QueryType::MultiHop if one_hop_answers => verdict.mark(Status::Dropped, Reason::OneChunkAnswers),
+        QueryType::NoAnswer if answered && config.reclassify => reclassify(verdict),
+        QueryType::NoAnswer if answered => verdict.mark(Status::Dropped, Reason::AnsweredInCorpus),
         _ if failed => verdict.mark(Status::Flagged, Reason::JudgeFailed),
+        QueryType::NoAnswer => verdict.mark(Status::Kept, Reason::NoAnswerConfirmed),
         _ => {}
     }
+}
+
+/// Keeps an answered no_answer query as a `direct` one: the chunks that answer it (grade ≥ 2)
+/// rank where its sources would, and its difficulty follows from them.
+fn reclassify(verdict: &mut Verdict) {
+    verdict.mark(Status::Kept, Reason::Reclassified);
+    verdict.relabelled = Some(QueryType::Direct);
+    let best = verdict.pool.iter().filter(|p| p.grade.is_some_and(|g| g >= ANSWERS)).map(|p| p.rank).min();
+    verdict.ranks = vec![best];
+    verdict.difficulty = Some(Difficulty::measure(&verdict.ranks, verdict.overlap));
 }
 
 #[cfg(test)]
@@ -206,13 +235,13 @@ mod tests {
     #[test]
     fn a_hop_that_answers_alone_rejects_a_multi_hop_query() {
         let mut one = item(QueryType::MultiHop, &[]);
-        apply(&mut one, &[(Purpose::Hop, Some(3)), (Purpose::Hop, Some(1))], NO_POOL);
+        decide(&mut one, &[(Purpose::Hop, Some(3)), (Purpose::Hop, Some(1))], NO_POOL);
         assert_eq!(outcome(&one), (Status::Dropped, Reason::OneChunkAnswers, None));
         let mut both = item(QueryType::MultiHop, &[]);
-        apply(&mut both, &[(Purpose::Hop, Some(2)), (Purpose::Hop, Some(2))], NO_POOL);
+        decide(&mut both, &[(Purpose::Hop, Some(2)), (Purpose::Hop, Some(2))], NO_POOL);
         assert_eq!(outcome(&both), (Status::Kept, Reason::SourceInTopN, None));
         let mut unsure = item(QueryType::MultiHop, &[]);
-        apply(&mut unsure, &[(Purpose::Hop, None), (Purpose::Hop, Some(2))], NO_POOL);
+        decide(&mut unsure, &[(Purpose::Hop, None), (Purpose::Hop, Some(2))], NO_POOL);
         assert_eq!(outcome(&unsure), (Status::Flagged, Reason::JudgeFailed, None));
     }
 
@@ -220,22 +249,25 @@ mod tests {
     fn an_answered_no_answer_query_is_dropped_or_reclassified() {
         let graded = [(Purpose::Pool(0), Some(1)), (Purpose::Pool(1), Some(2))];
         let mut dropped = item(QueryType::NoAnswer, &["x", "y"]);
-        apply(&mut dropped, &graded, NO_POOL);
+        decide(&mut dropped, &graded, NO_POOL);
         assert_eq!(outcome(&dropped), (Status::Dropped, Reason::AnsweredInCorpus, None));
         let mut kept = item(QueryType::NoAnswer, &["x", "y"]);
-        apply(&mut kept, &graded, JudgeConfig { pool: 0, reclassify: true });
+        record_pool_grades(&mut kept, &graded);
+        decide(&mut kept, &graded, JudgeConfig { pool: 0, reclassify: true });
         assert_eq!(outcome(&kept), (Status::Kept, Reason::Reclassified, Some(QueryType::Direct)));
         let pool: Vec<Option<u8>> = kept.verdict.pool.iter().map(|p| p.grade).collect();
         assert_eq!(pool, [Some(1), Some(2)]);
+        assert_eq!(kept.verdict.ranks, [Some(2)], "the answering chunk's rank");
         let mut unanswered = item(QueryType::NoAnswer, &["x"]);
-        apply(&mut unanswered, &[(Purpose::Pool(0), Some(1))], NO_POOL);
-        assert_eq!(outcome(&unanswered), (Status::Kept, Reason::SourceInTopN, None));
+        decide(&mut unanswered, &[(Purpose::Pool(0), Some(1))], NO_POOL);
+        assert_eq!(outcome(&unanswered), (Status::Kept, Reason::NoAnswerConfirmed, None));
     }
 
     #[test]
     fn a_missing_pool_grade_of_an_answerable_query_only_leaves_the_chunk_ungraded() {
         let mut direct = item(QueryType::Direct, &["x", "y"]);
-        apply(&mut direct, &[(Purpose::Pool(0), None), (Purpose::Pool(1), Some(2))], NO_POOL);
+        let asks = Asks { asks: Vec::new(), plans: vec![vec![(Purpose::Pool(0), 0), (Purpose::Pool(1), 1)]] };
+        asks.apply(std::slice::from_mut(&mut direct), &[None, Some(2)], NO_POOL, Phase::Pool);
         assert_eq!(outcome(&direct), (Status::Kept, Reason::SourceInTopN, None));
         assert_eq!(direct.verdict.pool[1].grade, Some(2));
     }

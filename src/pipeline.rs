@@ -12,7 +12,7 @@ use crate::generate::{
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::{Analyzer, ChunkIndex};
-use crate::judge::{Asks, Judge, JudgeConfig};
+use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::llm::{Cache, Llm};
 use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
@@ -67,14 +67,20 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     timings.add("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
     let group = generator.queries_per_call();
-    let mut planner = Planner::new(&index, config.per_doc_cap, config.queries, group, config.seed);
+    let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
         let requests = planner.plan(&quotas, 1, group)?;
         let estimate = generator.estimate(&requests)?;
         return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
     }
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
-    let filter = RoundTrip::new(&index, &groups, FilterConfig { language: Some(language), ..config.filter });
+    // Without a judge, each hop of a multi_hop query must at least contribute a term.
+    let hop_terms = generator.judge().is_none();
+    let filter = RoundTrip::new(
+        &index,
+        &groups,
+        FilterConfig { language: Some(language), hop_terms, ..config.filter },
+    );
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
@@ -443,55 +449,56 @@ impl Rounds {
         Ok(items)
     }
 
-    /// Lets the judge grade what the judge must grade, and applies its grades.
+    /// Lets the judge grade what it must in `phase`, and applies its grades.
     fn run_judge(
         &self,
         judge: &mut dyn Judge,
         index: &ChunkIndex,
         items: &mut [Judged],
+        phase: Phase,
         progress: Progress,
     ) -> Result<Duration> {
-        let asks = Asks::plan(items, index, self.judge);
-        let asks_len = asks.asks().len();
-        let stage = progress.stage("judge", asks.asks().len() as u64);
-        let grades = if asks.asks().is_empty() { Vec::new() } else { judge.grade(asks.asks(), &stage)? };
+        let asks = Asks::plan(items, index, self.judge, phase);
+        let asked = asks.asks().len();
+        let stage = progress.stage("judge", asked as u64);
+        let grades = if asked == 0 { Vec::new() } else { judge.grade(asks.asks(), &stage)? };
         let usable = grades.iter().flatten().count();
-        asks.apply(items, &grades, self.judge);
-        Ok(stage.finish(&format!("{usable} of {asks_len} grades")))
+        asks.apply(items, &grades, self.judge, phase);
+        Ok(stage.finish(&format!("{usable} of {asked} grades")))
     }
 
-    /// Admits the round's survivors into the set in order, while their type has room and no
-    /// query in the set is too alike; records every candidate.
-    fn admit(&mut self, items: Vec<Judged>) {
-        for mut item in items {
-            let query_type = item.query_type();
-            let place = if item.verdict.reason == Reason::Reclassified {
-                item.candidate.query_type
+    /// Admits the round's survivors into the set while their type has room and no query in the
+    /// set is too alike: queries of their generated type first, then relabelled ones, so a copy
+    /// never takes the place of an original. A reclassified no_answer query (`--reclassify`)
+    /// is kept beyond the quotas.
+    fn admit(&mut self, items: &mut [Judged]) {
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| items[i].verdict.relabelled.is_some());
+        for i in order {
+            let item = &mut items[i];
+            if !item.in_set() {
+                continue;
+            }
+            let reclassified = item.verdict.reason == Reason::Reclassified;
+            if !reclassified && Self::deficit(self.count(item.query_type())) == 0 {
+                item.verdict.mark(Status::Dropped, Reason::OverQuota);
+            } else if let Some(survivor) = self.dedup.check_and_keep(&item.candidate.id, &item.candidate.text)
+            {
+                item.verdict.mark(Status::Dropped, Reason::NearDuplicate);
+                item.verdict.duplicate_of = Some(survivor);
+            } else if reclassified {
+                self.count(item.query_type()).beyond_quota += 1;
             } else {
-                query_type
-            };
-            if item.in_set() {
-                if Self::deficit(self.count(place)) == 0 {
-                    item.verdict =
-                        Verdict { status: Status::Dropped, reason: Reason::OverQuota, ..item.verdict };
-                } else if let Some(survivor) =
-                    self.dedup.check_and_keep(&item.candidate.id, &item.candidate.text)
-                {
-                    item.verdict = Verdict {
-                        status: Status::Dropped,
-                        reason: Reason::NearDuplicate,
-                        duplicate_of: Some(survivor),
-                        ..item.verdict
-                    };
-                }
+                self.count(item.query_type()).filled += 1;
             }
-            if item.verdict.relabelled.is_some() {
-                self.count(item.candidate.query_type).relabelled += 1;
-            }
-            if item.in_set() {
-                self.count(place).filled += 1;
-            }
-            let counts = self.count(query_type);
+        }
+    }
+
+    /// Counts the round's candidates under the type they were generated as, and keeps them.
+    fn record(&mut self, items: Vec<Judged>) {
+        for item in items {
+            let counts = self.count(item.candidate.query_type);
+            counts.relabelled += usize::from(item.verdict.relabelled.is_some());
             match item.verdict.status {
                 Status::Kept => counts.kept += 1,
                 Status::Flagged => counts.flagged += 1,
@@ -504,7 +511,8 @@ impl Rounds {
         }
     }
 
-    /// One round: generate the planned requests, filter, judge, admit.
+    /// One round: generate the planned requests, filter, let the judge decide, admit, then let
+    /// the judge grade the pools of the queries admitted.
     #[expect(clippy::too_many_arguments, reason = "a round touches every stage between plan and set")]
     fn run(
         &mut self,
@@ -524,9 +532,13 @@ impl Rounds {
         let passed = items.iter().filter(|j| j.in_set()).count();
         timings.add("filter", stage.finish(&format!("round {round}: {passed} passed the round trip")));
         if let Some(judge) = generator.judge() {
-            timings.add("judge", self.run_judge(judge, index, &mut items, progress)?);
+            timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Decide, progress)?);
         }
-        self.admit(items);
+        self.admit(&mut items);
+        if let Some(judge) = generator.judge().filter(|_| self.judge.pool > 0) {
+            timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Pool, progress)?);
+        }
+        self.record(items);
         self.done = round;
         Ok(())
     }
@@ -560,8 +572,12 @@ fn shortfall_cause(counts: &TypeCounts) -> String {
     } else if counts.planned < counts.requested && counts.dropped == 0 && failed == 0 {
         format!("only {} could be planned: chunks or --per-doc-cap ran out", counts.planned)
     } else {
+        let relabelled = match counts.relabelled {
+            0 => String::new(),
+            n => format!(", {n} relabelled as another type"),
+        };
         format!(
-            "{} dropped by the filter, {failed} not generated (see report.md and rejects.jsonl)",
+            "{} dropped by the controls{relabelled}, {failed} not generated (see report.md and rejects.jsonl)",
             counts.dropped
         )
     }
@@ -572,8 +588,7 @@ fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>
         .iter()
         .map(|j| {
             let sources = j
-                .candidate
-                .sources
+                .answering_chunks()
                 .iter()
                 .filter_map(|id| index.position(id).map(|p| (id, p)))
                 .map(|(id, p)| {

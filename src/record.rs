@@ -336,6 +336,23 @@ impl Judged {
         self.verdict.status != Status::Dropped
     }
 
+    /// Whether a no_answer query was kept as answerable (`--reclassify`).
+    #[must_use]
+    pub fn is_reclassified(&self) -> bool {
+        self.candidate.query_type == QueryType::NoAnswer && self.verdict.relabelled.is_some()
+    }
+
+    /// The chunks that answer the query: its sources, but for a reclassified no_answer query
+    /// the pooled chunks the judge graded 2 or more (its own chunk was only a model).
+    #[must_use]
+    pub fn answering_chunks(&self) -> Vec<ChunkId> {
+        if !self.is_reclassified() {
+            return self.candidate.sources.clone();
+        }
+        let answering = self.verdict.pool.iter().filter(|p| p.grade.is_some_and(|g| g >= 2));
+        answering.map(|p| p.chunk_id.clone()).collect()
+    }
+
     /// The query's type in the set: the generator's, unless a control relabelled it.
     #[must_use]
     pub fn query_type(&self) -> QueryType {

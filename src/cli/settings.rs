@@ -400,6 +400,11 @@ impl Settings {
         if self.max_paraphrase_overlap.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
             bail!("invalid --max-paraphrase-overlap: must be between 0 and 1");
         }
+        if self.wants_llm() && self.pool_depth == Some(0) {
+            bail!(
+                "invalid --pool-depth 0 with the LLM judge: it checks no_answer queries against the top chunks\nhint: use --pool-depth 1 or more"
+            );
+        }
         if !self.wants_llm() && (self.judge_pool.is_some_and(|k| k > 0) || self.reclassify == Some(true)) {
             bail!(
                 "--judge-pool and --reclassify need the LLM judge\nhint: pass --base-url and --model (or set OPENAI_BASE_URL and QRELGEN_MODEL)"
@@ -437,7 +442,8 @@ impl Settings {
                 OnCopyArg::Relabel => OnCopy::Relabel,
                 OnCopyArg::Drop => OnCopy::Drop,
             },
-            hop_terms: !self.wants_llm(),
+            // Decided by the pipeline: without a judge.
+            hop_terms: false,
         }
     }
 

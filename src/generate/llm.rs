@@ -6,7 +6,7 @@
 //! `rejects.jsonl`); an unusable reply is re-asked at most `repairs` times; calls run with
 //! `buffered`, so results keep the plan's order whatever order the server answers in.
 
-use super::prompt::Prompts;
+use super::prompt::{Prompts, Template};
 use super::reply::{ReplyQuery, parse_grade, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
@@ -364,19 +364,23 @@ impl<'a> LlmGenerator<'a> {
             Ok(queries) => self.wrong_language(&queries).map_or(Ok(queries), Err),
             Err(error) => Err(error),
         };
-        Ok(match self.ask_until(messages, format.as_ref(), self.llm.config().temperature, parse).await? {
-            Ok(queries) => Answer::Queries(queries),
-            Err((reason, reply)) => Answer::Unusable { reason, reply },
-        })
+        let temperature = self.llm.config().temperature;
+        Ok(
+            match self.ask_until(messages, format.as_ref(), temperature, &self.prompts.repair, parse).await? {
+                Ok(queries) => Answer::Queries(queries),
+                Err((reason, reply)) => Answer::Unusable { reason, reply },
+            },
+        )
     }
 
-    /// Sends `messages` and re-asks with the repair prompt until `parse` accepts the reply, at
-    /// most `repairs` times. `Err((reason, last reply))` when no reply was usable.
+    /// Sends `messages` and re-asks with `repair` until `parse` accepts the reply, at most
+    /// `repairs` times. `Err((reason, last reply))` when no reply was usable.
     async fn ask_until<T>(
         &self,
         mut messages: Vec<Message>,
         format: Option<&serde_json::Value>,
         temperature: f32,
+        repair: &Template,
         parse: impl Fn(&str) -> std::result::Result<T, String>,
     ) -> std::result::Result<std::result::Result<T, (String, Option<String>)>, LlmError> {
         let mut attempt = 0;
@@ -395,13 +399,9 @@ impl<'a> LlmGenerator<'a> {
                 return Ok(Err((reason, Some(excerpt(&completion.content)))));
             }
             attempt += 1;
-            let repair = self
-                .prompts
-                .repair
-                .render(&[("error", &error)])
-                .map_err(|e| LlmError::Body(e.to_string()))?;
+            let again = repair.render(&[("error", &error)]).map_err(|e| LlmError::Body(e.to_string()))?;
             messages.push(Message::new("assistant", completion.content));
-            messages.push(Message::new("user", repair));
+            messages.push(Message::new("user", again));
         }
     }
 
@@ -414,8 +414,9 @@ impl<'a> LlmGenerator<'a> {
             .render(&[("query", &ask.query), ("title", &stored.title), ("text", &stored.text)])
             .map_err(|e| LlmError::Body(e.to_string()))?;
         let format = self.judge_format(self.mode);
-        let answer =
-            self.ask_until(vec![Message::new("user", user)], format.as_ref(), 0.0, parse_grade).await;
+        let messages = vec![Message::new("user", user)];
+        let repair = &self.prompts.judge_repair;
+        let answer = self.ask_until(messages, format.as_ref(), 0.0, repair, parse_grade).await;
         progress.inc(1);
         match answer {
             Ok(Ok(grade)) => Ok(Some(grade.grade)),

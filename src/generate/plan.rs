@@ -2,6 +2,7 @@
 
 use super::Request;
 use super::terms::{TermModel, is_query_word};
+use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::id::DocId;
 use crate::index::ChunkIndex;
@@ -126,6 +127,7 @@ impl Mix {
 /// per document, each chunk used at most once per type, `multi_hop` partners found by retrieval.
 pub struct Planner<'a> {
     index: &'a ChunkIndex,
+    groups: &'a ChunkGroups,
     docs: Vec<Vec<usize>>,
     planned_per_doc: Vec<usize>,
     cap: usize,
@@ -137,10 +139,11 @@ pub struct Planner<'a> {
 impl<'a> Planner<'a> {
     /// A planner over the chunks of `index` allowing `cap` queries per document (`None`: twice
     /// a fair share of `total_queries`, at least 2 and at least `group`, so one chunk can serve a
-    /// whole call).
+    /// whole call). A chunk's near-identical copies (`groups`) are never its multi_hop partner.
     #[must_use]
     pub fn new(
         index: &'a ChunkIndex,
+        groups: &'a ChunkGroups,
         cap: Option<usize>,
         total_queries: usize,
         group: usize,
@@ -158,7 +161,16 @@ impl<'a> Planner<'a> {
         }
         let planned_per_doc = vec![0; docs.len()];
         let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()).max(group));
-        Self { index, docs, planned_per_doc, cap, used: HashSet::new(), eligible: HashMap::new(), seed }
+        Self {
+            index,
+            groups,
+            docs,
+            planned_per_doc,
+            cap,
+            used: HashSet::new(),
+            eligible: HashMap::new(),
+            seed,
+        }
     }
 
     /// The per-document cap in force.
@@ -261,7 +273,7 @@ impl<'a> Planner<'a> {
     }
 
     /// The best-ranked chunk that this chunk's salient terms retrieve, from another document or
-    /// at least two chunks away in the same one.
+    /// at least two chunks away in the same one, and not a copy of it.
     fn partner(&mut self, chunk: usize) -> Result<Option<usize>> {
         let this = self.index.meta(chunk);
         let model = TermModel::new(self.index, self.index.term_stats(&self.index.text(chunk)?)?, true);
@@ -269,7 +281,8 @@ impl<'a> Planner<'a> {
         for hit in self.index.search_terms(&terms, PARTNER_CANDIDATES)? {
             let other = self.index.meta(hit.chunk);
             let far = other.doc_id != this.doc_id || other.ordinal.abs_diff(this.ordinal) >= 2;
-            if hit.chunk != chunk && far && self.is_eligible(hit.chunk)? {
+            let copy = self.groups.copies(chunk).any(|c| c == hit.chunk);
+            if hit.chunk != chunk && far && !copy && self.is_eligible(hit.chunk)? {
                 return Ok(Some(hit.chunk));
             }
         }

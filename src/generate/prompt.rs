@@ -16,7 +16,9 @@ const BUNDLED: &[(&str, &str)] = &[
     ("preflight.md", include_str!("../../prompts/preflight.md")),
     ("judge_schema.json", include_str!("../../prompts/judge_schema.json")),
     ("en/judge.md", include_str!("../../prompts/en/judge.md")),
+    ("en/judge_repair.md", include_str!("../../prompts/en/judge_repair.md")),
     ("zh/judge.md", include_str!("../../prompts/zh/judge.md")),
+    ("zh/judge_repair.md", include_str!("../../prompts/zh/judge_repair.md")),
     ("en/passage.md", include_str!("../../prompts/en/passage.md")),
     ("en/request.md", include_str!("../../prompts/en/request.md")),
     ("en/direct.md", include_str!("../../prompts/en/direct.md")),
@@ -110,6 +112,8 @@ pub struct Prompts {
     pub judge: Template,
     /// JSON schema of the judge's reply.
     pub judge_schema: serde_json::Value,
+    /// The re-ask after an unusable grade.
+    pub judge_repair: Template,
     /// One passage.
     pub passage: Template,
     /// The user message.
@@ -166,6 +170,7 @@ impl Prompts {
             schema: schema("schema.json")?,
             judge_schema: schema("judge_schema.json")?,
             judge: template(&format!("{lang}/judge.md"), &["query", "title", "text"], &["query", "text"])?,
+            judge_repair: template(&format!("{lang}/judge_repair.md"), &["error"], &[])?,
             preflight: template("preflight.md", &[], &[])?,
             passage: template(&format!("{lang}/passage.md"), &["number", "title", "text"], &["text"])?,
             request: template(&format!("{lang}/request.md"), &["passages", "tasks"], &["passages", "tasks"])?,
@@ -191,6 +196,7 @@ impl Prompts {
         }
         section("repair", self.repair.text());
         section("judge", self.judge.text());
+        section("judge_repair", self.judge_repair.text());
         let styles: Vec<String> = self.styles.iter().map(|(n, d)| format!("{n}: {d}")).collect();
         section("styles", &styles.join("\n"));
         out

@@ -52,7 +52,10 @@ struct QueryMeta<'a> {
     generated_as: Option<QueryType>,
     status: Status,
     reason: Reason,
-    sources: &'a [ChunkId],
+    sources: Vec<ChunkId>,
+    /// For a reclassified no_answer query: the chunk it was written from (not relevant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    modelled_on: Option<&'a [ChunkId]>,
     #[serde(skip_serializing_if = "<[ChunkId]>::is_empty")]
     copies: &'a [ChunkId],
     ranks: &'a [Option<u32>],
@@ -84,7 +87,8 @@ pub fn query_line(judged: &Judged, language: Language) -> QueryLine<'_> {
             generated_as: v.relabelled.map(|_| c.query_type),
             status: v.status,
             reason: v.reason,
-            sources: &c.sources,
+            sources: judged.answering_chunks(),
+            modelled_on: judged.is_reclassified().then_some(c.sources.as_slice()),
             copies: &v.copies,
             ranks: &v.ranks,
             overlap: round4(v.overlap),
@@ -105,9 +109,9 @@ pub(crate) fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-/// The positive judgments of the queries in the set, in query order, without repeated pairs:
-/// the sources first, then pooled chunks the judge graded 1 or more. `no_answer` queries have
-/// none.
+/// The judgments of the queries in the set, in query order, without repeated pairs: the
+/// sources and their copies first, then every pooled chunk the judge graded (0 included).
+/// `no_answer` queries have none.
 #[must_use]
 pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
     let mut seen = BTreeSet::new();
@@ -126,10 +130,9 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
             let sources = c.sources.iter().map(move |chunk| (chunk, g, Provenance::Source));
             sources.chain(v.copies.iter().map(move |chunk| (chunk, g, Provenance::Duplicate)))
         });
-        let judged = v
-            .pool
-            .iter()
-            .filter_map(|p| p.grade.filter(|&g| g >= 1).map(|g| (&p.chunk_id, g, Provenance::Judge)));
+        // Grade 0 too: "judged not relevant" is not "never judged" ([`write_qrels`] keeps it in
+        // the provenance file only).
+        let judged = v.pool.iter().filter_map(|p| p.grade.map(|g| (&p.chunk_id, g, Provenance::Judge)));
         for (chunk, grade, provenance) in sources.chain(judged) {
             if seen.insert((&c.id, chunk)) {
                 qrels.push(Qrel { query_id: c.id.clone(), chunk_id: chunk.clone(), grade, provenance });

@@ -22,17 +22,19 @@ pub struct TypeCounts {
     pub planned: usize,
     /// Queries the generator wrote.
     pub generated: usize,
-    /// In the set, source found.
+    /// Generated as this type and kept (under this type or, relabelled, another).
     pub kept: usize,
-    /// In the set, marked for review.
+    /// Generated as this type and flagged for review.
     pub flagged: usize,
-    /// Left out.
+    /// Generated as this type and left out.
     pub dropped: usize,
-    /// Generated as this type, moved to another by a control (counted there).
+    /// Generated as this type, ended as another (a copying paraphrase, a reclassified
+    /// no_answer query), whatever became of it.
     pub relabelled: usize,
-    /// Places of this type's quota taken: its queries in the set, but a reclassified
-    /// `no_answer` query keeps its `no_answer` place (a copying paraphrase takes a `direct` one).
+    /// Places of this type's quota taken by queries of this type in the set.
     pub filled: usize,
+    /// Queries of this type in the set beyond its quota (reclassified no_answer queries).
+    pub beyond_quota: usize,
     /// Left out, by reason.
     pub dropped_by_reason: BTreeMap<String, usize>,
     /// Requests the generator could not serve, by reason.
@@ -40,10 +42,10 @@ pub struct TypeCounts {
 }
 
 impl TypeCounts {
-    /// Queries in the test set.
+    /// Queries of this type in the test set.
     #[must_use]
     pub fn in_set(&self) -> usize {
-        self.kept + self.flagged
+        self.filled + self.beyond_quota
     }
 }
 
@@ -129,19 +131,27 @@ fn header(out: &mut String, m: &Manifest<'_>) {
 }
 
 fn counts_table(out: &mut String, m: &Manifest<'_>) {
-    let _ = writeln!(out, "## Queries by type\n");
-    let _ = writeln!(out, "| type | requested | planned | generated | kept | flagged | dropped | in set |");
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "## Queries by type\n\nKept, flagged, dropped and relabelled count candidates by the type they \
+         were generated as; \"in set\" counts the queries of each type in the set.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| type | requested | planned | generated | kept | flagged | dropped | relabelled | in set |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (t, c) in &m.counts {
         let _ = writeln!(
             out,
-            "| {t} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {t} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.requested,
             c.planned,
             c.generated,
             c.kept,
             c.flagged,
             c.dropped,
+            c.relabelled,
             c.in_set()
         );
     }
@@ -162,7 +172,7 @@ fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
     );
     let _ = writeln!(
         out,
-        "- generate: {} replies, {} prompt + {} completion tokens (cached replies included)",
+        "- calls (generation and judge): {} replies, {} prompt + {} completion tokens (cached replies included)",
         u.replies, u.prompt_tokens, u.completion_tokens
     );
     let _ = writeln!(
@@ -295,84 +305,121 @@ fn overlap_table(out: &mut String, judged: &[Judged]) {
     out.push('\n');
 }
 
-/// A control, as the report accounts for it: which candidates meet it, and which verdicts it
-/// gave. Controls are listed in the order a candidate meets them; one that drops a candidate is
-/// the last it meets.
-struct Control {
-    name: &'static str,
-    applies: fn(&Judged, bool) -> bool,
-    reasons: &'static [Reason],
-    relabels: fn(&Judged) -> bool,
+/// The controls, in the order a candidate meets them; one that drops a candidate is the last
+/// it meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Control {
+    Repeat,
+    Evidence,
+    Language,
+    RoundTrip,
+    AbsentTerm,
+    Copy,
+    OneChunk,
+    NoAnswerJudge,
+    JudgeFailed,
+    Quota,
+    NearDuplicate,
 }
 
-const fn control(
-    name: &'static str,
-    applies: fn(&Judged, bool) -> bool,
-    reasons: &'static [Reason],
-) -> Control {
-    Control { name, applies, reasons, relabels: |_| false }
+impl Control {
+    const ALL: [Self; 11] = [
+        Self::Repeat,
+        Self::Evidence,
+        Self::Language,
+        Self::RoundTrip,
+        Self::AbsentTerm,
+        Self::Copy,
+        Self::OneChunk,
+        Self::NoAnswerJudge,
+        Self::JudgeFailed,
+        Self::Quota,
+        Self::NearDuplicate,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Repeat => "exact repeat",
+            Self::Evidence => "evidence quotes",
+            Self::Language => "language",
+            Self::RoundTrip => "round trip (sources in top N)",
+            Self::AbsentTerm => "absent term not in top hit",
+            Self::Copy => "copy (paraphrase overlap)",
+            Self::OneChunk => "one chunk answers (judge, or hop terms offline)",
+            Self::NoAnswerJudge => "judge: answered in the corpus",
+            Self::JudgeFailed => "judge gave a grade",
+            Self::Quota => "quota",
+            Self::NearDuplicate => "near-duplicate (--dedup-threshold)",
+        }
+    }
+
+    /// The control that gives `reason`; `None` for the reasons of a pass.
+    fn of(reason: Reason) -> Option<Self> {
+        match reason {
+            Reason::SourceInTopN | Reason::NoAnswerConfirmed => None,
+            Reason::Duplicate => Some(Self::Repeat),
+            Reason::EvidenceNotInSource => Some(Self::Evidence),
+            Reason::WrongLanguage => Some(Self::Language),
+            Reason::SourceNotInTopN | Reason::HopNotInTopN => Some(Self::RoundTrip),
+            Reason::AbsentTermFound | Reason::NoAnswerUnchecked => Some(Self::AbsentTerm),
+            Reason::CopiesSource => Some(Self::Copy),
+            Reason::OneChunkAnswers => Some(Self::OneChunk),
+            Reason::AnsweredInCorpus | Reason::Reclassified => Some(Self::NoAnswerJudge),
+            Reason::JudgeFailed => Some(Self::JudgeFailed),
+            Reason::OverQuota => Some(Self::Quota),
+            Reason::NearDuplicate => Some(Self::NearDuplicate),
+        }
+    }
+
+    /// Whether the control examines `j` (`judge`: the LLM judge ran).
+    fn applies(self, j: &Judged, judge: bool) -> bool {
+        let asked = j.candidate.query_type;
+        match self {
+            Self::Evidence => !j.candidate.evidence.is_empty(),
+            Self::RoundTrip => asked != QueryType::NoAnswer,
+            Self::AbsentTerm => asked == QueryType::NoAnswer && !judge,
+            Self::Copy => asked == QueryType::Paraphrase,
+            Self::OneChunk => asked == QueryType::MultiHop,
+            Self::NoAnswerJudge => judge && asked == QueryType::NoAnswer,
+            Self::JudgeFailed => judge && matches!(asked, QueryType::MultiHop | QueryType::NoAnswer),
+            Self::Repeat | Self::Language | Self::Quota | Self::NearDuplicate => true,
+        }
+    }
+
+    /// Whether the control changed the type of `j`.
+    fn relabelled(self, j: &Judged) -> bool {
+        let by = if j.is_reclassified() { Self::NoAnswerJudge } else { Self::Copy };
+        j.verdict.relabelled.is_some() && by == self
+    }
 }
 
-fn asked(j: &Judged, t: QueryType) -> bool {
-    j.candidate.query_type == t
+/// What one control did to the candidates of one type.
+#[derive(Debug, Default)]
+struct ControlCounts {
+    examined: usize,
+    passed: usize,
+    flagged: usize,
+    relabelled: usize,
+    dropped: usize,
 }
 
-const CONTROLS: [Control; 10] = [
-    control("exact repeat", |_, _| true, &[Reason::Duplicate]),
-    control("evidence quotes", |j, _| !j.candidate.evidence.is_empty(), &[Reason::EvidenceNotInSource]),
-    control("language", |_, _| true, &[Reason::WrongLanguage]),
-    control(
-        "round trip (sources in top N)",
-        |j, _| !asked(j, QueryType::NoAnswer),
-        &[Reason::SourceNotInTopN, Reason::HopNotInTopN],
-    ),
-    control(
-        "absent term not in top hit",
-        |j, _| asked(j, QueryType::NoAnswer),
-        &[Reason::AbsentTermFound, Reason::NoAnswerUnchecked],
-    ),
-    Control {
-        name: "copy (paraphrase overlap)",
-        applies: |j, _| asked(j, QueryType::Paraphrase),
-        reasons: &[Reason::CopiesSource],
-        relabels: |j| j.verdict.relabelled.is_some(),
-    },
-    control(
-        "one chunk answers (judge, or hop terms offline)",
-        |j, _| asked(j, QueryType::MultiHop),
-        &[Reason::OneChunkAnswers],
-    ),
-    Control {
-        name: "judge: answered in the corpus",
-        applies: |j, judge| judge && asked(j, QueryType::NoAnswer),
-        reasons: &[Reason::AnsweredInCorpus, Reason::Reclassified, Reason::JudgeFailed],
-        relabels: |j| j.verdict.reason == Reason::Reclassified,
-    },
-    control("quota", |_, _| true, &[Reason::OverQuota]),
-    control("near-duplicate (--dedup-threshold)", |_, _| true, &[Reason::NearDuplicate]),
-];
-
-/// What the controls did, per control and type: the candidates each examined, passed,
-/// flagged, relabelled and dropped.
+/// What the controls did, per control and type (the type a candidate was generated as).
 fn controls_table(out: &mut String, judged: &[Judged], judge: bool) {
-    let mut rows: BTreeMap<(usize, QueryType), [usize; 5]> = BTreeMap::new();
+    let mut rows: BTreeMap<(Control, QueryType), ControlCounts> = BTreeMap::new();
     for j in judged {
-        for (k, control) in CONTROLS.iter().enumerate() {
-            if !(control.applies)(j, judge) {
-                continue;
-            }
-            let row = rows.entry((k, j.candidate.query_type)).or_default();
-            row[0] += 1;
-            let caught = control.reasons.contains(&j.verdict.reason);
-            let outcome = match j.verdict.status {
-                _ if (control.relabels)(j) && j.verdict.status != Status::Dropped => 3,
-                Status::Dropped if caught => 4,
-                Status::Flagged if caught => 2,
-                _ => 1,
-            };
-            row[outcome] += 1;
-            if outcome == 4 {
-                break;
+        let caught_by = Control::of(j.verdict.reason);
+        for control in Control::ALL.into_iter().filter(|c| c.applies(j, judge)) {
+            let row = rows.entry((control, j.candidate.query_type)).or_default();
+            row.examined += 1;
+            let caught = caught_by == Some(control);
+            match j.verdict.status {
+                _ if control.relabelled(j) => row.relabelled += 1,
+                Status::Dropped if caught => {
+                    row.dropped += 1;
+                    break;
+                }
+                Status::Flagged if caught => row.flagged += 1,
+                _ => row.passed += 1,
             }
         }
     }
@@ -386,10 +433,17 @@ fn controls_table(out: &mut String, judged: &[Judged], judge: bool) {
         out,
         "| control | type | examined | passed | flagged | relabelled | dropped |\n|---|---|---:|---:|---:|---:|---:|"
     );
-    for ((k, t), [examined, passed, flagged, relabelled, dropped]) in rows {
-        let name = CONTROLS[k].name;
-        let _ =
-            writeln!(out, "| {name} | {t} | {examined} | {passed} | {flagged} | {relabelled} | {dropped} |");
+    for ((control, t), c) in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {t} | {} | {} | {} | {} | {} |",
+            control.name(),
+            c.examined,
+            c.passed,
+            c.flagged,
+            c.relabelled,
+            c.dropped
+        );
     }
     out.push('\n');
 }
@@ -416,26 +470,29 @@ fn difficulty_table(out: &mut String, judged: &[Judged]) {
     out.push('\n');
 }
 
-/// The judge's grades of pooled chunks, and the qrels rows they added.
+/// The judge's grades of the pools of answerable queries in the set (`--judge-pool`), per
+/// type, and the qrels rows they added.
 fn judge_section(out: &mut String, judged: &[Judged]) {
-    let mut grades = [0usize; 4];
-    let mut extra = 0;
-    for j in judged.iter().filter(|j| j.in_set()) {
+    let mut rows: BTreeMap<QueryType, [usize; 4]> = BTreeMap::new();
+    for j in judged.iter().filter(|j| j.in_set() && !j.is_reclassified()) {
         for g in j.verdict.pool.iter().filter_map(|p| p.grade) {
-            grades[usize::from(g.min(3))] += 1;
-            extra += usize::from(g >= 1 && j.query_type() != QueryType::NoAnswer);
+            rows.entry(j.query_type()).or_default()[usize::from(g.min(3))] += 1;
         }
     }
-    if grades.iter().sum::<usize>() == 0 {
+    rows.remove(&QueryType::NoAnswer);
+    if rows.is_empty() {
         return;
     }
-    let _ = writeln!(out, "## Judged pools\n");
     let _ = writeln!(
         out,
-        "Pooled chunks of queries in the set, by the judge's grade: 0: {}, 1: {}, 2: {}, 3: {}. \
-         {extra} became qrels rows (provenance `judge` in `qrels/provenance.tsv`).\n",
-        grades[0], grades[1], grades[2], grades[3]
+        "## Judged pools\n\nPooled chunks of the queries in the set, by the judge's grade; grades ≥ 1 \
+         are qrels rows (provenance `judge` in `qrels/provenance.tsv`, where grade 0 is kept too).\n"
     );
+    let _ = writeln!(out, "| type | 0 | 1 | 2 | 3 | qrels rows added |\n|---|---:|---:|---:|---:|---:|");
+    for (t, [g0, g1, g2, g3]) in rows {
+        let _ = writeln!(out, "| {t} | {g0} | {g1} | {g2} | {g3} | {} |", g1 + g2 + g3);
+    }
+    out.push('\n');
 }
 
 /// Groups of near-identical chunks listed in the report; all are in `chunk_groups.jsonl`.

@@ -34,24 +34,36 @@ async fn a_copying_paraphrase_is_relabelled_direct_or_dropped() {
     let (model, _) = mock::model(Behaviour::CopiedParaphrases);
     let run = run_with(model, &dir.path().join("relabel"), &args).await;
     run.assert_code(0);
-    let queries = run.jsonl("queries.jsonl");
-    let relabelled: Vec<&Value> = queries
+    // Every copying paraphrase is relabelled direct; the direct queries written as such come
+    // first for the direct places, so the copies that find no place left are over quota.
+    let candidates = run.jsonl("candidates.jsonl");
+    let relabelled: Vec<&Value> = candidates
         .iter()
-        .filter(|q| q.pointer("/metadata/generated_as") == Some(&"paraphrase".into()))
+        .filter(|c| str_field(c, "/type") == "paraphrase" && c.pointer("/relabelled").is_some())
         .collect();
     assert!(!relabelled.is_empty(), "no paraphrase was relabelled");
-    for q in &relabelled {
-        assert_eq!(str_field(q, "/metadata/type"), "direct");
-        let overlap = q.pointer("/metadata/overlap").and_then(Value::as_f64).unwrap_or_default();
-        assert!(overlap > 0.6, "relabelled at overlap {overlap}: {q}");
-        // The mock copies the source's longer words in order, so runs of them are shared.
+    for c in &relabelled {
+        assert_eq!(str_field(c, "/relabelled"), "direct");
         assert!(
-            q.pointer("/metadata/longest_shared").and_then(Value::as_u64).unwrap_or_default() >= 2,
-            "{q}"
+            ["source_in_top_n", "over_quota", "near_duplicate"].contains(&str_field(c, "/reason")),
+            "{c}"
         );
+        let overlap = c.pointer("/overlap").and_then(Value::as_f64).unwrap_or_default();
+        assert!(overlap > 0.6, "relabelled at overlap {overlap}: {c}");
+        // The mock copies the source's longer words (skipping short ones), so it shares terms
+        // but not always runs of them.
+        assert!(c.pointer("/longest_shared").and_then(Value::as_u64).unwrap_or_default() >= 1, "{c}");
     }
+    let queries = run.jsonl("queries.jsonl");
     assert!(of_type(&queries, "/metadata/type", "paraphrase").is_empty());
-    assert!(run.file("report.md").contains("| copy (paraphrase overlap) | paraphrase |"));
+    for q in of_type(&queries, "/metadata/type", "direct") {
+        let relabelled = q.pointer("/metadata/generated_as").is_some();
+        assert!(!relabelled || str_field(q, "/metadata/generated_as") == "paraphrase", "{q}");
+    }
+    // The report counts each of them once, as relabelled by the copy control.
+    let report = run.file("report.md");
+    let row = format!("| copy (paraphrase overlap) | paraphrase | {0} | 0 | 0 | {0} | 0 |", relabelled.len());
+    assert!(report.contains(&row), "no {row:?} in\n{report}");
 
     let (model, _) = mock::model(Behaviour::CopiedParaphrases);
     let run = run_with(model, &dir.path().join("drop"), &[&args[..], &["--on-copy", "drop"]].concat()).await;
@@ -143,10 +155,23 @@ async fn a_no_answer_query_the_corpus_answers_is_caught_and_reclassified_on_requ
         assert_eq!(str_field(q, "/metadata/generated_as"), "no_answer");
         assert_eq!(str_field(q, "/metadata/reason"), "reclassified");
         let id = str_field(q, "/_id");
-        let source = str_field(q, "/metadata/sources/0");
-        assert_eq!(qrels.get(&(id.to_owned(), source.to_owned())), Some(&(3, "judge".to_owned())), "{q}");
+        // Its sources are the chunks the judge found answering it (grade ≥ 2, judge rows); the
+        // chunk it was written from answers it fully.
+        let sources = q.pointer("/metadata/sources").and_then(Value::as_array).cloned().unwrap_or_default();
+        assert!(!sources.is_empty(), "{q}");
+        for source in sources.iter().filter_map(Value::as_str) {
+            let (grade, provenance) =
+                qrels.get(&(id.to_owned(), source.to_owned())).cloned().unwrap_or_default();
+            assert!(grade >= 2 && provenance == "judge", "{q}: {source} graded {grade} ({provenance})");
+        }
+        let model = str_field(q, "/metadata/modelled_on/0");
+        assert_eq!(qrels.get(&(id.to_owned(), model.to_owned())), Some(&(3, "judge".to_owned())), "{q}");
     }
     assert!(run.file("no_answer.txt").is_empty());
+    // Kept beyond the quota: the no_answer places stay empty, and the shortfall says so.
+    let m = manifest(&run);
+    assert_eq!(m["shortfalls"][0]["type"], "no_answer", "{}", m["shortfalls"]);
+    assert_eq!(m["counts"]["direct"]["beyond_quota"], queries.len());
 
     // A real no_answer query (about a walrus) survives the judge and is listed for abstention.
     let (model, _) = mock::model(Behaviour::Good);
@@ -156,6 +181,13 @@ async fn a_no_answer_query_the_corpus_answers_is_caught_and_reclassified_on_requ
         run.jsonl("queries.jsonl").iter().map(|q| str_field(q, "/_id").to_owned()).collect();
     assert_eq!(run.file("no_answer.txt").lines().collect::<Vec<_>>(), ids);
     assert!(run.trec().is_empty(), "no_answer queries have no positive qrels");
+    // Checked by the judge: confirmed, not left unchecked.
+    for q in run.jsonl("queries.jsonl") {
+        assert_eq!(
+            (str_field(&q, "/metadata/status"), str_field(&q, "/metadata/reason")),
+            ("kept", "no_answer_confirmed")
+        );
+    }
 }
 
 /// Three one-line documents, only `keys.md` long enough to be planned: the query the mock
@@ -245,4 +277,34 @@ fn duplicate_chunks_are_relevant_together_and_reported() {
     assert_eq!(qrels.get(&(id.to_owned(), source.to_owned())), Some(&(3, "source".to_owned())));
     assert_eq!(qrels.get(&(id.to_owned(), copy.to_owned())), Some(&(3, "duplicate".to_owned())));
     assert!(run.file("report.md").contains("## Near-identical chunks"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn near_identical_queries_collapse_onto_the_first() {
+    // The mock's direct queries from one chunk differ only in their style word and number, so
+    // at a threshold of 0.6 the later ones repeat the first.
+    let dir = tempdir();
+    let args = ["--queries", "12", "--mix", "direct=1", "--dedup-threshold", "0.6", "--allow-shortfall"];
+    let (model, _) = mock::model(Behaviour::Good);
+    let run = run_with(model, dir.path(), &args).await;
+    run.assert_code(0);
+    let in_set: BTreeMap<String, String> = run
+        .jsonl("queries.jsonl")
+        .iter()
+        .map(|q| (str_field(q, "/_id").to_owned(), str_field(q, "/text").to_owned()))
+        .collect();
+    let repeats = of_type(&run.jsonl("candidates.jsonl"), "/reason", "near_duplicate")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert!(!repeats.is_empty(), "nothing collapsed");
+    for r in &repeats {
+        let survivor = str_field(r, "/duplicate_of");
+        let kept = in_set.get(survivor).unwrap_or_else(|| panic!("survivor {survivor} is not in the set"));
+        let words =
+            |t: &str| t.split_whitespace().map(str::to_lowercase).collect::<std::collections::BTreeSet<_>>();
+        let (a, b) = (words(kept), words(str_field(r, "/text")));
+        let jaccard = a.intersection(&b).count() as f64 / a.union(&b).count() as f64;
+        assert!(jaccard >= 0.6, "{jaccard}: {kept:?} vs {r}");
+    }
 }
