@@ -8,11 +8,12 @@
 use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::generate::is_query_word;
-use crate::index::ChunkIndex;
+use crate::id::ChunkId;
+use crate::index::{ChunkIndex, Hit};
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 /// What happens to a query whose sources miss the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,43 +126,15 @@ impl<'a> RoundTrip<'a> {
         }
         let answerable = candidate.query_type != QueryType::NoAnswer;
         let sources: Vec<usize> = candidate.sources.iter().filter_map(|id| self.index.position(id)).collect();
-        // Each source with its copies: any of them found counts as the source found.
-        let relevant: Vec<Vec<usize>> = candidate
-            .sources
-            .iter()
-            .map(|id| {
-                let at = self.index.position(id);
-                at.into_iter().flat_map(|p| std::iter::once(p).chain(self.groups.copies(p))).collect()
-            })
-            .collect();
+        let relevant = self.relevant(candidate);
         let query_terms = self.index.analyzer().terms(&candidate.text);
         let depth =
             self.config.top_n.max(self.config.pool_depth + relevant.iter().map(Vec::len).sum::<usize>());
         let hits = self.index.search_terms(&query_terms, depth)?;
-        let top_n = &hits[..hits.len().min(self.config.top_n)];
-        let ranks: Vec<Option<u32>> = relevant
-            .iter()
-            .map(|members| {
-                let at = top_n.iter().position(|h| members.contains(&h.chunk))?;
-                u32::try_from(at + 1).ok()
-            })
-            .collect();
+        let ranks = ranks(&relevant, &hits[..hits.len().min(self.config.top_n)]);
         // A no_answer query's sources are not relevant, so they belong in its pool.
-        let excluded: HashSet<usize> =
-            if answerable { relevant.iter().flatten().copied().collect() } else { HashSet::new() };
-        let pool = (1..)
-            .zip(&hits)
-            .filter(|(_, h)| !excluded.contains(&h.chunk))
-            .take(self.config.pool_depth)
-            .map(|(rank, h)| Pooled { chunk_id: self.index.meta(h.chunk).id.clone(), rank, grade: None })
-            .collect();
-        let copies = excluded
-            .iter()
-            .filter(|p| !sources.contains(p))
-            .map(|&p| self.index.meta(p).id.clone())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let excluded: BTreeSet<usize> =
+            if answerable { relevant.iter().flatten().copied().collect() } else { BTreeSet::new() };
         let (status, reason) = match candidate.query_type {
             QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk))?,
             QueryType::MultiHop => self.miss_rule(self.hops_found(&ranks), Reason::HopNotInTopN),
@@ -172,8 +145,6 @@ impl<'a> RoundTrip<'a> {
         let source_terms = sources.iter().map(|&p| self.source_terms(p)).collect::<Result<Vec<_>>>()?;
         let content = self.content_terms(&candidate.text);
         let overlap = overlap(&content, &source_terms);
-        let longest_shared =
-            source_terms.iter().map(|s| longest_run(&query_terms, &s.sequence)).max().unwrap_or(0);
         let mut verdict = Verdict {
             status,
             reason,
@@ -181,16 +152,43 @@ impl<'a> RoundTrip<'a> {
             difficulty: answerable.then(|| Difficulty::measure(&ranks, overlap)),
             ranks,
             overlap,
-            longest_shared,
+            longest_shared: source_terms
+                .iter()
+                .map(|s| longest_run(&query_terms, &s.sequence))
+                .max()
+                .unwrap_or(0),
             relabelled: None,
-            copies,
+            copies: excluded.iter().filter(|p| !sources.contains(p)).map(|&p| self.id(p)).collect(),
             duplicate_of: None,
-            pool,
+            pool: self.pool(&hits, &excluded),
         };
         if verdict.status != Status::Dropped {
             self.lexical_controls(candidate, &content, &source_terms, &mut verdict);
         }
         Ok(verdict)
+    }
+
+    /// Each source with its near-identical copies: any of them found counts as the source.
+    fn relevant(&self, candidate: &Candidate) -> Vec<Vec<usize>> {
+        let with_copies = |p: usize| std::iter::once(p).chain(self.groups.copies(p));
+        candidate
+            .sources
+            .iter()
+            .map(|id| self.index.position(id).into_iter().flat_map(with_copies).collect())
+            .collect()
+    }
+
+    /// The first `pool_depth` hits that are not `excluded`, with their ranks.
+    fn pool(&self, hits: &[Hit], excluded: &BTreeSet<usize>) -> Vec<Pooled> {
+        let others = (1..).zip(hits).filter(|(_, h)| !excluded.contains(&h.chunk));
+        others
+            .take(self.config.pool_depth)
+            .map(|(rank, h)| Pooled { chunk_id: self.id(h.chunk), rank, grade: None })
+            .collect()
+    }
+
+    fn id(&self, position: usize) -> ChunkId {
+        self.index.meta(position).id.clone()
     }
 
     /// The copy rule for `paraphrase` queries and, without a judge, the hop-terms rule for
@@ -293,6 +291,15 @@ impl<'a> RoundTrip<'a> {
     fn terms_of(&self, chunk: usize) -> Result<HashSet<String>> {
         Ok(self.index.analyzer().terms(&self.index.text(chunk)?).into_iter().collect())
     }
+}
+
+/// The 1-based rank of each source (or a copy of it) within `top_n`; `None` when missing.
+fn ranks(relevant: &[Vec<usize>], top_n: &[Hit]) -> Vec<Option<u32>> {
+    let rank = |members: &Vec<usize>| {
+        let at = top_n.iter().position(|h| members.contains(&h.chunk))?;
+        u32::try_from(at + 1).ok()
+    };
+    relevant.iter().map(rank).collect()
 }
 
 /// Share of the query's distinct content terms found in the sources (0 for a query without
@@ -486,7 +493,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let (index, _) = from_chunks(dir.path(), &test_chunks(&texts));
         let mut groups = ChunkGroups::new(0.5);
-        texts.iter().for_each(|t| groups.add(t));
+        for text in texts {
+            groups.add(text);
+        }
         assert_eq!(groups.groups(), [vec![0, 1]]);
         let filter = RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All));
         let query = candidate(QueryType::Direct, "quota exceeded", &[0], None);
