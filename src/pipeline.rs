@@ -70,7 +70,10 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
         let requests = planner.plan(&quotas, 1, group)?;
-        let estimate = generator.estimate(&requests)?;
+        let mut estimate = generator.estimate(&requests)?;
+        if generator.judge().is_some() {
+            estimate.judge_calls = judge_calls(&requests, config);
+        }
         return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
     }
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
@@ -113,6 +116,17 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         dry_run: None,
         llm,
     })
+}
+
+/// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
+/// of a no_answer one, and `--judge-pool` per answerable one.
+fn judge_calls(requests: &[Request], config: &BuildConfig) -> u64 {
+    let per_request = |r: &Request| match r.query_type {
+        QueryType::NoAnswer => config.filter.pool_depth,
+        QueryType::MultiHop => r.sources.len() + config.judge.pool,
+        QueryType::Direct | QueryType::Paraphrase => config.judge.pool,
+    };
+    requests.iter().map(|r| per_request(r) as u64).sum()
 }
 
 /// Wall time per stage, summed over rounds.

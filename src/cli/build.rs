@@ -87,6 +87,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<u8> {
             "dry run: {requests} queries in {} calls, about {} prompt tokens and at most {} completion tokens; nothing sent",
             estimate.calls, estimate.prompt_tokens, estimate.max_completion_tokens
         );
+        if estimate.judge_calls > 0 {
+            println!("the judge: up to {} more calls, one chunk each", estimate.judge_calls);
+        }
         return Ok(exit::OK);
     }
     print_summary(&outcome, out);

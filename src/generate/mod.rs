@@ -71,6 +71,9 @@ pub struct Estimate {
     pub prompt_tokens: u64,
     /// Completion tokens at most (`max_tokens` per call).
     pub max_completion_tokens: u64,
+    /// Judge calls at most, if every query passed the round trip (each is a short call with
+    /// one chunk).
+    pub judge_calls: u64,
 }
 
 /// What a generator made of a batch of requests.

@@ -260,6 +260,9 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
     let run = run_with(model, dir.path(), &["--dry-run"]).await;
     run.assert_code(0);
     assert!(run.stdout.starts_with("dry run: 12 queries in "), "{}", run.stdout);
+    // 12 queries = 5 direct, 3 paraphrase, 2 multi_hop (2 hops each), 2 no_answer (5 pooled
+    // chunks each, --pool-depth): 2 × 2 + 2 × 5 judge calls.
+    assert!(run.stdout.contains("the judge: up to 14 more calls"), "{}", run.stdout);
     assert_eq!(counters.requests(), 0);
     assert!(!dir.path().join("queries.jsonl").exists());
 
