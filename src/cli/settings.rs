@@ -87,7 +87,8 @@ settings! {
     #[arg(long, value_enum, help_heading = "Round-trip filter")]
     multi_hop_rule: HopRuleArg,
     /// Chunks in each query's pool: the top hits besides its sources, shown to reviewers and
-    /// graded by the judge with --judge-pool [default: 5].
+    /// graded by the judge with --judge-pool; the LLM judge checks no_answer queries against
+    /// this many top hits [default: 5].
     #[arg(long, value_name = "N", help_heading = "Round-trip filter")]
     pool_depth: usize,
     /// Drop a query whose words (Chinese: character pairs) overlap a query already in the set
@@ -112,7 +113,7 @@ settings! {
     #[arg(long, value_name = "K", help_heading = "Quality controls")]
     judge_pool: usize,
     /// Keep a no_answer query that the judge finds answered in the corpus, as a direct query
-    /// with the answering chunks relevant (instead of dropping it).
+    /// with the answering chunks relevant, beyond the quotas (instead of dropping it).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Quality controls")]
     reclassify: bool,
     /// Queries in the review queue (stratified by type, flagged first) [default: 50].
