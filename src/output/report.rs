@@ -95,7 +95,7 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     overlap_table(&mut out, summary.judged);
     difficulty_table(&mut out, summary.judged);
     judge_section(&mut out, summary.judged);
-    groups_section(&mut out, summary.chunk_groups);
+    groups_section(&mut out, summary.chunk_groups, summary.judged);
     skipped_list(&mut out, summary.skipped);
     out
 }
@@ -500,7 +500,7 @@ const GROUPS_LISTED: usize = 10;
 /// Members listed per group.
 const MEMBERS_LISTED: usize = 4;
 
-fn groups_section(out: &mut String, groups: &[Vec<ChunkId>]) {
+fn groups_section(out: &mut String, groups: &[Vec<ChunkId>], judged: &[Judged]) {
     let _ = writeln!(out, "## Near-identical chunks\n");
     if groups.is_empty() {
         let _ = writeln!(out, "None found (`--chunk-dup-threshold`).\n");
@@ -512,6 +512,16 @@ fn groups_section(out: &mut String, groups: &[Vec<ChunkId>]) {
         "{} groups, {chunks} chunks: a query written from one member has every member relevant \
          (provenance `duplicate`), and the round trip counts any member found.\n",
         groups.len()
+    );
+    let mut with_copies: BTreeMap<QueryType, usize> = BTreeMap::new();
+    for j in judged.iter().filter(|j| j.in_set() && !j.verdict.copies.is_empty()) {
+        *with_copies.entry(j.query_type()).or_default() += 1;
+    }
+    let per_type: Vec<String> = with_copies.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    let _ = writeln!(
+        out,
+        "Queries in the set whose sources have copies (relevant too): {}.\n",
+        if per_type.is_empty() { "none".to_owned() } else { per_type.join(", ") }
     );
     for group in groups.iter().take(GROUPS_LISTED) {
         let mut ids: Vec<String> = group.iter().take(MEMBERS_LISTED).map(|c| format!("`{c}`")).collect();
