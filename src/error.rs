@@ -119,7 +119,7 @@ pub enum Error {
     },
     /// A decisions file has problems; nothing was applied.
     #[error(
-        "{path}: {} problem(s), nothing applied:\n{}\nhint: fix the rows named and apply the file again",
+        "{path}: {} problem(s), nothing applied:\n{}\nhint: fix the rows named and run the command again",
         .problems.len(),
         crate::review::Problem::list(.problems)
     )]
@@ -128,6 +128,14 @@ pub enum Error {
         path: PathBuf,
         /// Every problem, with its line, row or task.
         problems: Vec<crate::review::Problem>,
+    },
+    /// A decisions file has no judgment: every row is pending.
+    #[error("{path}: 0 judgments read: every row is pending (no decision and no grade)\nhint: {hint}")]
+    NoJudgments {
+        /// The decisions file.
+        path: PathBuf,
+        /// What to do.
+        hint: &'static str,
     },
     /// The review history in a set folder cannot be used.
     #[error("{path}: {message}\nhint: {hint}")]
