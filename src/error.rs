@@ -129,6 +129,19 @@ pub enum Error {
         /// Every problem, with its line, row or task.
         problems: Vec<crate::review::Problem>,
     },
+    /// Publishing a new version of a reviewed set failed; the set is left as it was.
+    #[error("version {next} was not published: the set is left as version {current} (also kept in {kept})")]
+    Unpublished {
+        /// The version that was being written.
+        next: u32,
+        /// The version in the folder.
+        current: u32,
+        /// Its copy under `versions/`.
+        kept: PathBuf,
+        /// Why publishing failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A decisions file has no judgment: every row is pending.
     #[error("{path}: 0 judgments read: every row is pending (no decision and no grade)\nhint: {hint}")]
     NoJudgments {

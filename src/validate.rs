@@ -102,7 +102,10 @@ fn check_no_answer(
             findings.at(i + 1, format!("{id} is not in {}", queries.file.display()));
         }
         if let Some(chunk) = answered.get(id) {
-            findings.at(i + 1, format!("{id} is listed as no_answer but has a relevant chunk ({chunk} in {QRELS_TREC})"));
+            findings.at(
+                i + 1,
+                format!("{id} is listed as no_answer but has a relevant chunk ({chunk} in {QRELS_TREC})"),
+            );
         }
     }
     Ok(())
@@ -290,5 +293,27 @@ fn check_row(
         if let Some(ids) = ids.filter(|ids| !ids.lines.contains_key(id)) {
             findings.at(n, format!("dangling {kind} id {id} (not in {})", ids.file.display()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_beir_tsv_without_its_header_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("test.tsv");
+        fs_err::write(&path, "q1\tc1\t3\nq1\tc2\t1\n").unwrap_or_else(|e| panic!("{e}"));
+        let findings = check_qrels(&path, None, None).unwrap_or_else(|e| panic!("{e}"));
+        let lines: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
+        assert_eq!(
+            lines,
+            [format!(
+                "{}:1: no header: a BEIR qrels TSV starts with the line {TSV_HEADER:?}",
+                path.display()
+            )],
+            "one finding, and the rows are read as TSV rows"
+        );
     }
 }

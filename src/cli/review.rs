@@ -283,7 +283,8 @@ fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
     let mut outcome = None;
     if let Some(policy) = args.resolve {
         let judgments = agreement::resolve(&mine, &theirs, policy.into());
-        let judgments = judgments.into_iter().map(|judgment| Located::new(Location::Resolved, judgment)).collect();
+        let judgments =
+            judgments.into_iter().map(|judgment| Located::new(Location::Resolved, judgment)).collect();
         let batch = Batch { inputs: files.iter().collect(), judgments, resolve: Some(policy.into()) };
         outcome = Some(apply::apply(&set, &batch).context("applying the resolved judgments")?);
     }
@@ -299,7 +300,8 @@ fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
 
 fn agreement_text(a: &Agreement) -> String {
     let [first, second] = &a.reviewers;
-    let mut text = format!("reviewers: {first} ({} queries), {second} ({} queries)\n", a.judged[0], a.judged[1]);
+    let mut text =
+        format!("reviewers: {first} ({} queries), {second} ({} queries)\n", a.judged[0], a.judged[1]);
     for (what, kappa) in [("decisions", a.decisions), ("grades (unweighted)", a.grades)] {
         let _ = match kappa {
             Some(k) => writeln!(
@@ -395,12 +397,27 @@ fn notes(s: &ReviewStatus, text: &mut String) {
     }
     let missing = s.unreviewed_strata();
     if !missing.is_empty() {
-        let names: Vec<String> = missing.iter().map(|(t, st)| format!("{} {}", st.label(), t.label())).collect();
+        let names: Vec<String> =
+            missing.iter().map(|(t, st)| format!("{} {}", st.label(), t.label())).collect();
         let _ = writeln!(
             text,
-            "note: no reviewed item among the {} queries yet: the estimates need one of every type and status \
-             (a stratum with none in the queue needs a larger queue: qrelgen build --review-size)",
+            "note: no reviewed item yet among the {} queries: an estimate needs one in each (type, status) stratum",
             names.join(", ")
+        );
+    }
+    let unsampled: Vec<String> = s
+        .types
+        .iter()
+        .flat_map(|t| {
+            t.strata.iter().filter(|st| st.in_set > 0 && st.queue == 0).map(|st| (t.query_type, st.status))
+        })
+        .map(|(t, st)| format!("{} {}", st.label(), t.label()))
+        .collect();
+    if !unsampled.is_empty() {
+        let _ = writeln!(
+            text,
+            "note: the queue holds none of the {} queries: rebuild with a larger --review-size to estimate them",
+            unsampled.join(", ")
         );
     }
     if s.outside_queue > 0 {

@@ -165,8 +165,9 @@ pub fn agreement(first: (&str, &[&Judgment]), second: (&str, &[&Judgment])) -> A
         if let (Some(x), Some(y)) = (a.decision, b.decision) {
             decisions.push((x, y));
             let about = if x == y { None } else { Some(About::Decision { first: x, second: y }) };
-            let texts = (x == Decision::Edit && x == y && a.edited_text != b.edited_text)
-                .then(|| (a.edited_text.clone().unwrap_or_default(), b.edited_text.clone().unwrap_or_default()));
+            let texts = (x == Decision::Edit && x == y && a.edited_text != b.edited_text).then(|| {
+                (a.edited_text.clone().unwrap_or_default(), b.edited_text.clone().unwrap_or_default())
+            });
             let about = about.or_else(|| texts.map(|(first, second)| About::EditedText { first, second }));
             if let Some(about) = about {
                 disagreements.push(Disagreement { query_id: a.query_id.clone(), about });

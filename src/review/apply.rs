@@ -157,7 +157,8 @@ fn same_words(a: &str, b: &str) -> bool {
 fn form_problems(judgments: &[Located]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for Located { at, judgment: j, .. } in judgments {
-        let mut problem = |message: String| problems.push(Problem::new(*at, format!("{}: {message}", j.query_id)));
+        let mut problem =
+            |message: String| problems.push(Problem::new(*at, format!("{}: {message}", j.query_id)));
         super::decisions::rules(super::decisions::Fields::of(j), &mut problem);
     }
     problems

@@ -8,10 +8,10 @@
 //! are pending and skipped. [`read_for`] also checks the judgments against the set and reports
 //! those problems together with the form problems.
 
+use super::set::ReviewSet;
 use super::{
     ChunkGrade, Decision, Format, GRADE_MAX, Judgment, Located, Location, Problem, Slot, field, slot_field,
 };
-use super::set::ReviewSet;
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
 use serde::Deserialize;
@@ -205,7 +205,12 @@ fn judgment(
         problem(message.clone());
     }
     rules(
-        Fields { decision, reject_reason: &row.reject_reason, edited_text: &row.edited_text, grades: &grades },
+        Fields {
+            decision,
+            reject_reason: &row.reject_reason,
+            edited_text: &row.edited_text,
+            grades: &grades,
+        },
         &mut problem,
     );
     // The row's own reviewer (or Label Studio annotator) wins; --reviewer fills in empty ones.
@@ -378,7 +383,8 @@ fn json_row(at: Location, json: JsonRow) -> RawRow {
 }
 
 fn csv_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {
-    let mut reader = csv::ReaderBuilder::new().from_reader(without_bom(bytes));
+    let bytes = without_bom(bytes);
+    let mut reader = csv::ReaderBuilder::new().from_reader(bytes);
     let headers = reader.headers().map_err(|e| vec![Problem::new(Location::Row(1), e.to_string())])?.clone();
     if !headers.iter().any(|h| h == field::QUERY_ID) {
         return Err(vec![Problem::new(Location::Row(1), format!("no {} column", field::QUERY_ID))]);
@@ -392,23 +398,36 @@ fn csv_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {
     let mut previous = 1;
     loop {
         let read = reader.read_record(&mut record);
-        let line = record.position().map_or(previous + 1, |p| usize::try_from(p.line()).unwrap_or(usize::MAX));
+        let row = |position: Option<&csv::Position>, breaks: usize| {
+            position.map_or(previous + 1, |p| spreadsheet_row(bytes, p, breaks).max(previous + 1))
+        };
         match read {
             Ok(false) => break,
             Ok(true) => {
-                let row = line.saturating_sub(breaks).max(previous + 1);
-                rows.push(csv_row(Location::Row(row), headers.iter().zip(record.iter())));
+                let at = row(record.position(), breaks);
+                rows.push(csv_row(Location::Row(at), headers.iter().zip(record.iter())));
                 breaks += record.iter().map(|cell| cell.matches('\n').count()).sum::<usize>();
-                previous = row;
+                previous = at;
             }
             Err(e) => {
-                let line = e.position().map_or(previous + 1, |p| usize::try_from(p.line()).unwrap_or(usize::MAX));
-                problems.push(Problem::new(Location::Row(line.saturating_sub(breaks)), format!("malformed CSV: {e}")));
-                previous += 1;
+                let at = row(e.position(), breaks);
+                problems.push(Problem::new(Location::Row(at), format!("malformed CSV: {e}")));
+                previous = at;
             }
         }
     }
     if problems.is_empty() { Ok(rows) } else { Err(problems) }
+}
+
+/// The spreadsheet row of a record the reader started reading at `position`: the reader counts
+/// the lines before it but not the blank lines it skips, nor (as a spreadsheet does) the line
+/// breaks inside quoted cells (`breaks` of them so far).
+fn spreadsheet_row(bytes: &[u8], position: &csv::Position, breaks: usize) -> usize {
+    let start = usize::try_from(position.byte()).unwrap_or(usize::MAX);
+    let rest = bytes.get(start..).unwrap_or_default();
+    let blank = rest.iter().take_while(|&&b| b == b'\n' || b == b'\r').filter(|&&b| b == b'\n').count();
+    let line = usize::try_from(position.line()).unwrap_or(usize::MAX);
+    line.saturating_add(blank).saturating_sub(breaks)
 }
 
 fn csv_row<'a>(at: Location, cells: impl Iterator<Item = (&'a str, &'a str)>) -> RawRow {
@@ -535,6 +554,28 @@ not json
             judgments[0].grades.iter().map(|g| (g.chunk_id.to_string(), g.grade)).collect();
         assert_eq!(grades, [("a:1".to_owned(), 3), ("b:2".to_owned(), 1)]);
         assert_eq!(judgments[1].reject_reason.as_deref(), Some("off topic"));
+    }
+
+    #[test]
+    fn csv_rows_count_blank_lines_and_not_line_breaks_in_cells() {
+        // Row 1 header, row 2 a record over two lines, row 3 blank, row 4 the bad record.
+        let text = "query_id,query,decision\ndirect-1,\"two\nlines\",accept\n\ndirect-2,x,acept\n";
+        let problems = read_str(Format::Csv, text).err().unwrap_or_default();
+        assert_eq!(problems, ["row 4: unknown decision \"acept\" (accept, edit, answerable or reject)"]);
+        let crlf = "query_id,decision\r\n\r\n\r\ndirect-2,acept\r\n";
+        let problems = read_str(Format::Csv, crlf).err().unwrap_or_default();
+        assert!(problems[0].starts_with("row 4: "), "{problems:?}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_and_the_shown_text_kept() {
+        let text = "\u{feff}{\"query_id\":\"direct-1\",\"decision\":\"accept\",\"text\":\"how long\"}\n";
+        let rows = jsonl_rows(text.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(rows[0].shown_text.as_deref(), Some("how long"));
+        let (judgments, problems) = check_rows(rows, Some("ann"), "file");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(judgments[0].shown_text.as_deref(), Some("how long"));
+        assert_eq!(judgments[0].judgment.reviewer, "ann", "--reviewer fills in an empty reviewer");
     }
 
     #[test]

@@ -5,12 +5,12 @@
 //! kept verbatim so that lines no decision touches are written back byte for byte.
 
 use super::version::{Entry, LEDGER, MANIFEST, ReviewLog, VERSIONS_DIR, version_dir};
-use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
 use crate::output::{PROVENANCE_HEADER, PROVENANCE_TSV};
 use crate::record::{Provenance, Qrel, QueryType, ReviewItem, Status};
 use serde::Deserialize;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
 use std::io::BufRead;
@@ -67,7 +67,8 @@ pub struct Version {
 
 impl PartialEq for Version {
     fn eq(&self, other: &Self) -> bool {
-        self.qrels == other.qrels && self.queries.iter().map(|q| &q.raw).eq(other.queries.iter().map(|q| &q.raw))
+        self.qrels == other.qrels
+            && self.queries.iter().map(|q| &q.raw).eq(other.queries.iter().map(|q| &q.raw))
     }
 }
 

@@ -146,7 +146,13 @@ fn tally(
         strata: &mut BTreeMap<(QueryType, MachineStatus), StatusStratum>,
         key: (QueryType, MachineStatus),
     ) -> &mut StatusStratum {
-        strata.entry(key).or_insert(StatusStratum { status: key.1, in_set: 0, queue: 0, reviewed: 0, good: 0 })
+        strata.entry(key).or_insert(StatusStratum {
+            status: key.1,
+            in_set: 0,
+            queue: 0,
+            reviewed: 0,
+            good: 0,
+        })
     }
     for key in base {
         stratum(&mut strata, key).in_set += 1;

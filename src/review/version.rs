@@ -148,9 +148,10 @@ pub struct Input<'a> {
 /// `next` in their place, the ledger, the inputs and the manifest with `record` added to its log.
 ///
 /// # Errors
-/// [`crate::Error::Output`] naming the file. If it failed while moving the live files, they are
-/// restored from `versions/v<N>/` first; if that fails too, [`crate::Error::ReviewHistory`] says
-/// where the previous version is.
+/// [`crate::Error::Output`] naming the file while staging; [`crate::Error::Unpublished`] when
+/// publishing fails (if it failed while moving the live files, they were restored from
+/// `versions/v<N>/`); [`crate::Error::ReviewHistory`] if restoring failed too, saying where the
+/// previous version is.
 pub fn write_next(
     set: &ReviewSet,
     next: &Version,
@@ -180,11 +181,17 @@ pub fn write_next(
     log.history.push(record);
     manifest.review = Some(log);
     output::write_json(&staging.path(MANIFEST), &manifest)?;
+    let unpublished = |source: crate::Error| crate::Error::Unpublished {
+        next: set.version() + 1,
+        current: set.version(),
+        kept: version_dir(&set.dir, set.version()),
+        source: Box::new(source),
+    };
     // The previous version first, on disk, before any live file is replaced.
-    staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR])?;
+    staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
     let Err(failed) = staging.publish_ordered(&VERSION_FILES) else { return Ok(()) };
     match restore(set) {
-        Ok(()) => Err(failed),
+        Ok(()) => Err(unpublished(failed)),
         Err(restoring) => Err(crate::Error::ReviewHistory {
             path: set.dir.clone(),
             message: format!(
@@ -210,7 +217,8 @@ fn restore(set: &ReviewSet) -> Result<()> {
             }
             Ok(_) => {}
             Err(_) if to.is_file() => {
-                fs_err::remove_file(&to).map_err(|source| crate::Error::Output { path: to.clone(), source })?;
+                fs_err::remove_file(&to)
+                    .map_err(|source| crate::Error::Output { path: to.clone(), source })?;
             }
             Err(_) => {}
         }
