@@ -306,7 +306,7 @@ mod tests {
         let path = dir.path().join("test.tsv");
         fs_err::write(&path, "q1\tc1\t3\nq1\tc2\t1\n").unwrap_or_else(|e| panic!("{e}"));
         let findings = check_qrels(&path, None, None).unwrap_or_else(|e| panic!("{e}"));
-        let lines: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
+        let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
         assert_eq!(
             lines,
             [format!(

@@ -349,5 +349,5 @@ fn reviewed_line(set: &ReviewSet, query: &QueryLine, judgment: &Judgment) -> Res
         metadata.insert("generated_as".to_owned(), label(QueryType::NoAnswer));
     }
     let raw = serde_json::to_string(&object).map_err(|e| bad(e.to_string()))?;
-    Ok(QueryLine { text, raw, query_type, ..query.clone() })
+    Ok(QueryLine { text, query_type, raw, ..query.clone() })
 }

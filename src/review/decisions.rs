@@ -229,6 +229,7 @@ fn judgment(
 }
 
 /// The decision fields of a judgment, for [`rules`].
+#[derive(Clone, Copy)]
 pub(crate) struct Fields<'a> {
     pub decision: Option<Decision>,
     pub reject_reason: &'a str,

@@ -135,6 +135,14 @@ pub fn status(set: &ReviewSet) -> ReviewStatus {
     }
 }
 
+/// The stratum of `key`, made empty if it is new.
+fn stratum(
+    strata: &mut BTreeMap<(QueryType, MachineStatus), StatusStratum>,
+    key: (QueryType, MachineStatus),
+) -> &mut StatusStratum {
+    strata.entry(key).or_insert(StatusStratum { status: key.1, in_set: 0, queue: 0, reviewed: 0, good: 0 })
+}
+
 /// Per-type status and the overall estimate, from the (type, status) of every version-1 query and
 /// the (type, status, latest decision) of every queue item.
 fn tally(
@@ -142,18 +150,6 @@ fn tally(
     queue: impl Iterator<Item = (QueryType, MachineStatus, Option<Decision>)>,
 ) -> (Vec<TypeStatus>, Option<Interval>) {
     let mut strata: BTreeMap<(QueryType, MachineStatus), StatusStratum> = BTreeMap::new();
-    fn stratum(
-        strata: &mut BTreeMap<(QueryType, MachineStatus), StatusStratum>,
-        key: (QueryType, MachineStatus),
-    ) -> &mut StatusStratum {
-        strata.entry(key).or_insert(StatusStratum {
-            status: key.1,
-            in_set: 0,
-            queue: 0,
-            reviewed: 0,
-            good: 0,
-        })
-    }
     for key in base {
         stratum(&mut strata, key).in_set += 1;
     }

@@ -215,12 +215,11 @@ fn restore(set: &ReviewSet) -> Result<()> {
             Ok(bytes) if fs_err::read(&to).ok().as_ref() != Some(&bytes) => {
                 output::write_atomic(&to, |w| w.write_all(&bytes))?;
             }
-            Ok(_) => {}
             Err(_) if to.is_file() => {
                 fs_err::remove_file(&to)
                     .map_err(|source| crate::Error::Output { path: to.clone(), source })?;
             }
-            Err(_) => {}
+            Ok(_) | Err(_) => {}
         }
     }
     Ok(())
@@ -239,7 +238,7 @@ pub fn no_answer_text(version: &Version) -> String {
         .queries
         .iter()
         .filter(|q| q.query_type == crate::record::QueryType::NoAnswer && !answered.contains(&q.id))
-        .map(|q| format!("{}\n", q.id))
+        .flat_map(|q| [q.id.as_str(), "\n"])
         .collect()
 }
 
