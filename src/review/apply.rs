@@ -71,20 +71,8 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Checks `decisions` against the set: known queries and chunks, decisions that fit the type.
-///
-/// # Errors
-/// [`Error::Decisions`] listing every problem with its line, row or task.
-pub fn check(set: &ReviewSet, decisions: &Decisions) -> Result<()> {
-    let problems = problems(set, &decisions.judgments);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Decisions { path: decisions.path.clone(), problems })
-    }
-}
-
-/// Problems of `judgments` against the set, in file order.
+/// Problems of `judgments` against the set (known queries and chunks, decisions that fit the
+/// type, a relevant chunk left, no text changed without `edit`), in file order.
 pub(crate) fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
     let queries: HashMap<&QueryId, &QueryLine> = set.base.queries.iter().map(|q| (&q.id, q)).collect();
     let mut machine: HashMap<&QueryId, BTreeMap<&ChunkId, u8>> = HashMap::new();
@@ -122,8 +110,12 @@ pub(crate) fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
             ));
         }
         let decision = j.decision.or_else(|| before.get(&j.query_id).copied().flatten());
-        let stays = decision != Some(Decision::Reject);
-        if stays && !no_answer {
+        let must_answer = if no_answer {
+            decision == Some(Decision::Answerable)
+        } else {
+            decision != Some(Decision::Reject)
+        };
+        if must_answer {
             let mut grades = machine.get(&j.query_id).cloned().unwrap_or_default();
             grades.extend(j.grades.iter().map(|g| (&g.chunk_id, g.grade)));
             if grades.values().all(|&g| g == 0) {

@@ -773,6 +773,17 @@ fn no_answer_txt_follows_the_review() {
     assert_eq!(trec_grade(&set, id(2), source(2)), None);
     cli(&set.out, &["validate", "--set", path_str(&set.out)]).assert_code(0);
 
+    // A later grade 0 cannot take away the answer of the answerable query.
+    let regrade = dir.path().join("regrade.jsonl");
+    write(&regrade, jsonl(&[json!({"query_id": id(1), "add": format!("{}=0", source(1))})]));
+    let refused = apply(&set, &regrade, &[]);
+    refused.assert_code(2);
+    assert!(
+        refused.stderr.contains(&format!("line 1: {} would be left with no relevant chunk", id(1))),
+        "{}",
+        refused.stderr
+    );
+
     let n = listed.len();
     write(
         &set.out.join("no_answer.txt"),
