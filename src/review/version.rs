@@ -159,6 +159,7 @@ pub fn write_next(
     record: VersionRecord,
     inputs: &[Input<'_>],
 ) -> Result<()> {
+    check_kept(set)?;
     let mut staging = Staging::create(&set.dir)?;
     let kept = version_dir(Path::new(""), set.version());
     for name in VERSION_FILES.into_iter().filter(|name| set.dir.join(name).is_file()) {
@@ -204,6 +205,27 @@ pub fn write_next(
             hint: "the previous version is whole in the newest folder of versions/: copy its files back into the set folder",
         }),
     }
+}
+
+/// `versions/v<N>/` of the current version exists only when publishing version N + 1 failed: its
+/// files must then be the ones in place (they are rewritten), or it may hold the only copy of
+/// some of them.
+fn check_kept(set: &ReviewSet) -> Result<()> {
+    let kept = version_dir(&set.dir, set.version());
+    for name in VERSION_FILES {
+        let Ok(bytes) = fs_err::read(kept.join(name)) else { continue };
+        if fs_err::read(set.dir.join(name)).ok() != Some(bytes) {
+            return Err(crate::Error::ReviewHistory {
+                path: kept.join(name),
+                message: format!(
+                    "differs from the {name} in place, and version {} is the current one: a publish failed part way",
+                    set.version()
+                ),
+                hint: "copy the files of that versions/ folder back into the set folder (or, if the files in place are right, remove the folder) and apply again",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Puts the files of the current version, kept in `versions/v<N>/`, back in place.

@@ -692,7 +692,27 @@ fn a_failed_publish_leaves_the_set_as_it_was() {
         jsonl(&[json!({"query_id": first, "decision": "reject", "reject_reason": "off topic"})]),
     );
 
+    // no_answer.txt is a folder: publishing fails after queries.jsonl and the qrels were
+    // replaced; they are put back from versions/v1.
+    let moved = dir.path().join("no_answer.txt");
+    fs_err::rename(set.out.join("no_answer.txt"), &moved).unwrap_or_else(|e| panic!("{e}"));
+    write(&set.out.join("no_answer.txt/in-the-way"), "x");
+    let before = live(&set.out);
+    let failed = apply(&set, &decisions, &[]);
+    failed.assert_code(2);
+    assert!(
+        failed.stderr.contains("version 2 was not published: the set is left as version 1"),
+        "{}",
+        failed.stderr
+    );
+    assert!(failed.stderr.contains("no_answer.txt"), "{}", failed.stderr);
+    assert_eq!(live(&set.out), before, "the live files are restored");
+    assert!(manifest(&set).get("review").is_none(), "still version 1");
+    fs_err::remove_dir_all(set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::rename(&moved, set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
+
     // review/applied is a file: publishing fails before any live file is replaced.
+    fs_err::remove_dir_all(set.out.join("review/applied")).unwrap_or_else(|e| panic!("{e}"));
     write(&set.out.join("review/applied"), "in the way");
     let before = live(&set.out);
     let failed = apply(&set, &decisions, &[]);
@@ -704,28 +724,19 @@ fn a_failed_publish_leaves_the_set_as_it_was() {
     let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out)]);
     status.assert_code(0);
     assert!(status.stdout.contains("(version 1)"), "{}", status.stdout);
-
-    // no_answer.txt is a folder: publishing fails after queries.jsonl and the qrels were
-    // replaced; they are put back from versions/v1.
     fs_err::remove_file(set.out.join("review/applied")).unwrap_or_else(|e| panic!("{e}"));
-    let moved = dir.path().join("no_answer.txt");
-    fs_err::rename(set.out.join("no_answer.txt"), &moved).unwrap_or_else(|e| panic!("{e}"));
-    write(&set.out.join("no_answer.txt/in-the-way"), "x");
-    let before = live(&set.out);
-    let failed = apply(&set, &decisions, &[]);
-    failed.assert_code(2);
-    assert!(failed.stderr.contains("no_answer.txt"), "{}", failed.stderr);
-    assert!(
-        failed.stderr.contains("version 2 was not published: the set is left as version 1"),
-        "{}",
-        failed.stderr
-    );
-    assert_eq!(live(&set.out), before, "the live files are restored");
-    assert!(manifest(&set).get("review").is_none(), "still version 1");
+
+    // A versions/v1 that differs from the files in place may be the only copy: it is not
+    // overwritten.
+    let stale = set.out.join("versions/v1/qrels.trec");
+    write(&stale, "stale\n");
+    let refused = apply(&set, &decisions, &[]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("a publish failed part way"), "{}", refused.stderr);
+    assert_eq!(fs_err::read_to_string(&stale).unwrap_or_default(), "stale\n");
+    write(&stale, &original[Path::new("qrels.trec")]);
 
     // Out of the way: the same file applies as version 2, with its ledger alone.
-    fs_err::remove_dir_all(set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
-    fs_err::rename(&moved, set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
     apply(&set, &decisions, &[]).assert_code(0);
     assert!(query(&set.jsonl("queries.jsonl"), first).is_none());
     assert_eq!(manifest(&set)["review"]["version"], 2);
