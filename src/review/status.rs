@@ -30,12 +30,12 @@ pub struct StatusStratum {
     /// Queue items with a decision.
     pub reviewed: usize,
     /// Reviewed items that are good.
-    pub good: usize,
+    pub good_count: usize,
 }
 
 impl StatusStratum {
     fn stratum(&self) -> Stratum {
-        Stratum { weight: self.in_set as f64, good: self.good, reviewed: self.reviewed }
+        Stratum { weight: self.in_set as f64, good: self.good_count, reviewed: self.reviewed }
     }
 }
 
@@ -140,7 +140,13 @@ fn stratum(
     strata: &mut BTreeMap<(QueryType, MachineStatus), StatusStratum>,
     key: (QueryType, MachineStatus),
 ) -> &mut StatusStratum {
-    strata.entry(key).or_insert(StatusStratum { status: key.1, in_set: 0, queue: 0, reviewed: 0, good: 0 })
+    strata.entry(key).or_insert(StatusStratum {
+        status: key.1,
+        in_set: 0,
+        queue: 0,
+        reviewed: 0,
+        good_count: 0,
+    })
 }
 
 /// Per-type status and the overall estimate, from the (type, status) of every version-1 query and
@@ -159,7 +165,7 @@ fn tally(
         st.queue += 1;
         if let Some(d) = decision {
             st.reviewed += 1;
-            st.good += usize::from(d.is_good());
+            st.good_count += usize::from(d.is_good());
             *decisions.entry(t).or_default().entry(d).or_default() += 1;
         }
     }

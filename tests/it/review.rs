@@ -576,7 +576,8 @@ fn status_estimates_the_share_of_good_queries() {
         let strata = t["strata"].as_array().cloned().unwrap_or_default();
         let mut of_type = 0.0;
         for s in &strata {
-            let (in_set, reviewed, good) = (s["in_set"].as_f64(), s["reviewed"].as_f64(), s["good"].as_f64());
+            let (in_set, reviewed, good) =
+                (s["in_set"].as_f64(), s["reviewed"].as_f64(), s["good_count"].as_f64());
             let (in_set, reviewed, good) =
                 (in_set.unwrap_or_default(), reviewed.unwrap_or_default(), good.unwrap_or_default());
             expected += in_set / 100.0 * good / reviewed;
