@@ -119,7 +119,7 @@ pub enum Error {
     },
     /// A decisions file has problems; nothing was applied.
     #[error(
-        "{path}: {} problem(s), nothing applied:\n{}\nhint: fix the rows named and apply the file again",
+        "{path}: {} problem(s), nothing applied:\n{}\nhint: fix the rows named and run the command again",
         .problems.len(),
         crate::review::Problem::list(.problems)
     )]
@@ -128,6 +128,27 @@ pub enum Error {
         path: PathBuf,
         /// Every problem, with its line, row or task.
         problems: Vec<crate::review::Problem>,
+    },
+    /// Publishing a new version of a reviewed set failed; the set is left as it was.
+    #[error("version {next} was not published: the set is left as version {current} (also kept in {kept})")]
+    Unpublished {
+        /// The version that was being written.
+        next: u32,
+        /// The version in the folder.
+        current: u32,
+        /// Its copy under `versions/`.
+        kept: PathBuf,
+        /// Why publishing failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A decisions file has no judgment: every row is pending.
+    #[error("{path}: 0 judgments read: every row is pending (no decision and no grade)\nhint: {hint}")]
+    NoJudgments {
+        /// The decisions file.
+        path: PathBuf,
+        /// What to do.
+        hint: &'static str,
     },
     /// The review history in a set folder cannot be used.
     #[error("{path}: {message}\nhint: {hint}")]
@@ -141,7 +162,7 @@ pub enum Error {
     },
     /// Agreement needs judgments by exactly two reviewers.
     #[error(
-        "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file",
+        "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file (a row's own reviewer field wins over it)",
         .found.len(),
         .found.join(", ")
     )]

@@ -3,7 +3,8 @@
 //! Checks: ids without whitespace or `#`; no id twice in `corpus.jsonl` or `queries.jsonl`; query
 //! ids distinct from corpus ids; qrels lines of the right shape; grades 0–3; no (query, chunk)
 //! pair twice; no qrels id missing from `queries.jsonl` or `corpus.jsonl`; `qrels.trec` and
-//! `qrels/test.tsv` holding the same judgments. Each problem is a [`Finding`] naming the file and
+//! `qrels/test.tsv` holding the same judgments; `no_answer.txt` listing only queries of
+//! `queries.jsonl` without a relevant chunk. Each problem is a [`Finding`] naming the file and
 //! line; reading stops only when a file cannot be opened.
 
 use crate::error::{Error, Result};
@@ -11,6 +12,7 @@ use crate::output::{PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV};
 use crate::record::Provenance;
 use crate::review::GRADE_MAX;
 use crate::review::set::{CORPUS, QUERIES};
+use crate::review::version::NO_ANSWER;
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -67,6 +69,9 @@ pub fn check_set(dir: &Path) -> Result<Vec<Finding>> {
     if dir.join(PROVENANCE_TSV).exists() {
         check_qrels_file(named(PROVENANCE_TSV), &known, &mut all)?;
     }
+    if dir.join(NO_ANSWER).is_file() {
+        check_no_answer(named(NO_ANSWER), &queries, &trec, &mut all)?;
+    }
     for (file, rows, other, other_rows) in
         [(QRELS_TREC, &trec, QRELS_TSV, &tsv), (QRELS_TSV, &tsv, QRELS_TREC, &trec)]
     {
@@ -76,6 +81,34 @@ pub fn check_set(dir: &Path) -> Result<Vec<Finding>> {
         }
     }
     Ok(all)
+}
+
+/// `no_answer.txt`: every id in `queries.jsonl`, none with a relevant chunk in `qrels.trec`.
+fn check_no_answer(
+    (path, name): (PathBuf, PathBuf),
+    queries: &Ids,
+    qrels: &BTreeSet<(String, String, String)>,
+    all: &mut Vec<Finding>,
+) -> Result<()> {
+    let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
+    let answered: HashMap<&str, &str> = qrels
+        .iter()
+        .filter(|(_, _, g)| g.parse::<i64>().is_ok_and(|g| g >= 1))
+        .map(|(q, c, _)| (q.as_str(), c.as_str()))
+        .collect();
+    let mut findings = Findings { file: &name, all };
+    for (i, id) in text.lines().enumerate().map(|(i, l)| (i, l.trim())).filter(|(_, l)| !l.is_empty()) {
+        if !queries.lines.contains_key(id) {
+            findings.at(i + 1, format!("{id} is not in {}", queries.file.display()));
+        }
+        if let Some(chunk) = answered.get(id) {
+            findings.at(
+                i + 1,
+                format!("{id} is listed as no_answer but has a relevant chunk ({chunk} in {QRELS_TREC})"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Checks one qrels file (TREC, BEIR TSV or `provenance.tsv`), and its ids against the corpus and
@@ -178,15 +211,19 @@ fn check_qrels_file(
     all: &mut Vec<Finding>,
 ) -> Result<BTreeSet<(String, String, String)>> {
     let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
-    let shape = match text.lines().next() {
-        Some(TSV_HEADER) => Shape::Tsv,
-        Some(PROVENANCE_HEADER) => Shape::Provenance,
-        _ => Shape::Trec,
-    };
     let mut findings = Findings { file: &name, all };
+    let first = text.lines().next().unwrap_or_default();
+    let (shape, skip) = match first {
+        TSV_HEADER => (Shape::Tsv, 1),
+        PROVENANCE_HEADER => (Shape::Provenance, 1),
+        _ if first.split('\t').count() == 3 => {
+            findings.at(1, format!("no header: a BEIR qrels TSV starts with the line {TSV_HEADER:?}"));
+            (Shape::Tsv, 0)
+        }
+        _ => (Shape::Trec, 0),
+    };
     let mut pairs: HashMap<(String, String), usize> = HashMap::new();
     let mut rows = BTreeSet::new();
-    let skip = usize::from(shape != Shape::Trec);
     for (i, line) in text.lines().enumerate().skip(skip).filter(|(_, l)| !l.trim().is_empty()) {
         let n = i + 1;
         let Some((query, chunk, grade)) = fields(line, shape, &mut |m| findings.at(n, m)) else { continue };
@@ -256,5 +293,27 @@ fn check_row(
         if let Some(ids) = ids.filter(|ids| !ids.lines.contains_key(id)) {
             findings.at(n, format!("dangling {kind} id {id} (not in {})", ids.file.display()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_beir_tsv_without_its_header_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("test.tsv");
+        fs_err::write(&path, "q1\tc1\t3\nq1\tc2\t1\n").unwrap_or_else(|e| panic!("{e}"));
+        let findings = check_qrels(&path, None, None).unwrap_or_else(|e| panic!("{e}"));
+        let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [format!(
+                "{}:1: no header: a BEIR qrels TSV starts with the line {TSV_HEADER:?}",
+                path.display()
+            )],
+            "one finding, and the rows are read as TSV rows"
+        );
     }
 }

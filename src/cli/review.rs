@@ -5,7 +5,7 @@ use super::exit;
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use qrelgen::output;
-use qrelgen::review::agreement::{self, Agreement, Policy};
+use qrelgen::review::agreement::{self, About, Agreement, Policy};
 use qrelgen::review::apply::{self, Batch, Outcome};
 use qrelgen::review::decisions::{self, Decisions};
 use qrelgen::review::estimate::Interval;
@@ -13,6 +13,8 @@ use qrelgen::review::export::{self, ExportItem};
 use qrelgen::review::set::ReviewSet;
 use qrelgen::review::status::{self, ReviewStatus};
 use qrelgen::review::{Decision, Format, Located, Location};
+use serde::Serialize;
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -92,7 +94,8 @@ struct ApplyArgs {
     /// The decisions: an exported JSONL or CSV file filled in, or a Label Studio JSON export.
     #[arg(long, value_name = "FILE")]
     decisions: PathBuf,
-    /// Who decided [default: the rows' reviewer field, else the file name].
+    /// Who decided, for rows that do not say: a row's own reviewer field (a Label Studio
+    /// annotator) wins [default: the file name].
     #[arg(long, value_name = "NAME")]
     reviewer: Option<String>,
     /// The decisions file's format [default: by extension: .jsonl, .csv, .json].
@@ -108,7 +111,8 @@ struct AgreeArgs {
     /// Decisions files: one per reviewer, or one Label Studio export with two annotators.
     #[arg(long, value_name = "FILE", required = true)]
     decisions: Vec<PathBuf>,
-    /// The reviewer of each --decisions file, in the same order [default: as apply].
+    /// The reviewer of each --decisions file, in the same order, for rows that do not say (as
+    /// apply).
     #[arg(long, value_name = "NAME")]
     reviewer: Vec<String>,
     /// The decisions files' format [default: by extension].
@@ -117,7 +121,7 @@ struct AgreeArgs {
     /// Merge the two reviewers' judgments by this policy and apply them as the next version.
     #[arg(long, value_enum)]
     resolve: Option<PolicyArg>,
-    /// Print the agreement as JSON.
+    /// Print the agreement as JSON (with --resolve, what was applied under "resolved").
     #[arg(long)]
     json: bool,
 }
@@ -164,7 +168,8 @@ fn export(args: &ExportArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// Writes to `to` atomically, or to stdout; returns " to <path>" for the message.
+/// Writes to `to` atomically, or to stdout; returns " to <path>" for the message. A closed
+/// stdout (`| head`) is not an error.
 fn write_to(
     to: Option<&Path>,
     fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
@@ -174,8 +179,15 @@ fn write_to(
         return Ok(format!(" to {}", path.display()));
     }
     let mut stdout = std::io::stdout().lock();
-    fill(&mut stdout).and_then(|()| stdout.flush()).context("writing to stdout")?;
-    Ok(String::new())
+    match fill(&mut stdout).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        _ => Ok(String::new()),
+    }
+}
+
+/// Prints `text` to stdout (a closed stdout is not an error).
+fn print(text: &str) -> anyhow::Result<()> {
+    write_to(None, |w| w.write_all(text.as_bytes())).map(|_| ())
 }
 
 fn export_label_studio(items: &[ExportItem], to: Option<&Path>, set: &Path) -> anyhow::Result<String> {
@@ -200,24 +212,25 @@ fn read_decisions(
     format: Option<FormatArg>,
     reviewer: Option<&str>,
 ) -> anyhow::Result<Decisions> {
-    let decisions = decisions::read(path, format.map(Format::from), reviewer)?;
-    apply::check(set, &decisions)?;
-    Ok(decisions)
+    Ok(decisions::read_for(set, path, format.map(Format::from), reviewer)?)
 }
 
 fn apply(args: &ApplyArgs) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let decisions = read_decisions(&set, &args.decisions, args.format, args.reviewer.as_deref())?;
-    let outcome = apply::apply(&set, &Batch::single(&decisions))?;
-    report(&outcome, &set, &args.decisions.display().to_string());
+    let outcome = apply::apply(&set, &Batch::single(&decisions))
+        .with_context(|| format!("applying {}", args.decisions.display()))?;
+    print(&report(&outcome, &set, &args.decisions.display().to_string()))?;
     Ok(exit::OK)
 }
 
-fn report(outcome: &Outcome, set: &ReviewSet, input: &str) {
+fn report(outcome: &Outcome, set: &ReviewSet, input: &str) -> String {
     match outcome {
         Outcome::Applied { version, counts: c } => {
-            println!(
-                "version {version} of {}: {} accepted, {} edited, {} answerable, {} rejected, {} grades; {} queries, {} qrels rows",
+            let kept = qrelgen::review::version::version_dir(&set.dir, set.version());
+            format!(
+                "version {version} of {}: {} accepted, {} edited, {} answerable, {} rejected, {} grades; {} queries, {} qrels rows\n\
+                 version {} is kept in {}\n",
                 set.dir.display(),
                 c.accepted,
                 c.edited,
@@ -225,16 +238,25 @@ fn report(outcome: &Outcome, set: &ReviewSet, input: &str) {
                 c.rejected,
                 c.grades,
                 c.queries,
-                c.qrels
-            );
-            let kept = qrelgen::review::version::version_dir(&set.dir, set.version());
-            println!("version {} is kept in {}", set.version(), kept.display());
+                c.qrels,
+                set.version(),
+                kept.display()
+            )
         }
         Outcome::AlreadyApplied { version } => {
-            println!("{input} was already applied as version {version}: nothing changed");
+            format!("{input} was already applied as version {version}: nothing changed\n")
         }
-        Outcome::NoChange => println!("the decisions in {input} change nothing: no new version"),
+        Outcome::NoChange => format!("the decisions in {input} change nothing: no new version\n"),
     }
+}
+
+/// `review agree --json`: the agreement, and what --resolve applied.
+#[derive(Serialize)]
+struct AgreeJson<'a> {
+    #[serde(flatten)]
+    agreement: &'a Agreement,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolved: Option<&'a Outcome>,
 }
 
 fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
@@ -254,63 +276,81 @@ fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
         .collect::<anyhow::Result<Vec<Decisions>>>()?;
     let all: Vec<_> = files.iter().flat_map(|d| d.judgments.iter().map(|l| l.judgment.clone())).collect();
     let [(first, mine), (second, theirs)] = agreement::split(&all)?;
-    let report_of = agreement::agreement((&first, &mine), (&second, &theirs));
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report_of)?);
-    } else {
-        print_agreement(&report_of);
+    let agreement = agreement::agreement((&first, &mine), (&second, &theirs));
+    if !args.json {
+        print(&agreement_text(&agreement))?;
     }
+    let mut outcome = None;
     if let Some(policy) = args.resolve {
         let judgments = agreement::resolve(&mine, &theirs, policy.into());
         let judgments =
-            judgments.into_iter().map(|judgment| Located { at: Location::Resolved, judgment }).collect();
+            judgments.into_iter().map(|judgment| Located::new(Location::Resolved, judgment)).collect();
         let batch = Batch { inputs: files.iter().collect(), judgments, resolve: Some(policy.into()) };
-        let outcome = apply::apply(&set, &batch)?;
+        outcome = Some(apply::apply(&set, &batch).context("applying the resolved judgments")?);
+    }
+    if args.json {
+        let json = AgreeJson { agreement: &agreement, resolved: outcome.as_ref() };
+        print(&(serde_json::to_string_pretty(&json)? + "\n"))?;
+    } else if let Some(outcome) = &outcome {
         let inputs: Vec<String> = args.decisions.iter().map(|p| p.display().to_string()).collect();
-        report(&outcome, &set, &inputs.join(" + "));
+        print(&report(outcome, &set, &inputs.join(" + ")))?;
     }
     Ok(exit::OK)
 }
 
-fn print_agreement(a: &Agreement) {
+fn agreement_text(a: &Agreement) -> String {
     let [first, second] = &a.reviewers;
-    println!("reviewers: {first} ({} queries), {second} ({} queries)", a.judged[0], a.judged[1]);
+    let mut text =
+        format!("reviewers: {first} ({} queries), {second} ({} queries)\n", a.judged[0], a.judged[1]);
     for (what, kappa) in [("decisions", a.decisions), ("grades (unweighted)", a.grades)] {
-        match kappa {
-            Some(k) => println!(
+        let _ = match kappa {
+            Some(k) => writeln!(
+                text,
                 "kappa, {what}: {:.3} over {} items (observed agreement {:.3}, expected by chance {:.3})",
                 k.kappa, k.items, k.observed, k.expected
             ),
-            None => println!("kappa, {what}: no item judged by both"),
-        }
+            None => writeln!(text, "kappa, {what}: no item judged by both"),
+        };
     }
-    println!("{} disagreement(s)", a.disagreements.len());
+    let _ = writeln!(text, "{} disagreement(s)", a.disagreements.len());
     for d in &a.disagreements {
-        let what = d.chunk_id.as_ref().map_or_else(|| "decision".to_owned(), |c| format!("grade of {c}"));
-        println!("  {}  {what}: {first} {}, {second} {}", d.query_id, d.first, d.second);
+        let _ = match &d.about {
+            About::Decision { first: x, second: y } => {
+                writeln!(text, "  {}  decision: {first} {x}, {second} {y}", d.query_id)
+            }
+            About::Grade { chunk_id, first: x, second: y } => {
+                writeln!(text, "  {}  grade of {chunk_id}: {first} {x}, {second} {y}", d.query_id)
+            }
+            About::EditedText { first: x, second: y } => {
+                writeln!(text, "  {}  edited text: {first} {x:?}, {second} {y:?}", d.query_id)
+            }
+        };
     }
+    text
 }
 
 fn show_status(args: &StatusArgs) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let status = status::status(&set);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        print(&(serde_json::to_string_pretty(&status)? + "\n"))?;
     } else {
-        print_status(&status, &set.dir);
+        print(&status_text(&status, &set.dir))?;
     }
     Ok(exit::OK)
 }
 
-fn print_status(s: &ReviewStatus, dir: &Path) {
-    println!("review of {} (version {})\n", dir.display(), s.version);
-    println!(
+fn status_text(s: &ReviewStatus, dir: &Path) -> String {
+    let mut text = format!("review of {} (version {})\n\n", dir.display(), s.version);
+    let _ = writeln!(
+        text,
         "{:<11} {:>6} {:>5} {:>8} {:>7} {:>6} {:>4} {:>10} {:>6}  {:>5}  95% interval",
         "type", "in set", "queue", "reviewed", "pending", "accept", "edit", "answerable", "reject", "good"
     );
     for t in &s.types {
         let count = |d| t.decisions.get(&d).copied().unwrap_or(0);
-        println!(
+        let _ = writeln!(
+            text,
             "{:<11} {:>6} {:>5} {:>8} {:>7} {:>6} {:>4} {:>10} {:>6}  {}",
             t.query_type.label(),
             t.in_set,
@@ -325,7 +365,8 @@ fn print_status(s: &ReviewStatus, dir: &Path) {
         );
     }
     let total = |f: fn(&status::TypeStatus) -> usize| s.types.iter().map(f).sum::<usize>();
-    println!(
+    let _ = writeln!(
+        text,
         "{:<11} {:>6} {:>5} {:>8} {:>7} {:>29}  {}",
         "overall",
         total(|t| t.in_set),
@@ -335,31 +376,53 @@ fn print_status(s: &ReviewStatus, dir: &Path) {
         "",
         share(s.overall)
     );
-    println!(
-        "\ngood = accepted as the machine made it (edited, rejected and answerable no_answer queries are not).\n\
-         Per type: Wilson 95% interval. Overall: types weighted by their share of the set (version 1),\n\
-         per-type Wilson intervals combined by MOVER; no finite-population correction (conservative)."
+    text.push_str(
+        "\ngood = accepted (chunk grades may have been corrected; an accepted query keeps a relevant chunk);\n\
+         edited, rejected and answerable no_answer queries are not good.\n\
+         Strata: each type's flagged and kept queries, weighted by their share of the set (version 1);\n\
+         Wilson 95% interval per stratum, combined by MOVER per type and overall; no finite-population\n\
+         correction (conservative).\n",
     );
-    notes(s);
+    notes(s, &mut text);
+    text
 }
 
-fn notes(s: &ReviewStatus) {
+fn notes(s: &ReviewStatus, text: &mut String) {
     let flagged = s.flagged_reviewed();
     if flagged > 0 {
-        println!(
-            "note: the queue draws flagged queries first and {flagged} reviewed item(s) were flagged: the estimate is conservative"
+        let _ = writeln!(
+            text,
+            "note: {flagged} reviewed item(s) were flagged: the queue draws them first, so they are weighted by their share of the set"
         );
     }
-    let missing = s.unreviewed_types();
+    let missing = s.unreviewed_strata();
     if !missing.is_empty() {
-        let names: Vec<&str> = missing.iter().map(|t| t.label()).collect();
-        println!(
-            "note: no reviewed item of {} yet: the overall estimate needs one of every type",
+        let names: Vec<String> =
+            missing.iter().map(|(t, st)| format!("{} {}", st.label(), t.label())).collect();
+        let _ = writeln!(
+            text,
+            "note: no reviewed item yet among the {} queries: an estimate needs one in each (type, status) stratum",
             names.join(", ")
         );
     }
+    let unsampled: Vec<String> = s
+        .types
+        .iter()
+        .flat_map(|t| {
+            t.strata.iter().filter(|st| st.in_set > 0 && st.queue == 0).map(|st| (t.query_type, st.status))
+        })
+        .map(|(t, st)| format!("{} {}", st.label(), t.label()))
+        .collect();
+    if !unsampled.is_empty() {
+        let _ = writeln!(
+            text,
+            "note: the queue holds none of the {} queries: rebuild with a larger --review-size to estimate them",
+            unsampled.join(", ")
+        );
+    }
     if s.outside_queue > 0 {
-        println!(
+        let _ = writeln!(
+            text,
             "note: {} decision(s) concern queries outside the queue: applied, but not in the estimate",
             s.outside_queue
         );

@@ -23,12 +23,13 @@ pub struct ValidateArgs {
 
 /// Runs the checks; exit 1 when there are problems.
 pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
+    // clap requires one of --set and --qrels, and refuses both.
     let (target, findings) = match (&args.set, &args.qrels) {
         (Some(set), _) => (set, qrelgen::validate::check_set(set)),
-        (None, Some(qrels)) => {
+        (None, qrels) => {
+            let qrels = qrels.as_ref().unwrap_or_else(|| unreachable!("clap requires --set or --qrels"));
             (qrels, qrelgen::validate::check_qrels(qrels, args.corpus.as_deref(), args.queries.as_deref()))
         }
-        (None, None) => anyhow::bail!("give --set or --qrels"),
     };
     let findings = findings.with_context(|| format!("validating {}", target.display()))?;
     for finding in &findings {

@@ -104,27 +104,84 @@ impl Staging {
     ///
     /// # Errors
     /// [`Error::Output`] naming the file that could not be moved.
-    pub fn publish(mut self) -> Result<()> {
-        let mut files: Vec<PathBuf> = walkdir::WalkDir::new(&self.dir)
+    pub fn publish(self) -> Result<()> {
+        self.publish_ordered(&[])
+    }
+
+    /// Moves every staged file into the output folder: the files under each of `first` (paths
+    /// relative to the output folder, a file or a folder) in that order, then the rest by name,
+    /// `manifest.json` last.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file that could not be moved; files moved before it stay.
+    pub fn publish_ordered(mut self, first: &[&str]) -> Result<()> {
+        let mut files = self.staged();
+        let rank = |relative: &Path| {
+            if relative == Path::new(MANIFEST) {
+                return first.len() + 1;
+            }
+            first.iter().position(|prefix| relative.starts_with(prefix)).unwrap_or(first.len())
+        };
+        files.sort_by_key(|relative| rank(relative));
+        self.move_all(&files)?;
+        self.published = true;
+        fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
+    }
+
+    /// Moves the staged files under each of `prefixes` (in that order) into the output folder
+    /// now, and syncs the folders they land in, so they are on disk before anything else moves.
+    /// The rest stays staged.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file that could not be moved.
+    pub fn publish_part(&mut self, prefixes: &[&str]) -> Result<()> {
+        let staged = self.staged();
+        let files: Vec<PathBuf> = prefixes
+            .iter()
+            .flat_map(|prefix| staged.iter().filter(move |relative| relative.starts_with(prefix)))
+            .cloned()
+            .collect();
+        self.move_all(&files)?;
+        let mut folders: Vec<PathBuf> =
+            files.iter().filter_map(|f| self.out.join(f).parent().map(Path::to_owned)).collect();
+        folders.sort();
+        folders.dedup();
+        for folder in folders {
+            sync_dir(&folder)?;
+        }
+        Ok(())
+    }
+
+    /// The staged files, relative to the staging folder, by name.
+    fn staged(&self) -> Vec<PathBuf> {
+        walkdir::WalkDir::new(&self.dir)
             .sort_by_file_name()
             .into_iter()
             .filter_map(std::result::Result::ok)
             .filter(|e| e.file_type().is_file())
-            .map(walkdir::DirEntry::into_path)
-            .collect();
-        files
-            .sort_by_key(|f| f.strip_prefix(&self.dir).is_ok_and(|relative| relative == Path::new(MANIFEST)));
-        for file in files {
-            let relative = file.strip_prefix(&self.dir).unwrap_or(&file);
+            .filter_map(|e| e.path().strip_prefix(&self.dir).ok().map(Path::to_owned))
+            .collect()
+    }
+
+    fn move_all(&self, files: &[PathBuf]) -> Result<()> {
+        for relative in files {
             let target = self.out.join(relative);
             if let Some(parent) = target.parent() {
                 fs_err::create_dir_all(parent).map_err(|e| output_error(parent, e))?;
             }
-            fs_err::rename(&file, &target).map_err(|e| output_error(&target, e))?;
+            fs_err::rename(self.dir.join(relative), &target).map_err(|e| output_error(&target, e))?;
         }
-        self.published = true;
-        fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
+        Ok(())
     }
+}
+
+/// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be opened).
+fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    fs_err::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| output_error(dir, e))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 impl Drop for Staging {

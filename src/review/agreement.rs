@@ -6,9 +6,10 @@
 //! two agree and `p_e = Σ_k a_k · b_k` the agreement expected by chance from each reviewer's
 //! share `a_k`, `b_k` of category `k`. It is computed over the items both judged (decisions: both
 //! gave one; grades: both graded the same chunk of the same query). When both used one and the
-//! same category throughout, `p_e = 1` and κ is taken as 1.
+//! same category throughout, `p_e = 1` and κ is taken as 1. Two edits with different texts are
+//! listed as a disagreement too (kappa counts them as agreeing decisions).
 
-use super::Judgment;
+use super::{Decision, Judgment};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
 use serde::{Deserialize, Serialize};
@@ -86,13 +87,38 @@ pub fn cohen_kappa<T: Ord>(pairs: &[(T, T)]) -> Option<Kappa> {
 pub struct Disagreement {
     /// The query.
     pub query_id: QueryId,
-    /// The chunk, for a grade; `None` for the decision.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunk_id: Option<ChunkId>,
-    /// The first reviewer's decision or grade.
-    pub first: String,
-    /// The second reviewer's.
-    pub second: String,
+    /// On what, and what each said.
+    #[serde(flatten)]
+    pub about: About,
+}
+
+/// What two reviewers disagree on, and what each said (first reviewer, second reviewer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "about", rename_all = "snake_case")]
+pub enum About {
+    /// The decision.
+    Decision {
+        /// The first reviewer's.
+        first: Decision,
+        /// The second reviewer's.
+        second: Decision,
+    },
+    /// The grade of a chunk.
+    Grade {
+        /// The chunk.
+        chunk_id: ChunkId,
+        /// The first reviewer's.
+        first: u8,
+        /// The second reviewer's.
+        second: u8,
+    },
+    /// Both edited the query, to different texts.
+    EditedText {
+        /// The first reviewer's.
+        first: String,
+        /// The second reviewer's.
+        second: String,
+    },
 }
 
 /// What two reviewers' judgments say about each other.
@@ -138,13 +164,13 @@ pub fn agreement(first: (&str, &[&Judgment]), second: (&str, &[&Judgment])) -> A
         let Some(b) = theirs.get(&a.query_id) else { continue };
         if let (Some(x), Some(y)) = (a.decision, b.decision) {
             decisions.push((x, y));
-            if x != y {
-                disagreements.push(Disagreement {
-                    query_id: a.query_id.clone(),
-                    chunk_id: None,
-                    first: x.to_string(),
-                    second: y.to_string(),
-                });
+            let about = if x == y { None } else { Some(About::Decision { first: x, second: y }) };
+            let texts = (x == Decision::Edit && x == y && a.edited_text != b.edited_text).then(|| {
+                (a.edited_text.clone().unwrap_or_default(), b.edited_text.clone().unwrap_or_default())
+            });
+            let about = about.or_else(|| texts.map(|(first, second)| About::EditedText { first, second }));
+            if let Some(about) = about {
+                disagreements.push(Disagreement { query_id: a.query_id.clone(), about });
             }
         }
         let their_grades: HashMap<&ChunkId, u8> = b.grades.iter().map(|g| (&g.chunk_id, g.grade)).collect();
@@ -154,9 +180,7 @@ pub fn agreement(first: (&str, &[&Judgment]), second: (&str, &[&Judgment])) -> A
             if g.grade != other {
                 grade_disagreements.push(Disagreement {
                     query_id: a.query_id.clone(),
-                    chunk_id: Some(g.chunk_id.clone()),
-                    first: g.grade.to_string(),
-                    second: other.to_string(),
+                    about: About::Grade { chunk_id: g.chunk_id.clone(), first: g.grade, second: other },
                 });
             }
         }
@@ -175,7 +199,9 @@ pub fn agreement(first: (&str, &[&Judgment]), second: (&str, &[&Judgment])) -> A
 /// judgment. Judged by both: when their decisions differ, the one `policy` picks wins whole
 /// (reason, text and grades); when they agree (or one gave none), the first reviewer's reason and
 /// text are kept and grades are merged, `policy` picking between two grades of the same chunk.
-/// Merged judgments name both reviewers (`first+second`).
+/// Merged judgments name both reviewers (`first+second`). A merged judgment can break a form
+/// rule (both `answerable`, each answering chunk graded 0 by the other under `strict`): apply
+/// checks resolved judgments by the same rules as a file's rows.
 #[must_use]
 pub fn resolve(first: &[&Judgment], second: &[&Judgment], policy: Policy) -> Vec<Judgment> {
     let theirs: HashMap<&QueryId, &Judgment> = second.iter().map(|j| (&j.query_id, *j)).collect();
@@ -280,23 +306,14 @@ mod tests {
         let (a, b): (Vec<&Judgment>, Vec<&Judgment>) = (ann.iter().collect(), bob.iter().collect());
         let report = agreement(("ann", &a), ("bob", &b));
         assert_eq!(report.decisions.map(|k| k.items), Some(2));
-        let listed: Vec<(String, Option<String>, String, String)> = report
-            .disagreements
-            .iter()
-            .map(|d| {
-                (
-                    d.query_id.to_string(),
-                    d.chunk_id.as_ref().map(ToString::to_string),
-                    d.first.clone(),
-                    d.second.clone(),
-                )
-            })
-            .collect();
+        let listed: Vec<(String, About)> =
+            report.disagreements.iter().map(|d| (d.query_id.to_string(), d.about.clone())).collect();
+        let c1 = ChunkId::parse("c1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             listed,
             [
-                ("q2".into(), None, "accept".into(), "reject".into()),
-                ("q1".into(), Some("c1".into()), "3".into(), "2".into())
+                ("q2".into(), About::Decision { first: Decision::Accept, second: Decision::Reject }),
+                ("q1".into(), About::Grade { chunk_id: c1, first: 3, second: 2 })
             ]
         );
         let strict = resolve(&a, &b, Policy::Strict);
@@ -327,6 +344,26 @@ mod tests {
             summary(&lenient)[..2],
             [("q1".into(), acc, vec![3, 1], "ann+bob".into()), ("q2".into(), acc, vec![], "ann+bob".into())]
         );
+    }
+
+    #[test]
+    fn two_different_edits_are_a_disagreement() {
+        let edit = Some(Decision::Edit);
+        let with_text = |reviewer: &str, text: &str| Judgment {
+            edited_text: Some(text.to_owned()),
+            ..judgment("q1", reviewer, edit, &[])
+        };
+        let (ann, bob) = ([with_text("ann", "how long")], [with_text("bob", "for how long")]);
+        let (a, b): (Vec<&Judgment>, Vec<&Judgment>) = (ann.iter().collect(), bob.iter().collect());
+        let report = agreement(("ann", &a), ("bob", &b));
+        assert_eq!(report.decisions.map(|k| k.kappa), Some(1.0), "the decisions agree");
+        assert_eq!(
+            report.disagreements.iter().map(|d| d.about.clone()).collect::<Vec<_>>(),
+            [About::EditedText { first: "how long".into(), second: "for how long".into() }]
+        );
+        let json = serde_json::to_value(&report.disagreements[0]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["about"], "edited_text");
+        assert_eq!(json["second"], "for how long");
     }
 
     #[test]

@@ -8,8 +8,13 @@
 //! - `reject` removes the query and its qrels; `edit` replaces its text (the id stays);
 //! - a human grade replaces the machine's (or adds a row) with provenance `human`; grade 0 stays
 //!   in `qrels/provenance.tsv` but leaves `qrels.trec` and `qrels/test.tsv`;
-//! - `answerable` keeps a `no_answer` query with the chunks graded 1–3 as its qrels; `accept` or
-//!   `edit` of a `no_answer` query confirms it has none;
+//! - `answerable` keeps a `no_answer` query with the chunks graded 1–3 as its qrels and makes it a
+//!   `direct` query (`metadata.type`, with `metadata.generated_as: "no_answer"`, as the build's
+//!   `--reclassify` does); `accept` or `edit` of a `no_answer` query confirms it has none (its
+//!   human grades 0 stay in `qrels/provenance.tsv`);
+//! - a query that stays in the set must keep a chunk graded 1–3 (`no_answer` queries aside);
+//! - a row whose query text differs from the set's is refused unless its decision is `edit`;
+//! - `no_answer.txt` lists the `no_answer` queries left without a relevant chunk;
 //! - a decided query's `metadata.review` records the decision, the reviewer and, after an edit,
 //!   the original text.
 //!
@@ -28,7 +33,8 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
 /// What applying a batch did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// A new version was written.
     Applied {
@@ -65,29 +71,30 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Checks `decisions` against the set: known queries and chunks, decisions that fit the type.
-///
-/// # Errors
-/// [`Error::Decisions`] listing every problem with its line, row or task.
-pub fn check(set: &ReviewSet, decisions: &Decisions) -> Result<()> {
-    let problems = problems(set, &decisions.judgments);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Decisions { path: decisions.path.clone(), problems })
+/// Problems of `judgments` against the set (known queries and chunks, decisions that fit the
+/// type, a relevant chunk left, no text changed without `edit`), in file order.
+pub(crate) fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
+    let queries: HashMap<&QueryId, &QueryLine> = set.base.queries.iter().map(|q| (&q.id, q)).collect();
+    let mut machine: HashMap<&QueryId, BTreeMap<&ChunkId, u8>> = HashMap::new();
+    for q in &set.base.qrels {
+        machine.entry(&q.query_id).or_default().insert(&q.chunk_id, q.grade);
     }
-}
-
-fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
-    let types: HashMap<&QueryId, QueryType> =
-        set.base.queries.iter().map(|q| (&q.id, q.query_type)).collect();
+    let mut before: HashMap<&QueryId, Option<Decision>> = HashMap::new();
+    for j in set.ledger.iter().map(|e| &e.judgment) {
+        let grades = machine.entry(&j.query_id).or_default();
+        grades.extend(j.grades.iter().map(|g| (&g.chunk_id, g.grade)));
+        if j.decision.is_some() {
+            before.insert(&j.query_id, j.decision);
+        }
+    }
     let mut problems = Vec::new();
-    for Located { at, judgment: j } in judgments {
+    for Located { at, judgment: j, shown_text } in judgments {
         let mut problem = |message: String| problems.push(Problem::new(*at, message));
-        let Some(&query_type) = types.get(&j.query_id) else {
+        let Some(query) = queries.get(&j.query_id) else {
             problem(format!("unknown query id {} (not in the set)", j.query_id));
             continue;
         };
+        let query_type = query.query_type;
         for g in j.grades.iter().filter(|g| !set.chunks.contains(&g.chunk_id)) {
             problem(format!("unknown chunk id {} (not in corpus.jsonl)", g.chunk_id));
         }
@@ -102,6 +109,49 @@ fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
                 j.query_id
             ));
         }
+        let decision = j.decision.or_else(|| before.get(&j.query_id).copied().flatten());
+        let must_answer = if no_answer {
+            decision == Some(Decision::Answerable)
+        } else {
+            decision != Some(Decision::Reject)
+        };
+        if must_answer {
+            let mut grades = machine.get(&j.query_id).cloned().unwrap_or_default();
+            grades.extend(j.grades.iter().map(|g| (&g.chunk_id, g.grade)));
+            if grades.values().all(|&g| g == 0) {
+                problem(format!(
+                    "{} would be left with no relevant chunk: grade a chunk 1–3, add one, or reject",
+                    j.query_id
+                ));
+            }
+        }
+        if let Some(shown) = shown_text.as_deref()
+            && j.decision != Some(Decision::Edit)
+            && !same_words(shown, &query.text)
+        {
+            problem(format!(
+                "the query text of {} was changed here but the decision is not edit: choose edit and put the \
+                 new text in edited_text",
+                j.query_id
+            ));
+        }
+    }
+    problems
+}
+
+/// Whether two texts have the same words (a spreadsheet may change spaces and line ends).
+fn same_words(a: &str, b: &str) -> bool {
+    a.split_whitespace().eq(b.split_whitespace())
+}
+
+/// The form rules of a decisions row, for judgments that were not read from one (merged from two
+/// reviewers): the same rules, so a resolved judgment cannot be what a file could not say.
+fn form_problems(judgments: &[Located]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for Located { at, judgment: j, .. } in judgments {
+        let mut problem =
+            |message: String| problems.push(Problem::new(*at, format!("{}: {message}", j.query_id)));
+        super::decisions::rules(super::decisions::Fields::of(j), &mut problem);
     }
     problems
 }
@@ -110,7 +160,7 @@ fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
 fn repeats(judgments: &[Located]) -> Vec<Problem> {
     let mut seen: HashMap<&QueryId, (Location, &str)> = HashMap::new();
     let mut problems = Vec::new();
-    for Located { at, judgment: j } in judgments {
+    for Located { at, judgment: j, .. } in judgments {
         if let Some((first, reviewer)) = seen.insert(&j.query_id, (*at, &j.reviewer)) {
             let message = format!(
                 "{} is judged by {} here and by {reviewer} ({first}); two reviewers' judgments are merged \
@@ -132,12 +182,14 @@ fn repeats(judgments: &[Located]) -> Vec<Problem> {
 pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
     let inputs: Vec<InputFile> = batch.inputs.iter().map(|d| input_file(d)).collect();
     let key = batch_key(&inputs, batch.resolve);
-    let history = set.log.iter().flat_map(|log| &log.history);
+    let history = set.log().into_iter().flat_map(|log| &log.history);
     if let Some(done) = history.into_iter().find(|record| record.key == key) {
         return Ok(Outcome::AlreadyApplied { version: done.version });
     }
     let mut problems = problems(set, &batch.judgments);
+    problems.append(&mut form_problems(&batch.judgments));
     problems.append(&mut repeats(&batch.judgments));
+    problems.sort_by_key(|p| p.at);
     if !problems.is_empty() {
         let path = batch.inputs.first().map_or_else(|| set.dir.clone(), |d| d.path.clone());
         return Err(Error::Decisions { path, problems });
@@ -229,14 +281,14 @@ fn fold(set: &ReviewSet, ledger: &[Entry]) -> Result<Version> {
         };
         let confirmed_no_answer = query.query_type == QueryType::NoAnswer
             && decision.is_some_and(|j| j.decision != Some(Decision::Answerable));
-        if !confirmed_no_answer {
-            let empty = BTreeMap::new();
-            let grades = human.get(&query.id).unwrap_or(&empty);
-            next.qrels.extend(query_qrels(
-                &query.id,
-                machine.get(&query.id).map_or(&[][..], Vec::as_slice),
-                grades,
-            ));
+        let empty = BTreeMap::new();
+        let grades = human.get(&query.id).unwrap_or(&empty);
+        let rows = query_qrels(&query.id, machine.get(&query.id).map_or(&[][..], Vec::as_slice), grades);
+        if confirmed_no_answer {
+            // It has no relevant chunk; the human grades 0 that say so stay in provenance.tsv.
+            next.qrels.extend(rows.into_iter().filter(|q| q.grade == 0 && q.provenance == Provenance::Human));
+        } else {
+            next.qrels.extend(rows);
         }
         next.queries.push(line);
     }
@@ -261,23 +313,33 @@ fn query_qrels(query: &QueryId, machine: &[&Qrel], human: &BTreeMap<&ChunkId, u8
     rows
 }
 
-/// The query line with its decision recorded in `metadata.review` (and an edit's text).
+/// The query line with its decision recorded in `metadata.review` (and an edit's text; an
+/// answerable `no_answer` query becomes `direct`).
 fn reviewed_line(set: &ReviewSet, query: &QueryLine, judgment: &Judgment) -> Result<QueryLine> {
-    let path = set.dir.join(super::set::QUERIES);
-    let bad = |message: String| malformed(&path, 0, format!("{}: {message}", query.id));
+    let path = set.base_queries_path();
+    let bad = |message: String| malformed(&path, query.line, format!("{}: {message}", query.id));
     let mut object: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&query.raw).map_err(|e| bad(e.to_string()))?;
     let edited = judgment.edited_text.as_deref().filter(|_| judgment.decision == Some(Decision::Edit));
     let text = edited.unwrap_or(&query.text).to_owned();
+    let decision = judgment.decision.unwrap_or(Decision::Accept);
     let review = HumanReview {
-        decision: judgment.decision.unwrap_or(Decision::Accept),
+        decision,
         reviewer: &judgment.reviewer,
         original_text: edited.map(|_| query.text.as_str()),
     };
     let review = serde_json::to_value(&review).map_err(|e| bad(e.to_string()))?;
     object.insert("text".to_owned(), serde_json::Value::String(text.clone()));
     let metadata = object.get_mut("metadata").and_then(serde_json::Value::as_object_mut);
-    metadata.ok_or_else(|| bad("no metadata object".to_owned()))?.insert("review".to_owned(), review);
+    let metadata = metadata.ok_or_else(|| bad("no metadata object".to_owned()))?;
+    metadata.insert("review".to_owned(), review);
+    let mut query_type = query.query_type;
+    if decision == Decision::Answerable && query_type == QueryType::NoAnswer {
+        query_type = QueryType::Direct;
+        let label = |t: QueryType| serde_json::Value::String(t.label().to_owned());
+        metadata.insert("type".to_owned(), label(query_type));
+        metadata.insert("generated_as".to_owned(), label(QueryType::NoAnswer));
+    }
     let raw = serde_json::to_string(&object).map_err(|e| bad(e.to_string()))?;
-    Ok(QueryLine { text, raw, ..query.clone() })
+    Ok(QueryLine { text, query_type, raw, ..query.clone() })
 }

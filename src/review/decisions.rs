@@ -5,8 +5,10 @@
 //! for a rejection, a text for an edit, an answering chunk for `answerable`. Every problem of every
 //! row is collected with its line (JSONL), row (CSV, the header is row 1) or task (Label Studio);
 //! one problem anywhere and the file yields no judgment at all. Rows with no decision and no grade
-//! are pending and skipped.
+//! are pending and skipped. [`read_for`] also checks the judgments against the set and reports
+//! those problems together with the form problems.
 
+use super::set::ReviewSet;
 use super::{
     ChunkGrade, Decision, Format, GRADE_MAX, Judgment, Located, Location, Problem, Slot, field, slot_field,
 };
@@ -27,15 +29,57 @@ pub struct Decisions {
     pub bytes: Vec<u8>,
     /// Its judgments, in file order.
     pub judgments: Vec<Located>,
+    /// Whether it has a row at all (a Label Studio file: an annotation).
+    pub annotated: bool,
 }
 
-/// Reads `path` in `format` (by default the one its extension implies). Judgments name
-/// `reviewer`, else the row's `reviewer` field, else the file's stem.
+/// Reads `path` in `format` (by default the one its extension implies) and checks it for form.
+/// Judgments name the row's `reviewer` field (for Label Studio, the annotator), else `reviewer`,
+/// else the file's stem.
 ///
 /// # Errors
 /// [`Error::Input`] if the file cannot be read, [`Error::InvalidSetting`] if the format is
 /// unknown, [`Error::Decisions`] listing every bad row.
 pub fn read(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Result<Decisions> {
+    let (decisions, problems) = parse(path, format, reviewer)?;
+    if problems.is_empty() {
+        Ok(decisions)
+    } else {
+        Err(Error::Decisions { path: path.to_owned(), problems })
+    }
+}
+
+/// As [`read`], and checks the judgments against `set` (known ids, decisions that fit the query,
+/// a relevant chunk left, no text changed without `edit`): every problem of the file at once.
+///
+/// # Errors
+/// As [`read`]; [`Error::NoJudgments`] when every row is pending.
+pub fn read_for(
+    set: &ReviewSet,
+    path: &Path,
+    format: Option<Format>,
+    reviewer: Option<&str>,
+) -> Result<Decisions> {
+    let (decisions, mut problems) = parse(path, format, reviewer)?;
+    problems.extend(super::apply::problems(set, &decisions.judgments));
+    problems.sort_by_key(|p| p.at);
+    if !problems.is_empty() {
+        return Err(Error::Decisions { path: path.to_owned(), problems });
+    }
+    if decisions.judgments.is_empty() {
+        let hint = if decisions.format == Format::LabelStudio && !decisions.annotated {
+            "the file has no annotations: is it the tasks file that review export wrote? Apply the \
+             export Label Studio makes after annotating (Export → JSON)"
+        } else {
+            "fill in a decision (or a chunk grade) in the rows reviewed, save, and run the command again"
+        };
+        return Err(Error::NoJudgments { path: path.to_owned(), hint });
+    }
+    Ok(decisions)
+}
+
+/// The file's judgments (those of rows without problems) and every form problem.
+fn parse(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Result<(Decisions, Vec<Problem>)> {
     let format = format.or_else(|| Format::from_path(path)).ok_or_else(|| Error::InvalidSetting {
         flag: "--format",
         message: format!(
@@ -50,11 +94,11 @@ pub fn read(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Resu
         Format::LabelStudio => super::label_studio::rows(&bytes),
     };
     let stem = path.file_stem().map_or_else(|| "reviewer".to_owned(), |s| s.to_string_lossy().into_owned());
-    let judgments = rows.and_then(|rows| check_rows(rows, reviewer, &stem));
-    match judgments {
-        Ok(judgments) => Ok(Decisions { path: path.to_owned(), format, bytes, judgments }),
-        Err(problems) => Err(Error::Decisions { path: path.to_owned(), problems }),
-    }
+    let (annotated, (judgments, problems)) = match rows {
+        Ok(rows) => (!rows.is_empty(), check_rows(rows, reviewer, &stem)),
+        Err(problems) => (false, (Vec::new(), problems)),
+    };
+    Ok((Decisions { path: path.to_owned(), format, bytes, judgments, annotated }, problems))
 }
 
 /// The decision fields of one row, as written (trimmed; empty means not given).
@@ -68,6 +112,8 @@ pub(crate) struct RawRow {
     pub edited_text: String,
     pub add: String,
     pub grades: Vec<RawGrade>,
+    /// The query text the row shows, if the format has one.
+    pub shown_text: Option<String>,
 }
 
 impl RawRow {
@@ -82,6 +128,7 @@ impl RawRow {
             edited_text: String::new(),
             add: String::new(),
             grades: Vec::new(),
+            shown_text: None,
         }
     }
 
@@ -110,17 +157,13 @@ pub(crate) struct RawGrade {
     pub grade: String,
 }
 
-/// Checks every row; returns the judgments, or every problem found.
-fn check_rows(
-    rows: Vec<RawRow>,
-    reviewer: Option<&str>,
-    stem: &str,
-) -> std::result::Result<Vec<Located>, Vec<Problem>> {
+/// Checks every row; returns the judgments of the good rows and every problem found.
+fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> (Vec<Located>, Vec<Problem>) {
     let mut problems = Vec::new();
     let mut judgments: Vec<Located> = Vec::new();
     let mut seen: HashMap<(QueryId, String), Location> = HashMap::new();
     for row in rows {
-        let at = row.at;
+        let (at, shown_text) = (row.at, row.shown_text.clone());
         match judgment(row, reviewer, stem) {
             Ok(None) => {}
             Ok(Some(j)) => match seen.insert((j.query_id.clone(), j.reviewer.clone()), at) {
@@ -128,12 +171,12 @@ fn check_rows(
                     at,
                     format!("{} was already judged by {} ({first})", j.query_id, j.reviewer),
                 )),
-                None => judgments.push(Located { at, judgment: j }),
+                None => judgments.push(Located { at, judgment: j, shown_text }),
             },
             Err(mut found) => problems.append(&mut found),
         }
     }
-    if problems.is_empty() { Ok(judgments) } else { Err(problems) }
+    (judgments, problems)
 }
 
 /// The judgment a row holds (`None` for a row with no decision and no grade), or its problems.
@@ -161,8 +204,17 @@ fn judgment(
     if let Err(message) = &query_id {
         problem(message.clone());
     }
-    rules(&row, decision, &grades, &mut problem);
-    let reviewer = [reviewer.unwrap_or_default(), &row.reviewer, stem].into_iter().find(|r| !r.is_empty());
+    rules(
+        Fields {
+            decision,
+            reject_reason: &row.reject_reason,
+            edited_text: &row.edited_text,
+            grades: &grades,
+        },
+        &mut problem,
+    );
+    // The row's own reviewer (or Label Studio annotator) wins; --reviewer fills in empty ones.
+    let reviewer = [&row.reviewer, reviewer.unwrap_or_default(), stem].into_iter().find(|r| !r.is_empty());
     match query_id {
         Ok(query_id) if problems.is_empty() => Ok(Some(Judgment {
             query_id,
@@ -176,23 +228,45 @@ fn judgment(
     }
 }
 
-/// What each decision needs, and fields that need a decision.
-fn rules(row: &RawRow, decision: Option<Decision>, grades: &[ChunkGrade], problem: &mut impl FnMut(String)) {
-    let answered = grades.iter().any(|g| g.grade >= 1);
-    match decision {
-        Some(Decision::Reject) if row.reject_reason.is_empty() => {
+/// The decision fields of a judgment, for [`rules`].
+#[derive(Clone, Copy)]
+pub(crate) struct Fields<'a> {
+    pub decision: Option<Decision>,
+    pub reject_reason: &'a str,
+    pub edited_text: &'a str,
+    pub grades: &'a [ChunkGrade],
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of a judgment.
+    pub fn of(j: &'a Judgment) -> Self {
+        Self {
+            decision: j.decision,
+            reject_reason: j.reject_reason.as_deref().unwrap_or_default(),
+            edited_text: j.edited_text.as_deref().unwrap_or_default(),
+            grades: &j.grades,
+        }
+    }
+}
+
+/// What each decision needs, and fields that need a decision: the form rules every judgment
+/// keeps, read from a file or merged from two reviewers.
+pub(crate) fn rules(f: Fields<'_>, problem: &mut impl FnMut(String)) {
+    let answered = f.grades.iter().any(|g| g.grade >= 1);
+    match f.decision {
+        Some(Decision::Reject) if f.reject_reason.is_empty() => {
             problem("reject needs a reject_reason".to_owned());
         }
-        Some(Decision::Edit) if row.edited_text.is_empty() => problem("edit needs an edited_text".to_owned()),
+        Some(Decision::Edit) if f.edited_text.is_empty() => problem("edit needs an edited_text".to_owned()),
         Some(Decision::Answerable) if !answered => {
             problem("answerable needs the chunk that answers it: grade it 1–3, or list it in add".to_owned());
         }
         _ => {}
     }
-    if !row.edited_text.is_empty() && decision != Some(Decision::Edit) {
+    if !f.edited_text.is_empty() && f.decision != Some(Decision::Edit) {
         problem("edited_text is given but the decision is not edit".to_owned());
     }
-    if !row.reject_reason.is_empty() && decision != Some(Decision::Reject) {
+    if !f.reject_reason.is_empty() && f.decision != Some(Decision::Reject) {
         problem("reject_reason is given but the decision is not reject".to_owned());
     }
 }
@@ -238,6 +312,9 @@ struct JsonRow {
     edited_text: Option<String>,
     #[serde(default)]
     add: Option<String>,
+    /// The query text as exported.
+    #[serde(default)]
+    text: Option<String>,
     #[serde(default)]
     sources: Vec<JsonChunk>,
     #[serde(default)]
@@ -259,8 +336,13 @@ enum JsonGrade {
     Text(String),
 }
 
+/// `bytes` without a leading UTF-8 byte order mark (spreadsheets and some editors write one).
+pub(crate) fn without_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes)
+}
+
 fn jsonl_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {
-    let text = String::from_utf8_lossy(bytes);
+    let text = String::from_utf8_lossy(without_bom(bytes));
     let mut rows = Vec::new();
     let mut problems = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -285,6 +367,7 @@ fn json_row(at: Location, json: JsonRow) -> RawRow {
     ] {
         row.set(name, value.as_deref().unwrap_or_default());
     }
+    row.shown_text = json.text;
     let shown = [("sources", json.sources), ("pool", json.pool)];
     for (list, chunks) in shown {
         for (i, chunk) in chunks.into_iter().enumerate() {
@@ -301,7 +384,7 @@ fn json_row(at: Location, json: JsonRow) -> RawRow {
 }
 
 fn csv_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {
-    let bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
+    let bytes = without_bom(bytes);
     let mut reader = csv::ReaderBuilder::new().from_reader(bytes);
     let headers = reader.headers().map_err(|e| vec![Problem::new(Location::Row(1), e.to_string())])?.clone();
     if !headers.iter().any(|h| h == field::QUERY_ID) {
@@ -309,14 +392,43 @@ fn csv_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {
     }
     let mut rows = Vec::new();
     let mut problems = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let at = Location::Row(i + 2);
-        match record {
-            Ok(record) => rows.push(csv_row(at, headers.iter().zip(record.iter()))),
-            Err(e) => problems.push(Problem::new(at, format!("malformed CSV: {e}"))),
+    // A spreadsheet shows one row per record and per blank line: the record's line, less the
+    // line breaks inside quoted cells before it.
+    let mut breaks = headers.iter().map(|h| h.matches('\n').count()).sum::<usize>();
+    let mut record = csv::StringRecord::new();
+    let mut previous = 1;
+    loop {
+        let read = reader.read_record(&mut record);
+        let row = |position: Option<&csv::Position>, breaks: usize| {
+            position.map_or(previous + 1, |p| spreadsheet_row(bytes, p, breaks).max(previous + 1))
+        };
+        match read {
+            Ok(false) => break,
+            Ok(true) => {
+                let at = row(record.position(), breaks);
+                rows.push(csv_row(Location::Row(at), headers.iter().zip(record.iter())));
+                breaks += record.iter().map(|cell| cell.matches('\n').count()).sum::<usize>();
+                previous = at;
+            }
+            Err(e) => {
+                let at = row(e.position(), breaks);
+                problems.push(Problem::new(Location::Row(at), format!("malformed CSV: {e}")));
+                previous = at;
+            }
         }
     }
     if problems.is_empty() { Ok(rows) } else { Err(problems) }
+}
+
+/// The spreadsheet row of a record the reader started reading at `position`: the reader counts
+/// the lines before it but not the blank lines it skips, nor (as a spreadsheet does) the line
+/// breaks inside quoted cells (`breaks` of them so far).
+fn spreadsheet_row(bytes: &[u8], position: &csv::Position, breaks: usize) -> usize {
+    let start = usize::try_from(position.byte()).unwrap_or(usize::MAX);
+    let rest = bytes.get(start..).unwrap_or_default();
+    let blank = rest.iter().take_while(|&&b| b == b'\n' || b == b'\r').filter(|&&b| b == b'\n').count();
+    let line = usize::try_from(position.line()).unwrap_or(usize::MAX);
+    line.saturating_add(blank).saturating_sub(breaks)
 }
 
 fn csv_row<'a>(at: Location, cells: impl Iterator<Item = (&'a str, &'a str)>) -> RawRow {
@@ -325,6 +437,10 @@ fn csv_row<'a>(at: Location, cells: impl Iterator<Item = (&'a str, &'a str)>) ->
     let mut grades: Vec<(String, String, String)> = Vec::new();
     for (name, value) in cells {
         if row.set(name, value) {
+            continue;
+        }
+        if name == "query" {
+            row.shown_text = Some(value.to_owned());
             continue;
         }
         match Slot::parse_field(name) {
@@ -354,9 +470,16 @@ mod tests {
             Format::Csv => csv_rows(text.as_bytes()),
             Format::LabelStudio => super::super::label_studio::rows(text.as_bytes()),
         };
-        rows.and_then(|rows| check_rows(rows, None, "ann"))
-            .map(|js| js.into_iter().map(|j| j.judgment).collect())
-            .map_err(|ps| ps.iter().map(ToString::to_string).collect())
+        let (judgments, problems) = check_rows(rows.map_err(|ps| strings(&ps))?, None, "ann");
+        if problems.is_empty() {
+            Ok(judgments.into_iter().map(|j| j.judgment).collect())
+        } else {
+            Err(strings(&problems))
+        }
+    }
+
+    fn strings(problems: &[Problem]) -> Vec<String> {
+        problems.iter().map(ToString::to_string).collect()
     }
 
     #[test]
@@ -432,6 +555,28 @@ not json
             judgments[0].grades.iter().map(|g| (g.chunk_id.to_string(), g.grade)).collect();
         assert_eq!(grades, [("a:1".to_owned(), 3), ("b:2".to_owned(), 1)]);
         assert_eq!(judgments[1].reject_reason.as_deref(), Some("off topic"));
+    }
+
+    #[test]
+    fn csv_rows_count_blank_lines_and_not_line_breaks_in_cells() {
+        // Row 1 header, row 2 a record over two lines, row 3 blank, row 4 the bad record.
+        let text = "query_id,query,decision\ndirect-1,\"two\nlines\",accept\n\ndirect-2,x,acept\n";
+        let problems = read_str(Format::Csv, text).err().unwrap_or_default();
+        assert_eq!(problems, ["row 4: unknown decision \"acept\" (accept, edit, answerable or reject)"]);
+        let crlf = "query_id,decision\r\n\r\n\r\ndirect-2,acept\r\n";
+        let problems = read_str(Format::Csv, crlf).err().unwrap_or_default();
+        assert!(problems[0].starts_with("row 4: "), "{problems:?}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_and_the_shown_text_kept() {
+        let text = "\u{feff}{\"query_id\":\"direct-1\",\"decision\":\"accept\",\"text\":\"how long\"}\n";
+        let rows = jsonl_rows(text.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(rows[0].shown_text.as_deref(), Some("how long"));
+        let (judgments, problems) = check_rows(rows, Some("ann"), "file");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(judgments[0].shown_text.as_deref(), Some("how long"));
+        assert_eq!(judgments[0].judgment.reviewer, "ann", "--reviewer fills in an empty reviewer");
     }
 
     #[test]

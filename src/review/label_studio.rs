@@ -136,6 +136,8 @@ pub fn config(slots: Slots) -> String {
 #[derive(Deserialize)]
 struct ExportedTask {
     #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
     data: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     annotations: Vec<Annotation>,
@@ -192,6 +194,7 @@ impl RegionValue {
 
 /// The decision rows of a Label Studio JSON export: one per annotation not cancelled.
 pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
+    let bytes = super::decisions::without_bom(bytes);
     let tasks: Vec<ExportedTask> = serde_json::from_slice(bytes).map_err(|e| {
         let at = Location::Line(e.line());
         vec![Problem::new(at, format!("not a Label Studio JSON export (a list of tasks): {e}"))]
@@ -200,7 +203,7 @@ pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
     let mut problems = Vec::new();
     for (t, task) in tasks.iter().enumerate() {
         for (a, annotation) in task.annotations.iter().enumerate().filter(|(_, a)| !a.was_cancelled) {
-            let at = Location::Task { task: t + 1, annotation: a + 1 };
+            let at = Location::Task { task: t + 1, id: task.id, annotation: a + 1 };
             rows.push(row(at, task, annotation, &mut problems));
         }
     }
@@ -274,6 +277,16 @@ mod tests {
         assert_eq!(
             problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["task 1, annotation 1: unknown control \"sentiment\""]
+        );
+        let export = format!(
+            "\u{feff}{}",
+            r#"[{"id": 102, "data": {"query_id": "q"}, "annotations": [{"result": [{"from_name": "mood", "value": {}}]}]}]"#
+        );
+        let problems = rows(export.as_bytes()).err().unwrap_or_default();
+        assert_eq!(
+            problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["task 1 (id 102), annotation 1: unknown control \"mood\""],
+            "a byte order mark is skipped and the task is named by its id too"
         );
         assert!(rows(b"{\"query_id\": 1}").is_err());
     }

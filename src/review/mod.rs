@@ -64,8 +64,9 @@ impl Decision {
         Self::ALL.into_iter().find(|d| d.label().eq_ignore_ascii_case(label))
     }
 
-    /// Whether the query, as the machine made it, was good: only an unchanged accept counts
-    /// (an edit, a rejection or an answerable `no_answer` query each mean the machine erred).
+    /// Whether the query, as the machine made it, was good: an accept counts, even with corrected
+    /// chunk grades (an edit, a rejection or an answerable `no_answer` query each mean the machine
+    /// erred). An accepted query always keeps a relevant chunk: apply refuses one that would not.
     #[must_use]
     pub fn is_good(self) -> bool {
         self == Self::Accept
@@ -108,8 +109,8 @@ pub struct Judgment {
     pub grades: Vec<ChunkGrade>,
 }
 
-/// Where a judgment comes from in its file, for messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where a judgment comes from in its file, for messages (ordered as in the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Location {
     /// A JSONL line (1-based).
@@ -120,6 +121,9 @@ pub enum Location {
     Task {
         /// Position of the task in the export.
         task: usize,
+        /// The task's Label Studio id, if the export has one.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        id: Option<u64>,
         /// Position of the annotation in the task.
         annotation: usize,
     },
@@ -132,7 +136,10 @@ impl fmt::Display for Location {
         match self {
             Self::Line(n) => write!(f, "line {n}"),
             Self::Row(n) => write!(f, "row {n}"),
-            Self::Task { task, annotation } => write!(f, "task {task}, annotation {annotation}"),
+            Self::Task { task, id: Some(id), annotation } => {
+                write!(f, "task {task} (id {id}), annotation {annotation}")
+            }
+            Self::Task { task, id: None, annotation } => write!(f, "task {task}, annotation {annotation}"),
             Self::Resolved => f.write_str("resolved"),
         }
     }
@@ -145,6 +152,17 @@ pub struct Located {
     pub at: Location,
     /// What it says.
     pub judgment: Judgment,
+    /// The query text as the row shows it, when the format carries one (JSONL `text`, CSV
+    /// `query`): a text changed without the decision `edit` is refused.
+    pub shown_text: Option<String>,
+}
+
+impl Located {
+    /// A judgment read at `at`, without a shown text.
+    #[must_use]
+    pub fn new(at: Location, judgment: Judgment) -> Self {
+        Self { at, judgment, shown_text: None }
+    }
 }
 
 /// Something wrong with one row of a decisions file.

@@ -10,6 +10,7 @@ use crate::id::{ChunkId, QueryId};
 use crate::output::{PROVENANCE_HEADER, PROVENANCE_TSV};
 use crate::record::{Provenance, Qrel, QueryType, ReviewItem, Status};
 use serde::Deserialize;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
 use std::io::BufRead;
@@ -35,6 +36,8 @@ pub struct QueryLine {
     pub status: Status,
     /// The line, verbatim.
     pub raw: String,
+    /// Its 1-based line number in the file it was read from.
+    pub line: usize,
 }
 
 #[derive(Deserialize)]
@@ -53,12 +56,20 @@ struct MetaFields {
 }
 
 /// The content of one version of a set: its queries and every judgment (grade 0 included).
-#[derive(Debug, Clone, PartialEq)]
+/// Two versions are equal when their files would be: the same query lines and judgments.
+#[derive(Debug, Clone)]
 pub struct Version {
     /// `queries.jsonl`, in file order.
     pub queries: Vec<QueryLine>,
     /// `qrels/provenance.tsv`, in file order.
     pub qrels: Vec<Qrel>,
+}
+
+impl PartialEq for Version {
+    fn eq(&self, other: &Self) -> bool {
+        self.qrels == other.qrels
+            && self.queries.iter().map(|q| &q.raw).eq(other.queries.iter().map(|q| &q.raw))
+    }
 }
 
 impl Version {
@@ -68,13 +79,25 @@ impl Version {
     /// [`Error::Input`] or [`Error::Malformed`] naming the file and line.
     pub fn read(dir: &Path) -> Result<Self> {
         let mut queries = Vec::new();
-        read_jsonl(&dir.join(QUERIES), |_, raw, q: QueryFields| {
+        read_jsonl(&dir.join(QUERIES), |line, raw, q: QueryFields| {
             let (query_type, status) = (q.metadata.query_type, q.metadata.status);
-            queries.push(QueryLine { id: q.id, text: q.text, query_type, status, raw: raw.to_owned() });
+            let raw = raw.to_owned();
+            queries.push(QueryLine { id: q.id, text: q.text, query_type, status, raw, line });
             Ok(())
         })?;
         Ok(Self { queries, qrels: read_provenance(&dir.join(PROVENANCE_TSV))? })
     }
+}
+
+/// `manifest.json`: the review log, and every other field kept as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetManifest {
+    /// Everything but the review log (the build's fields), written back unchanged.
+    #[serde(flatten)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
+    /// The review history; `None` before the first decisions are applied.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub review: Option<ReviewLog>,
 }
 
 /// A set folder, ready for review commands.
@@ -82,10 +105,8 @@ impl Version {
 pub struct ReviewSet {
     /// The folder.
     pub dir: PathBuf,
-    /// `manifest.json`, as an object (only its `review` section is read).
-    pub manifest: serde_json::Map<String, serde_json::Value>,
-    /// The review history; `None` before the first decisions are applied.
-    pub log: Option<ReviewLog>,
+    /// `manifest.json`, with the review history.
+    pub manifest: SetManifest,
     /// Version 1: what the machine made.
     pub base: Version,
     /// The current version.
@@ -106,12 +127,8 @@ impl ReviewSet {
     /// `versions/` or the ledger exist but the manifest has no review log (the set was rebuilt).
     pub fn load(dir: &Path) -> Result<Self> {
         let manifest = read_manifest(dir)?;
-        let log = manifest
-            .get(super::version::MANIFEST_KEY)
-            .map(ReviewLog::deserialize)
-            .transpose()
-            .map_err(|e| malformed(&dir.join(MANIFEST), 0, format!("review section: {e}")))?;
-        if log.is_none() && (dir.join(VERSIONS_DIR).exists() || dir.join(LEDGER).exists()) {
+        let leftover = dir.join(VERSIONS_DIR).exists() || dir.join(LEDGER).exists();
+        if manifest.review.is_none() && leftover && !failed_first_apply(dir) {
             return Err(Error::ReviewHistory {
                 path: dir.to_owned(),
                 message:
@@ -121,14 +138,18 @@ impl ReviewSet {
             });
         }
         let current = Version::read(dir)?;
-        let (base, ledger) = match &log {
+        let (base, ledger) = match &manifest.review {
             None => (current.clone(), Vec::new()),
-            Some(_) => (Version::read(&version_dir(dir, 1))?, read_all(&dir.join(LEDGER))?),
+            Some(log) => {
+                let mut ledger: Vec<Entry> = read_all(&dir.join(LEDGER))?;
+                // Entries of a version whose publishing failed are not part of the set.
+                ledger.retain(|e| e.version <= log.version);
+                (Version::read(&version_dir(dir, 1))?, ledger)
+            }
         };
         Ok(Self {
             dir: dir.to_owned(),
             manifest,
-            log,
             base,
             current,
             queue: read_all(&dir.join(QUEUE))?,
@@ -137,17 +158,37 @@ impl ReviewSet {
         })
     }
 
+    /// The review history; `None` before the first decisions are applied.
+    #[must_use]
+    pub fn log(&self) -> Option<&ReviewLog> {
+        self.manifest.review.as_ref()
+    }
+
+    /// The `queries.jsonl` that version 1 was read from.
+    #[must_use]
+    pub fn base_queries_path(&self) -> PathBuf {
+        let dir = if self.log().is_some() { version_dir(&self.dir, 1) } else { self.dir.clone() };
+        dir.join(QUERIES)
+    }
+
     /// The number of the current version (1 before any review).
     #[must_use]
     pub fn version(&self) -> u32 {
-        self.log.as_ref().map_or(1, |log| log.version)
+        self.log().map_or(1, |log| log.version)
     }
 }
 
-fn read_manifest(dir: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
+fn read_manifest(dir: &Path) -> Result<SetManifest> {
     let path = dir.join(MANIFEST);
     let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
     serde_json::from_str(&text).map_err(|e| malformed(&path, e.line(), e.to_string()))
+}
+
+/// Whether `versions/v1/` is what a first apply that failed to publish left: a copy of the files
+/// in place (the same `manifest.json`), not the history of an earlier build.
+fn failed_first_apply(dir: &Path) -> bool {
+    let kept = fs_err::read(version_dir(dir, 1).join(MANIFEST));
+    kept.is_ok_and(|kept| fs_err::read(dir.join(MANIFEST)).is_ok_and(|now| now == kept))
 }
 
 /// Calls `each(line number, line, record)` for every non-blank line of a JSONL file.

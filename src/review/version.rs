@@ -3,9 +3,12 @@
 //!
 //! Invariants: version 1 is what the build wrote; applying decisions keeps the current files under
 //! `versions/v<N>/` and writes version N + 1 in their place, together with the ledger, a copy of
-//! each decisions file (`review/applied/`) and the manifest, staged and published at once
-//! (`manifest.json` last). Nothing that differs between identical applies (times, paths) is
-//! recorded, so the same decisions give byte-identical files.
+//! each decisions file (`review/applied/`) and the manifest. Everything is staged first, then
+//! published in an order that never loses a version: `versions/v<N>/` (synced to disk), then
+//! `review/` (ledger entries newer than the manifest's version are ignored when the set is
+//! read), then the live files, `manifest.json` last. If moving a live file fails, the live files
+//! are restored from `versions/v<N>/`. Nothing that differs between identical applies (times,
+//! paths) is recorded, so the same decisions give byte-identical files.
 
 use super::agreement::Policy;
 use super::set::{QUERIES, ReviewSet, Version};
@@ -17,16 +20,19 @@ use std::path::{Path, PathBuf};
 
 /// `manifest.json`.
 pub const MANIFEST: &str = "manifest.json";
-/// The key of the review log in `manifest.json`.
-pub const MANIFEST_KEY: &str = "review";
+/// The ids of the `no_answer` queries, one per line.
+pub const NO_ANSWER: &str = "no_answer.txt";
+/// The folder of the ledger and the applied decisions files.
+pub const REVIEW_DIR: &str = "review";
 /// Every judgment applied so far, one per line.
 pub const LEDGER: &str = "review/decisions.jsonl";
 /// Copies of the applied decisions files, named by their hash.
 pub const APPLIED_DIR: &str = "review/applied";
 /// Earlier versions, `versions/v1/` (what the build wrote) and on.
 pub const VERSIONS_DIR: &str = "versions";
-/// The files a version consists of (kept for every earlier version).
-pub const VERSION_FILES: [&str; 5] = [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, MANIFEST];
+/// The files a version consists of (kept for every earlier version), in the order they are
+/// published (`manifest.json` last). `no_answer.txt` is kept when the set has one.
+pub const VERSION_FILES: [&str; 6] = [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, NO_ANSWER, MANIFEST];
 
 /// The folder that keeps version `n` once a later one exists.
 #[must_use]
@@ -142,7 +148,10 @@ pub struct Input<'a> {
 /// `next` in their place, the ledger, the inputs and the manifest with `record` added to its log.
 ///
 /// # Errors
-/// [`crate::Error::Output`] naming the file; nothing is published then.
+/// [`crate::Error::Output`] naming the file while staging; [`crate::Error::Unpublished`] when
+/// publishing fails (if it failed while moving the live files, they were restored from
+/// `versions/v<N>/`); [`crate::Error::ReviewHistory`] if restoring failed too, saying where the
+/// previous version is.
 pub fn write_next(
     set: &ReviewSet,
     next: &Version,
@@ -150,9 +159,10 @@ pub fn write_next(
     record: VersionRecord,
     inputs: &[Input<'_>],
 ) -> Result<()> {
-    let staging = Staging::create(&set.dir)?;
+    check_kept(set)?;
+    let mut staging = Staging::create(&set.dir)?;
     let kept = version_dir(Path::new(""), set.version());
-    for name in VERSION_FILES {
+    for name in VERSION_FILES.into_iter().filter(|name| set.dir.join(name).is_file()) {
         let target = staging.path(&kept.join(name).to_string_lossy());
         output::write_atomic(&target, |w| {
             std::io::copy(&mut fs_err::File::open(set.dir.join(name))?, w).map(|_| ())
@@ -160,27 +170,102 @@ pub fn write_next(
     }
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
+    output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
     output::write_jsonl(&staging.path(LEDGER), ledger)?;
     for input in inputs {
         output::write_atomic(&staging.path(&input.file.stored), |w| w.write_all(input.bytes))?;
     }
     let mut manifest = set.manifest.clone();
-    let mut log = set.log.clone().unwrap_or(ReviewLog { version: 1, parent: 0, history: Vec::new() });
+    let mut log = manifest.review.take().unwrap_or(ReviewLog { version: 1, parent: 0, history: Vec::new() });
     log.parent = log.version;
     log.version = record.version;
     log.history.push(record);
-    let log = serde_json::to_value(&log).map_err(|e| output_error(&staging.path(MANIFEST), e))?;
-    manifest.insert(MANIFEST_KEY.to_owned(), log);
+    manifest.review = Some(log);
     output::write_json(&staging.path(MANIFEST), &manifest)?;
-    staging.publish()
+    let unpublished = |source: crate::Error| crate::Error::Unpublished {
+        next: set.version() + 1,
+        current: set.version(),
+        kept: version_dir(&set.dir, set.version()),
+        source: Box::new(source),
+    };
+    // The previous version first, on disk, before any live file is replaced.
+    staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
+    let Err(failed) = staging.publish_ordered(&VERSION_FILES) else { return Ok(()) };
+    match restore(set) {
+        Ok(()) => Err(unpublished(failed)),
+        Err(restoring) => Err(crate::Error::ReviewHistory {
+            path: set.dir.clone(),
+            message: format!(
+                "publishing version {} failed ({failed}: {}), and restoring version {} failed ({restoring}: {})",
+                set.version() + 1,
+                source_of(&failed),
+                set.version(),
+                source_of(&restoring),
+            ),
+            hint: "the previous version is whole in the newest folder of versions/: copy its files back into the set folder",
+        }),
+    }
+}
+
+/// `versions/v<N>/` of the current version exists only when publishing version N + 1 failed: its
+/// files must then be the ones in place (they are rewritten), or it may hold the only copy of
+/// some of them.
+fn check_kept(set: &ReviewSet) -> Result<()> {
+    let kept = version_dir(&set.dir, set.version());
+    for name in VERSION_FILES {
+        let Ok(bytes) = fs_err::read(kept.join(name)) else { continue };
+        if fs_err::read(set.dir.join(name)).ok() != Some(bytes) {
+            return Err(crate::Error::ReviewHistory {
+                path: kept.join(name),
+                message: format!(
+                    "differs from the {name} in place, and version {} is the current one: a publish failed part way",
+                    set.version()
+                ),
+                hint: "copy the files of that versions/ folder back into the set folder (or, if the files in place are right, remove the folder) and apply again",
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Puts the files of the current version, kept in `versions/v<N>/`, back in place.
+fn restore(set: &ReviewSet) -> Result<()> {
+    let kept = version_dir(&set.dir, set.version());
+    for name in VERSION_FILES {
+        let (from, to) = (kept.join(name), set.dir.join(name));
+        match fs_err::read(&from) {
+            Ok(bytes) if fs_err::read(&to).ok().as_ref() != Some(&bytes) => {
+                output::write_atomic(&to, |w| w.write_all(&bytes))?;
+            }
+            Err(_) if to.is_file() => {
+                fs_err::remove_file(&to)
+                    .map_err(|source| crate::Error::Output { path: to.clone(), source })?;
+            }
+            Ok(_) | Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn source_of(error: &crate::Error) -> String {
+    std::error::Error::source(error).map_or_else(String::new, ToString::to_string)
+}
+
+/// The text of `no_answer.txt` for a version: its `no_answer` queries without a relevant chunk.
+#[must_use]
+pub fn no_answer_text(version: &Version) -> String {
+    let answered: std::collections::HashSet<&crate::id::QueryId> =
+        version.qrels.iter().filter(|q| q.grade >= 1).map(|q| &q.query_id).collect();
+    version
+        .queries
+        .iter()
+        .filter(|q| q.query_type == crate::record::QueryType::NoAnswer && !answered.contains(&q.id))
+        .flat_map(|q| [q.id.as_str(), "\n"])
+        .collect()
 }
 
 /// The text of `queries.jsonl` for a version.
 #[must_use]
 pub fn queries_text(version: &Version) -> String {
     version.queries.iter().flat_map(|q| [q.raw.as_str(), "\n"]).collect()
-}
-
-fn output_error(path: &Path, e: serde_json::Error) -> crate::Error {
-    crate::Error::Output { path: path.to_owned(), source: e.into() }
 }

@@ -568,14 +568,22 @@ fn status_estimates_the_share_of_good_queries() {
     let status: Value = serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}"));
     let types = status["types"].as_array().cloned().unwrap_or_default();
     assert_eq!(types.len(), 4);
+    // Strata are (type, status) pairs weighted by their size in version 1: θ = Σ W_{h,s} p_{h,s}.
     let mut expected = 0.0;
     for t in &types {
-        let (in_set, queue, reviewed) = (t["in_set"].as_f64(), t["queue"].as_f64(), t["reviewed"].as_f64());
-        let (in_set, queue) = (in_set.unwrap_or_default(), queue.unwrap_or_default());
+        let (queue, reviewed) = (t["queue"].as_f64().unwrap_or_default(), t["reviewed"].as_f64());
         assert_eq!(Some(queue), reviewed);
-        let share = (queue - 1.0) / queue;
-        assert!((t["good"]["estimate"].as_f64().unwrap_or_default() - share).abs() < 1e-9, "{t}");
-        expected += in_set / 100.0 * share;
+        let strata = t["strata"].as_array().cloned().unwrap_or_default();
+        let mut of_type = 0.0;
+        for s in &strata {
+            let (in_set, reviewed, good) =
+                (s["in_set"].as_f64(), s["reviewed"].as_f64(), s["good_count"].as_f64());
+            let (in_set, reviewed, good) =
+                (in_set.unwrap_or_default(), reviewed.unwrap_or_default(), good.unwrap_or_default());
+            expected += in_set / 100.0 * good / reviewed;
+            of_type += in_set / t["in_set"].as_f64().unwrap_or_default() * good / reviewed;
+        }
+        assert!((t["good"]["estimate"].as_f64().unwrap_or_default() - of_type).abs() < 1e-9, "{t}");
     }
     let overall = &status["overall"];
     let (estimate, low, high) =
@@ -657,4 +665,319 @@ fn validate_reports_each_planted_problem_on_its_own_line() {
         "{}",
         run.stdout
     );
+}
+
+/// The live files of a set (all but `versions/` and `review/`).
+fn live(out: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    snapshot(out)
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with("versions") && !p.starts_with("review"))
+        .collect()
+}
+
+/// Queue items of `query_type`, in queue order.
+fn of_type<'a>(queue: &'a [Value], query_type: &str) -> Vec<&'a Value> {
+    queue.iter().filter(|q| str_field(q, "/type") == query_type).collect()
+}
+
+#[test]
+fn a_failed_publish_leaves_the_set_as_it_was() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let original = snapshot(&set.out);
+    let queue = set.jsonl("review_queue.jsonl");
+    let first = str_field(&queue[0], "/query_id");
+    let decisions = dir.path().join("ann.jsonl");
+    write(
+        &decisions,
+        jsonl(&[json!({"query_id": first, "decision": "reject", "reject_reason": "off topic"})]),
+    );
+
+    // no_answer.txt is a folder: publishing fails after queries.jsonl and the qrels were
+    // replaced; they are put back from versions/v1.
+    let moved = dir.path().join("no_answer.txt");
+    fs_err::rename(set.out.join("no_answer.txt"), &moved).unwrap_or_else(|e| panic!("{e}"));
+    write(&set.out.join("no_answer.txt/in-the-way"), "x");
+    let before = live(&set.out);
+    let failed = apply(&set, &decisions, &[]);
+    failed.assert_code(2);
+    assert!(
+        failed.stderr.contains("version 2 was not published: the set is left as version 1"),
+        "{}",
+        failed.stderr
+    );
+    assert!(failed.stderr.contains("no_answer.txt"), "{}", failed.stderr);
+    assert_eq!(live(&set.out), before, "the live files are restored");
+    assert!(manifest(&set).get("review").is_none(), "still version 1");
+    fs_err::remove_dir_all(set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::rename(&moved, set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
+
+    // review/applied is a file: publishing fails before any live file is replaced.
+    fs_err::remove_dir_all(set.out.join("review/applied")).unwrap_or_else(|e| panic!("{e}"));
+    write(&set.out.join("review/applied"), "in the way");
+    let before = live(&set.out);
+    let failed = apply(&set, &decisions, &[]);
+    failed.assert_code(2);
+    assert!(failed.stderr.contains("review/applied"), "{}", failed.stderr);
+    assert_eq!(live(&set.out), before, "no live file was touched");
+    let kept = fs_err::read(set.out.join("versions/v1/queries.jsonl")).unwrap_or_default();
+    assert!(kept == original[Path::new("queries.jsonl")], "version 1 is on disk before anything moves");
+    let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out)]);
+    status.assert_code(0);
+    assert!(status.stdout.contains("(version 1)"), "{}", status.stdout);
+    fs_err::remove_file(set.out.join("review/applied")).unwrap_or_else(|e| panic!("{e}"));
+
+    // A versions/v1 that differs from the files in place may be the only copy: it is not
+    // overwritten.
+    let stale = set.out.join("versions/v1/qrels.trec");
+    write(&stale, "stale\n");
+    let refused = apply(&set, &decisions, &[]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("a publish failed part way"), "{}", refused.stderr);
+    assert_eq!(fs_err::read_to_string(&stale).unwrap_or_default(), "stale\n");
+    write(&stale, &original[Path::new("qrels.trec")]);
+
+    // Out of the way: the same file applies as version 2, with its ledger alone.
+    apply(&set, &decisions, &[]).assert_code(0);
+    assert!(query(&set.jsonl("queries.jsonl"), first).is_none());
+    assert_eq!(manifest(&set)["review"]["version"], 2);
+    assert_eq!(set.file("review/decisions.jsonl").lines().count(), 1);
+    for name in ["queries.jsonl", "qrels.trec", "qrels/provenance.tsv", "no_answer.txt", "manifest.json"] {
+        let kept = fs_err::read(set.out.join("versions/v1").join(name)).unwrap_or_default();
+        assert!(kept == original[Path::new(name)], "versions/v1/{name} is not version 1");
+    }
+}
+
+#[test]
+fn no_answer_txt_follows_the_review() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let original = set.file("no_answer.txt");
+    let queue = set.jsonl("review_queue.jsonl");
+    let no_answer = of_type(&queue, "no_answer");
+    let id = |i: usize| str_field(no_answer[i], "/query_id");
+    let source = |i: usize| str_field(no_answer[i], "/sources/0/chunk_id");
+    let decisions = dir.path().join("ann.jsonl");
+    write(
+        &decisions,
+        jsonl(&[
+            json!({"query_id": id(0), "decision": "reject", "reject_reason": "nonsense"}),
+            json!({"query_id": id(1), "decision": "answerable", "add": source(1)}),
+            json!({"query_id": id(2), "decision": "accept", "add": format!("{}=0", source(2))}),
+        ]),
+    );
+    apply(&set, &decisions, &[]).assert_code(0);
+
+    let listed: Vec<String> = set.file("no_answer.txt").lines().map(str::to_owned).collect();
+    assert_eq!(listed.len(), original.lines().count() - 2);
+    assert!(!listed.iter().any(|l| l == id(0) || l == id(1)), "rejected and answerable queries leave it");
+    assert!(listed.iter().any(|l| l == id(2)), "a confirmed no_answer query stays");
+    assert_eq!(
+        fs_err::read_to_string(set.out.join("versions/v1/no_answer.txt")).unwrap_or_default(),
+        original
+    );
+    let queries = set.jsonl("queries.jsonl");
+    let answerable = query(&queries, id(1)).unwrap_or_else(|| panic!("kept"));
+    assert_eq!(str_field(answerable, "/metadata/type"), "direct");
+    assert_eq!(str_field(answerable, "/metadata/generated_as"), "no_answer");
+    let rows = provenance(&set);
+    assert_eq!(rows.get(&(id(2).to_owned(), source(2).to_owned())), Some(&(0, "human".into())));
+    assert_eq!(trec_grade(&set, id(2), source(2)), None);
+    cli(&set.out, &["validate", "--set", path_str(&set.out)]).assert_code(0);
+
+    // A later grade 0 cannot take away the answer of the answerable query.
+    let regrade = dir.path().join("regrade.jsonl");
+    write(&regrade, jsonl(&[json!({"query_id": id(1), "add": format!("{}=0", source(1))})]));
+    let refused = apply(&set, &regrade, &[]);
+    refused.assert_code(2);
+    assert!(
+        refused.stderr.contains(&format!("line 1: {} would be left with no relevant chunk", id(1))),
+        "{}",
+        refused.stderr
+    );
+
+    let n = listed.len();
+    write(
+        &set.out.join("no_answer.txt"),
+        set.file("no_answer.txt") + &format!("{}\nno_answer-nope\n", id(1)),
+    );
+    let run = cli(&set.out, &["validate", "--set", path_str(&set.out)]);
+    run.assert_code(1);
+    assert!(
+        run.stdout.contains(&format!(
+            "no_answer.txt:{}: {} is listed as no_answer but has a relevant chunk ({} in qrels.trec)",
+            n + 1,
+            id(1),
+            source(1)
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(&format!("no_answer.txt:{}: no_answer-nope is not in queries.jsonl", n + 2)),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn every_problem_of_a_file_is_reported_at_once() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let before = snapshot(&set.out);
+    let queue = set.jsonl("review_queue.jsonl");
+    let direct = of_type(&queue, "direct");
+    let id = |i: usize| str_field(direct[i], "/query_id");
+    let relevant: Vec<String> =
+        set.trec().into_iter().filter(|(q, _, _)| q == id(1)).map(|(_, c, _)| c).collect();
+    let all_zero: Vec<String> = relevant.iter().map(|c| format!("{c}=0")).collect();
+    let path = dir.path().join("ann.jsonl");
+    write(
+        &path,
+        jsonl(&[
+            json!({"query_id": "direct-000000000000", "decision": "accept"}),
+            json!({"query_id": id(0), "decision": "acept"}),
+            json!({"query_id": id(1), "decision": "accept", "add": all_zero.join(" ")}),
+            json!({"query_id": id(2), "decision": "accept", "text": "a text typed over"}),
+            json!({"query_id": id(3), "decision": "accept", "text": str_field(direct[3], "/text")}),
+        ]),
+    );
+    let refused = apply(&set, &path, &[]);
+    refused.assert_code(2);
+    let expected = [
+        "4 problem(s), nothing applied".to_owned(),
+        "line 1: unknown query id direct-000000000000".to_owned(),
+        "line 2: unknown decision \"acept\"".to_owned(),
+        format!(
+            "line 3: {} would be left with no relevant chunk: grade a chunk 1–3, add one, or reject",
+            id(1)
+        ),
+        format!("line 4: the query text of {} was changed here but the decision is not edit", id(2)),
+        "hint: fix the rows named and run the command again".to_owned(),
+    ];
+    for line in expected {
+        assert!(refused.stderr.contains(&line), "{line:?} not in {}", refused.stderr);
+    }
+    assert_eq!(snapshot(&set.out), before, "nothing was written");
+
+    // A file of pending rows says so; a Label Studio tasks file is recognised.
+    write(&path, jsonl(&[json!({"query_id": id(0), "decision": null})]));
+    let pending = apply(&set, &path, &[]);
+    pending.assert_code(2);
+    assert!(pending.stderr.contains("0 judgments read: every row is pending"), "{}", pending.stderr);
+    let tasks = dir.path().join("tasks.json");
+    export(&set, "label-studio", &tasks);
+    let mixed_up = apply(&set, &tasks, &[]);
+    mixed_up.assert_code(2);
+    assert!(
+        mixed_up.stderr.contains("is it the tasks file that review export wrote?"),
+        "{}",
+        mixed_up.stderr
+    );
+
+    // The row's reviewer wins over --reviewer, which fills in the others.
+    write(
+        &path,
+        jsonl(&[
+            json!({"query_id": id(0), "decision": "accept", "reviewer": "bob"}),
+            json!({"query_id": id(1), "decision": "accept"}),
+        ]),
+    );
+    apply(&set, &path, &["--reviewer", "ann"]).assert_code(0);
+    let queries = set.jsonl("queries.jsonl");
+    let reviewer = |i: usize| {
+        str_field(query(&queries, id(i)).unwrap_or_else(|| panic!("kept")), "/metadata/review/reviewer")
+            .to_owned()
+    };
+    assert_eq!((reviewer(0), reviewer(1)), ("bob".to_owned(), "ann".to_owned()));
+}
+
+#[test]
+fn resolved_judgments_are_checked_and_agree_json_holds_the_outcome() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let before = snapshot(&set.out);
+    let queue = set.jsonl("review_queue.jsonl");
+    let no_answer = of_type(&queue, "no_answer");
+    let (id, source) = (str_field(no_answer[0], "/query_id"), str_field(no_answer[0], "/sources/0/chunk_id"));
+    let corpus = set.jsonl("corpus.jsonl");
+    let other = corpus.iter().map(|c| str_field(c, "/_id")).find(|c| *c != source).unwrap_or_default();
+    let file = |name: &str, line: &Value| {
+        let path = dir.path().join(format!("{name}.jsonl"));
+        write(&path, jsonl(std::slice::from_ref(line)));
+        path
+    };
+    // Each answers by a chunk the other grades 0: strict keeps the lower grade of both.
+    let a = file(
+        "ann",
+        &json!({"query_id": id, "decision": "answerable", "add": format!("{source}=3 {other}=0")}),
+    );
+    let b = file(
+        "bob",
+        &json!({"query_id": id, "decision": "answerable", "add": format!("{source}=0 {other}=3")}),
+    );
+    let agree = |a: &Path, b: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "review",
+            "agree",
+            "--set",
+            path_str(&set.out),
+            "--decisions",
+            path_str(a),
+            "--decisions",
+            path_str(b),
+        ];
+        args.extend_from_slice(extra);
+        cli(&set.out, &args)
+    };
+    let refused = agree(&a, &b, &["--resolve", "strict"]);
+    refused.assert_code(2);
+    assert!(
+        refused.stderr.contains(&format!("resolved: {id}: answerable needs the chunk that answers it")),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(snapshot(&set.out), before, "nothing was written");
+
+    let resolved = agree(&a, &b, &["--resolve", "lenient", "--json"]);
+    resolved.assert_code(0);
+    let json: Value =
+        serde_json::from_str(&resolved.stdout).unwrap_or_else(|e| panic!("{e}: {}", resolved.stdout));
+    assert_eq!(json["resolved"]["outcome"], "applied");
+    assert_eq!(json["resolved"]["version"], 2);
+    assert_eq!(json["decisions"]["items"], 1);
+    assert_eq!(json["disagreements"][0]["about"], "grade");
+    assert_eq!(manifest(&set)["review"]["version"], 2);
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let queue = set.jsonl("review_queue.jsonl");
+    let (a, b) = (dir.path().join("ann.jsonl"), dir.path().join("bob.jsonl"));
+    for path in [&a, &b] {
+        let lines: Vec<Value> = queue
+            .iter()
+            .map(|q| json!({"query_id": str_field(q, "/query_id"), "decision": "accept"}))
+            .collect();
+        write(path, jsonl(&lines));
+    }
+    let set_dir = path_str(&set.out);
+    for args in [
+        vec!["review", "status", "--set", set_dir],
+        vec!["review", "agree", "--set", set_dir, "--decisions", path_str(&a), "--decisions", path_str(&b)],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }
