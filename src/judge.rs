@@ -34,14 +34,26 @@ pub struct Ask {
     pub chunk: usize,
 }
 
+/// A question the judge gave no usable grade for, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ungraded {
+    /// Why (an unusable reply after the repairs, a failed call).
+    pub reason: String,
+    /// The last reply, if there was one (truncated).
+    pub reply: Option<String>,
+}
+
+/// The judge's answer to one ask: a grade 0–3, or why there is none.
+pub type Grade = std::result::Result<u8, Ungraded>;
+
 /// Grades asks. Implemented by the LLM generator, so the judge shares its endpoint, limits,
 /// cache and budget.
 pub trait Judge {
-    /// One grade (0–3) per ask, in order; `None` where no usable grade came back.
+    /// One grade (0–3) per ask, in order, or why none came back.
     ///
     /// # Errors
     /// Fatal problems only: an unusable endpoint, a spent budget.
-    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Option<u8>>>;
+    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>>;
 }
 
 /// Settings of the judge stage.
@@ -111,12 +123,22 @@ impl Asks {
         &self.asks
     }
 
-    /// Applies the judge's grades (one per ask, `None` = no usable grade) to the candidates
-    /// they were planned for.
-    pub fn apply(self, items: &mut [Judged], grades: &[Option<u8>], config: JudgeConfig, phase: Phase) {
+    /// The candidate each ungraded ask was first planned for, with the ask and why: for
+    /// `rejects.jsonl`.
+    #[must_use]
+    pub fn ungraded<'g>(&self, grades: &'g [Grade]) -> Vec<(usize, &Ask, &'g Ungraded)> {
+        let first_asker = |at: usize| self.plans.iter().position(|plan| plan.iter().any(|&(_, a)| a == at));
+        let failed = grades.iter().enumerate().filter_map(|(at, g)| g.as_ref().err().map(|u| (at, u)));
+        failed.filter_map(|(at, u)| Some((first_asker(at)?, self.asks.get(at)?, u))).collect()
+    }
+
+    /// Applies the judge's grades (one per ask) to the candidates they were planned for.
+    pub fn apply(self, items: &mut [Judged], grades: &[Grade], config: JudgeConfig, phase: Phase) {
         for (item, plan) in items.iter_mut().zip(self.plans) {
-            let answers: Vec<(Purpose, Option<u8>)> =
-                plan.into_iter().map(|(purpose, at)| (purpose, grades.get(at).copied().flatten())).collect();
+            let answers: Vec<(Purpose, Option<u8>)> = plan
+                .into_iter()
+                .map(|(purpose, at)| (purpose, grades.get(at).and_then(|g| g.as_ref().ok()).copied()))
+                .collect();
             record_pool_grades(item, &answers);
             if phase == Phase::Decide && item.in_set() {
                 decide(item, &answers, config);
@@ -267,7 +289,8 @@ mod tests {
     fn a_missing_pool_grade_of_an_answerable_query_only_leaves_the_chunk_ungraded() {
         let mut direct = item(QueryType::Direct, &["x", "y"]);
         let asks = Asks { asks: Vec::new(), plans: vec![vec![(Purpose::Pool(0), 0), (Purpose::Pool(1), 1)]] };
-        asks.apply(std::slice::from_mut(&mut direct), &[None, Some(2)], NO_POOL, Phase::Pool);
+        let failed = Ungraded { reason: "no JSON".into(), reply: None };
+        asks.apply(std::slice::from_mut(&mut direct), &[Err(failed), Ok(2)], NO_POOL, Phase::Pool);
         assert_eq!(outcome(&direct), (Status::Kept, Reason::SourceInTopN, None));
         assert_eq!(direct.verdict.pool[1].grade, Some(2));
     }

@@ -463,9 +463,10 @@ impl Rounds {
         Ok(items)
     }
 
-    /// Lets the judge grade what it must in `phase`, and applies its grades.
+    /// Lets the judge grade what it must in `phase`, and applies its grades; questions left
+    /// without a grade go to `rejects.jsonl` with the reason.
     fn run_judge(
-        &self,
+        &mut self,
         judge: &mut dyn Judge,
         index: &ChunkIndex,
         items: &mut [Judged],
@@ -477,6 +478,19 @@ impl Rounds {
         let stage = progress.stage("judge", asked as u64);
         let grades = if asked == 0 { Vec::new() } else { judge.grade(asks.asks(), &stage)? };
         let usable = grades.iter().flatten().count();
+        for (at, ask, ungraded) in asks.ungraded(&grades) {
+            let candidate = &items[at].candidate;
+            self.rejects.push(Reject {
+                query_type: candidate.query_type,
+                sources: vec![index.meta(ask.chunk).id.clone()],
+                round: candidate.round,
+                reason: format!(
+                    "the judge gave no grade for {} against this chunk: {}",
+                    candidate.id, ungraded.reason
+                ),
+                reply: ungraded.reply.clone(),
+            });
+        }
         asks.apply(items, &grades, self.judge, phase);
         Ok(stage.finish(&format!("{usable} of {asked} grades")))
     }

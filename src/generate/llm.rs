@@ -11,7 +11,7 @@ use super::reply::{ReplyQuery, parse_grade, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
-use crate::judge::{Ask, Judge};
+use crate::judge::{Ask, Grade, Judge, Ungraded};
 use crate::llm::{Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
 use crate::record::QueryType;
@@ -406,7 +406,7 @@ impl<'a> LlmGenerator<'a> {
     }
 
     /// Asks the judge about one (query, chunk) pair, at temperature 0.
-    async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Option<u8>, LlmError> {
+    async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Grade, LlmError> {
         let stored = self.index.stored(ask.chunk).map_err(|e| LlmError::Body(e.to_string()))?;
         let user = self
             .prompts
@@ -419,9 +419,10 @@ impl<'a> LlmGenerator<'a> {
         let answer = self.ask_until(messages, format.as_ref(), 0.0, repair, parse_grade).await;
         progress.inc(1);
         match answer {
-            Ok(Ok(grade)) => Ok(Some(grade.grade)),
+            Ok(Ok(grade)) => Ok(Ok(grade.grade)),
+            Ok(Err((reason, reply))) => Ok(Err(Ungraded { reason, reply })),
             Err(error) if is_fatal(&error) => Err(error),
-            Ok(Err(_)) | Err(_) => Ok(None),
+            Err(error) => Ok(Err(Ungraded { reason: error.to_string(), reply: None })),
         }
     }
 
@@ -579,7 +580,7 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
 }
 
 impl Judge for LlmGenerator<'_> {
-    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Option<u8>>> {
+    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>> {
         self.runtime.block_on(self.run_ordered(asks, |ask| self.grade_one(ask, progress)))
     }
 }

@@ -308,3 +308,40 @@ async fn near_identical_queries_collapse_onto_the_first() {
         assert!(jaccard >= 0.6, "{jaccard}: {kept:?} vs {r}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_judge_without_a_grade_flags_the_query_and_says_why() {
+    let dir = tempdir();
+    let args = [
+        "--queries",
+        "4",
+        "--mix",
+        "multi_hop=1",
+        "--max-rounds",
+        "1",
+        "--repairs",
+        "1",
+        "--allow-shortfall",
+    ];
+    let (model, counters) = mock::model(Behaviour::JudgeBabbles);
+    let run = run_with(model, dir.path(), &args).await;
+    run.assert_code(0);
+    let queries = run.jsonl("queries.jsonl");
+    assert!(!queries.is_empty());
+    for q in &queries {
+        assert_eq!(
+            (str_field(q, "/metadata/status"), str_field(q, "/metadata/reason")),
+            ("flagged", "judge_failed")
+        );
+    }
+    // Every hop of every query was asked twice (one repair), and each failure is in rejects.jsonl.
+    let failures: Vec<Value> = run
+        .jsonl("rejects.jsonl")
+        .into_iter()
+        .filter(|r| str_field(r, "/reason").starts_with("the judge gave no grade for multi_hop-"))
+        .collect();
+    assert_eq!(failures.len(), 2 * queries.len(), "{failures:?}");
+    assert!(failures.iter().all(|r| str_field(r, "/reason").contains("unusable reply after 1 repair(s)")));
+    assert!(failures.iter().all(|r| str_field(r, "/reply").starts_with("I think")));
+    assert_eq!(counters.judge_requests(), 2 * failures.len());
+}

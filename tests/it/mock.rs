@@ -32,6 +32,8 @@ pub enum Behaviour {
     AnswerableNoAnswer,
     /// `multi_hop` queries about the first passage only (quoting both).
     OneChunkMultiHop,
+    /// Good queries, but the judge answers in prose, never with a grade.
+    JudgeBabbles,
 }
 
 /// The mock's state, shared with the test.
@@ -127,6 +129,9 @@ impl Model {
         let prompt_chars: usize = messages.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum();
         if let Some(grade) = messages.first().and_then(|m| m["content"].as_str()).and_then(judge) {
             c.judge.fetch_add(1, Ordering::SeqCst);
+            if self.behaviour == Behaviour::JudgeBabbles {
+                return completion("I think this passage is quite relevant.", "stop", prompt_chars);
+            }
             return completion(&grade, "stop", prompt_chars);
         }
         let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
