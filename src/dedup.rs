@@ -76,7 +76,11 @@ fn shingles(text: &str) -> HashSet<u64> {
 
 /// A text's units, in order: normalised Latin words and CJK character pairs, hashed.
 fn units(text: &str) -> Vec<u64> {
-    let normal: String = text.nfkc().flat_map(char::to_lowercase).collect();
+    // Most text is already in NFKC: the quick check spares normalising it again.
+    let normal: String = match unicode_normalization::is_nfkc_quick(text.chars()) {
+        unicode_normalization::IsNormalized::Yes => text.chars().flat_map(char::to_lowercase).collect(),
+        _ => text.nfkc().flat_map(char::to_lowercase).collect(),
+    };
     let mut out = Vec::new();
     let mut word = String::new();
     let mut cjk_run: Vec<char> = Vec::new();
