@@ -9,7 +9,7 @@ use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::generate::is_query_word;
 use crate::id::ChunkId;
-use crate::index::{ChunkIndex, Hit};
+use crate::index::{ChunkIndex, Hit, Token};
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
@@ -125,9 +125,11 @@ impl<'a> RoundTrip<'a> {
             return Ok(Verdict::dropped(reason));
         }
         let answerable = candidate.query_type != QueryType::NoAnswer;
-        let sources: Vec<usize> = candidate.sources.iter().filter_map(|id| self.index.position(id)).collect();
         let relevant = self.relevant(candidate);
-        let query_terms = self.index.analyzer().terms(&candidate.text);
+        // Each source comes first among its copies.
+        let sources: Vec<usize> = relevant.iter().filter_map(|members| members.first().copied()).collect();
+        let tokens = self.index.analyzer().tokens(&candidate.text);
+        let query_terms: Vec<String> = tokens.iter().map(|t| t.term.clone()).collect();
         let depth =
             self.config.top_n.max(self.config.pool_depth + relevant.iter().map(Vec::len).sum::<usize>());
         let hits = self.index.search_terms(&query_terms, depth)?;
@@ -143,7 +145,7 @@ impl<'a> RoundTrip<'a> {
             }
         };
         let source_terms = sources.iter().map(|&p| self.source_terms(p)).collect::<Result<Vec<_>>>()?;
-        let content = self.content_terms(&candidate.text);
+        let content = content_terms(&tokens);
         let overlap = overlap(&content, &source_terms);
         let mut verdict = Verdict {
             status,
@@ -212,18 +214,6 @@ impl<'a> RoundTrip<'a> {
             }
             _ => {}
         }
-    }
-
-    /// The distinct content terms of `text`: analyzed terms of words a query would carry
-    /// (question words and other stop words left out).
-    fn content_terms(&self, text: &str) -> HashSet<String> {
-        self.index
-            .analyzer()
-            .tokens(text)
-            .into_iter()
-            .filter(|t| is_query_word(&t.surface))
-            .map(|t| t.term)
-            .collect()
     }
 
     fn source_terms(&self, chunk: usize) -> Result<SourceTerms> {
@@ -302,6 +292,12 @@ fn ranks(relevant: &[Vec<usize>], top_n: &[Hit]) -> Vec<Option<u32>> {
     relevant.iter().map(rank).collect()
 }
 
+/// The distinct content terms of a query's tokens: the terms of words a query would carry
+/// (question words and other stop words left out).
+fn content_terms(tokens: &[Token]) -> HashSet<String> {
+    tokens.iter().filter(|t| is_query_word(&t.surface)).map(|t| t.term.clone()).collect()
+}
+
 /// Share of the query's distinct content terms found in the sources (0 for a query without
 /// content terms).
 fn overlap(content: &HashSet<String>, sources: &[SourceTerms]) -> f64 {
@@ -342,7 +338,7 @@ fn longest_run(a: &[String], b: &[String]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::{ChunkId, QueryId};
+    use crate::id::ChunkId;
     use crate::index::{from_chunks, test_chunks};
 
     const TEXTS: [&str; 4] = [
@@ -353,22 +349,9 @@ mod tests {
     ];
 
     fn candidate(query_type: QueryType, text: &str, sources: &[usize], absent: Option<&str>) -> Candidate {
-        let sources: Vec<ChunkId> = sources
-            .iter()
-            .map(|i| ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")))
-            .collect();
-        Candidate {
-            id: QueryId::derive(query_type.label(), &sources, text),
-            text: text.to_owned(),
-            query_type,
-            sources,
-            absent_term: absent.map(str::to_owned),
-            style: None,
-            evidence: Vec::new(),
-            answer: None,
-            generator: "test".into(),
-            round: 1,
-        }
+        let ids: Vec<String> = sources.iter().map(|i| format!("c{i}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        Candidate { absent_term: absent.map(str::to_owned), ..Candidate::sample(query_type, text, &ids) }
     }
 
     fn with_filter(config: FilterConfig, check: impl FnOnce(&RoundTrip<'_>)) {

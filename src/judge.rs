@@ -213,7 +213,7 @@ fn reclassify(verdict: &mut Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::{ChunkId, QueryId};
+    use crate::id::ChunkId;
     use crate::record::{Candidate, Pooled, Verdict};
 
     fn id(s: &str) -> ChunkId {
@@ -221,21 +221,9 @@ mod tests {
     }
 
     fn item(query_type: QueryType, pool: &[&str]) -> Judged {
-        let sources = vec![id("a"), id("b")];
         let pool = (1..).zip(pool).map(|(rank, c)| Pooled { chunk_id: id(c), rank, grade: None }).collect();
         Judged {
-            candidate: Candidate {
-                id: QueryId::derive(query_type.label(), &sources, "q"),
-                text: "q".into(),
-                query_type,
-                sources,
-                absent_term: None,
-                style: None,
-                evidence: Vec::new(),
-                answer: None,
-                generator: "t".into(),
-                round: 1,
-            },
+            candidate: Candidate::sample(query_type, "q", &["a", "b"]),
             verdict: Verdict { pool, ..Verdict::dropped(Reason::SourceInTopN) },
         }
         .kept()

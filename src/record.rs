@@ -128,6 +128,27 @@ pub struct Candidate {
     pub round: u32,
 }
 
+#[cfg(test)]
+impl Candidate {
+    /// A candidate for tests: `text`, of `query_type`, written from the chunks `sources`.
+    pub(crate) fn sample(query_type: QueryType, text: &str, sources: &[&str]) -> Self {
+        let sources: Vec<ChunkId> =
+            sources.iter().map(|s| ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
+        Self {
+            id: QueryId::derive(query_type.label(), &sources, text),
+            text: text.to_owned(),
+            query_type,
+            sources,
+            absent_term: None,
+            style: None,
+            evidence: Vec::new(),
+            answer: None,
+            generator: "test".into(),
+            round: 1,
+        }
+    }
+}
+
 /// Where a candidate ends up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

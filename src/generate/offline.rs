@@ -121,11 +121,10 @@ impl<'a> OfflineGenerator<'a> {
     }
 
     /// The vocabulary of a chunk's neighbours: terms of the chunks its most discriminative
-    /// terms retrieve, weighted by tf·idf², without the chunk's own terms.
+    /// terms retrieve, weighted by tf·idf², without the chunk's own terms (`own`, its
+    /// discriminative model).
     fn neighbour_model(&self, chunk: usize, own: &TermModel) -> Result<TermModel> {
-        let own_terms = self.index.term_stats(&self.index.text(chunk)?)?;
-        let probe = TermModel::new(self.index, own_terms, true);
-        let terms: Vec<String> = probe.top(NEIGHBOUR_PROBE).into_iter().map(|s| s.term.clone()).collect();
+        let terms: Vec<String> = own.top(NEIGHBOUR_PROBE).into_iter().map(|s| s.term.clone()).collect();
         let hits = self.index.search_terms(&terms, NEIGHBOURS + 1)?;
         let mut text = String::new();
         for hit in hits.iter().filter(|h| h.chunk != chunk).take(NEIGHBOURS) {

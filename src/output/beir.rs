@@ -180,21 +180,8 @@ mod tests {
     use crate::record::{Candidate, Verdict};
 
     fn judged(query_type: QueryType, sources: &[&str]) -> Judged {
-        let sources: Vec<ChunkId> =
-            sources.iter().map(|s| ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
         Judged {
-            candidate: Candidate {
-                id: QueryId::derive(query_type.label(), &sources, "q"),
-                text: "q".into(),
-                query_type,
-                sources,
-                absent_term: None,
-                style: None,
-                evidence: Vec::new(),
-                answer: None,
-                generator: "t".into(),
-                round: 1,
-            },
+            candidate: Candidate::sample(query_type, "q", sources),
             verdict: Verdict {
                 status: Status::Kept,
                 reason: Reason::SourceInTopN,

@@ -86,12 +86,13 @@ pub fn stratified(strata: &[Stratum]) -> Option<Interval> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Asserts `got` equals `expected` to six decimals (the worked examples' precision).
     #[track_caller]
-    fn close(got: f64, expected: f64) {
+    pub(crate) fn close(got: f64, expected: f64) {
         assert!((got - expected).abs() < 1e-6, "{got} ≠ {expected}");
     }
 

@@ -198,11 +198,7 @@ fn tally(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[track_caller]
-    fn close(got: f64, expected: f64) {
-        assert!((got - expected).abs() < 1e-6, "{got} ≠ {expected}");
-    }
+    use crate::review::estimate::tests::close;
 
     #[test]
     fn flagged_and_kept_queries_are_strata_of_their_own() {
