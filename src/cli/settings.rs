@@ -436,15 +436,12 @@ impl Settings {
                 HopRuleArg::All => HopRule::All,
                 HopRuleArg::Any => HopRule::Any,
             },
-            language: None,
             pool_depth: self.pool_depth.unwrap_or(5).max(self.judge_pool.unwrap_or(0)),
             max_paraphrase_overlap: self.max_paraphrase_overlap.unwrap_or(0.6),
             on_copy: match self.on_copy.unwrap_or(OnCopyArg::Relabel) {
                 OnCopyArg::Relabel => OnCopy::Relabel,
                 OnCopyArg::Drop => OnCopy::Drop,
             },
-            // Decided by the pipeline: without a judge.
-            hop_terms: false,
         }
     }
 
