@@ -7,6 +7,7 @@ mod settings;
 mod validate;
 
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::process::ExitCode;
 
 /// Exit codes, as documented in the README.
@@ -44,19 +45,34 @@ enum Command {
     Validate(validate::ValidateArgs),
 }
 
-/// Parses the command line, runs the command and maps the outcome to an exit code.
+/// Parses the command line, runs the command and maps the outcome to an exit code. Every
+/// command writes its output through one writer, stdout; a closed stdout (`| head`) ends the
+/// command quietly with exit code 0, as the reader has what it wanted.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
     let result = match cli.command {
-        Command::Build(args) => build::run(*args),
-        Command::Review(args) => review::run(args),
-        Command::Validate(args) => validate::run(&args),
-    };
+        Command::Build(args) => build::run(*args, &mut out),
+        Command::Review(args) => review::run(args, &mut out),
+        Command::Validate(args) => validate::run(&args, &mut out),
+    }
+    .and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    });
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(err) if is_broken_pipe(&err) => ExitCode::from(exit::OK),
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(exit::FATAL)
         }
     }
+}
+
+/// Whether `err`, or any error behind it, is a write to a closed pipe.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -15,7 +15,7 @@ use qrelgen::review::status::{self, ReviewStatus};
 use qrelgen::review::{Decision, Format, Located, Location};
 use serde::Serialize;
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -137,12 +137,12 @@ struct StatusArgs {
 }
 
 /// Runs a review command and returns the exit code.
-pub fn run(args: ReviewArgs) -> anyhow::Result<u8> {
+pub fn run(args: ReviewArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     match args.command {
-        ReviewCommand::Export(args) => export(&args),
-        ReviewCommand::Apply(args) => apply(&args),
-        ReviewCommand::Agree(args) => agree(&args),
-        ReviewCommand::Status(args) => show_status(&args),
+        ReviewCommand::Export(args) => export(&args, stdout),
+        ReviewCommand::Apply(args) => apply(&args, stdout),
+        ReviewCommand::Agree(args) => agree(&args, stdout),
+        ReviewCommand::Status(args) => show_status(&args, stdout),
     }
 }
 
@@ -150,12 +150,12 @@ fn load(set: &Path) -> anyhow::Result<ReviewSet> {
     ReviewSet::load(set).with_context(|| format!("reading the set in {}", set.display()))
 }
 
-fn export(args: &ExportArgs) -> anyhow::Result<u8> {
+fn export(args: &ExportArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let items = export::items(&set);
     let written = match args.format {
-        FormatArg::Jsonl => write_to(args.to.as_deref(), |w| export::write_jsonl(&items, w))?,
-        FormatArg::Csv => write_to(args.to.as_deref(), |w| export::write_csv(&items, w))?,
+        FormatArg::Jsonl => write_to(args.to.as_deref(), stdout, |w| export::write_jsonl(&items, w))?,
+        FormatArg::Csv => write_to(args.to.as_deref(), stdout, |w| export::write_csv(&items, w))?,
         FormatArg::LabelStudio => export_label_studio(&items, args.to.as_deref(), &set.dir)?,
     };
     let slots = export::slots(&items);
@@ -168,26 +168,18 @@ fn export(args: &ExportArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// Writes to `to` atomically, or to stdout; returns " to <path>" for the message. A closed
-/// stdout (`| head`) is not an error.
+/// Writes to `to` atomically, or to `stdout`; returns " to <path>" for the message.
 fn write_to(
     to: Option<&Path>,
-    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    stdout: &mut dyn Write,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> anyhow::Result<String> {
     if let Some(path) = to {
         output::write_atomic(path, fill)?;
         return Ok(format!(" to {}", path.display()));
     }
-    let mut stdout = std::io::stdout().lock();
-    match fill(&mut stdout).and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
-        _ => Ok(String::new()),
-    }
-}
-
-/// Prints `text` to stdout (a closed stdout is not an error).
-fn print(text: &str) -> anyhow::Result<()> {
-    write_to(None, |w| w.write_all(text.as_bytes())).map(|_| ())
+    fill(stdout).context("writing to stdout")?;
+    Ok(String::new())
 }
 
 fn export_label_studio(items: &[ExportItem], to: Option<&Path>, set: &Path) -> anyhow::Result<String> {
@@ -215,12 +207,12 @@ fn read_decisions(
     Ok(decisions::read_for(set, path, format.map(Format::from), reviewer)?)
 }
 
-fn apply(args: &ApplyArgs) -> anyhow::Result<u8> {
+fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let decisions = read_decisions(&set, &args.decisions, args.format, args.reviewer.as_deref())?;
     let outcome = apply::apply(&set, &Batch::single(&decisions))
         .with_context(|| format!("applying {}", args.decisions.display()))?;
-    print(&report(&outcome, &set, &args.decisions.display().to_string()))?;
+    stdout.write_all(report(&outcome, &set, &args.decisions.display().to_string()).as_bytes())?;
     Ok(exit::OK)
 }
 
@@ -259,7 +251,7 @@ struct AgreeJson<'a> {
     resolved: Option<&'a Outcome>,
 }
 
-fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
+fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if !args.reviewer.is_empty() && args.reviewer.len() != args.decisions.len() {
         bail!(
             "give --reviewer once per --decisions file ({} files, {} names)",
@@ -277,23 +269,30 @@ fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
     let all: Vec<_> = files.iter().flat_map(|d| d.judgments.iter().map(|l| l.judgment.clone())).collect();
     let [(first, mine), (second, theirs)] = agreement::split(&all)?;
     let agreement = agreement::agreement((&first, &mine), (&second, &theirs));
-    if !args.json {
-        print(&agreement_text(&agreement))?;
-    }
+    let text = if args.json { String::new() } else { agreement_text(&agreement) };
+    // Resolve before printing, so a reader that stops early (`| head`) never stops the apply.
     let mut outcome = None;
     if let Some(policy) = args.resolve {
         let judgments = agreement::resolve(&mine, &theirs, policy.into());
         let judgments =
             judgments.into_iter().map(|judgment| Located::new(Location::Resolved, judgment)).collect();
         let batch = Batch { inputs: files.iter().collect(), judgments, resolve: Some(policy.into()) };
-        outcome = Some(apply::apply(&set, &batch).context("applying the resolved judgments")?);
+        match apply::apply(&set, &batch) {
+            Ok(applied) => outcome = Some(applied),
+            Err(err) => {
+                // The agreement is still worth seeing; the error is what the command reports.
+                let _ = stdout.write_all(text.as_bytes());
+                return Err(err).context("applying the resolved judgments");
+            }
+        }
     }
+    stdout.write_all(text.as_bytes())?;
     if args.json {
         let json = AgreeJson { agreement: &agreement, resolved: outcome.as_ref() };
-        print(&(serde_json::to_string_pretty(&json)? + "\n"))?;
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&json)?)?;
     } else if let Some(outcome) = &outcome {
         let inputs: Vec<String> = args.decisions.iter().map(|p| p.display().to_string()).collect();
-        print(&report(outcome, &set, &inputs.join(" + ")))?;
+        stdout.write_all(report(outcome, &set, &inputs.join(" + ")).as_bytes())?;
     }
     Ok(exit::OK)
 }
@@ -329,13 +328,13 @@ fn agreement_text(a: &Agreement) -> String {
     text
 }
 
-fn show_status(args: &StatusArgs) -> anyhow::Result<u8> {
+fn show_status(args: &StatusArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let status = status::status(&set);
     if args.json {
-        print(&(serde_json::to_string_pretty(&status)? + "\n"))?;
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&status)?)?;
     } else {
-        print(&status_text(&status, &set.dir))?;
+        stdout.write_all(status_text(&status, &set.dir).as_bytes())?;
     }
     Ok(exit::OK)
 }

@@ -950,8 +950,22 @@ fn resolved_judgments_are_checked_and_agree_json_holds_the_outcome() {
     assert_eq!(manifest(&set)["review"]["version"], 2);
 }
 
+/// Runs the binary with a stdout whose reading end is already closed, so its first write fails
+/// with a broken pipe (as `| head -1` does once head has its line).
+fn with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("{e}"));
+    drop(reader);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 #[test]
-fn a_closed_stdout_is_not_a_crash() {
+fn a_closed_stdout_exits_0_quietly_in_every_command() {
     let dir = tempdir();
     let set = built(dir.path());
     let queue = set.jsonl("review_queue.jsonl");
@@ -963,21 +977,34 @@ fn a_closed_stdout_is_not_a_crash() {
             .collect();
         write(path, jsonl(&lines));
     }
-    let set_dir = path_str(&set.out);
-    for args in [
-        vec!["review", "status", "--set", set_dir],
-        vec!["review", "agree", "--set", set_dir, "--decisions", path_str(&a), "--decisions", path_str(&b)],
-    ] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{e}"));
-        drop(child.stdout.take());
-        let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    // A set with a problem, so validate prints it.
+    let broken = dir.path().join("broken");
+    fs_err::create_dir_all(broken.join("qrels")).unwrap_or_else(|e| panic!("{e}"));
+    for name in ["corpus.jsonl", "queries.jsonl", "qrels.trec", "qrels/test.tsv", "no_answer.txt"] {
+        fs_err::copy(set.out.join(name), broken.join(name)).unwrap_or_else(|e| panic!("{e}"));
     }
+    let mut trec = fs_err::read_to_string(broken.join("qrels.trec")).unwrap_or_default();
+    trec.push_str("nobody 0 nothing 3\n");
+    write(&broken.join("qrels.trec"), trec);
+
+    let (set_dir, corpus, out) = (path_str(&set.out), sample_corpus(), dir.path().join("again"));
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["validate", "--set", path_str(&broken)],
+        vec!["--help"],
+        vec!["review", "apply", "--help"],
+        vec!["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--quiet"],
+        vec!["build", "--print-prompts"],
+        vec!["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--dry-run", "--quiet"],
+        vec!["review", "export", "--set", set_dir, "--format", "jsonl"],
+        vec!["review", "status", "--set", set_dir],
+        vec!["review", "status", "--set", set_dir, "--json"],
+        vec!["review", "agree", "--set", set_dir, "--decisions", path_str(&a), "--decisions", path_str(&b)],
+        vec!["review", "apply", "--set", set_dir, "--decisions", path_str(&a)],
+    ];
+    for args in &commands {
+        let (code, stderr) = with_closed_stdout(args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
+    }
+    assert_eq!(manifest(&set)["review"]["version"], 2, "apply did its work before its report failed");
 }
