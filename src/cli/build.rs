@@ -27,7 +27,7 @@ pub struct BuildArgs {
     out: Option<PathBuf>,
 
     /// TOML file with any of the settings below (keys as the flags, with underscores, plus
-    /// `schema_version = 1`); flags override it.
+    /// `schema_version = 1`); flags override it [default: none: flags and defaults only].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 

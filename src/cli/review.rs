@@ -28,14 +28,34 @@ pub struct ReviewArgs {
 enum ReviewCommand {
     /// Write the review queue for annotators: query, type, status, reason, source chunks with the
     /// evidence marked, pooled chunks with their machine grades, and empty decision fields.
+    #[command(after_help = "Examples:
+  # A spreadsheet, one row per query:
+  qrelgen review export --set out --format csv --to queue.csv
+  # Tasks and labeling config for a Label Studio project (out/review/label-studio.json and .xml):
+  qrelgen review export --set out --format label-studio
+  # JSONL on stdout:
+  qrelgen review export --set out --format jsonl")]
     Export(ExportArgs),
     /// Apply a decisions file: write the next version of the set, the previous one kept under
     /// versions/. A file with one bad row applies nothing; the same file twice changes nothing.
+    #[command(after_help = "Examples:
+  qrelgen review apply --set out --decisions queue.csv --reviewer ann
+  # Label Studio's JSON export (Export → JSON), after annotating:
+  qrelgen review apply --set out --decisions project-1-export.json")]
     Apply(ApplyArgs),
     /// Compare two reviewers who judged the same items (Cohen's kappa, disagreements); with
     /// --resolve, apply their merged judgments as the next version.
+    #[command(after_help = "Examples:
+  qrelgen review agree --set out --decisions ann.csv --decisions bob.csv
+  # Merge them, the more severe decision winning, into the next version:
+  qrelgen review agree --set out --decisions ann.csv --decisions bob.csv --resolve strict
+  # One Label Studio export with two annotators per task, as JSON:
+  qrelgen review agree --set out --decisions project-1-export.json --json")]
     Agree(AgreeArgs),
     /// Show reviewed and pending items per type and the estimated share of good queries.
+    #[command(after_help = "Examples:
+  qrelgen review status --set out
+  qrelgen review status --set out --json")]
     Status(StatusArgs),
 }
 
@@ -112,13 +132,14 @@ struct AgreeArgs {
     #[arg(long, value_name = "FILE", required = true)]
     decisions: Vec<PathBuf>,
     /// The reviewer of each --decisions file, in the same order, for rows that do not say (as
-    /// apply).
+    /// apply) [default: the file names].
     #[arg(long, value_name = "NAME")]
     reviewer: Vec<String>,
     /// The decisions files' format [default: by extension].
     #[arg(long, value_enum)]
     format: Option<FormatArg>,
-    /// Merge the two reviewers' judgments by this policy and apply them as the next version.
+    /// Merge the two reviewers' judgments by this policy and apply them as the next version
+    /// [default: none: compare only, write nothing].
     #[arg(long, value_enum)]
     resolve: Option<PolicyArg>,
     /// Print the agreement as JSON (with --resolve, what was applied under "resolved").
