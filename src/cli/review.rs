@@ -225,7 +225,11 @@ fn read_decisions(
     format: Option<FormatArg>,
     reviewer: Option<&str>,
 ) -> anyhow::Result<Decisions> {
-    Ok(decisions::read_for(set, path, format.map(Format::from), reviewer)?)
+    let decisions = decisions::read_for(set, path, format.map(Format::from), reviewer)?;
+    for warning in &decisions.warnings {
+        eprintln!("warning: {}: {warning}", path.display());
+    }
+    Ok(decisions)
 }
 
 fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {

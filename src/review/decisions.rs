@@ -31,6 +31,8 @@ pub struct Decisions {
     pub judgments: Vec<Located>,
     /// Whether it has a row at all (a Label Studio file: an annotation).
     pub annotated: bool,
+    /// What was read but ignored, one message each (a grade on an empty slot).
+    pub warnings: Vec<String>,
 }
 
 /// Reads `path` in `format` (by default the one its extension implies) and checks it for form.
@@ -94,11 +96,11 @@ fn parse(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Result<
         Format::LabelStudio => super::label_studio::rows(&bytes),
     };
     let stem = path.file_stem().map_or_else(|| "reviewer".to_owned(), |s| s.to_string_lossy().into_owned());
-    let (annotated, (judgments, problems)) = match rows {
+    let (annotated, Checked { judgments, problems, warnings }) = match rows {
         Ok(rows) => (!rows.is_empty(), check_rows(rows, reviewer, &stem)),
-        Err(problems) => (false, (Vec::new(), problems)),
+        Err(problems) => (false, Checked { problems, ..Checked::default() }),
     };
-    Ok((Decisions { path: path.to_owned(), format, bytes, judgments, annotated }, problems))
+    Ok((Decisions { path: path.to_owned(), format, bytes, judgments, annotated, warnings }, problems))
 }
 
 /// The decision fields of one row, as written (trimmed; empty means not given).
@@ -157,14 +159,25 @@ pub(crate) struct RawGrade {
     pub grade: String,
 }
 
-/// Checks every row; returns the judgments of the good rows and every problem found.
-fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> (Vec<Located>, Vec<Problem>) {
+/// The rows of a file, checked: the judgments of the good rows, every problem found and what
+/// was ignored.
+#[derive(Default)]
+struct Checked {
+    judgments: Vec<Located>,
+    problems: Vec<Problem>,
+    warnings: Vec<String>,
+}
+
+/// Checks every row.
+fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> Checked {
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     let mut judgments: Vec<Located> = Vec::new();
     let mut seen: HashMap<(QueryId, String), Location> = HashMap::new();
     for row in rows {
         let (at, shown_text) = (row.at, row.shown_text.clone());
-        match judgment(row, reviewer, stem) {
+        let mut warn = |message: String| warnings.push(Problem::new(at, message).to_string());
+        match judgment(row, reviewer, stem, &mut warn) {
             Ok(None) => {}
             Ok(Some(j)) => match seen.insert((j.query_id.clone(), j.reviewer.clone()), at) {
                 Some(first) => problems.push(Problem::new(
@@ -176,7 +189,7 @@ fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> (Vec<Loc
             Err(mut found) => problems.append(&mut found),
         }
     }
-    (judgments, problems)
+    Checked { judgments, problems, warnings }
 }
 
 /// The judgment a row holds (`None` for a row with no decision and no grade), or its problems.
@@ -184,6 +197,7 @@ fn judgment(
     row: RawRow,
     reviewer: Option<&str>,
     stem: &str,
+    warn: &mut impl FnMut(String),
 ) -> std::result::Result<Option<Judgment>, Vec<Problem>> {
     let mut problems = Vec::new();
     let at = row.at;
@@ -195,7 +209,7 @@ fn judgment(
             None
         }),
     };
-    let grades = grades(&row, &mut problem);
+    let grades = grades(&row, &mut problem, warn);
     let undecided = row.decision.is_empty();
     if undecided && grades.is_empty() && row.reject_reason.is_empty() && row.edited_text.is_empty() {
         return if problems.is_empty() { Ok(None) } else { Err(problems) };
@@ -271,14 +285,19 @@ pub(crate) fn rules(f: Fields<'_>, problem: &mut impl FnMut(String)) {
     }
 }
 
-/// The grades of a row, shown chunks and `add` together, sorted by chunk; reports bad ones.
-fn grades(row: &RawRow, problem: &mut impl FnMut(String)) -> Vec<ChunkGrade> {
+/// The grades of a row, shown chunks and `add` together, sorted by chunk; reports bad ones. A
+/// grade given where no chunk was shown (an empty slot) is ignored with a warning.
+fn grades(row: &RawRow, problem: &mut impl FnMut(String), warn: &mut impl FnMut(String)) -> Vec<ChunkGrade> {
     let added = row.add.split_whitespace().map(|item| {
         let (id, grade) = item.rsplit_once('=').unwrap_or((item, "3"));
         RawGrade { field: field::ADD.to_owned(), chunk_id: id.to_owned(), grade: grade.to_owned() }
     });
     let mut by_chunk: BTreeMap<ChunkId, (u8, String)> = BTreeMap::new();
     for raw in row.grades.iter().filter(|g| !g.grade.is_empty()).cloned().chain(added) {
+        if raw.chunk_id.trim().is_empty() && raw.field != field::ADD {
+            warn(format!("{}: a grade on an empty slot (no chunk shown there): ignored", raw.field));
+            continue;
+        }
         let grade = raw.grade.parse::<u8>().ok().filter(|&g| g <= GRADE_MAX);
         let chunk = ChunkId::parse(&raw.chunk_id);
         match (grade, chunk) {
@@ -470,11 +489,11 @@ mod tests {
             Format::Csv => csv_rows(text.as_bytes()),
             Format::LabelStudio => super::super::label_studio::rows(text.as_bytes()),
         };
-        let (judgments, problems) = check_rows(rows.map_err(|ps| strings(&ps))?, None, "ann");
-        if problems.is_empty() {
-            Ok(judgments.into_iter().map(|j| j.judgment).collect())
+        let checked = check_rows(rows.map_err(|ps| strings(&ps))?, None, "ann");
+        if checked.problems.is_empty() {
+            Ok(checked.judgments.into_iter().map(|j| j.judgment).collect())
         } else {
-            Err(strings(&problems))
+            Err(strings(&checked.problems))
         }
     }
 
@@ -573,7 +592,7 @@ not json
         let text = "\u{feff}{\"query_id\":\"direct-1\",\"decision\":\"accept\",\"text\":\"how long\"}\n";
         let rows = jsonl_rows(text.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(rows[0].shown_text.as_deref(), Some("how long"));
-        let (judgments, problems) = check_rows(rows, Some("ann"), "file");
+        let Checked { judgments, problems, .. } = check_rows(rows, Some("ann"), "file");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(judgments[0].shown_text.as_deref(), Some("how long"));
         assert_eq!(judgments[0].judgment.reviewer, "ann", "--reviewer fills in an empty reviewer");

@@ -1,16 +1,20 @@
 //! Label Studio: the labeling config and tasks that export writes, and the reading of Label
-//! Studio's JSON export back into decision rows.
+//! Studio's exports (JSON, and JSON-MIN) back into decision rows.
 //!
 //! Every task has the same fields: the query, a heading, and a fixed number of source and pool
-//! slots (as many as the fullest item needs), each with its HTML, heading and chunk id; an empty
-//! slot has empty values. Controls are named after the decision fields ([`super::field`]) and
-//! the slots (`source_1_grade`, `pool_3_grade`); the reader refuses a control it does not know,
-//! so a config and a reader that drift apart fail loudly.
+//! slots (as many as the fullest item needs), each with its HTML (heading included), chunk id
+//! and grade options. An empty slot has no HTML and no grade options: its chunk is inline
+//! HyperText and its grade buttons come from the task (dynamic choices), so Label Studio shows
+//! nothing for it. Controls are named after the decision fields ([`super::field`]) and the slots
+//! (`source_1_grade`, `pool_3_grade`); choices show words and store our labels (`alias`); the
+//! reader refuses a control it does not know, so a config and a reader that drift apart fail
+//! loudly.
 
 use super::decisions::{RawGrade, RawRow};
 use super::export::{ExportItem, escape_html};
 use super::{Decision, GRADE_MAX, Location, Problem, Role, Slot, field, slot_field};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -23,50 +27,86 @@ pub struct Slots {
     pub pool: usize,
 }
 
-/// Task data fields that are not slots.
+/// Task data fields that are not slots, and the suffix of a slot's grade options.
 mod data {
     /// Type, status, reason, absent term and id, on one line.
     pub const HEADING: &str = "heading";
     /// The query text.
     pub const QUERY: &str = "query";
-    /// A slot's heading: role, title, chunk id, machine grade.
-    pub const SLOT_HEADING: &str = "heading";
+    /// A slot's grade options (`source_1_grades`): Label Studio's dynamic choices.
+    pub const GRADES: &str = "grades";
+}
+
+/// What each grade means, as the grade buttons show it.
+const GRADE_WORDS: [&str; GRADE_MAX as usize + 1] =
+    ["not relevant", "on the topic, does not answer", "answers part", "answers fully"];
+
+/// The instructions at the top of the config, one paragraph each, in the annotators' words.
+const INSTRUCTIONS: [&str; 4] = [
+    "Read the query, then each chunk below it, and grade the chunk for the query: 0 = not relevant, \
+     1 = on the topic but does not answer it, 2 = answers part of it, 3 = answers it fully. \
+     Leave a grade empty to keep the machine's grade shown in the chunk's heading.",
+    "Then decide. Accept: a real question, right as it is (with your grades). Edit: a good question, \
+     badly worded: write the better wording below. Answerable: only for a query written to have no \
+     answer here (its heading starts with no_answer) that a chunk does answer: grade that chunk 1-3, \
+     or add it below. Reject: not a real question, or not about these documents: say why below.",
+    "A chunk marked \"modelled on (not relevant)\" is what a no-answer query was written from: \
+     the query should not be answerable from it.",
+    "A relevant chunk that is not shown: add it by its id as CHUNK_ID=GRADE (several separated by spaces).",
+];
+
+/// What each decision is called on its button.
+fn decision_words(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Accept => "Accept as it is",
+        Decision::Edit => "Edit the wording",
+        Decision::Answerable => "Answerable after all",
+        Decision::Reject => "Reject the query",
+    }
 }
 
 /// One Label Studio task: `{"data": {...}}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Task {
     /// The fields the config refers to as `$name`, plus `query_id` and each slot's chunk id.
-    pub data: BTreeMap<String, String>,
+    pub data: BTreeMap<String, Value>,
 }
 
 /// The task for an export item.
 #[must_use]
 pub fn task(item: &ExportItem, slots: Slots) -> Task {
     let mut data = BTreeMap::new();
-    data.insert(field::QUERY_ID.to_owned(), item.query_id.to_string());
-    data.insert(data::QUERY.to_owned(), item.text.clone());
-    data.insert(data::HEADING.to_owned(), heading(item));
+    data.insert(field::QUERY_ID.to_owned(), json!(item.query_id.as_str()));
+    data.insert(data::QUERY.to_owned(), json!(item.text));
+    data.insert(data::HEADING.to_owned(), json!(heading(item)));
+    let options: Vec<Value> = (0..=GRADE_MAX)
+        .zip(GRADE_WORDS)
+        .map(|(grade, words)| json!({"value": format!("{grade} = {words}"), "alias": grade.to_string()}))
+        .collect();
     for slot in Slot::all(slots.sources, slots.pool) {
         let chunk = item.chunk(slot);
-        let html = chunk.map(|c| format!("<div style=\"white-space: pre-wrap\">{}</div>", c.html));
-        data.insert(slot.name(), html.unwrap_or_default());
-        data.insert(slot.field(slot_field::ID), chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default());
-        let slot_heading = chunk.map_or_else(
-            || "(no chunk here: leave its grade empty)".to_owned(),
-            |c| {
-                let role = match (slot.role, item.query_type) {
-                    (Role::Source, crate::record::QueryType::NoAnswer) => {
-                        "modelled on (not relevant)".to_owned()
-                    }
-                    (Role::Source, _) => format!("source {}", slot.index),
-                    (Role::Pool, _) => format!("retrieved at rank {}", c.rank.unwrap_or_default()),
-                };
-                let machine = c.machine_grade.map_or_else(|| "none".to_owned(), |g| g.to_string());
-                format!("{role} · {} · {} · machine grade {machine}", c.title, c.chunk_id)
-            },
+        let html = chunk.map(|c| {
+            let role = match (slot.role, item.query_type) {
+                (Role::Source, crate::record::QueryType::NoAnswer) => "modelled on (not relevant)".to_owned(),
+                (Role::Source, _) => format!("source {}", slot.index),
+                (Role::Pool, _) => format!("retrieved at rank {}", c.rank.unwrap_or_default()),
+            };
+            let machine = c.machine_grade.map_or_else(|| "none".to_owned(), |g| g.to_string());
+            let heading = format!("{role} · {} · {} · machine grade {machine}", c.title, c.chunk_id);
+            format!(
+                "<div style=\"border-top: 1px solid #ccc; margin-top: 8px; padding-top: 4px\">\
+                 <div style=\"font-weight: bold\">{}</div><div style=\"white-space: pre-wrap\">{}</div></div>",
+                escape_html(&heading),
+                c.html
+            )
+        });
+        data.insert(slot.name(), json!(html.unwrap_or_default()));
+        data.insert(
+            slot.field(slot_field::ID),
+            json!(chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default()),
         );
-        data.insert(slot.field(data::SLOT_HEADING), slot_heading);
+        let grades = if chunk.is_some() { options.clone() } else { Vec::new() };
+        data.insert(slot.field(data::GRADES), Value::Array(grades));
     }
     Task { data }
 }
@@ -84,41 +124,45 @@ fn heading(item: &ExportItem) -> String {
 #[must_use]
 pub fn config(slots: Slots) -> String {
     let mut xml = String::from("<View>\n");
+    let _ = writeln!(
+        xml,
+        "  <View style=\"background: #f4f6fa; padding: 8px 12px; border-radius: 4px; margin-bottom: 12px\">"
+    );
+    let _ = writeln!(xml, "    <Header value=\"How to review\" size=\"5\"/>");
+    for (i, paragraph) in INSTRUCTIONS.iter().enumerate() {
+        let _ =
+            writeln!(xml, "    <Text name=\"instructions_{}\" value=\"{}\"/>", i + 1, escape_html(paragraph));
+    }
+    let _ = writeln!(xml, "  </View>");
     let _ = writeln!(xml, "  <Header value=\"${}\" size=\"5\"/>", data::HEADING);
     let _ = writeln!(xml, "  <Text name=\"{}\" value=\"${}\"/>", data::QUERY, data::QUERY);
     for slot in Slot::all(slots.sources, slots.pool) {
         let name = slot.name();
-        let _ = writeln!(xml, "  <View style=\"border-top: 1px solid #ccc; margin-top: 8px\">");
-        let _ = writeln!(xml, "    <Header value=\"${}\" size=\"6\"/>", slot.field(data::SLOT_HEADING));
-        let _ = writeln!(xml, "    <HyperText name=\"{name}\" value=\"${name}\"/>");
+        let _ = writeln!(xml, "  <HyperText name=\"{name}\" value=\"${name}\" inline=\"true\"/>");
         let _ = writeln!(
             xml,
-            "    <Choices name=\"{}\" toName=\"{name}\" choice=\"single\" showInline=\"true\">",
-            slot.field(slot_field::GRADE)
+            "  <Choices name=\"{}\" toName=\"{name}\" choice=\"single-radio\" showInline=\"true\" value=\"${}\"/>",
+            slot.field(slot_field::GRADE),
+            slot.field(data::GRADES)
         );
-        for (grade, hint) in (0..=GRADE_MAX).zip(["not relevant", "related", "answers part", "fully answers"])
-        {
-            let _ = writeln!(xml, "      <Choice value=\"{grade}\" hint=\"{hint}\"/>");
-        }
-        let _ = writeln!(xml, "    </Choices>\n  </View>");
     }
     let _ = writeln!(xml, "  <Header value=\"Decision\" size=\"5\"/>");
     let _ = writeln!(
         xml,
-        "  <Choices name=\"{}\" toName=\"{}\" choice=\"single\" showInline=\"true\">",
+        "  <Choices name=\"{}\" toName=\"{}\" choice=\"single-radio\" showInline=\"true\">",
         field::DECISION,
         data::QUERY
     );
     for decision in Decision::ALL {
-        let _ = writeln!(xml, "    <Choice value=\"{decision}\"/>");
+        let _ = writeln!(xml, "    <Choice value=\"{}\" alias=\"{decision}\"/>", decision_words(decision));
     }
     let _ = writeln!(xml, "  </Choices>");
     for (name, placeholder) in [
-        (field::REJECT_REASON, "reject: why"),
-        (field::EDITED_TEXT, "edit: the corrected query"),
+        (field::REJECT_REASON, "Reject: why"),
+        (field::EDITED_TEXT, "Edit: the better wording of the query"),
         (
             field::ADD,
-            "relevant chunks not shown, CHUNK_ID=GRADE separated by spaces (answerable: the chunk that answers it)",
+            "Relevant chunks not shown, as CHUNK_ID=GRADE separated by spaces (Answerable: the chunk that answers it)",
         ),
     ] {
         let _ = writeln!(

@@ -329,7 +329,9 @@ fn label_studio_config_and_tasks_agree_and_its_export_applies() {
     assert_eq!(tasks.len(), 50);
     for task in &tasks {
         for var in &vars {
-            assert!(task["data"].get(var).is_some_and(Value::is_string), "task lacks ${var}: {task}");
+            // Text, or (a slot's grade options) a list.
+            let value = task["data"].get(var);
+            assert!(value.is_some_and(|v| v.is_string() || v.is_array()), "task lacks ${var}: {task}");
         }
     }
     let mut expected: BTreeSet<String> =
@@ -1007,4 +1009,115 @@ fn a_closed_stdout_exits_0_quietly_in_every_command() {
         assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
     }
     assert_eq!(manifest(&set)["review"]["version"], 2, "apply did its work before its report failed");
+}
+
+/// The exported Label Studio tasks and config, parsed.
+fn label_studio_export(dir: &Path, set: &Run) -> (Vec<Value>, String) {
+    let tasks_path = dir.join("ls/tasks.json");
+    export(set, "label-studio", &tasks_path);
+    let xml = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
+    let tasks = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    (tasks, xml)
+}
+
+#[test]
+fn empty_label_studio_slots_show_nothing_and_a_grade_there_is_ignored_with_a_warning() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let (tasks, xml) = label_studio_export(dir.path(), &set);
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
+    // Each slot's grades come from the task (Label Studio's dynamic choices): none for an empty
+    // slot, so it shows no buttons; its chunk is inline HTML, so an empty one shows no box.
+    for slot in ["source_1", "source_2", "pool_1", "pool_5"] {
+        let grade = doc
+            .descendants()
+            .find(|n| n.attribute("name") == Some(&format!("{slot}_grade")))
+            .unwrap_or_else(|| panic!("no {slot}_grade control"));
+        assert_eq!(grade.attribute("value"), Some(format!("${slot}_grades").as_str()), "{xml}");
+        let text =
+            doc.descendants().find(|n| n.attribute("name") == Some(slot)).unwrap_or_else(|| panic!("{slot}"));
+        assert_eq!((text.tag_name().name(), text.attribute("inline")), ("HyperText", Some("true")));
+    }
+    let one_source = tasks
+        .iter()
+        .position(|t| t["data"]["source_2_id"] == "" && data_type(t) == "direct")
+        .unwrap_or_else(|| panic!("a direct task (one source)"));
+    let data = &tasks[one_source]["data"];
+    assert_eq!(
+        (data["source_2"].as_str(), data["source_2_grades"].as_array().map(Vec::len)),
+        (Some(""), Some(0))
+    );
+    let options = data["source_1_grades"].as_array().cloned().unwrap_or_default();
+    let aliases: Vec<&str> = options.iter().filter_map(|o| o["alias"].as_str()).collect();
+    assert_eq!(aliases, ["0", "1", "2", "3"], "what Label Studio stores is the grade");
+    assert!(
+        options.iter().all(|o| o["value"].as_str().is_some_and(|v| v.len() > 1)),
+        "each grade says what it means"
+    );
+
+    // An annotation that grades the empty slot anyway (an old config, or a slip) still applies.
+    let mut annotated = tasks.clone();
+    annotated[one_source]["annotations"] = json!([{"id": 1, "completed_by": {"id": 7, "email": "cy@example.org"}, "result": [
+        region("decision", "accept"), region("source_2_grade", "2"), region("source_1_grade", "3")]}]);
+    let path = dir.path().join("ls-export.json");
+    write(&path, serde_json::to_string(&annotated).unwrap_or_default());
+    let applied = apply(&set, &path, &[]);
+    applied.assert_code(0);
+    assert!(
+        applied.stderr.contains("warning:")
+            && applied.stderr.contains("source_2_grade: a grade on an empty slot"),
+        "{}",
+        applied.stderr
+    );
+    let query_id = data["query_id"].as_str().unwrap_or_default();
+    let source = data["source_1_id"].as_str().unwrap_or_default();
+    assert_eq!(
+        provenance(&set).get(&(query_id.to_owned(), source.to_owned())),
+        Some(&(3, "human".to_owned()))
+    );
+}
+
+#[test]
+fn the_label_studio_config_explains_grades_and_decisions_in_plain_words() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let (_, xml) = label_studio_export(dir.path(), &set);
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
+    let view = doc
+        .descendants()
+        .find(|n| n.attribute("name").is_some_and(|name| name.starts_with("instructions")))
+        .and_then(|n| n.parent())
+        .unwrap_or_else(|| panic!("no instructions in {xml}"));
+    let text: String = view.descendants().filter_map(|n| n.attribute("value")).collect::<Vec<_>>().join("\n");
+    for grade in ["0 =", "1 =", "2 =", "3 ="] {
+        assert!(text.contains(grade), "grade {grade} explained: {text}");
+    }
+    for decision in ["Accept", "Edit", "Answerable", "Reject"] {
+        assert!(text.contains(decision), "{decision} explained: {text}");
+    }
+    for internal in ["source_in_top_n", "no_answer_confirmed", "flagged", "kept", "_grade", "provenance"] {
+        assert!(!text.contains(internal), "{internal:?} is an internal name: {text}");
+    }
+    // The instructions come before the query, and the decisions show words, store our labels.
+    let first = doc.root_element().first_element_child().unwrap_or_else(|| panic!("empty config"));
+    assert_eq!(Some(first), Some(view));
+    let choices: Vec<(String, String)> = doc
+        .descendants()
+        .filter(|n| {
+            n.tag_name().name() == "Choice"
+                && n.parent().and_then(|p| p.attribute("name")) == Some("decision")
+        })
+        .map(|n| {
+            (
+                n.attribute("alias").unwrap_or_default().to_owned(),
+                n.attribute("value").unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        choices.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
+        ["accept", "edit", "answerable", "reject"]
+    );
+    assert!(choices.iter().all(|(alias, shown)| shown.len() > alias.len()), "{choices:?}");
 }
