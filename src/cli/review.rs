@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use qrelgen::output;
 use qrelgen::review::agreement::{self, About, Agreement, Policy};
 use qrelgen::review::apply::{self, Batch, Outcome};
-use qrelgen::review::decisions::{self, Decisions};
+use qrelgen::review::decisions::{self, Decisions, ReviewerMap, Reviewers};
 use qrelgen::review::estimate::Interval;
 use qrelgen::review::export::{self, ExportItem};
 use qrelgen::review::set::ReviewSet;
@@ -40,8 +40,8 @@ enum ReviewCommand {
     /// versions/. A file with one bad row applies nothing; the same file twice changes nothing.
     #[command(after_help = "Examples:
   qrelgen review apply --set out --decisions queue.csv --reviewer ann
-  # Label Studio's JSON export (Export → JSON), after annotating:
-  qrelgen review apply --set out --decisions project-1-export.json")]
+  # Label Studio's JSON export; annotators' user ids named by a file of ID=NAME lines:
+  qrelgen review apply --set out --decisions project-1-export.json --reviewer-map annotators.txt")]
     Apply(ApplyArgs),
     /// Compare two reviewers who judged the same items (Cohen's kappa, disagreements); with
     /// --resolve, apply their merged judgments as the next version.
@@ -50,7 +50,7 @@ enum ReviewCommand {
   # Merge them, the more severe decision winning, into the next version:
   qrelgen review agree --set out --decisions ann.csv --decisions bob.csv --resolve strict
   # One Label Studio export with two annotators per task, as JSON:
-  qrelgen review agree --set out --decisions project-1-export.json --json")]
+  qrelgen review agree --set out --decisions project-1-export.json --reviewer-map annotators.txt --json")]
     Agree(AgreeArgs),
     /// Show reviewed and pending items per type and the estimated share of good queries.
     #[command(after_help = "Examples:
@@ -111,13 +111,20 @@ struct ApplyArgs {
     /// The set folder.
     #[arg(long, value_name = "DIR")]
     set: PathBuf,
-    /// The decisions: an exported JSONL or CSV file filled in, or a Label Studio JSON export.
+    /// The decisions: an exported JSONL or CSV file filled in, or a Label Studio JSON or JSON-MIN
+    /// export.
     #[arg(long, value_name = "FILE")]
     decisions: PathBuf,
     /// Who decided, for rows that do not say: a row's own reviewer field (a Label Studio
-    /// annotator) wins [default: the file name].
+    /// annotator's email) wins; also the name of the one annotator of a Label Studio export that
+    /// knows them only by user id [default: the file name].
     #[arg(long, value_name = "NAME")]
     reviewer: Option<String>,
+    /// Names for Label Studio user ids (its JSON and JSON-MIN exports give annotators as
+    /// numbers): a file of ID=NAME lines [default: none: one annotator takes --reviewer, others
+    /// are recorded as label-studio-user-ID, with a warning].
+    #[arg(long, value_name = "FILE")]
+    reviewer_map: Option<PathBuf>,
     /// The decisions file's format [default: by extension: .jsonl, .csv, .json].
     #[arg(long, value_enum)]
     format: Option<FormatArg>,
@@ -135,6 +142,9 @@ struct AgreeArgs {
     /// apply) [default: the file names].
     #[arg(long, value_name = "NAME")]
     reviewer: Vec<String>,
+    /// Names for Label Studio user ids, as apply [default: none].
+    #[arg(long, value_name = "FILE")]
+    reviewer_map: Option<PathBuf>,
     /// The decisions files' format [default: by extension].
     #[arg(long, value_enum)]
     format: Option<FormatArg>,
@@ -223,18 +233,24 @@ fn read_decisions(
     set: &ReviewSet,
     path: &Path,
     format: Option<FormatArg>,
-    reviewer: Option<&str>,
+    reviewers: &Reviewers,
 ) -> anyhow::Result<Decisions> {
-    let decisions = decisions::read_for(set, path, format.map(Format::from), reviewer)?;
+    let decisions = decisions::read_for(set, path, format.map(Format::from), reviewers)?;
     for warning in &decisions.warnings {
         eprintln!("warning: {}: {warning}", path.display());
     }
     Ok(decisions)
 }
 
+fn reviewer_map(path: Option<&Path>) -> anyhow::Result<Option<ReviewerMap>> {
+    Ok(path.map(ReviewerMap::read).transpose()?)
+}
+
 fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
-    let decisions = read_decisions(&set, &args.decisions, args.format, args.reviewer.as_deref())?;
+    let reviewers =
+        Reviewers { name: args.reviewer.clone(), map: reviewer_map(args.reviewer_map.as_deref())? };
+    let decisions = read_decisions(&set, &args.decisions, args.format, &reviewers)?;
     let outcome = apply::apply(&set, &Batch::single(&decisions))
         .with_context(|| format!("applying {}", args.decisions.display()))?;
     stdout.write_all(report(&outcome, &set, &args.decisions.display().to_string()).as_bytes())?;
@@ -285,11 +301,15 @@ fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         );
     }
     let set = load(&args.set)?;
+    let map = reviewer_map(args.reviewer_map.as_deref())?;
     let files = args
         .decisions
         .iter()
         .enumerate()
-        .map(|(i, path)| read_decisions(&set, path, args.format, args.reviewer.get(i).map(String::as_str)))
+        .map(|(i, path)| {
+            let reviewers = Reviewers { name: args.reviewer.get(i).cloned(), map: map.clone() };
+            read_decisions(&set, path, args.format, &reviewers)
+        })
         .collect::<anyhow::Result<Vec<Decisions>>>()?;
     let all: Vec<_> = files.iter().flat_map(|d| d.judgments.iter().map(|l| l.judgment.clone())).collect();
     let [(first, mine), (second, theirs)] = agreement::split(&all)?;

@@ -236,13 +236,21 @@ impl RegionValue {
     }
 }
 
-/// The decision rows of a Label Studio JSON export: one per annotation not cancelled.
+/// The decision rows of a Label Studio export, JSON (one per annotation not cancelled) or
+/// JSON-MIN (one per record).
 pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
     let bytes = super::decisions::without_bom(bytes);
-    let tasks: Vec<ExportedTask> = serde_json::from_slice(bytes).map_err(|e| {
+    let not_an_export = |e: serde_json::Error| {
         let at = Location::Line(e.line());
         vec![Problem::new(at, format!("not a Label Studio JSON export (a list of tasks): {e}"))]
-    })?;
+    };
+    let records: Vec<Value> = serde_json::from_slice(bytes).map_err(not_an_export)?;
+    let is_min = |r: &Value| r.get("annotator").is_some() || r.get("annotation_id").is_some();
+    let is_full = |r: &Value| r.get("data").is_some() || r.get("annotations").is_some();
+    if !records.iter().any(is_full) && records.iter().any(is_min) {
+        return min_rows(records);
+    }
+    let tasks: Vec<ExportedTask> = serde_json::from_value(Value::Array(records)).map_err(not_an_export)?;
     let mut rows = Vec::new();
     let mut problems = Vec::new();
     for (t, task) in tasks.iter().enumerate() {
@@ -255,10 +263,10 @@ pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
 }
 
 fn row(at: Location, task: &ExportedTask, annotation: &Annotation, problems: &mut Vec<Problem>) -> RawRow {
-    let data = |name: &str| task.data.get(name).and_then(serde_json::Value::as_str).unwrap_or_default();
+    let data = |name: &str| task.data.get(name).and_then(Value::as_str).unwrap_or_default();
     let mut row = RawRow::new(at);
     row.set(field::QUERY_ID, data(field::QUERY_ID));
-    row.set(field::REVIEWER, &reviewer(annotation.completed_by.as_ref()));
+    annotator(&mut row, annotation.completed_by.as_ref());
     for region in &annotation.result {
         let name = region.from_name.as_str();
         let value = region.value.as_text();
@@ -277,17 +285,103 @@ fn row(at: Location, task: &ExportedTask, annotation: &Annotation, problems: &mu
     row
 }
 
-/// A reviewer name from `completed_by`: an email, or `label-studio-user-<id>`.
-fn reviewer(completed_by: Option<&serde_json::Value>) -> String {
+/// Label Studio's own fields of a JSON-MIN record.
+const MIN_META: [&str; 6] = ["id", "annotator", "annotation_id", "created_at", "updated_at", "lead_time"];
+
+/// The rows of a JSON-MIN export: each record is one annotation, the task's data and the
+/// controls' values side by side, so a key is a control when it is not one of the fields the
+/// tasks carry (or Label Studio's own).
+fn min_rows(records: Vec<Value>) -> Result<Vec<RawRow>, Vec<Problem>> {
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    let mut tasks: Vec<Option<u64>> = Vec::new();
+    let mut annotations: BTreeMap<usize, usize> = BTreeMap::new();
+    for record in records {
+        let Value::Object(record) = record else {
+            problems.push(Problem::new(
+                Location::Task { task: tasks.len() + 1, id: None, annotation: 1 },
+                "not an object",
+            ));
+            continue;
+        };
+        let id = record.get("id").and_then(Value::as_u64);
+        let task = if let Some(i) = tasks.iter().position(|&t| t.is_some() && t == id) {
+            i + 1
+        } else {
+            tasks.push(id);
+            tasks.len()
+        };
+        let annotation = annotations.entry(task).or_default();
+        *annotation += 1;
+        let at = Location::Task { task, id, annotation: *annotation };
+        let text = |name: &str| record.get(name).and_then(min_text).unwrap_or_default();
+        let mut row = RawRow::new(at);
+        row.set(field::QUERY_ID, &text(field::QUERY_ID));
+        annotator(&mut row, record.get("annotator"));
+        for (name, value) in &record {
+            if MIN_META.contains(&name.as_str()) || name == field::QUERY_ID || is_task_field(name) {
+                continue;
+            }
+            let Some(value) = min_text(value) else {
+                problems
+                    .push(Problem::new(at, format!("{name}: a value Label Studio does not write: {value}")));
+                continue;
+            };
+            if name != field::REVIEWER && row.set(name, &value) {
+                continue;
+            }
+            match Slot::parse_field(name) {
+                Some((slot, slot_field::GRADE)) => row.grades.push(RawGrade {
+                    field: name.clone(),
+                    chunk_id: text(&slot.field(slot_field::ID)),
+                    grade: value.trim().to_owned(),
+                }),
+                _ => problems.push(Problem::new(at, format!("unknown control {name:?} (JSON-MIN)"))),
+            }
+        }
+        rows.push(row);
+    }
+    if problems.is_empty() { Ok(rows) } else { Err(problems) }
+}
+
+/// Whether `name` is a field of the tasks export writes (not a control).
+fn is_task_field(name: &str) -> bool {
+    let is_slot =
+        || Slot::parse_field(&format!("{name}_{}", slot_field::ID)).is_some_and(|(s, _)| s.name() == name);
+    match Slot::parse_field(name) {
+        Some((_, suffix)) => suffix != slot_field::GRADE,
+        None => name == data::QUERY || name == data::HEADING || is_slot(),
+    }
+}
+
+/// A JSON-MIN value as text: a string or number; a list of texts (one per line); or
+/// `{"text": […]}` / `{"choices": […]}`, as Label Studio writes a control with several values.
+fn min_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Null => Some(String::new()),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(|l| l.join("\n")),
+        Value::Object(map) => map.get("text").or_else(|| map.get("choices")).and_then(min_text),
+        Value::Bool(_) => None,
+    }
+}
+
+/// The annotator of a row: an email (older exports) names them; a bare number is a Label Studio
+/// user id, named later from `--reviewer` or `--reviewer-map`.
+fn annotator(row: &mut RawRow, completed_by: Option<&Value>) {
     match completed_by {
-        Some(serde_json::Value::Number(id)) => format!("label-studio-user-{id}"),
-        Some(serde_json::Value::Object(user)) => user
-            .get("email")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| user.get("id").map(|id| format!("label-studio-user-{id}")))
-            .unwrap_or_default(),
-        _ => String::new(),
+        Some(Value::Number(id)) => row.user = id.as_u64(),
+        Some(Value::String(name)) => name.trim().clone_into(&mut row.reviewer),
+        Some(Value::Object(user)) => match user.get("email").and_then(Value::as_str) {
+            Some(email) => email.trim().clone_into(&mut row.reviewer),
+            None => row.user = user.get("id").and_then(Value::as_u64),
+        },
+        _ => {}
     }
 }
 
@@ -308,10 +402,40 @@ mod tests {
             {"completed_by": 5, "was_cancelled": true, "result": []}]}]"#;
         let rows = rows(export.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].reviewer.as_str(), rows[0].decision.as_str()), ("label-studio-user-3", "reject"));
+        assert_eq!(
+            (rows[0].user, rows[0].reviewer.as_str(), rows[0].decision.as_str()),
+            (Some(3), "", "reject")
+        );
         assert_eq!(rows[0].reject_reason, "off\ntopic");
         assert_eq!((rows[0].grades[0].chunk_id.as_str(), rows[0].grades[0].grade.as_str()), ("a:1", "1"));
         assert_eq!(rows[1].reviewer, "bob@example.org");
+    }
+
+    #[test]
+    fn json_min_records_are_annotations_with_the_task_data_beside_them() {
+        let export = r#"[
+          {"id": 7, "query_id": "direct-1", "query": "q", "heading": "h", "source_1": "<div/>", "source_1_id": "a:1",
+           "source_1_grades": [{"value": "0 = not relevant", "alias": "0"}], "source_2": "", "source_2_id": "",
+           "source_1_grade": "2", "decision": "reject", "reject_reason": {"text": ["off", "topic"]},
+           "annotator": 1, "annotation_id": 3, "created_at": "x", "updated_at": "x", "lead_time": null},
+          {"id": 7, "query_id": "direct-1", "source_1_id": "a:1", "decision": "accept", "annotator": "bob@example.org", "annotation_id": 2},
+          {"id": 8, "query_id": "direct-2", "decision": "accept", "mood": "fine", "annotator": 2, "annotation_id": 4}]"#;
+        let problems = rows(export.as_bytes()).err().unwrap_or_default();
+        assert_eq!(
+            problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["task 2 (id 8), annotation 1: unknown control \"mood\" (JSON-MIN)"]
+        );
+        let rows =
+            rows(export.replace(r#""mood": "fine", "#, "").as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            (rows[0].user, rows[0].decision.as_str(), rows[0].reject_reason.as_str()),
+            (Some(1), "reject", "off\ntopic")
+        );
+        assert_eq!((rows[0].grades[0].chunk_id.as_str(), rows[0].grades[0].grade.as_str()), ("a:1", "2"));
+        assert_eq!(rows[1].at, Location::Task { task: 1, id: Some(7), annotation: 2 });
+        assert_eq!((rows[1].user, rows[1].reviewer.as_str()), (None, "bob@example.org"));
+        assert_eq!(rows[2].at, Location::Task { task: 2, id: Some(8), annotation: 1 });
     }
 
     #[test]

@@ -1121,3 +1121,172 @@ fn the_label_studio_config_explains_grades_and_decisions_in_plain_words() {
     );
     assert!(choices.iter().all(|(alias, shown)| shown.len() > alias.len()), "{choices:?}");
 }
+
+#[test]
+fn label_studio_user_ids_are_named_by_reviewer_or_reviewer_map_and_json_min_is_read() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let (tasks, _) = label_studio_export(dir.path(), &set);
+    let direct: Vec<usize> = (0..tasks.len()).filter(|&t| data_type(&tasks[t]) == "direct").take(2).collect();
+    let query_id = |t: usize| tasks[t]["data"]["query_id"].as_str().unwrap_or_default().to_owned();
+    let reviewer_of = |id: &str| {
+        let queries = set.jsonl("queries.jsonl");
+        query(&queries, id).map(|q| str_field(q, "/metadata/review/reviewer").to_owned())
+    };
+    // Label Studio's JSON export names annotators by number only.
+    let mut annotated = tasks.clone();
+    annotated[direct[0]]["annotations"] =
+        json!([{"id": 1, "completed_by": 1, "result": [region("decision", "accept")]}]);
+    let path = dir.path().join("ls-export.json");
+    write(&path, serde_json::to_string(&annotated).unwrap_or_default());
+    apply(&set, &path, &["--reviewer", "ann"]).assert_code(0);
+    assert_eq!(reviewer_of(&query_id(direct[0])).as_deref(), Some("ann"), "--reviewer names the one user id");
+
+    // Two annotators: --reviewer cannot name both; a map can.
+    annotated[direct[1]]["annotations"] =
+        json!([{"id": 2, "completed_by": 2, "result": [region("decision", "accept")]}]);
+    write(&path, serde_json::to_string(&annotated).unwrap_or_default());
+    let ambiguous = apply(&set, &path, &["--reviewer", "ann"]);
+    ambiguous.assert_code(2);
+    assert!(ambiguous.stderr.contains("--reviewer-map"), "{}", ambiguous.stderr);
+    let map = dir.path().join("annotators.txt");
+    write(&map, "# Label Studio user id = name\n1=ann\n");
+    let missing = apply(&set, &path, &["--reviewer-map", path_str(&map)]);
+    missing.assert_code(2);
+    assert!(
+        missing.stderr.contains("user 2") && missing.stderr.contains("annotators.txt"),
+        "{}",
+        missing.stderr
+    );
+    write(&map, "1 = ann\n2 = bob\n");
+    apply(&set, &path, &["--reviewer-map", path_str(&map)]).assert_code(0);
+    assert_eq!(reviewer_of(&query_id(direct[1])).as_deref(), Some("bob"));
+
+    // Unnamed user ids still apply, with a warning that says how to name them.
+    let unnamed = apply(&set, &path, &[]);
+    unnamed.assert_code(0);
+    assert!(
+        unnamed.stderr.contains("warning:") && unnamed.stderr.contains("--reviewer-map"),
+        "{}",
+        unnamed.stderr
+    );
+
+    // JSON-MIN: one flat record per annotation, the task's data beside the controls.
+    let mut record = tasks[direct[0]]["data"].clone();
+    record["id"] = json!(17);
+    record["decision"] = json!("reject");
+    record["reject_reason"] = json!({"text": ["off", "topic"]});
+    record["annotator"] = json!(2);
+    record["annotation_id"] = json!(9);
+    let min = dir.path().join("ls-export-min.json");
+    write(&min, serde_json::to_string(&json!([record])).unwrap_or_default());
+    apply(&set, &min, &["--reviewer-map", path_str(&map)]).assert_code(0);
+    assert!(reviewer_of(&query_id(direct[0])).is_none(), "rejected by bob");
+    let queries = set.jsonl("queries.jsonl");
+    assert!(query(&queries, &query_id(direct[0])).is_none());
+}
+
+/// A file of `tests/fixtures/label-studio/`: exports from a real Label Studio (the version in
+/// `label-studio-version.txt`), made by `tests/interop/label-studio.sh --update-fixtures` from the
+/// sample set this suite builds.
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/label-studio").join(name)
+}
+
+#[test]
+fn real_label_studio_json_and_json_min_exports_apply_alike() {
+    let version = fs_err::read_to_string(fixture("label-studio-version.txt")).unwrap_or_default();
+    assert!(version.starts_with("1.23"), "fixtures from Label Studio {version}");
+    let map = fixture("annotators.txt");
+    let (dir_json, dir_min) = (tempdir(), tempdir());
+    let (json_set, min_set) = (built(dir_json.path()), built(dir_min.path()));
+    let hint =
+        "the fixtures no longer fit the sample set: rerun tests/interop/label-studio.sh --update-fixtures";
+
+    let applied = apply(&json_set, &fixture("export.json"), &["--reviewer-map", path_str(&map)]);
+    assert_eq!(applied.code, Some(0), "{hint}\n{}", applied.stderr);
+    assert!(
+        applied.stdout.contains("4 accepted, 1 edited, 1 answerable, 1 rejected, 5 grades"),
+        "{}",
+        applied.stdout
+    );
+    assert!(applied.stderr.contains("source_2_grade: a grade on an empty slot"), "{}", applied.stderr);
+    let min = apply(&min_set, &fixture("export-min.json"), &["--reviewer-map", path_str(&map)]);
+    assert_eq!(min.code, Some(0), "{hint}\n{}", min.stderr);
+    assert_eq!(json_set.file("queries.jsonl"), min_set.file("queries.jsonl"), "JSON-MIN reads as JSON");
+    assert_eq!(json_set.file("qrels/provenance.tsv"), min_set.file("qrels/provenance.tsv"));
+
+    // Every annotator is named through the map, as Label Studio numbered them.
+    let export: Vec<Value> =
+        serde_json::from_str(&fs_err::read_to_string(fixture("export.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    let names = BTreeMap::from([(1, "ann"), (2, "bob")]);
+    let queries = json_set.jsonl("queries.jsonl");
+    let mut seen = BTreeSet::new();
+    for task in &export {
+        let annotation = &task["annotations"][0];
+        let user = annotation["completed_by"].as_u64().unwrap_or_else(|| panic!("a numeric completed_by"));
+        let id = task["data"]["query_id"].as_str().unwrap_or_default();
+        if let Some(q) = query(&queries, id) {
+            assert_eq!(str_field(q, "/metadata/review/reviewer"), names[&user], "{id}");
+            seen.insert(names[&user]);
+        }
+    }
+    assert_eq!(seen, BTreeSet::from(["ann", "bob"]));
+    // The grade clicked in the real UI (task 7: "3 = answers fully", "Accept as it is") is a 3.
+    let clicked = export.iter().find(|t| t["id"] == 7).unwrap_or_else(|| panic!("the UI task"));
+    let (id, chunk) = (str_field(&clicked["data"], "/query_id"), str_field(&clicked["data"], "/source_1_id"));
+    assert_eq!(provenance(&json_set).get(&(id.to_owned(), chunk.to_owned())), Some(&(3, "human".to_owned())));
+}
+
+#[test]
+fn real_label_studio_user_ids_without_names_are_kept_with_a_warning() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let applied = apply(&set, &fixture("export.json"), &[]);
+    applied.assert_code(0);
+    assert!(
+        applied.stderr.contains("annotators are known only as Label Studio users 1, 2"),
+        "{}",
+        applied.stderr
+    );
+    let reviewers: BTreeSet<String> = set
+        .jsonl("queries.jsonl")
+        .iter()
+        .filter_map(|q| q.pointer("/metadata/review/reviewer").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    assert_eq!(
+        reviewers,
+        BTreeSet::from(["label-studio-user-1".to_owned(), "label-studio-user-2".to_owned()])
+    );
+}
+
+#[test]
+fn real_label_studio_agreement_exports_compare_two_named_reviewers() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let map = fixture("annotators.txt");
+    for file in ["agree.json", "agree-min.json"] {
+        let decisions = fixture(file);
+        let args = [
+            "review",
+            "agree",
+            "--set",
+            path_str(&set.out),
+            "--decisions",
+            path_str(&decisions),
+            "--reviewer-map",
+            path_str(&map),
+            "--json",
+        ];
+        let run = cli(&set.out, &args);
+        run.assert_code(0);
+        let json: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+        let mut reviewers: Vec<&str> =
+            json["reviewers"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        reviewers.sort_unstable();
+        assert_eq!(reviewers, ["ann", "bob"], "{file}");
+        assert_eq!(json["decisions"]["items"], 3, "{file}");
+        assert_eq!(json["disagreements"].as_array().map(Vec::len), Some(2), "{file}");
+    }
+}
