@@ -66,7 +66,8 @@ pub enum Measure {
     Map(Option<usize>),
     /// DCG@k over the ideal DCG@k of all judged documents (`ndcg_cut_k`, with the chosen gain).
     Ndcg(usize),
-    /// Share of the top k that has a judgment (any grade, 0 included); k is the denominator.
+    /// Share of the documents retrieved in the top k that have a judgment (any grade, 0
+    /// included), as ir_measures' `Judged@k`.
     Judged(usize),
     /// nDCG@k of the condensed list: unjudged documents removed first (Sakai's nDCG′,
     /// trec_eval `-J`).
@@ -269,7 +270,10 @@ impl<'a> Ranking<'a> {
                 self.precision_sum_upto[k] / r as f64
             }
             Measure::Ndcg(k) => ndcg(self.labels.iter().map(|l| l.grade()), &self.judgments.ideal, k, self.gain),
-            Measure::Judged(k) => self.judged_upto[self.depth(k)] as f64 / k as f64,
+            Measure::Judged(k) => match self.depth(k) {
+                0 => 0.0,
+                depth => self.judged_upto[depth] as f64 / depth as f64,
+            },
             Measure::NdcgCondensed(k) => {
                 let condensed = self.labels.iter().filter_map(|l| match l {
                     Label::Judged(g) => Some(*g),
@@ -352,7 +356,7 @@ mod tests {
         let idcg = 7.0 + 3.0 / 3f64.log2() + 0.5;
         close(m(Measure::Ndcg(4)), (7.0 + 1.0 / 5f64.log2()) / idcg);
         close(m(Measure::Judged(4)), 0.75);
-        close(m(Measure::Judged(10)), 0.3);
+        close(m(Measure::Judged(10)), 0.75);
         // Condensed: 3, 0, 1 → DCG = 7 + 1/log2(4).
         close(m(Measure::NdcgCondensed(4)), (7.0 + 0.5) / idcg);
         // bpref: R = 3, N = 3: first relevant 1, second 1 − 1/3; over 3.

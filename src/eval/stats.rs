@@ -258,7 +258,7 @@ mod tests {
         for (a, e) in adjusted.iter().zip([0.04, 0.03, 0.04]) {
             close(*a, e, 1e-12);
         }
-        assert_eq!(holm(&[0.9, 0.8]), vec![0.9, 0.9]);
+        assert_eq!(holm(&[0.9, 0.3]), vec![0.9, 0.6]);
     }
 
     #[test]
