@@ -9,27 +9,27 @@ use std::time::Instant;
 
 fn main() {
     let mut args = std::env::args().skip(1).filter_map(|a| a.parse::<usize>().ok());
-    let n = args.next().unwrap_or(10_000);
+    let queries = args.next().unwrap_or(10_000);
     let resamples = args.next().unwrap_or(10_000);
     let mut draw = rng::stream(1, "bench");
-    let a: Vec<f64> = (0..n).map(|_| draw.random::<f64>()).collect();
-    let b: Vec<f64> = a.iter().map(|x| (x + draw.random_range(-0.1..0.12)).clamp(0.0, 1.0)).collect();
-    let c: Vec<f64> = a.iter().map(|x| (x + draw.random_range(-0.1..0.1)).clamp(0.0, 1.0)).collect();
-    let diffs = stats::differences(&b, &a);
+    let base: Vec<f64> = (0..queries).map(|_| draw.random::<f64>()).collect();
+    let better: Vec<f64> = base.iter().map(|x| (x + draw.random_range(-0.1..0.12)).clamp(0.0, 1.0)).collect();
+    let other: Vec<f64> = base.iter().map(|x| (x + draw.random_range(-0.1..0.1)).clamp(0.0, 1.0)).collect();
+    let diffs = stats::differences(&better, &base);
     let time = |label: &str, f: &mut dyn FnMut() -> String| {
         let started = Instant::now();
         let result = f();
         println!("{label}: {:.3} s ({result})", started.elapsed().as_secs_f64());
     };
-    time(&format!("paired bootstrap, {resamples} resamples, {n} queries"), &mut || {
+    time(&format!("paired bootstrap, {resamples} resamples, {queries} queries"), &mut || {
         let ci = stats::bootstrap_interval(&diffs, resamples, &mut rng::stream(2, "bench"));
         format!("[{:.4}, {:.4}]", ci.low, ci.high)
     });
-    time(&format!("randomization test, {resamples} resamples, {n} queries"), &mut || {
+    time(&format!("randomization test, {resamples} resamples, {queries} queries"), &mut || {
         format!("p = {:.4}", stats::randomization_p(&diffs, resamples, &mut rng::stream(3, "bench")))
     });
-    time(&format!("randomized Tukey HSD, 3 systems, {resamples} resamples, {n} queries"), &mut || {
-        let p = stats::tukey_hsd(&[&a, &b, &c], resamples, &mut rng::stream(4, "bench"));
+    time(&format!("randomized Tukey HSD, 3 systems, {resamples} resamples, {queries} queries"), &mut || {
+        let p = stats::tukey_hsd(&[&base, &better, &other], resamples, &mut rng::stream(4, "bench"));
         format!("p = {p:.4?}")
     });
 }

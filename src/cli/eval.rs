@@ -11,7 +11,6 @@ use qrelgen::eval::{
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
-#[expect(clippy::struct_field_names, reason = "the fields are the flags")]
 pub struct EvalArgs {
     /// The set folder (the --out of qrelgen build): queries.jsonl, qrels.trec,
     /// qrels/provenance.tsv, no_answer.txt, corpus.jsonl, manifest.json.
@@ -114,8 +113,12 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<u8> {
         (Some(set), _) => Collection::from_set(set, settings.level),
         (None, qrels) => {
             let qrels = qrels.clone().unwrap_or_default();
-            let files =
-                LooseFiles { qrels, queries: args.queries.clone(), no_answer: args.no_answer.clone(), corpus: args.corpus.clone() };
+            let files = LooseFiles {
+                qrels,
+                queries: args.queries.clone(),
+                no_answer: args.no_answer.clone(),
+                corpus: args.corpus.clone(),
+            };
             Collection::from_files(&files, settings.level)
         }
     }?;
@@ -134,7 +137,13 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<u8> {
         export_unjudged(path, args, &inputs, settings.k())?;
     }
     print!("{}", report::render_table(&evaluation, settings.k()));
-    eprintln!("wrote {}, {} and {} in {}", files::EVAL_JSON, files::PER_QUERY_TSV, files::EVAL_HTML, out.display());
+    eprintln!(
+        "wrote {}, {} and {} in {}",
+        files::EVAL_JSON,
+        files::PER_QUERY_TSV,
+        files::EVAL_HTML,
+        out.display()
+    );
     Ok(exit::OK)
 }
 

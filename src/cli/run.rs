@@ -36,11 +36,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
     let hits: usize = run.results.iter().map(|r| r.hits.len()).sum();
     println!("{} queries, {hits} hits (top {}) in {}", run.results.len(), args.k, args.to.display());
     if !args.quiet {
-        eprintln!(
-            "next: qrelgen eval --set {} --run {}",
-            args.set.display(),
-            args.to.display()
-        );
+        eprintln!("next: qrelgen eval --set {} --run {}", args.set.display(), args.to.display());
     }
     Ok(exit::OK)
 }

@@ -56,7 +56,11 @@ pub struct Abstention {
 
 /// The abstention figures, or `None` without queries of both kinds.
 #[must_use]
-pub fn abstention(answerable: &[Option<f64>], no_answer: &[Option<f64>], given: Option<f64>) -> Option<Abstention> {
+pub fn abstention(
+    answerable: &[Option<f64>],
+    no_answer: &[Option<f64>],
+    given: Option<f64>,
+) -> Option<Abstention> {
     if answerable.is_empty() || no_answer.is_empty() {
         return None;
     }
@@ -72,16 +76,15 @@ pub fn abstention(answerable: &[Option<f64>], no_answer: &[Option<f64>], given: 
         let right = (1.0 - p.wrong_refusals) * pos.len() as f64 + (1.0 - p.wrong_answers) * neg.len() as f64;
         right / (pos.len() + neg.len()) as f64
     };
-    let (threshold, choice) = match given {
-        Some(t) => (t, ThresholdChoice::Given),
-        None => {
-            let best = thresholds.iter().copied().map(at).fold(None::<Point>, |best, p| match best {
-                Some(b) if accuracy(&b) >= accuracy(&p) => Some(b),
-                _ => Some(p),
-            });
-            (best.map_or(f64::INFINITY, |p| p.threshold), ThresholdChoice::BestAccuracy)
-        }
+    let best = || {
+        let best = thresholds.iter().copied().map(at).fold(None::<Point>, |best, p| match best {
+            Some(b) if accuracy(&b) >= accuracy(&p) => Some(b),
+            _ => Some(p),
+        });
+        best.map_or(f64::INFINITY, |p| p.threshold)
     };
+    let (threshold, choice) =
+        given.map_or_else(|| (best(), ThresholdChoice::BestAccuracy), |t| (t, ThresholdChoice::Given));
     let chosen = at(threshold);
     let step = thresholds.len().div_ceil(CURVE_POINTS).max(1);
     let curve = thresholds.iter().step_by(step).copied().filter(|t| t.is_finite()).map(at).collect();
@@ -98,7 +101,8 @@ pub fn abstention(answerable: &[Option<f64>], no_answer: &[Option<f64>], given: 
 }
 
 fn point(pos: &[f64], neg: &[f64], threshold: f64) -> Point {
-    let share = |xs: &[f64], f: &dyn Fn(f64) -> bool| xs.iter().filter(|&&x| f(x)).count() as f64 / xs.len() as f64;
+    let share =
+        |xs: &[f64], f: &dyn Fn(f64) -> bool| xs.iter().filter(|&&x| f(x)).count() as f64 / xs.len() as f64;
     Point {
         threshold,
         wrong_answers: share(neg, &|s| s >= threshold),
@@ -108,12 +112,13 @@ fn point(pos: &[f64], neg: &[f64], threshold: f64) -> Point {
 
 /// Mann–Whitney AUROC: P(positive > negative) + ½ P(tie), by average ranks.
 fn auroc(pos: &[f64], neg: &[f64]) -> f64 {
-    let mut all: Vec<(f64, bool)> = pos.iter().map(|&s| (s, true)).chain(neg.iter().map(|&s| (s, false))).collect();
+    let mut all: Vec<(f64, bool)> =
+        pos.iter().map(|&s| (s, true)).chain(neg.iter().map(|&s| (s, false))).collect();
     all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let mut rank_sum = 0.0;
     let mut i = 0;
     while i < all.len() {
-        let j = all[i..].iter().position(|x| x.0 != all[i].0).map_or(all.len(), |d| i + d);
+        let j = all[i..].iter().position(|x| x.0.total_cmp(&all[i].0).is_ne()).map_or(all.len(), |d| i + d);
         let average = (i + 1 + j) as f64 / 2.0;
         rank_sum += average * all[i..j].iter().filter(|x| x.1).count() as f64;
         i = j;

@@ -31,13 +31,18 @@ pub struct Breakdown {
 #[must_use]
 pub fn breakdowns(scores: &Scores, queries: &[QueryInfo]) -> Vec<Breakdown> {
     let by_type = |q: &QueryInfo| q.query_type.map_or_else(|| "unknown".to_owned(), |t| t.label().to_owned());
-    let by_difficulty = |q: &QueryInfo| q.difficulty.map_or_else(|| "unknown".to_owned(), |d| d.label().to_owned());
+    let by_difficulty =
+        |q: &QueryInfo| q.difficulty.map_or_else(|| "unknown".to_owned(), |d| d.label().to_owned());
     let by_provenance =
         |q: &QueryInfo| if q.reviewed { "human-reviewed".to_owned() } else { "machine-only".to_owned() };
-    [("type", &by_type as &dyn Fn(&QueryInfo) -> String), ("difficulty", &by_difficulty), ("provenance", &by_provenance)]
-        .into_iter()
-        .map(|(by, key)| Breakdown { by, slices: slices(scores, queries, key) })
-        .collect()
+    [
+        ("type", &by_type as &dyn Fn(&QueryInfo) -> String),
+        ("difficulty", &by_difficulty),
+        ("provenance", &by_provenance),
+    ]
+    .into_iter()
+    .map(|(by, key)| Breakdown { by, slices: slices(scores, queries, key) })
+    .collect()
 }
 
 fn slices(scores: &Scores, queries: &[QueryInfo], key: &dyn Fn(&QueryInfo) -> String) -> Vec<Slice> {
@@ -46,7 +51,17 @@ fn slices(scores: &Scores, queries: &[QueryInfo], key: &dyn Fn(&QueryInfo) -> St
         rows.entry(key(&queries[q])).or_default().push(i);
     }
     let order = |value: &str| {
-        let known = ["direct", "paraphrase", "multi_hop", "no_answer", "easy", "medium", "hard", "human-reviewed", "machine-only"];
+        let known = [
+            "direct",
+            "paraphrase",
+            "multi_hop",
+            "no_answer",
+            "easy",
+            "medium",
+            "hard",
+            "human-reviewed",
+            "machine-only",
+        ];
         known.iter().position(|k| *k == value).unwrap_or(known.len())
     };
     let mut slices: Vec<Slice> = rows

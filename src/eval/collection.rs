@@ -238,7 +238,8 @@ impl Collection {
         let mut human_rated = HashSet::new();
         let provenance = dir.join(files::PROVENANCE_TSV);
         if provenance.is_file() {
-            let known: HashSet<(String, String)> = rows.iter().map(|r| (r.query.clone(), r.doc.clone())).collect();
+            let known: HashSet<(String, String)> =
+                rows.iter().map(|r| (r.query.clone(), r.doc.clone())).collect();
             for q in read_provenance(&provenance)? {
                 if q.provenance == Provenance::Human {
                     human_rated.insert(q.query_id.to_string());
@@ -258,7 +259,7 @@ impl Collection {
             corpus: Some(dir.join(files::CORPUS)),
         };
         let sources = Sources { set: Some(dir.to_owned()), qrels: files.qrels.clone(), manifest_blake3 };
-        Self::build(&files, rows, &human_rated, level, sources)
+        Self::build(&files, &rows, &human_rated, level, sources)
     }
 
     /// Reads loose files: `--qrels` with optional `--queries`, `--no-answer` and `--corpus`.
@@ -269,12 +270,12 @@ impl Collection {
     pub fn from_files(files: &LooseFiles, level: Level) -> Result<Self> {
         let rows = qrels::read(&files.qrels)?;
         let sources = Sources { set: None, qrels: files.qrels.clone(), manifest_blake3: None };
-        Self::build(files, rows, &HashSet::new(), level, sources)
+        Self::build(files, &rows, &HashSet::new(), level, sources)
     }
 
     fn build(
         files: &LooseFiles,
-        rows: Vec<QrelRow>,
+        rows: &[QrelRow],
         human_rated: &HashSet<String>,
         level: Level,
         sources: Sources,
@@ -301,7 +302,7 @@ impl Collection {
             collection.read_queries(path, human_rated)?;
         }
         let no_answer = files.no_answer.as_deref().map(read_ids).transpose()?.unwrap_or_default();
-        collection.qrels = collection.qrel_set(&rows);
+        collection.qrels = collection.qrel_set(rows);
         for (q, info) in collection.queries.iter_mut().enumerate() {
             info.class = if collection.qrels.answerable(q) {
                 QueryClass::Answerable
@@ -311,7 +312,8 @@ impl Collection {
                 QueryClass::Unjudged
             };
         }
-        collection.doc_parts = rows.iter().filter_map(|r| r.doc.rsplit_once(':')).map(|(d, _)| d.to_owned()).collect();
+        collection.doc_parts =
+            rows.iter().filter_map(|r| r.doc.rsplit_once(':')).map(|(d, _)| d.to_owned()).collect();
         Ok(collection)
     }
 
@@ -339,7 +341,8 @@ impl Collection {
         read_jsonl(path, |_, _, record: QueryRecord| {
             let id = id_text(&record.id);
             let meta = record.metadata;
-            let query_type = meta.as_ref().and_then(|m| m.query_type.as_deref()).and_then(QueryType::from_label);
+            let query_type =
+                meta.as_ref().and_then(|m| m.query_type.as_deref()).and_then(QueryType::from_label);
             let difficulty = meta
                 .as_ref()
                 .and_then(|m| m.difficulty.as_deref())
@@ -491,10 +494,16 @@ mod tests {
                 ("q3", QueryClass::Answerable)
             ]
         );
-        assert_eq!((c.queries[0].query_type, c.queries[0].difficulty), (Some(QueryType::Direct), Some(Difficulty::Easy)));
+        assert_eq!(
+            (c.queries[0].query_type, c.queries[0].difficulty),
+            (Some(QueryType::Direct), Some(Difficulty::Easy))
+        );
         assert!(c.queries[0].reviewed && !c.queries[1].reviewed);
         assert_eq!(c.qrels.judgments[0], Judgments { relevant: 2, nonrelevant: 1, ideal: vec![3, 1] });
-        assert_eq!((c.id_kind("a:1"), c.id_kind("a"), c.id_kind("zz")), (IdKind::Expected, IdKind::OtherLevel, IdKind::Unknown));
+        assert_eq!(
+            (c.id_kind("a:1"), c.id_kind("a"), c.id_kind("zz")),
+            (IdKind::Expected, IdKind::OtherLevel, IdKind::Unknown)
+        );
 
         let d = Collection::from_files(&fixture(dir.path()), Level::Doc).unwrap_or_else(|e| panic!("{e}"));
         // Document a takes the best grade of its chunks; b stays judged, not relevant.
@@ -511,6 +520,9 @@ mod tests {
         let err = Collection::from_files(&files, Level::Doc).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("--corpus"), "{err}");
         let c = Collection::from_files(&files, Level::Chunk).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((c.id_kind("a:1"), c.id_kind("a"), c.id_kind("x")), (IdKind::Expected, IdKind::OtherLevel, IdKind::Unknown));
+        assert_eq!(
+            (c.id_kind("a:1"), c.id_kind("a"), c.id_kind("x")),
+            (IdKind::Expected, IdKind::OtherLevel, IdKind::Unknown)
+        );
     }
 }

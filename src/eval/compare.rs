@@ -75,7 +75,13 @@ pub struct Paired {
 
 /// Compares `run` with `baseline` (per-query scores on the same queries).
 #[must_use]
-pub fn paired(names: (&str, &str), measure: Measure, run: &[f64], baseline: &[f64], settings: &StatSettings) -> Paired {
+pub fn paired(
+    names: (&str, &str),
+    measure: Measure,
+    run: &[f64],
+    baseline: &[f64],
+    settings: &StatSettings,
+) -> Paired {
     let diffs = stats::differences(run, baseline);
     let mut rng = stream(settings.seed, "paired", names);
     let interval = stats::bootstrap_interval(&diffs, settings.resamples, &mut rng);
@@ -135,7 +141,11 @@ fn verdict(p: &Paired, alpha: f64) -> String {
         || "the observed variance gives no estimate of the queries needed".to_owned(),
         |n| format!("about {n} queries would be needed to detect a difference of {:.4} (α = 0.05, 80 % power, from the observed variance)", p.effect),
     );
-    let why = if p.interval.contains(0.0) { "the interval contains 0" } else { "the randomization test is not significant" };
+    let why = if p.interval.contains(0.0) {
+        "the interval contains 0"
+    } else {
+        "the randomization test is not significant"
+    };
     format!("no difference detected on {m} ({:+.4} {interval}): {why}; {needed}", p.difference)
 }
 
@@ -221,7 +231,8 @@ mod tests {
         let win = paired(("new", "old"), Measure::Ndcg(10), &better, &base, &settings());
         assert!(win.verdict.starts_with("new is better than old on ndcg@10: +0.1000"), "{}", win.verdict);
         assert_eq!(win.wins_ties_losses, [60, 0, 0]);
-        let noisy: Vec<f64> = base.iter().enumerate().map(|(i, x)| if i % 2 == 0 { x + 0.05 } else { x - 0.05 }).collect();
+        let noisy: Vec<f64> =
+            base.iter().enumerate().map(|(i, x)| if i % 2 == 0 { x + 0.05 } else { x - 0.05 }).collect();
         let tie = paired(("new", "old"), Measure::Ndcg(10), &noisy, &base, &settings());
         assert!(tie.verdict.starts_with("no difference detected on ndcg@10"), "{}", tie.verdict);
         assert!(tie.verdict.contains("the interval contains 0"), "{}", tie.verdict);
@@ -233,10 +244,20 @@ mod tests {
     fn the_sample_size_comes_from_the_observed_variance() {
         let base = vec![0.5; 40];
         let run: Vec<f64> = (0..40).map(|i| if i % 2 == 0 { 0.6 } else { 0.42 }).collect();
-        let p = paired(("a", "b"), Measure::Mrr(10), &run, &base, &StatSettings { effect: Some(0.05), ..settings() });
+        let p = paired(
+            ("a", "b"),
+            Measure::Mrr(10),
+            &run,
+            &base,
+            &StatSettings { effect: Some(0.05), ..settings() },
+        );
         // Differences ±: +0.1 and −0.08 → sd ≈ 0.0912; ((1.96 + 0.8416) · 0.0912 / 0.05)² ≈ 26.1.
         assert_eq!(p.queries_needed, stats::queries_needed(p.sd, 0.05));
-        assert!(p.verdict.contains(&format!("about {} queries", p.queries_needed.unwrap_or(0))), "{}", p.verdict);
+        assert!(
+            p.verdict.contains(&format!("about {} queries", p.queries_needed.unwrap_or(0))),
+            "{}",
+            p.verdict
+        );
     }
 
     #[test]
@@ -245,7 +266,11 @@ mod tests {
         let b: Vec<f64> = a.iter().rev().copied().collect();
         let c: Vec<f64> = a.iter().map(|x| x + 0.3).collect();
         for correction in [Correction::Tukey, Correction::Holm] {
-            let m = all_pairs(Measure::Ndcg(10), &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())], &StatSettings { correction, ..settings() });
+            let m = all_pairs(
+                Measure::Ndcg(10),
+                &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
+                &StatSettings { correction, ..settings() },
+            );
             let found: Vec<bool> = m.pairs.iter().map(|p| p.significant).collect();
             assert_eq!(found, [false, true, true], "{correction:?}: {m:?}");
             assert!((m.discriminative_power - 2.0 / 3.0).abs() < 1e-12);

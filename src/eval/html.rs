@@ -17,7 +17,10 @@ pub fn render(evaluation: &Evaluation, k: usize) -> String {
         q.total, source.display(), q.answerable, q.no_answer, q.unjudged, s.gain_description, s.tie_breaking
     ));
     if let Some(hash) = &evaluation.set.manifest_blake3 {
-        page.paragraph(Some("note"), &format!("manifest.json blake3 {hash}; seed {}, {} resamples", s.seed, s.resamples));
+        page.paragraph(
+            Some("note"),
+            &format!("manifest.json blake3 {hash}; seed {}, {} resamples", s.seed, s.resamples),
+        );
     }
     means(&mut page, evaluation, k);
     for run in &evaluation.runs {
@@ -25,7 +28,14 @@ pub fn render(evaluation: &Evaluation, k: usize) -> String {
             page.paragraph(Some("warn"), &format!("{}: {note}", run.name));
         }
         if !run.missing.ids.is_empty() {
-            page.paragraph(Some("warn"), &format!("{}: {} queries have no results and count as empty", run.name, run.missing.ids.len()));
+            page.paragraph(
+                Some("warn"),
+                &format!(
+                    "{}: {} queries have no results and count as empty",
+                    run.name,
+                    run.missing.ids.len()
+                ),
+            );
         }
     }
     by_type(&mut page, evaluation);
@@ -41,8 +51,17 @@ fn series(evaluation: &Evaluation) -> Vec<String> {
 
 fn means(page: &mut Page, evaluation: &Evaluation, k: usize) {
     page.heading("Means per run (95 % t intervals)");
-    let measures =
-        [Measure::Ndcg(k), Measure::Mrr(k), Measure::Recall(k), Measure::Precision(k), Measure::Hit(1), Measure::Map(None), Measure::NdcgCondensed(k), Measure::Bpref, Measure::Judged(k)];
+    let measures = [
+        Measure::Ndcg(k),
+        Measure::Mrr(k),
+        Measure::Recall(k),
+        Measure::Precision(k),
+        Measure::Hit(1),
+        Measure::Map(None),
+        Measure::NdcgCondensed(k),
+        Measure::Bpref,
+        Measure::Judged(k),
+    ];
     let groups: Vec<(String, Vec<Bar>)> = measures
         .iter()
         .map(|m| {
@@ -88,7 +107,12 @@ fn by_type(page: &mut Page, evaluation: &Evaluation) {
                     .runs
                     .iter()
                     .map(|r| {
-                        let value = r.breakdowns[b].slices.iter().find(|s| s.value == slice.value).and_then(|s| s.means.get(&metric)).copied();
+                        let value = r.breakdowns[b]
+                            .slices
+                            .iter()
+                            .find(|s| s.value == slice.value)
+                            .and_then(|s| s.means.get(&metric))
+                            .copied();
                         Bar { value: value.unwrap_or(0.0), interval: None }
                     })
                     .collect();
@@ -107,7 +131,16 @@ fn comparisons(page: &mut Page, evaluation: &Evaluation) {
         page.raw(&html::differences(&p.sorted_differences));
         let t = p.t_p.map_or_else(|| "–".to_owned(), |v| format!("{v:.4}"));
         page.table(
-            &["queries", "mean difference", "95 % bootstrap interval", "randomization p", "t-test p", "wins", "ties", "losses"],
+            &[
+                "queries",
+                "mean difference",
+                "95 % bootstrap interval",
+                "randomization p",
+                "t-test p",
+                "wins",
+                "ties",
+                "losses",
+            ],
             &[vec![
                 p.queries.to_string(),
                 format!("{:+.4}", p.difference),
@@ -128,13 +161,19 @@ fn abstention(page: &mut Page, evaluation: &Evaluation) {
         return;
     }
     page.heading("Abstention: answering no_answer queries versus refusing answerable ones");
-    page.paragraph(Some("note"), "A query is answered when the run's top-1 score reaches the threshold. Solid: share of no_answer queries answered; the second line of each colour: share of answerable queries refused.");
+    page.paragraph(Some("note"), "A query is answered when the run's top-1 score reaches the threshold. Each run has two lines: the share of no_answer queries it answers (falling as the threshold rises) and the share of answerable queries it refuses (rising).");
     let mut curves = Vec::new();
     let mut rows = Vec::new();
     for run in runs {
         let Some(a) = &run.abstention else { continue };
-        curves.push((format!("{} wrong answers", run.name), a.curve.iter().map(|p| (p.threshold, p.wrong_answers)).collect()));
-        curves.push((format!("{} wrong refusals", run.name), a.curve.iter().map(|p| (p.threshold, p.wrong_refusals)).collect()));
+        curves.push((
+            format!("{} wrong answers", run.name),
+            a.curve.iter().map(|p| (p.threshold, p.wrong_answers)).collect(),
+        ));
+        curves.push((
+            format!("{} wrong refusals", run.name),
+            a.curve.iter().map(|p| (p.threshold, p.wrong_refusals)).collect(),
+        ));
         rows.push(vec![
             run.name.clone(),
             format!("{:.3}", a.auroc),
@@ -152,22 +191,45 @@ fn abstention(page: &mut Page, evaluation: &Evaluation) {
 
 fn findings(page: &mut Page, evaluation: &Evaluation) {
     if let Some(m) = &evaluation.multiple {
-        page.heading(&format!("All pairs on {} (discriminative power {:.2})", m.measure, m.discriminative_power));
+        page.heading(&format!(
+            "All pairs on {} (discriminative power {:.2})",
+            m.measure, m.discriminative_power
+        ));
         let rows: Vec<Vec<String>> = m
             .pairs
             .iter()
-            .map(|p| vec![p.a.clone(), p.b.clone(), format!("{:+.4}", p.difference), format!("{:.4}", p.p), format!("{:.4}", p.adjusted_p), if p.significant { "yes" } else { "no" }.to_owned()])
+            .map(|p| {
+                vec![
+                    p.a.clone(),
+                    p.b.clone(),
+                    format!("{:+.4}", p.difference),
+                    format!("{:.4}", p.p),
+                    format!("{:.4}", p.adjusted_p),
+                    if p.significant { "yes" } else { "no" }.to_owned(),
+                ]
+            })
             .collect();
         page.table(&["a", "b", "a − b", "p", "corrected p", "different"], &rows);
     }
     for l in &evaluation.layers {
         page.heading(&format!("Layers: {} → {}", l.candidates, l.reranker));
-        page.paragraph(None, &format!("candidates' recall@{}: {:.4} (the reranker's ceiling)", l.depth, l.candidate_recall));
+        page.paragraph(
+            None,
+            &format!("candidates' recall@{}: {:.4} (the reranker's ceiling)", l.depth, l.candidate_recall),
+        );
         page.table(
             &["layer", "queries", "ids"],
             &[
-                vec!["lost at retrieval".to_owned(), l.counts.retrieval.to_string(), l.retrieval_failures.join(" ")],
-                vec![format!("lost at reranking (not in top {})", l.k), l.counts.rerank.to_string(), l.rerank_failures.join(" ")],
+                vec![
+                    "lost at retrieval".to_owned(),
+                    l.counts.retrieval.to_string(),
+                    l.retrieval_failures.join(" "),
+                ],
+                vec![
+                    format!("lost at reranking (not in top {})", l.k),
+                    l.counts.rerank.to_string(),
+                    l.rerank_failures.join(" "),
+                ],
                 vec!["fine".to_owned(), l.counts.fine.to_string(), String::new()],
             ],
         );
@@ -175,7 +237,11 @@ fn findings(page: &mut Page, evaluation: &Evaluation) {
     if let Some(h) = &evaluation.human {
         page.heading("Agreement with human judgments");
         page.paragraph(None, &h.verdict);
-        let rows: Vec<Vec<String>> = h.runs.iter().map(|r| vec![r.run.clone(), format!("{:.4}", r.set), format!("{:.4}", r.human)]).collect();
+        let rows: Vec<Vec<String>> = h
+            .runs
+            .iter()
+            .map(|r| vec![r.run.clone(), format!("{:.4}", r.set), format!("{:.4}", r.human)])
+            .collect();
         page.table(&["run", &format!("{} (set)", h.measure), &format!("{} (human)", h.measure)], &rows);
     }
 }

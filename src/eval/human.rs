@@ -46,7 +46,14 @@ pub struct HumanAgreement {
 
 /// Compares orderings: `set[r]` and `human[r]` are run r's per-query scores under each qrels.
 #[must_use]
-pub fn agreement(measure: Measure, names: &[&str], set: &[Vec<f64>], human: &[Vec<f64>], resamples: usize, seed: u64) -> HumanAgreement {
+pub fn agreement(
+    measure: Measure,
+    names: &[&str],
+    set: &[Vec<f64>],
+    human: &[Vec<f64>],
+    resamples: usize,
+    seed: u64,
+) -> HumanAgreement {
     let set_means: Vec<f64> = set.iter().map(|s| stats::mean(s)).collect();
     let human_means: Vec<f64> = human.iter().map(|s| stats::mean(s)).collect();
     let tau = stats::kendall_tau(&set_means, &human_means);
@@ -84,7 +91,9 @@ fn words(tau: Option<f64>, interval: Option<Interval>, top_set: &str, top_human:
         format!("the set puts {top_set} on top, the human judgments {top_human}")
     };
     match (tau, interval) {
-        (Some(t), Some(i)) => format!("Kendall's τ = {t:.3} [{:.3}, {:.3}] between the orderings; {top}", i.low, i.high),
+        (Some(t), Some(i)) => {
+            format!("Kendall's τ = {t:.3} [{:.3}, {:.3}] between the orderings; {top}", i.low, i.high)
+        }
         _ => format!("τ needs two runs that the qrels tell apart; {top}"),
     }
 }

@@ -42,7 +42,14 @@ pub struct Layers {
 
 /// Attributes the failures of `reranked` on `queries` (answerable, collection positions).
 #[must_use]
-pub fn layers(candidates: &Run, reranked: &Run, qrels: &QrelSet, queries: &[usize], ids: &[&str], k: usize) -> Layers {
+pub fn layers(
+    candidates: &Run,
+    reranked: &Run,
+    qrels: &QrelSet,
+    queries: &[usize],
+    ids: &[&str],
+    k: usize,
+) -> Layers {
     let relevant = |run: &Run, q: usize, depth: usize| {
         run.rankings[q].iter().take(depth).filter(|h| qrels.grade(q, h.doc).is_some_and(|g| g >= 1)).count()
     };

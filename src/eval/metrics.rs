@@ -137,7 +137,8 @@ impl FromStr for Measure {
             "bpref" => return Ok(Self::Bpref),
             _ => {}
         }
-        let (name, k) = lower.split_once('@').ok_or_else(|| format!("{s:?}: expected NAME@K, map or bpref"))?;
+        let (name, k) =
+            lower.split_once('@').ok_or_else(|| format!("{s:?}: expected NAME@K, map or bpref"))?;
         let k: usize = k.parse().ok().filter(|&k| k > 0).ok_or_else(|| format!("{s:?}: bad cut-off"))?;
         Ok(match name {
             "hit" | "success" => Self::Hit(k),
@@ -148,7 +149,9 @@ impl FromStr for Measure {
             "ndcg" => Self::Ndcg(k),
             "judged" => Self::Judged(k),
             "ndcg'" | "ndcg_prime" => Self::NdcgCondensed(k),
-            _ => return Err(format!("{s:?}: unknown metric (hit, recall, p, mrr, map, ndcg, judged, ndcg')")),
+            _ => {
+                return Err(format!("{s:?}: unknown metric (hit, recall, p, mrr, map, ndcg, judged, ndcg')"));
+            }
         })
     }
 }
@@ -269,7 +272,9 @@ impl<'a> Ranking<'a> {
                 let k = k.map_or(self.labels.len(), |k| self.depth(k));
                 self.precision_sum_upto[k] / r as f64
             }
-            Measure::Ndcg(k) => ndcg(self.labels.iter().map(|l| l.grade()), &self.judgments.ideal, k, self.gain),
+            Measure::Ndcg(k) => {
+                ndcg(self.labels.iter().map(|l| l.grade()), &self.judgments.ideal, k, self.gain)
+            }
             Measure::Judged(k) => match self.depth(k) {
                 0 => 0.0,
                 depth => self.judged_upto[depth] as f64 / depth as f64,
@@ -383,13 +388,15 @@ mod tests {
 
     fn labels_strategy() -> impl Strategy<Value = (Vec<Label>, Vec<i32>)> {
         // Up to 12 judged documents with grades 0–3 and up to 8 unjudged, in some order.
-        (prop::collection::vec(0..=3i32, 1..12), 0..8usize, any::<u64>()).prop_map(|(grades, unjudged, seed)| {
-            let mut labels: Vec<Label> = grades.iter().copied().map(Label::Judged).collect();
-            labels.extend(std::iter::repeat_n(Label::Unjudged, unjudged));
-            let mut rng = crate::rng::stream(seed, "test");
-            rand::seq::SliceRandom::shuffle(labels.as_mut_slice(), &mut rng);
-            (labels, grades)
-        })
+        (prop::collection::vec(0..=3i32, 1..12), 0..8usize, any::<u64>()).prop_map(
+            |(grades, unjudged, seed)| {
+                let mut labels: Vec<Label> = grades.iter().copied().map(Label::Judged).collect();
+                labels.extend(std::iter::repeat_n(Label::Unjudged, unjudged));
+                let mut rng = crate::rng::stream(seed, "test");
+                rand::seq::SliceRandom::shuffle(labels.as_mut_slice(), &mut rng);
+                (labels, grades)
+            },
+        )
     }
 
     proptest! {

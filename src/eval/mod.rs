@@ -40,8 +40,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// How ties are broken, as every output says.
-pub const TIE_BREAKING: &str =
-    "ties in a run's scores are broken as trec_eval does: by score, then by document id in reverse byte order; the rank column is ignored";
+pub const TIE_BREAKING: &str = "ties in a run's scores are broken as trec_eval does: by score, then by document id in reverse byte order; the rank column is ignored";
 
 /// Below this mean Judged@k (k: the compared measure's cut-off) a run's scores rest on few
 /// judgments and the outputs say so.
@@ -161,7 +160,8 @@ fn comparisons(inputs: &Inputs, runs: &[RunReport], settings: &Settings) -> Vec<
 /// All pairs, corrected, when there are at least two runs.
 fn multiple(runs: &[RunReport], settings: &Settings) -> Option<compare::Multiple> {
     (runs.len() >= 2).then(|| {
-        let all: Vec<(&str, Vec<f64>)> = runs.iter().map(|r| (r.name.as_str(), r.scores.of_measure(settings.metric))).collect();
+        let all: Vec<(&str, Vec<f64>)> =
+            runs.iter().map(|r| (r.name.as_str(), r.scores.of_measure(settings.metric))).collect();
         compare::all_pairs(settings.metric, &all, &settings.stats)
     })
 }
@@ -176,7 +176,9 @@ fn layered(inputs: &Inputs, answerable: &[usize], settings: &Settings) -> Vec<la
         .runs
         .iter()
         .filter(|(_, role)| *role == Role::Run)
-        .map(|(run, _)| layers::layers(candidates, run, &inputs.collection.qrels, answerable, &ids, settings.k()))
+        .map(|(run, _)| {
+            layers::layers(candidates, run, &inputs.collection.qrels, answerable, &ids, settings.k())
+        })
         .collect()
 }
 
@@ -192,7 +194,14 @@ fn human(inputs: &Inputs, runs: &[RunReport], settings: &Settings) -> Option<hum
         .collect();
     let set: Vec<Vec<f64>> = runs.iter().map(|r| r.scores.of_measure(settings.metric)).collect();
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
-    Some(human::agreement(settings.metric, &names, &set, &human, settings.stats.resamples, settings.stats.seed))
+    Some(human::agreement(
+        settings.metric,
+        &names,
+        &set,
+        &human,
+        settings.stats.resamples,
+        settings.stats.seed,
+    ))
 }
 
 /// The name of each run in outputs: its file stem, made unique with `-2`, `-3` …

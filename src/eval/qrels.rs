@@ -44,7 +44,11 @@ pub fn read(path: &Path) -> Result<Vec<QrelRow>> {
             Err(message) => problems.push(Problem::new(path, line, message)),
             Ok((query, doc, grade)) => {
                 if let Some(first) = seen.insert((query, doc), line) {
-                    problems.push(Problem::new(path, line, format!("({query}, {doc}) is judged again (first on line {first})")));
+                    problems.push(Problem::new(
+                        path,
+                        line,
+                        format!("({query}, {doc}) is judged again (first on line {first})"),
+                    ));
                 } else {
                     rows.push(QrelRow { query: query.to_owned(), doc: doc.to_owned(), grade, line });
                 }
@@ -58,12 +62,14 @@ pub fn read(path: &Path) -> Result<Vec<QrelRow>> {
 }
 
 fn parse_line(line: &str, tsv: bool) -> std::result::Result<(&str, &str, i32), String> {
-    let fields: Vec<&str> = if tsv { line.trim_end().split('\t').collect() } else { line.split_whitespace().collect() };
+    let fields: Vec<&str> =
+        if tsv { line.trim_end().split('\t').collect() } else { line.split_whitespace().collect() };
     let (query, doc, grade) = match (tsv, fields.as_slice()) {
-        (true, [q, d, g]) => (*q, *d, *g),
-        (false, [q, _, d, g]) => (*q, *d, *g),
+        (true, [q, d, g]) | (false, [q, _, d, g]) => (*q, *d, *g),
         (true, _) => return Err(format!("expected 3 tab-separated fields, found {}", fields.len())),
-        (false, _) => return Err(format!("expected 4 fields (qid iter docid grade), found {}", fields.len())),
+        (false, _) => {
+            return Err(format!("expected 4 fields (qid iter docid grade), found {}", fields.len()));
+        }
     };
     let grade = grade.parse::<i32>().map_err(|_| format!("grade {grade:?} is not an integer"))?;
     Ok((query, doc, grade))

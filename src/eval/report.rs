@@ -151,7 +151,12 @@ pub struct Evaluation {
 impl Evaluation {
     /// An evaluation of `runs`, before comparisons.
     #[must_use]
-    pub fn new(settings: &Settings, measures: Vec<Measure>, collection: &Collection, runs: Vec<RunReport>) -> Self {
+    pub fn new(
+        settings: &Settings,
+        measures: Vec<Measure>,
+        collection: &Collection,
+        runs: Vec<RunReport>,
+    ) -> Self {
         let count = |c: QueryClass| collection.queries.iter().filter(|q| q.class == c).count();
         Self {
             tool: format!("qrelgen {}", env!("CARGO_PKG_VERSION")),
@@ -210,10 +215,17 @@ pub fn run_report(
     let missing = Missing {
         answerable: missing_of(answerable),
         no_answer: missing_of(no_answer),
-        ids: answerable.iter().chain(no_answer).filter(|&&q| !run.present[q]).map(|&q| collection.queries[q].id.clone()).collect(),
+        ids: answerable
+            .iter()
+            .chain(no_answer)
+            .filter(|&&q| !run.present[q])
+            .map(|&q| collection.queries[q].id.clone())
+            .collect(),
     };
     let means: BTreeMap<Measure, f64> = scores.measures.iter().copied().zip(scores.means(None)).collect();
-    let intervals = (0..scores.measures.len()).map(|m| (scores.measures[m], stats::t_interval(&scores.column(m)))).collect();
+    let intervals = (0..scores.measures.len())
+        .map(|m| (scores.measures[m], stats::t_interval(&scores.column(m))))
+        .collect();
     let judged = Measure::Judged(settings.k());
     let judged_note = means.get(&judged).filter(|&&v| v < JUDGED_LOW).map(|v| {
         format!(
@@ -272,7 +284,11 @@ pub fn render_table(evaluation: &Evaluation, k: usize) -> String {
         q.total,
         q.answerable,
         q.no_answer,
-        if q.unjudged > 0 { format!(", {} without judgments (not scored)", q.unjudged) } else { String::new() }
+        if q.unjudged > 0 {
+            format!(", {} without judgments (not scored)", q.unjudged)
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(out, "nDCG with {}; {}", evaluation.settings.gain_description, TIE_BREAKING);
     let columns = headline(evaluation, k);
@@ -301,7 +317,11 @@ fn run_notes(out: &mut String, run: &RunReport) {
     let m = &run.missing;
     if !m.ids.is_empty() {
         let listed: Vec<&str> = m.ids.iter().take(MISSING_LISTED).map(String::as_str).collect();
-        let more = if m.ids.len() > MISSING_LISTED { format!(", … ({} in eval.json)", m.ids.len()) } else { String::new() };
+        let more = if m.ids.len() > MISSING_LISTED {
+            format!(", … ({} in eval.json)", m.ids.len())
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
             "{}: {} queries have no results and count as empty ({} answerable score 0, {} no_answer refuse): {}{more}",
@@ -313,7 +333,11 @@ fn run_notes(out: &mut String, run: &RunReport) {
         );
     }
     if run.unknown_ids > 0 {
-        let _ = writeln!(out, "{}: {} rows name ids that are not in the corpus (not relevant)", run.name, run.unknown_ids);
+        let _ = writeln!(
+            out,
+            "{}: {} rows name ids that are not in the corpus (not relevant)",
+            run.name, run.unknown_ids
+        );
     }
     if let Some(note) = &run.judged_note {
         let _ = writeln!(out, "{}: {note}", run.name);
@@ -342,7 +366,13 @@ fn findings(out: &mut String, evaluation: &Evaluation) {
         let _ = writeln!(
             out,
             "{} vs {}: {} (bootstrap {} resamples; t-test p = {t}; {} wins, {} ties, {} losses)",
-            p.run, p.baseline, p.verdict, evaluation.settings.resamples, p.wins_ties_losses[0], p.wins_ties_losses[1], p.wins_ties_losses[2]
+            p.run,
+            p.baseline,
+            p.verdict,
+            evaluation.settings.resamples,
+            p.wins_ties_losses[0],
+            p.wins_ties_losses[1],
+            p.wins_ties_losses[2]
         );
     }
     if let Some(m) = &evaluation.multiple {
@@ -350,7 +380,8 @@ fn findings(out: &mut String, evaluation: &Evaluation) {
             Correction::Tukey => "randomized Tukey HSD",
             Correction::Holm => "Holm-corrected randomization tests",
         };
-        let found: Vec<String> = m.pairs.iter().filter(|p| p.significant).map(|p| format!("{}–{}", p.a, p.b)).collect();
+        let found: Vec<String> =
+            m.pairs.iter().filter(|p| p.significant).map(|p| format!("{}–{}", p.a, p.b)).collect();
         let _ = writeln!(
             out,
             "all pairs on {} ({correction}, α = {}): {} of {} pairs differ{}; discriminative power {:.2}",
@@ -366,7 +397,14 @@ fn findings(out: &mut String, evaluation: &Evaluation) {
         let _ = writeln!(
             out,
             "layers {} → {}: candidates' recall@{} {:.4} (the ceiling); {} queries lost at retrieval, {} at reranking (no relevant document in the top {}), {} fine",
-            l.candidates, l.reranker, l.depth, l.candidate_recall, l.counts.retrieval, l.counts.rerank, l.k, l.counts.fine
+            l.candidates,
+            l.reranker,
+            l.depth,
+            l.candidate_recall,
+            l.counts.retrieval,
+            l.counts.rerank,
+            l.k,
+            l.counts.fine
         );
     }
     if let Some(h) = &evaluation.human {
@@ -383,7 +421,11 @@ fn findings(out: &mut String, evaluation: &Evaluation) {
 ///
 /// # Errors
 /// The writer's.
-pub fn write_per_query(w: &mut dyn Write, evaluation: &Evaluation, collection: &Collection) -> std::io::Result<()> {
+pub fn write_per_query(
+    w: &mut dyn Write,
+    evaluation: &Evaluation,
+    collection: &Collection,
+) -> std::io::Result<()> {
     let measures = &evaluation.settings.measures;
     write!(w, "run\tquery_id\tclass\ttype\tdifficulty\tprovenance\ttop1_score")?;
     for m in measures {
@@ -393,7 +435,11 @@ pub fn write_per_query(w: &mut dyn Write, evaluation: &Evaluation, collection: &
     for run in &evaluation.runs {
         let mut rows: Vec<(usize, Option<&[f64]>)> =
             run.scores.queries.iter().enumerate().map(|(i, &q)| (q, Some(run.scores.row(i)))).collect();
-        rows.extend((0..collection.queries.len()).filter(|&q| collection.queries[q].class == QueryClass::NoAnswer).map(|q| (q, None)));
+        rows.extend(
+            (0..collection.queries.len())
+                .filter(|&q| collection.queries[q].class == QueryClass::NoAnswer)
+                .map(|q| (q, None)),
+        );
         rows.sort_by_key(|(q, _)| *q);
         for (q, values) in rows {
             let info = &collection.queries[q];
@@ -405,8 +451,8 @@ pub fn write_per_query(w: &mut dyn Write, evaluation: &Evaluation, collection: &
                 "{}\t{}\t{class}\t{}\t{}\t{}\t{top1}",
                 run.name,
                 info.id,
-                label(info.query_type.map(|t| t.label())),
-                label(info.difficulty.map(|d| d.label())),
+                label(info.query_type.map(crate::record::QueryType::label)),
+                label(info.difficulty.map(crate::record::Difficulty::label)),
                 if info.reviewed { "human-reviewed" } else { "machine-only" },
             )?;
             for i in 0..measures.len() {

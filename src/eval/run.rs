@@ -77,7 +77,8 @@ struct Reader<'a> {
 pub fn read(path: &Path, name: &str, collection: &mut Collection) -> Result<Run> {
     let file = fs_err::File::open(path).map_err(|e| unreadable(path, e))?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-    let jsonl = input.fill_buf().map_err(|e| unreadable(path, e))?.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let jsonl = input.fill_buf().map_err(|e| unreadable(path, e))?.iter().find(|b| !b.is_ascii_whitespace())
+        == Some(&b'{');
     let n = collection.queries.len();
     let mut reader = Reader {
         path,
@@ -154,7 +155,12 @@ impl Reader<'_> {
     fn jsonl_line(&mut self, number: usize, line: &str) {
         let query: JsonQuery = match serde_json::from_str(line) {
             Ok(q) => q,
-            Err(e) => return self.problem(number, format!("expected {{\"qid\", \"hits\": [{{\"id\", \"score\"}}]}}: {e}")),
+            Err(e) => {
+                return self.problem(
+                    number,
+                    format!("expected {{\"qid\", \"hits\": [{{\"id\", \"score\"}}]}}: {e}"),
+                );
+            }
         };
         let qid = text(&query.qid);
         if self.collection.query(&qid).is_some_and(|q| self.present[q]) {
@@ -204,7 +210,12 @@ impl Reader<'_> {
 
     fn finish(mut self, name: &str) -> Result<Run> {
         for (qid, (line, rows)) in std::mem::take(&mut self.unknown_queries) {
-            let known = self.collection.sources.set.as_ref().map_or("the qrels or --queries", |_| "the set's queries.jsonl");
+            let known = self
+                .collection
+                .sources
+                .set
+                .as_ref()
+                .map_or("the qrels or --queries", |_| "the set's queries.jsonl");
             self.problem(line, format!("unknown query id {qid} (not in {known}; {rows} row(s))"));
         }
         if let Some((line, id, rows)) = self.other_level.take() {
@@ -280,14 +291,17 @@ mod tests {
                 .iter()
                 .map(|hits| hits.iter().map(|h| (c.docs.name(h.doc).to_owned(), h.score)).collect())
                 .collect()),
-            Err(EvalError::Problems(ps)) => Err(ps.iter().map(|p| format!("{}: {}", p.line, p.message)).collect()),
+            Err(EvalError::Problems(ps)) => {
+                Err(ps.iter().map(|p| format!("{}: {}", p.line, p.message)).collect())
+            }
             Err(e) => panic!("{e}"),
         }
     }
 
     #[test]
     fn ties_break_like_trec_eval_and_the_rank_column_is_ignored() {
-        let run = read_str("q1 Q0 a:1 1 0.5 t\nq1 Q0 b:2 2 0.5 t\nq1 Q0 c:3 3 0.9 t\nq1 Q0 a:10 9 0.5 t\n").unwrap_or_default();
+        let run = read_str("q1 Q0 a:1 1 0.5 t\nq1 Q0 b:2 2 0.5 t\nq1 Q0 c:3 3 0.9 t\nq1 Q0 a:10 9 0.5 t\n")
+            .unwrap_or_default();
         let order: Vec<&str> = run[0].iter().map(|(d, _)| d.as_str()).collect();
         assert_eq!(order, ["c:3", "b:2", "a:10", "a:1"]);
         assert!(run[1].is_empty(), "q2 is missing: an empty ranking");
@@ -316,7 +330,9 @@ mod tests {
                 "7: expected 6 fields (qid Q0 docid rank score tag), found 4",
             ]
         );
-        let json = read_str("{\"qid\":\"q1\",\"hits\":[{\"id\":\"a:1\",\"score\":\"x\"}]}\nnot json\n").err().unwrap_or_default();
+        let json = read_str("{\"qid\":\"q1\",\"hits\":[{\"id\":\"a:1\",\"score\":\"x\"}]}\nnot json\n")
+            .err()
+            .unwrap_or_default();
         assert_eq!(json.len(), 2, "{json:?}");
         assert!(json[0].starts_with("1: hits[0].score \"x\" is not a number"), "{json:?}");
     }

@@ -23,7 +23,9 @@ impl Scores {
         let mut labels = Vec::new();
         for &q in queries {
             labels.clear();
-            labels.extend(run.rankings[q].iter().map(|h| qrels.grade(q, h.doc).map_or(Label::Unjudged, Label::Judged)));
+            labels.extend(
+                run.rankings[q].iter().map(|h| qrels.grade(q, h.doc).map_or(Label::Unjudged, Label::Judged)),
+            );
             values.extend(metrics::score(&labels, &qrels.judgments[q], measures, gain));
         }
         Self { measures: measures.to_vec(), queries: queries.to_vec(), values }

@@ -77,9 +77,8 @@ pub fn bootstrap_interval(xs: &[f64], resamples: usize, rng: &mut Rng) -> Interv
         let m = mean(xs);
         return Interval { low: m, high: m };
     }
-    let mut means: Vec<f64> = (0..resamples)
-        .map(|_| (0..n).map(|_| xs[rng.random_range(0..n)]).sum::<f64>() / n as f64)
-        .collect();
+    let mut means: Vec<f64> =
+        (0..resamples).map(|_| (0..n).map(|_| xs[rng.random_range(0..n)]).sum::<f64>() / n as f64).collect();
     means.sort_unstable_by(f64::total_cmp);
     Interval { low: quantile(&means, 0.025), high: quantile(&means, 0.975) }
 }
@@ -135,7 +134,8 @@ pub fn paired_t(diffs: &[f64]) -> Option<(f64, f64)> {
 /// approximation: `((z_α/2 + z_β) · sd / effect)²`).
 #[must_use]
 pub fn queries_needed(sd: f64, effect: f64) -> Option<u64> {
-    (effect.abs() > 0.0 && sd > 0.0).then(|| (((Z_95 + Z_POWER_80) * sd / effect.abs()).powi(2)).ceil() as u64)
+    (effect.abs() > 0.0 && sd > 0.0)
+        .then(|| (((Z_95 + Z_POWER_80) * sd / effect.abs()).powi(2)).ceil() as u64)
 }
 
 /// Holm's step-down adjustment of p-values (same order as given).
@@ -169,10 +169,10 @@ pub fn tukey_hsd(scores: &[&[f64]], resamples: usize, rng: &mut Rng) -> Vec<f64>
     let mut row = vec![0.0; systems];
     let mut sums = vec![0.0; systems];
     for _ in 0..resamples {
-        sums.iter_mut().for_each(|s| *s = 0.0);
+        sums.fill(0.0);
         for q in 0..queries {
-            for (s, v) in row.iter_mut().enumerate() {
-                *v = scores[s][q];
+            for (v, system) in row.iter_mut().zip(scores) {
+                *v = system[q];
             }
             for s in (1..systems).rev() {
                 row.swap(s, rng.random_range(0..=s));
@@ -181,7 +181,8 @@ pub fn tukey_hsd(scores: &[&[f64]], resamples: usize, rng: &mut Rng) -> Vec<f64>
                 *sum += v;
             }
         }
-        let (lo, hi) = sums.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let (lo, hi) =
+            sums.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &s| (lo.min(s), hi.max(s)));
         let range = (hi - lo) / queries.max(1) as f64;
         for (count, obs) in at_least.iter_mut().zip(&observed) {
             *count += usize::from(range >= obs - 1e-12);

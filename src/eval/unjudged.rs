@@ -64,7 +64,8 @@ pub fn pool(collection: &Collection, runs: &[&Run], k: usize) -> Result<Vec<Pool
         });
     }
     let mut items = Vec::new();
-    for (q, info) in collection.queries.iter().enumerate().filter(|(_, i)| i.class == QueryClass::Answerable) {
+    for (q, info) in collection.queries.iter().enumerate().filter(|(_, i)| i.class == QueryClass::Answerable)
+    {
         let mut entries: BTreeMap<u32, PoolEntry> = BTreeMap::new();
         for run in runs {
             for (rank, hit) in run.rankings[q].iter().take(k).enumerate() {
@@ -125,20 +126,22 @@ fn id_text(value: &serde_json::Value) -> String {
 /// Unreadable or malformed files.
 pub fn fill_texts(items: &mut [PoolItem], queries: Option<&Path>, corpus: Option<&Path>) -> Result<()> {
     let wanted_queries: HashSet<String> = items.iter().map(|i| i.query_id.clone()).collect();
-    let wanted_chunks: HashSet<String> = items.iter().flat_map(|i| i.pool.iter().map(|e| e.chunk_id.clone())).collect();
-    let texts = |path: Option<&Path>, wanted: &HashSet<String>| -> Result<HashMap<String, (String, String)>> {
-        let mut found = HashMap::new();
-        if let Some(path) = path {
-            read_jsonl(path, |_, _, line: TextLine| {
-                let id = id_text(&line.id);
-                if wanted.contains(&id) {
-                    found.insert(id, (line.title.unwrap_or_default(), line.text.unwrap_or_default()));
-                }
-                Ok(())
-            })?;
-        }
-        Ok(found)
-    };
+    let wanted_chunks: HashSet<String> =
+        items.iter().flat_map(|i| i.pool.iter().map(|e| e.chunk_id.clone())).collect();
+    let texts =
+        |path: Option<&Path>, wanted: &HashSet<String>| -> Result<HashMap<String, (String, String)>> {
+            let mut found = HashMap::new();
+            if let Some(path) = path {
+                read_jsonl(path, |_, _, line: TextLine| {
+                    let id = id_text(&line.id);
+                    if wanted.contains(&id) {
+                        found.insert(id, (line.title.unwrap_or_default(), line.text.unwrap_or_default()));
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(found)
+        };
     let query_texts = texts(queries, &wanted_queries)?;
     let chunk_texts = texts(corpus, &wanted_chunks)?;
     for item in items {
@@ -147,7 +150,8 @@ pub fn fill_texts(items: &mut [PoolItem], queries: Option<&Path>, corpus: Option
         }
         for entry in &mut item.pool {
             if let Some((title, text)) = chunk_texts.get(&entry.chunk_id) {
-                (entry.title.clone_from(title), entry.text.clone_from(text));
+                entry.title.clone_from(title);
+                entry.text.clone_from(text);
             }
         }
     }

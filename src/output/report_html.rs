@@ -49,8 +49,14 @@ fn counts(page: &mut Page, summary: &Summary<'_>) {
         .counts
         .iter()
         .map(|(t, c)| {
-            [t.label().to_owned(), c.requested.to_string(), c.generated.to_string(), c.dropped.to_string(), c.in_set().to_string()]
-                .to_vec()
+            [
+                t.label().to_owned(),
+                c.requested.to_string(),
+                c.generated.to_string(),
+                c.dropped.to_string(),
+                c.in_set().to_string(),
+            ]
+            .to_vec()
         })
         .collect();
     page.table(&["type", "requested", "generated", "dropped", "in set"], &rows);
@@ -73,18 +79,26 @@ fn ranks(page: &mut Page, set: &[&Judged], top_n: usize) {
             }] += 1;
         }
     }
-    let buckets: Vec<(String, usize)> = labels.iter().map(|l| (*l).to_owned()).zip(counts).filter(|(l, n)| *n > 0 || !l.starts_with("11")).collect();
+    let buckets: Vec<(String, usize)> = labels
+        .iter()
+        .map(|l| (*l).to_owned())
+        .zip(counts)
+        .filter(|(l, n)| *n > 0 || !l.starts_with("11"))
+        .collect();
     page.raw(&html::histogram(&buckets));
 }
 
 fn overlap(page: &mut Page, set: &[&Judged]) {
     page.heading("Lexical overlap with the source (share of query terms found there)");
-    let mut buckets = vec![0usize; 10];
+    let mut buckets = [0usize; 10];
     for j in set {
         buckets[((j.verdict.overlap * 10.0).floor() as usize).min(9)] += 1;
     }
-    let labelled: Vec<(String, usize)> =
-        buckets.iter().enumerate().map(|(i, n)| (format!("{:.1}–{:.1}", i as f64 / 10.0, (i + 1) as f64 / 10.0), *n)).collect();
+    let labelled: Vec<(String, usize)> = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (format!("{:.1}–{:.1}", i as f64 / 10.0, (i + 1) as f64 / 10.0), *n))
+        .collect();
     page.raw(&html::histogram(&labelled));
     let mut by_type: BTreeMap<QueryType, Vec<f64>> = BTreeMap::new();
     for j in set {
@@ -92,7 +106,13 @@ fn overlap(page: &mut Page, set: &[&Judged]) {
     }
     let rows: Vec<Vec<String>> = by_type
         .iter()
-        .map(|(t, v)| vec![t.label().to_owned(), v.len().to_string(), format!("{:.3}", v.iter().sum::<f64>() / v.len() as f64)])
+        .map(|(t, v)| {
+            vec![
+                t.label().to_owned(),
+                v.len().to_string(),
+                format!("{:.3}", v.iter().sum::<f64>() / v.len() as f64),
+            ]
+        })
         .collect();
     page.table(&["type", "queries", "mean overlap"], &rows);
 }
@@ -125,10 +145,18 @@ fn examples(page: &mut Page, set: &[&Judged]) {
         for j in set.iter().filter(|j| j.query_type() == t).take(EXAMPLES) {
             let sources: Vec<String> = j.answering_chunks().iter().map(ToString::to_string).collect();
             let difficulty = j.verdict.difficulty.map_or("", |d| d.label());
-            rows.push(vec![t.label().to_owned(), j.candidate.text.clone(), difficulty.to_owned(), sources.join(" ")]);
+            rows.push(vec![
+                t.label().to_owned(),
+                j.candidate.text.clone(),
+                difficulty.to_owned(),
+                sources.join(" "),
+            ]);
         }
     }
-    page.table(&["type", "query", "difficulty", "relevant chunks (no_answer: modelled on, not relevant)"], &rows);
+    page.table(
+        &["type", "query", "difficulty", "relevant chunks (no_answer: modelled on, not relevant)"],
+        &rows,
+    );
 }
 
 fn coverage(page: &mut Page, set: &[&Judged], index: &ChunkIndex) {
@@ -157,7 +185,13 @@ fn coverage(page: &mut Page, set: &[&Judged], index: &ChunkIndex) {
             index.len()
         ),
     );
-    let mut buckets = vec![("0".to_owned(), documents.len() - per_doc.len()), ("1".to_owned(), 0), ("2".to_owned(), 0), ("3–5".to_owned(), 0), ("6+".to_owned(), 0)];
+    let mut buckets = vec![
+        ("0".to_owned(), documents.len() - per_doc.len()),
+        ("1".to_owned(), 0),
+        ("2".to_owned(), 0),
+        ("3–5".to_owned(), 0),
+        ("6+".to_owned(), 0),
+    ];
     for n in per_doc.values() {
         buckets[match n {
             1 => 1,

@@ -5,6 +5,7 @@
 use super::{build, path_str, qrelgen, sample_corpus, tempdir, write};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -14,7 +15,10 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn text(output: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[track_caller]
@@ -53,7 +57,8 @@ fn per_query(path: &Path) -> BTreeMap<String, BTreeMap<String, BTreeMap<String, 
 
 fn eval_fixture(out: &Path, gain: &str) -> Output {
     let (a, b, c) = (fixture("a.run"), fixture("b.run"), fixture("c.run"));
-    let (qrels, queries, no_answer) = (fixture("qrels.trec"), fixture("queries.jsonl"), fixture("no_answer.txt"));
+    let (qrels, queries, no_answer) =
+        (fixture("qrels.trec"), fixture("queries.jsonl"), fixture("no_answer.txt"));
     qrelgen(&[
         "eval",
         "--qrels",
@@ -115,7 +120,12 @@ fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     let dir = tempdir();
     let stdout = ok(&eval_fixture(dir.path(), "exponential"));
     // Run a has no line for q3; c none for q7 and the no_answer query q11.
-    assert!(stdout.contains("a: 1 queries have no results and count as empty (1 answerable score 0, 0 no_answer refuse): q3"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "a: 1 queries have no results and count as empty (1 answerable score 0, 0 no_answer refuse): q3"
+        ),
+        "{stdout}"
+    );
     assert!(stdout.contains("c: 2 queries have no results"), "{stdout}");
     assert!(stdout.contains("1 without judgments (not scored)"), "{stdout}");
     let eval = json(&dir.path().join("eval.json"));
@@ -150,7 +160,8 @@ fn run_then_eval_on_the_sample_set() {
     let lines = read(&run);
     let first: Vec<&str> = lines.lines().next().unwrap_or_default().split(' ').collect();
     assert_eq!((first.len(), first[1], first[3], first[5]), (6, "Q0", "1", "qrelgen-bm25"));
-    let stdout = ok(&qrelgen(&["eval", "--set", path_str(&set), "--run", path_str(&run), "--resamples", "500"]));
+    let stdout =
+        ok(&qrelgen(&["eval", "--set", path_str(&set), "--run", path_str(&run), "--resamples", "500"]));
     assert!(stdout.contains("100 queries: 85 answerable (scored), 15 no_answer (abstention)"), "{stdout}");
     assert!(stdout.contains("bm25: abstention from the top-1 score: AUROC"), "{stdout}");
     let eval = json(&set.join("eval/eval.json"));
@@ -164,7 +175,12 @@ fn run_then_eval_on_the_sample_set() {
         .unwrap_or_default();
     assert_eq!(types, ["direct", "paraphrase", "multi_hop"]);
     let slices = &eval["runs"][0]["breakdowns"][0]["slices"];
-    assert_eq!(slices[0]["queries"].as_u64().unwrap_or(0) + slices[1]["queries"].as_u64().unwrap_or(0) + slices[2]["queries"].as_u64().unwrap_or(0), 85);
+    assert_eq!(
+        slices[0]["queries"].as_u64().unwrap_or(0)
+            + slices[1]["queries"].as_u64().unwrap_or(0)
+            + slices[2]["queries"].as_u64().unwrap_or(0),
+        85
+    );
     assert_eq!(read(&set.join("eval/per_query.tsv")).lines().count(), 1 + 100);
     // Without its index, run rebuilds it from corpus.jsonl and writes the same run.
     fs_err::remove_dir_all(set.join("index")).unwrap_or_else(|e| panic!("{e}"));
@@ -202,7 +218,17 @@ fn bad_runs_get_one_line_per_problem_and_exit_2() {
     // The same document ids are right at --level doc.
     let docs = dir.path().join("docs.run");
     write(&docs, format!("{} Q0 {doc} 1 1.0 x\n", first[0]));
-    let stdout = ok(&qrelgen(&["eval", "--set", path_str(&set), "--run", path_str(&docs), "--level", "doc", "--resamples", "100"]));
+    let stdout = ok(&qrelgen(&[
+        "eval",
+        "--set",
+        path_str(&set),
+        "--run",
+        path_str(&docs),
+        "--level",
+        "doc",
+        "--resamples",
+        "100",
+    ]));
     assert!(stdout.contains("99 queries have no results"), "{stdout}");
 }
 
@@ -221,7 +247,7 @@ fn cut(run: &Path, to: &Path, depth: usize, reverse: bool) {
         }
         for (rank, line) in kept.iter().enumerate() {
             let f: Vec<&str> = line.split(' ').collect();
-            out.push_str(&format!("{} Q0 {} {} {} cut\n", f[0], f[2], rank + 1, 100 - rank));
+            let _ = writeln!(out, "{} Q0 {} {} {} cut", f[0], f[2], rank + 1, 100 - rank);
         }
     }
     write(to, out);
@@ -235,8 +261,19 @@ fn layers_comparisons_and_the_unjudged_pool() {
     cut(&run, &worse, 20, true);
     let pool = dir.path().join("unjudged.jsonl");
     let stdout = ok(&qrelgen(&[
-        "eval", "--set", path_str(&set), "--run", path_str(&worse), "--baseline", path_str(&run),
-        "--candidates", path_str(&run), "--resamples", "2000", "--export-unjudged", path_str(&pool),
+        "eval",
+        "--set",
+        path_str(&set),
+        "--run",
+        path_str(&worse),
+        "--baseline",
+        path_str(&run),
+        "--candidates",
+        path_str(&run),
+        "--resamples",
+        "2000",
+        "--export-unjudged",
+        path_str(&pool),
     ]));
     assert!(stdout.contains("bm25 is better than reversed on ndcg@10"), "{stdout}");
     let eval = json(&set.join("eval/eval.json"));
@@ -248,8 +285,14 @@ fn layers_comparisons_and_the_unjudged_pool() {
     let counts = &layers["counts"];
     let total: u64 = ["retrieval", "rerank", "fine"].iter().map(|k| counts[k].as_u64().unwrap_or(0)).sum();
     assert_eq!(total, 85);
-    assert!(counts["rerank"].as_u64().unwrap_or(0) > 0, "reversing the top 20 pushes relevant chunks out: {layers}");
-    assert_eq!(layers["rerank_failures"].as_array().map(Vec::len), counts["rerank"].as_u64().map(|n| n as usize));
+    assert!(
+        counts["rerank"].as_u64().unwrap_or(0) > 0,
+        "reversing the top 20 pushes relevant chunks out: {layers}"
+    );
+    assert_eq!(
+        layers["rerank_failures"].as_array().map(Vec::len),
+        counts["rerank"].as_u64().map(|n| n as usize)
+    );
     assert!(eval["multiple"]["discriminative_power"].as_f64().is_some());
 
     // The pool is a decisions file review apply reads: grade one chunk, apply it.
@@ -260,7 +303,16 @@ fn layers_comparisons_and_the_unjudged_pool() {
     let chunk = item["pool"][0]["chunk_id"].as_str().unwrap_or_default().to_owned();
     let graded = dir.path().join("graded.jsonl");
     write(&graded, format!("{item}\n"));
-    ok(&qrelgen(&["review", "apply", "--set", path_str(&set), "--decisions", path_str(&graded), "--reviewer", "ann"]));
+    ok(&qrelgen(&[
+        "review",
+        "apply",
+        "--set",
+        path_str(&set),
+        "--decisions",
+        path_str(&graded),
+        "--reviewer",
+        "ann",
+    ]));
     let provenance = read(&set.join("qrels/provenance.tsv"));
     assert!(provenance.contains(&format!("\t{chunk}\t2\thuman")), "{provenance}");
 }
@@ -278,10 +330,32 @@ fn several_runs_and_human_qrels() {
     queries.dedup();
     let keep: std::collections::HashSet<&str> = queries.into_iter().take(40).collect();
     let human = dir.path().join("human.trec");
-    write(&human, qrels.lines().filter(|l| keep.contains(l.split(' ').next().unwrap_or_default())).map(|l| format!("{l}\n")).collect::<String>());
+    write(
+        &human,
+        qrels.lines().filter(|l| keep.contains(l.split(' ').next().unwrap_or_default())).fold(
+            String::new(),
+            |mut all, l| {
+                let _ = writeln!(all, "{l}");
+                all
+            },
+        ),
+    );
     let stdout = ok(&qrelgen(&[
-        "eval", "--set", path_str(&set), "--run", path_str(&run), "--run", path_str(&short), "--run", path_str(&reversed),
-        "--human-qrels", path_str(&human), "--correction", "holm", "--resamples", "1000",
+        "eval",
+        "--set",
+        path_str(&set),
+        "--run",
+        path_str(&run),
+        "--run",
+        path_str(&short),
+        "--run",
+        path_str(&reversed),
+        "--human-qrels",
+        path_str(&human),
+        "--correction",
+        "holm",
+        "--resamples",
+        "1000",
     ]));
     assert!(stdout.contains("all pairs on ndcg@10 (Holm-corrected randomization tests"), "{stdout}");
     assert!(stdout.contains("human judgments (40 queries) vs the set (85 queries)"), "{stdout}");
@@ -295,14 +369,25 @@ fn several_runs_and_human_qrels() {
 
 /// Chromium from Debian's packages, if installed.
 fn chromium() -> Option<PathBuf> {
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].iter().map(PathBuf::from).find(|p| p.exists())
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
 }
 
 /// Runs headless Chromium with a fresh profile and no network services, killed after a minute.
 fn headless(browser: &Path, args: &[&str]) -> String {
     let profile = tempdir();
     let mut child = Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
         .stdout(Stdio::piped())
@@ -324,7 +409,9 @@ fn headless(browser: &Path, args: &[&str]) -> String {
 #[test]
 fn both_pages_render_in_a_real_browser_and_escape_untrusted_text() {
     let Some(browser) = chromium() else {
-        eprintln!("skipped: no Chromium installed (apt-get install chromium) to render eval.html and report.html");
+        eprintln!(
+            "skipped: no Chromium installed (apt-get install chromium) to render eval.html and report.html"
+        );
         return;
     };
     let dir = tempdir();
@@ -334,8 +421,14 @@ fn both_pages_render_in_a_real_browser_and_escape_untrusted_text() {
         let relative = entry.path().strip_prefix(&sample).unwrap_or_else(|e| panic!("{e}"));
         write(&corpus.join(relative), fs_err::read(entry.path()).unwrap_or_default());
     }
-    write(&corpus.join("<script>alert(1)<script>.md"), "# Sync <b>limits</b>\n\nThe desktop sync engine uploads files up to fifty gigabytes and pauses large uploads on metered networks until the owner resumes them.\n");
-    write(&corpus.join("notes.md"), "# Notes\n\nWorkspace owners rotate recovery keys every quarter and store the printed copy in the office safe.\n");
+    write(
+        &corpus.join("<script>alert(1)<script>.md"),
+        "# Sync <b>limits</b>\n\nThe desktop sync engine uploads files up to fifty gigabytes and pauses large uploads on metered networks until the owner resumes them.\n",
+    );
+    write(
+        &corpus.join("notes.md"),
+        "# Notes\n\nWorkspace owners rotate recovery keys every quarter and store the printed copy in the office safe.\n",
+    );
     let built = build(dir.path(), &corpus, &["--quiet", "--queries", "20"]);
     built.assert_code(0);
     let report = read(&built.out.join("report.html"));
@@ -353,9 +446,17 @@ fn both_pages_render_in_a_real_browser_and_escape_untrusted_text() {
             assert!(dom.contains(heading), "{heading} missing from the rendered {}", page.display());
         }
         assert!(dom.matches("<svg").count() >= 3, "charts render as inline SVG: {}", page.display());
-        assert!(!dom.contains("<script") && !dom.contains("<b>"), "untrusted text stays text: {}", page.display());
+        assert!(
+            !dom.contains("<script") && !dom.contains("<b>"),
+            "untrusted text stays text: {}",
+            page.display()
+        );
         let shot = dir.path().join("shot.png");
         headless(&browser, &[&format!("--screenshot={}", shot.display()), "--window-size=1200,1600", &url]);
-        assert!(fs_err::metadata(&shot).map(|m| m.len()).unwrap_or(0) > 10_000, "a screenshot of {}", page.display());
+        assert!(
+            fs_err::metadata(&shot).map_or(0, |m| m.len()) > 10_000,
+            "a screenshot of {}",
+            page.display()
+        );
     }
 }
