@@ -125,7 +125,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<u8> {
     if let Some(human) = &args.human_qrels {
         collection.add_human(human)?;
     }
-    let runs = read_runs(args, &mut collection)?;
+    let runs = read_runs(args, &collection)?;
     let inputs = Inputs { collection, runs };
     let evaluation = eval::evaluate(&inputs, &settings);
     let out = args.out.clone().unwrap_or_else(|| match &args.set {
@@ -183,7 +183,7 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
 }
 
 /// Reads every run; the problems of all of them are reported together.
-fn read_runs(args: &EvalArgs, collection: &mut Collection) -> anyhow::Result<Vec<(eval::Run, Role)>> {
+fn read_runs(args: &EvalArgs, collection: &Collection) -> anyhow::Result<Vec<(eval::Run, Role)>> {
     let mut files: Vec<(PathBuf, Role)> = args.runs.iter().map(|p| (p.clone(), Role::Run)).collect();
     files.extend(args.baseline.iter().map(|p| (p.clone(), Role::Baseline)));
     files.extend(args.candidates.iter().map(|p| (p.clone(), Role::Candidates)));

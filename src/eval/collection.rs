@@ -18,7 +18,7 @@ use crate::record::{Difficulty, Provenance, QueryType};
 use crate::review::set::{read_jsonl, read_provenance};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use std::path::{Path, PathBuf};
 
 /// Whether runs and qrels name chunks or documents.
@@ -59,43 +59,12 @@ pub struct QueryInfo {
     pub reviewed: bool,
 }
 
-/// Document ids, interned: runs and qrels refer to documents by number.
-#[derive(Debug, Default)]
-pub struct Docs {
-    index: HashMap<Box<str>, u32>,
-    names: Vec<Box<str>>,
-}
-
-impl Docs {
-    /// The number of `name`, given one if it has none yet.
-    pub fn intern(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.index.get(name) {
-            return id;
-        }
-        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
-        self.names.push(name.into());
-        self.index.insert(name.into(), id);
-        id
-    }
-
-    /// The number of `name`, if it has one.
-    #[must_use]
-    pub fn get(&self, name: &str) -> Option<u32> {
-        self.index.get(name).copied()
-    }
-
-    /// The name of document `id`.
-    #[must_use]
-    pub fn name(&self, id: u32) -> &str {
-        &self.names[id as usize]
-    }
-}
-
-/// The judgments of every query, at the evaluation level.
+/// The judgments of every query, at the evaluation level. Each query keeps its own short list
+/// of judged documents, so that looking up a retrieved document touches only that list.
 #[derive(Debug, Default)]
 pub struct QrelSet {
     /// Per query (collection order): `(document, grade)` sorted by document.
-    pub grades: Vec<Vec<(u32, i32)>>,
+    pub grades: Vec<Vec<(Box<str>, i32)>>,
     /// Per query: the summary the metrics use.
     pub judgments: Vec<Judgments>,
 }
@@ -103,9 +72,9 @@ pub struct QrelSet {
 impl QrelSet {
     /// The grade of `doc` for query `q`, if it is judged.
     #[must_use]
-    pub fn grade(&self, q: usize, doc: u32) -> Option<i32> {
+    pub fn grade(&self, q: usize, doc: &str) -> Option<i32> {
         let grades = &self.grades[q];
-        grades.binary_search_by_key(&doc, |&(d, _)| d).ok().map(|at| grades[at].1)
+        grades.binary_search_by(|(d, _)| (**d).cmp(doc)).ok().map(|at| grades[at].1)
     }
 
     /// Whether query `q` has a relevant document.
@@ -163,8 +132,6 @@ pub struct Collection {
     /// Every query: those of the queries file, then any only the qrels name.
     pub queries: Vec<QueryInfo>,
     index: HashMap<String, usize>,
-    /// The interned document ids of qrels and runs.
-    pub docs: Docs,
     /// The set's judgments.
     pub qrels: QrelSet,
     /// Human judgments (`--human-qrels`), over the same queries.
@@ -290,7 +257,6 @@ impl Collection {
         let mut collection = Self {
             queries: Vec::new(),
             index: HashMap::new(),
-            docs: Docs::default(),
             qrels: QrelSet::default(),
             human: None,
             level,
@@ -314,6 +280,7 @@ impl Collection {
         }
         collection.doc_parts =
             rows.iter().filter_map(|r| r.doc.rsplit_once(':')).map(|(d, _)| d.to_owned()).collect();
+
         Ok(collection)
     }
 
@@ -366,7 +333,7 @@ impl Collection {
     /// The judgments of `rows` at the evaluation level, over every query (queries only the
     /// qrels name join the collection).
     fn qrel_set(&mut self, rows: &[QrelRow]) -> QrelSet {
-        let mut per_query: Vec<HashMap<u32, i32>> = Vec::new();
+        let mut per_query: Vec<HashMap<Box<str>, i32>> = Vec::new();
         for row in rows {
             let q = self.add_query(QueryInfo {
                 id: row.query.clone(),
@@ -375,8 +342,7 @@ impl Collection {
                 difficulty: None,
                 reviewed: false,
             });
-            let name = self.at_level(&row.doc).to_owned();
-            let doc = self.docs.intern(&name);
+            let doc: Box<str> = self.at_level(&row.doc).into();
             if per_query.len() <= q {
                 per_query.resize_with(q + 1, HashMap::new);
             }
@@ -384,15 +350,15 @@ impl Collection {
             *grade = (*grade).max(row.grade);
         }
         per_query.resize_with(self.queries.len(), HashMap::new);
-        let grades: Vec<Vec<(u32, i32)>> = per_query
+        let grades: Vec<Vec<(Box<str>, i32)>> = per_query
             .into_iter()
             .map(|m| {
-                let mut v: Vec<(u32, i32)> = m.into_iter().collect();
+                let mut v: Vec<(Box<str>, i32)> = m.into_iter().collect();
                 v.sort_unstable();
                 v
             })
             .collect();
-        let judgments = grades.iter().map(|g| Judgments::from_grades(g.iter().map(|&(_, g)| g))).collect();
+        let judgments = grades.iter().map(|g| Judgments::from_grades(g.iter().map(|(_, g)| *g))).collect();
         QrelSet { grades, judgments }
     }
 
@@ -410,17 +376,19 @@ impl Collection {
         self.index.get(id).copied()
     }
 
-    /// What `id`, as a run names it, is at the evaluation level.
+    /// Whether telling run ids apart needs a lookup per row: with a corpus, or with judged ids
+    /// that name their document (`doc:chunk`). Without either, every id counts as expected.
+    #[must_use]
+    pub fn checks_ids(&self) -> bool {
+        self.corpus.is_some() || !self.doc_parts.is_empty()
+    }
+
+    /// What `id`, as a run names it, is at the evaluation level. Without a corpus nothing is
+    /// unknown, and the document part of a judged chunk id is of the other level.
     #[must_use]
     pub fn id_kind(&self, id: &str) -> IdKind {
         let Some(corpus) = &self.corpus else {
-            return if self.docs.get(id).is_some() {
-                IdKind::Expected
-            } else if self.doc_parts.contains(id) {
-                IdKind::OtherLevel
-            } else {
-                IdKind::Unknown
-            };
+            return if self.doc_parts.contains(id) { IdKind::OtherLevel } else { IdKind::Expected };
         };
         let (is_chunk, is_doc) = (corpus.chunk_doc.contains_key(id), corpus.docs.contains(id));
         match (self.level, is_chunk, is_doc) {
@@ -508,8 +476,7 @@ mod tests {
         let d = Collection::from_files(&fixture(dir.path()), Level::Doc).unwrap_or_else(|e| panic!("{e}"));
         // Document a takes the best grade of its chunks; b stays judged, not relevant.
         assert_eq!(d.qrels.judgments[0], Judgments { relevant: 1, nonrelevant: 1, ideal: vec![3] });
-        let a = d.docs.get("a").unwrap_or(u32::MAX);
-        assert_eq!(d.qrels.grade(0, a), Some(3));
+        assert_eq!(d.qrels.grade(0, "a"), Some(3));
         assert_eq!((d.id_kind("a"), d.id_kind("a:1")), (IdKind::Expected, IdKind::OtherLevel));
     }
 
@@ -522,7 +489,7 @@ mod tests {
         let c = Collection::from_files(&files, Level::Chunk).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (c.id_kind("a:1"), c.id_kind("a"), c.id_kind("x")),
-            (IdKind::Expected, IdKind::OtherLevel, IdKind::Unknown)
+            (IdKind::Expected, IdKind::OtherLevel, IdKind::Expected)
         );
     }
 }

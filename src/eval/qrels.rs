@@ -6,7 +6,7 @@
 //! one problem and the file yields no rows.
 
 use super::error::{EvalError, Problem, Result, unreadable};
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 use std::path::Path;
 
 /// The header of a BEIR qrels TSV.

@@ -21,12 +21,14 @@ use std::path::{Path, PathBuf};
 /// One retrieved document.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit {
-    /// The document, interned in the collection.
-    pub doc: u32,
-    /// The line it was read from.
-    pub line: u32,
     /// The run's score.
     pub score: f64,
+    /// Where its id starts in the run's names.
+    start: u32,
+    /// Its id's length in bytes.
+    len: u32,
+    /// The line it was read from.
+    pub line: u32,
 }
 
 /// A run, aligned with the collection's queries.
@@ -38,6 +40,8 @@ pub struct Run {
     pub path: PathBuf,
     /// Per query: the hits, best first (empty if the run does not name the query).
     pub rankings: Vec<Vec<Hit>>,
+    /// The document ids of the hits, back to back (see [`Run::doc`]).
+    names: String,
     /// Per query: whether the run names it.
     pub present: Vec<bool>,
     /// Rows read.
@@ -47,6 +51,12 @@ pub struct Run {
 }
 
 impl Run {
+    /// The document id of `hit`.
+    #[must_use]
+    pub fn doc(&self, hit: &Hit) -> &str {
+        doc(&self.names, hit)
+    }
+
     /// The most hits of any query.
     #[must_use]
     pub fn depth(&self) -> usize {
@@ -57,8 +67,9 @@ impl Run {
 /// What reading a run collects before it is checked.
 struct Reader<'a> {
     path: &'a Path,
-    collection: &'a mut Collection,
+    collection: &'a Collection,
     hits: Vec<Vec<Hit>>,
+    names: String,
     present: Vec<bool>,
     problems: Vec<Problem>,
     /// Unknown query ids: first line, rows.
@@ -70,11 +81,11 @@ struct Reader<'a> {
     last: Option<(String, usize)>,
 }
 
-/// Reads the run at `path`, named `name`, against `collection` (whose document ids it extends).
+/// Reads the run at `path`, named `name`, against `collection`.
 ///
 /// # Errors
 /// [`EvalError::Set`] if the file cannot be read, [`EvalError::Problems`] listing every problem.
-pub fn read(path: &Path, name: &str, collection: &mut Collection) -> Result<Run> {
+pub fn read(path: &Path, name: &str, collection: &Collection) -> Result<Run> {
     let file = fs_err::File::open(path).map_err(|e| unreadable(path, e))?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, file);
     let jsonl = input.fill_buf().map_err(|e| unreadable(path, e))?.iter().find(|b| !b.is_ascii_whitespace())
@@ -84,6 +95,7 @@ pub fn read(path: &Path, name: &str, collection: &mut Collection) -> Result<Run>
         path,
         collection,
         hits: vec![Vec::new(); n],
+        names: String::new(),
         present: vec![false; n],
         problems: Vec::new(),
         unknown_queries: BTreeMap::new(),
@@ -140,12 +152,14 @@ impl Reader<'_> {
     }
 
     fn trec_line(&mut self, number: usize, line: &str) {
-        let fields: Vec<&str> = line.split_ascii_whitespace().collect();
-        let [qid, _, doc, _, score, _] = fields[..] else {
-            let found = fields.len();
+        let mut fields = line.split_ascii_whitespace();
+        let mut next = || fields.next().unwrap_or_default();
+        let [qid, _, doc, _, score, tag] = [next(), next(), next(), next(), next(), next()];
+        if tag.is_empty() || fields.next().is_some() {
+            let found = line.split_ascii_whitespace().count();
             self.problem(number, format!("expected 6 fields (qid Q0 docid rank score tag), found {found}"));
             return;
-        };
+        }
         match score.parse::<f64>() {
             Ok(score) if score.is_finite() => self.add(number, qid, doc, score),
             _ => self.problem(number, format!("score {score:?} is not a number")),
@@ -197,15 +211,19 @@ impl Reader<'_> {
     fn add(&mut self, number: usize, qid: &str, doc: &str, score: f64) {
         self.rows += 1;
         let Some(q) = self.mark_present(number, qid) else { return };
-        match self.collection.id_kind(doc) {
-            IdKind::Expected => {}
-            IdKind::Unknown => self.unknown_ids += 1,
-            IdKind::OtherLevel => {
-                self.other_level.get_or_insert_with(|| (number, doc.to_owned(), 0)).2 += 1;
+        if self.collection.checks_ids() {
+            match self.collection.id_kind(doc) {
+                IdKind::Expected => {}
+                IdKind::Unknown => self.unknown_ids += 1,
+                IdKind::OtherLevel => {
+                    self.other_level.get_or_insert_with(|| (number, doc.to_owned(), 0)).2 += 1;
+                }
             }
         }
-        let doc = self.collection.docs.intern(doc);
-        self.hits[q].push(Hit { doc, line: u32::try_from(number).unwrap_or(u32::MAX), score });
+        let start = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push_str(doc);
+        let len = u32::try_from(doc.len()).unwrap_or(u32::MAX);
+        self.hits[q].push(Hit { score, start, len, line: u32::try_from(number).unwrap_or(u32::MAX) });
     }
 
     fn finish(mut self, name: &str) -> Result<Run> {
@@ -226,9 +244,8 @@ impl Reader<'_> {
             self.problem(line, format!("the run names {names} (e.g. {id}; {rows} row(s)): the qrels and the run are at different levels; pass {flag}"));
         }
         for hits in &mut self.hits {
-            duplicates(hits, self.path, self.collection, &mut self.problems);
-            let docs = &self.collection.docs;
-            hits.sort_unstable_by(|a, b| trec_order(a, b, |d| docs.name(d)));
+            duplicates(hits, self.path, &self.names, &mut self.problems);
+            hits.sort_unstable_by(|a, b| trec_order(a, b, &self.names));
         }
         if self.rows == 0 && self.problems.is_empty() {
             self.problem(0, "no results in the file".to_owned());
@@ -241,6 +258,7 @@ impl Reader<'_> {
             name: name.to_owned(),
             path: self.path.to_owned(),
             rankings: self.hits,
+            names: self.names,
             present: self.present,
             rows: self.rows,
             unknown_ids: self.unknown_ids,
@@ -248,21 +266,31 @@ impl Reader<'_> {
     }
 }
 
-/// trec_eval's order: score descending, then document id descending (byte order).
-fn trec_order<'a>(a: &Hit, b: &Hit, name: impl Fn(u32) -> &'a str) -> Ordering {
-    b.score.total_cmp(&a.score).then_with(|| name(b.doc).as_bytes().cmp(name(a.doc).as_bytes()))
+fn doc<'a>(names: &'a str, hit: &Hit) -> &'a str {
+    names.get(hit.start as usize..(hit.start + hit.len) as usize).unwrap_or_default()
 }
 
-/// Reports every (query, document) pair given twice in one query's hits.
-fn duplicates(hits: &mut [Hit], path: &Path, collection: &Collection, problems: &mut Vec<Problem>) {
-    hits.sort_unstable_by_key(|h| (h.doc, h.line));
-    for pair in hits.windows(2) {
-        if pair[0].doc == pair[1].doc {
-            let doc = collection.docs.name(pair[1].doc);
+/// trec_eval's order: score descending, then document id descending (byte order).
+fn trec_order(a: &Hit, b: &Hit, names: &str) -> Ordering {
+    b.score.total_cmp(&a.score).then_with(|| doc(names, b).as_bytes().cmp(doc(names, a).as_bytes()))
+}
+
+/// Reports every (query, document) pair given twice in one query's hits (ids compared by a
+/// hash first, so that only equal hashes compare bytes).
+fn duplicates(hits: &[Hit], path: &Path, names: &str, problems: &mut Vec<Problem>) {
+    use std::hash::BuildHasher as _;
+    let hasher = foldhash::fast::FixedState::with_seed(13);
+    let mut keys: Vec<(u64, u32, usize)> =
+        hits.iter().enumerate().map(|(i, h)| (hasher.hash_one(doc(names, h)), h.line, i)).collect();
+    keys.sort_unstable();
+    for (i, &(hash, _, at)) in keys.iter().enumerate() {
+        let name = doc(names, &hits[at]);
+        let first = keys[..i].iter().rev().take_while(|k| k.0 == hash).find(|k| doc(names, &hits[k.2]) == name);
+        if let Some(&(_, line, _)) = first {
             problems.push(Problem::new(
                 path,
-                pair[1].line as usize,
-                format!("{doc} is retrieved again for this query (first on line {})", pair[0].line),
+                hits[at].line as usize,
+                format!("{name} is retrieved again for this query (first on line {line})"),
             ));
         }
     }
@@ -282,14 +310,14 @@ mod tests {
 
     fn read_str(text: &str) -> std::result::Result<Vec<Vec<(String, f64)>>, Vec<String>> {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = collection(dir.path());
+        let c = collection(dir.path());
         let path = dir.path().join("a.run");
         fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
-        match read(&path, "a", &mut c) {
+        match read(&path, "a", &c) {
             Ok(run) => Ok(run
                 .rankings
                 .iter()
-                .map(|hits| hits.iter().map(|h| (c.docs.name(h.doc).to_owned(), h.score)).collect())
+                .map(|hits| hits.iter().map(|h| (run.doc(h).to_owned(), h.score)).collect())
                 .collect()),
             Err(EvalError::Problems(ps)) => {
                 Err(ps.iter().map(|p| format!("{}: {}", p.line, p.message)).collect())

@@ -66,14 +66,15 @@ pub fn pool(collection: &Collection, runs: &[&Run], k: usize) -> Result<Vec<Pool
     let mut items = Vec::new();
     for (q, info) in collection.queries.iter().enumerate().filter(|(_, i)| i.class == QueryClass::Answerable)
     {
-        let mut entries: BTreeMap<u32, PoolEntry> = BTreeMap::new();
+        let mut entries: BTreeMap<&str, PoolEntry> = BTreeMap::new();
         for run in runs {
             for (rank, hit) in run.rankings[q].iter().take(k).enumerate() {
-                if collection.qrels.grade(q, hit.doc).is_some() {
+                let doc = run.doc(hit);
+                if collection.qrels.grade(q, doc).is_some() {
                     continue;
                 }
-                let entry = entries.entry(hit.doc).or_insert_with(|| PoolEntry {
-                    chunk_id: collection.docs.name(hit.doc).to_owned(),
+                let entry = entries.entry(doc).or_insert_with(|| PoolEntry {
+                    chunk_id: doc.to_owned(),
                     rank: rank + 1,
                     runs: Vec::new(),
                     title: String::new(),
