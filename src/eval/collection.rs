@@ -16,9 +16,9 @@ use super::metrics::Judgments;
 use super::qrels::{self, QrelRow};
 use crate::record::{Difficulty, Provenance, QueryType};
 use crate::review::set::{read_jsonl, read_provenance};
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use std::path::{Path, PathBuf};
 
 /// Whether runs and qrels name chunks or documents.

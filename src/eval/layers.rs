@@ -51,7 +51,11 @@ pub fn layers(
     k: usize,
 ) -> Layers {
     let relevant = |run: &Run, q: usize, depth: usize| {
-        run.rankings[q].iter().take(depth).filter(|h| qrels.grade(q, run.doc(h)).is_some_and(|g| g >= 1)).count()
+        run.rankings[q]
+            .iter()
+            .take(depth)
+            .filter(|h| qrels.grade(q, run.doc(h)).is_some_and(|g| g >= 1))
+            .count()
     };
     let depth = candidates.depth();
     let mut counts = LayerCounts::default();

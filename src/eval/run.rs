@@ -285,7 +285,8 @@ fn duplicates(hits: &[Hit], path: &Path, names: &str, problems: &mut Vec<Problem
     keys.sort_unstable();
     for (i, &(hash, _, at)) in keys.iter().enumerate() {
         let name = doc(names, &hits[at]);
-        let first = keys[..i].iter().rev().take_while(|k| k.0 == hash).find(|k| doc(names, &hits[k.2]) == name);
+        let first =
+            keys[..i].iter().rev().take_while(|k| k.0 == hash).find(|k| doc(names, &hits[k.2]) == name);
         if let Some(&(_, line, _)) = first {
             problems.push(Problem::new(
                 path,

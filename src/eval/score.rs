@@ -24,7 +24,9 @@ impl Scores {
         for &q in queries {
             labels.clear();
             labels.extend(
-                run.rankings[q].iter().map(|h| qrels.grade(q, run.doc(h)).map_or(Label::Unjudged, Label::Judged)),
+                run.rankings[q]
+                    .iter()
+                    .map(|h| qrels.grade(q, run.doc(h)).map_or(Label::Unjudged, Label::Judged)),
             );
             values.extend(metrics::score(&labels, &qrels.judgments[q], measures, gain));
         }

@@ -68,15 +68,7 @@ fn ranks(page: &mut Page, set: &[&Judged], top_n: usize) {
     let mut counts = [0usize; 7];
     for j in set.iter().filter(|j| j.query_type() != QueryType::NoAnswer) {
         for rank in &j.verdict.ranks {
-            counts[match rank {
-                Some(1) => 0,
-                Some(2) => 1,
-                Some(3) => 2,
-                Some(4..=5) => 3,
-                Some(6..=10) => 4,
-                Some(_) => 5,
-                None => 6,
-            }] += 1;
+            counts[super::report::bucket(*rank)] += 1;
         }
     }
     let buckets: Vec<(String, usize)> = labels
