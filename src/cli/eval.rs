@@ -67,7 +67,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0.05)]
     alpha: f64,
     /// Correction when comparing all pairs of several runs.
-    #[arg(long, value_enum, default_value_t = CorrectionArg::Tukey)]
+    #[arg(long, value_enum, default_value_t = CorrectionArg::Holm)]
     correction: CorrectionArg,
     /// Answer a query when its top-1 score is at least this (default: the threshold with the
     /// best accuracy on these queries, reported as such).
@@ -100,10 +100,10 @@ enum LevelArg {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum CorrectionArg {
-    /// Randomized Tukey HSD.
-    Tukey,
-    /// Holm's correction of pairwise randomization tests.
+    /// Holm's correction of the pairwise randomization tests.
     Holm,
+    /// Randomized Tukey HSD: one randomization over all runs.
+    Tukey,
 }
 
 /// Runs the evaluation.

@@ -11,11 +11,13 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Correction {
-    /// Randomized Tukey HSD (Carterette 2012): one randomization over all systems.
+    /// Holm's step-down correction of the pairwise randomization tests (never below a pair's
+    /// own p-value).
     #[default]
-    Tukey,
-    /// Holm's step-down correction of the pairwise randomization tests.
     Holm,
+    /// Randomized Tukey HSD (Carterette 2012): one randomization over all systems, whose
+    /// p-values can fall below a pair's own test when the other systems are alike.
+    Tukey,
 }
 
 /// Settings of the statistics.

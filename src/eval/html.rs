@@ -97,6 +97,7 @@ fn by_type(page: &mut Page, evaluation: &Evaluation) {
     let metric = evaluation.settings.metric;
     page.heading(&format!("{metric} by query type, difficulty and provenance"));
     let series = series(evaluation);
+    page.raw(&html::legend(&series));
     let Some(first) = evaluation.runs.first() else { return };
     for (b, breakdown) in first.breakdowns.iter().enumerate() {
         let groups: Vec<(String, Vec<Bar>)> = breakdown
@@ -209,7 +210,11 @@ fn findings(page: &mut Page, evaluation: &Evaluation) {
                 ]
             })
             .collect();
-        page.table(&["a", "b", "a − b", "p", "corrected p", "different"], &rows);
+        let corrected = match m.correction {
+            super::Correction::Holm => "Holm-corrected p",
+            super::Correction::Tukey => "randomized Tukey HSD p",
+        };
+        page.table(&["a", "b", "a − b", "pairwise randomization p", corrected, "different"], &rows);
     }
     for l in &evaluation.layers {
         page.heading(&format!("Layers: {} → {}", l.candidates, l.reranker));

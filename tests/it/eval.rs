@@ -353,11 +353,11 @@ fn several_runs_and_human_qrels() {
         "--human-qrels",
         path_str(&human),
         "--correction",
-        "holm",
+        "tukey",
         "--resamples",
         "1000",
     ]));
-    assert!(stdout.contains("all pairs on ndcg@10 (Holm-corrected randomization tests"), "{stdout}");
+    assert!(stdout.contains("all pairs on ndcg@10 (randomized Tukey HSD"), "{stdout}");
     assert!(stdout.contains("human judgments (40 queries) vs the set (85 queries)"), "{stdout}");
     let eval = json(&set.join("eval/eval.json"));
     let h = &eval["human"];
