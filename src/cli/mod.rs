@@ -2,7 +2,9 @@
 //! arguments onto the library's config structs.
 
 mod build;
+mod eval;
 mod review;
+mod run;
 mod settings;
 mod validate;
 
@@ -42,6 +44,13 @@ enum Command {
     /// Check a set folder or a qrels file: ids, duplicate pairs, dangling ids, grades; exit 1 and
     /// one line per problem.
     Validate(validate::ValidateArgs),
+    /// Write a baseline run: every query of a set searched in the set's own BM25 index (TREC
+    /// format), so a first number needs no retriever of your own.
+    Run(run::RunArgs),
+    /// Score runs against a set (or any qrels): metrics per query and by slice, no_answer
+    /// abstention, layers, paired statistics, agreement with human judgments; writes
+    /// eval.json, per_query.tsv and eval.html.
+    Eval(Box<eval::EvalArgs>),
 }
 
 /// Parses the command line, runs the command and maps the outcome to an exit code.
@@ -51,6 +60,8 @@ pub fn main() -> ExitCode {
         Command::Build(args) => build::run(*args),
         Command::Review(args) => review::run(args),
         Command::Validate(args) => validate::run(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Eval(args) => eval::run(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
