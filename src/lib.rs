@@ -5,15 +5,17 @@
 //! [`filter`] → [`sample`] → [`output`], wired together by [`pipeline`]. Stages hand each other
 //! the typed records of [`record`]. After the build, [`review`] takes the review queue to
 //! annotators and their decisions back into new versions of the set; [`validate`] checks a set's
-//! files. See `docs/ARCHITECTURE.md`.
+//! files; [`eval`] scores retrieval runs against a set. See `docs/ARCHITECTURE.md`.
 
 pub mod chunk;
 pub mod config;
 pub mod corpus;
 pub mod dedup;
 pub mod error;
+pub mod eval;
 pub mod filter;
 pub mod generate;
+pub mod html;
 pub mod id;
 pub mod index;
 pub mod judge;

@@ -192,13 +192,14 @@ fn publish(
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
     let stage = progress.stage("write", 0);
     write_files(&staging, made, &set, &queue)?;
-    let report = output::render_report(&Summary {
+    let summary = Summary {
         manifest: &manifest,
         judged: &made.rounds.judged,
         skipped: made.skipped,
         chunk_groups: made.chunk_groups,
-    });
-    output::write_text(&staging.path("report.md"), &report)?;
+    };
+    output::write_text(&staging.path("report.md"), &output::render_report(&summary))?;
+    output::write_text(&staging.path("report.html"), &output::render_report_html(&summary, index))?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
     output::write_json(&staging.path("manifest.json"), &manifest)?;

@@ -2,7 +2,9 @@
 //! arguments onto the library's config structs.
 
 mod build;
+mod eval;
 mod review;
+mod run;
 mod settings;
 mod validate;
 
@@ -76,6 +78,26 @@ enum Command {
   qrelgen validate --qrels run/qrels.trec --corpus out/corpus.jsonl --queries out/queries.jsonl"
     )]
     Validate(validate::ValidateArgs),
+    /// Write a baseline run: every query of a set searched in the set's own BM25 index (TREC
+    /// format), so a first number needs no retriever of your own.
+    #[command(after_help = "Examples:
+  qrelgen run --set out --to out/bm25.run
+  # Only the top 10 hits of each query:
+  qrelgen run --set out --to out/bm25-10.run --k 10")]
+    Run(run::RunArgs),
+    /// Score runs against a set (or any qrels): metrics per query and by slice, no_answer
+    /// abstention, layers, paired statistics, agreement with human judgments; writes
+    /// eval.json, per_query.tsv and eval.html.
+    #[command(
+        override_usage = "qrelgen eval --set <DIR> --run <FILE>... [OPTIONS]\n       qrelgen eval --qrels <FILE> --run <FILE>... [--queries <FILE>] [--no-answer <FILE>] [--corpus <FILE>] [OPTIONS]",
+        after_help = "Examples:
+  qrelgen eval --set out --run out/bm25.run
+  # Two retrievers, each compared with the baseline:
+  qrelgen eval --set out --run dense.run --run hybrid.run --baseline out/bm25.run
+  # Any TREC qrels, scored at document level:
+  qrelgen eval --qrels qrels.trec --corpus corpus.jsonl --run dense.run --level doc"
+    )]
+    Eval(Box<eval::EvalArgs>),
 }
 
 /// Parses the command line, runs the command and maps the outcome to an exit code. Every
@@ -88,6 +110,8 @@ pub fn main() -> ExitCode {
         Command::Build(args) => build::run(*args, &mut out),
         Command::Review(args) => review::run(args, &mut out),
         Command::Validate(args) => validate::run(&args, &mut out),
+        Command::Run(args) => run::run(&args, &mut out),
+        Command::Eval(args) => eval::run(&args, &mut out),
     }
     .and_then(|code| {
         out.flush()?;

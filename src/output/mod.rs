@@ -10,12 +10,14 @@
 mod beir;
 mod manifest;
 pub(crate) mod report;
+mod report_html;
 
 pub use beir::{
     PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line, write_qrels,
 };
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use report::{Summary, TypeCounts, render_report};
+pub use report_html::render_report_html;
 
 use crate::error::{Error, Result};
 use serde::Serialize;

@@ -230,7 +230,8 @@ fn reasons_table(out: &mut String, m: &Manifest<'_>) {
     out.push('\n');
 }
 
-fn bucket(rank: Option<u32>) -> usize {
+/// The rank histogram's column of a source rank (1, 2, 3, 4–5, 6–10, 11–N, not in the top N).
+pub(super) fn bucket(rank: Option<u32>) -> usize {
     match rank {
         Some(1) => 0,
         Some(2) => 1,

@@ -107,6 +107,7 @@ fn outputs(run: &Run) -> BTreeMap<String, Vec<u8>> {
         "candidates.jsonl",
         "review_queue.jsonl",
         "report.md",
+        "report.html",
     ] {
         files.insert(name.to_owned(), run.file(name).into_bytes());
     }

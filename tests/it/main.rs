@@ -5,6 +5,7 @@ mod build;
 mod chinese;
 mod controls;
 mod corpus;
+mod eval;
 mod llm;
 mod mock;
 mod readme;

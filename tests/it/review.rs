@@ -989,6 +989,7 @@ fn a_closed_stdout_exits_0_quietly_in_every_command() {
     trec.push_str("nobody 0 nothing 3\n");
     write(&broken.join("qrels.trec"), trec);
 
+    let run_file = dir.path().join("bm25.run");
     let (set_dir, corpus, out) = (path_str(&set.out), sample_corpus(), dir.path().join("again"));
     let commands: Vec<Vec<&str>> = vec![
         vec!["validate", "--set", path_str(&broken)],
@@ -1001,6 +1002,8 @@ fn a_closed_stdout_exits_0_quietly_in_every_command() {
         vec!["review", "status", "--set", set_dir],
         vec!["review", "status", "--set", set_dir, "--json"],
         vec!["review", "agree", "--set", set_dir, "--decisions", path_str(&a), "--decisions", path_str(&b)],
+        vec!["run", "--set", set_dir, "--to", path_str(&run_file), "--quiet"],
+        vec!["eval", "--set", set_dir, "--run", path_str(&run_file), "--resamples", "100"],
         vec!["review", "apply", "--set", set_dir, "--decisions", path_str(&a)],
     ];
     for args in &commands {
@@ -1011,21 +1014,21 @@ fn a_closed_stdout_exits_0_quietly_in_every_command() {
     assert_eq!(manifest(&set)["review"]["version"], 2, "apply did its work before its report failed");
 }
 
-/// The exported Label Studio tasks and config, parsed.
-fn label_studio_export(dir: &Path, set: &Run) -> (Vec<Value>, String) {
+/// The sample set built in `dir`, and its Label Studio tasks and config.
+fn label_studio_export(dir: &Path) -> (Run, Vec<Value>, String) {
+    let set = built(dir);
     let tasks_path = dir.join("ls/tasks.json");
-    export(set, "label-studio", &tasks_path);
+    export(&set, "label-studio", &tasks_path);
     let xml = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
     let tasks = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
         .unwrap_or_else(|e| panic!("{e}"));
-    (tasks, xml)
+    (set, tasks, xml)
 }
 
 #[test]
 fn empty_label_studio_slots_show_nothing_and_a_grade_there_is_ignored_with_a_warning() {
     let dir = tempdir();
-    let set = built(dir.path());
-    let (tasks, xml) = label_studio_export(dir.path(), &set);
+    let (set, tasks, xml) = label_studio_export(dir.path());
     let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
     // Each slot's grades come from the task (Label Studio's dynamic choices): none for an empty
     // slot, so it shows no buttons; its chunk is inline HTML, so an empty one shows no box.
@@ -1081,8 +1084,7 @@ fn empty_label_studio_slots_show_nothing_and_a_grade_there_is_ignored_with_a_war
 #[test]
 fn the_label_studio_config_explains_grades_and_decisions_in_plain_words() {
     let dir = tempdir();
-    let set = built(dir.path());
-    let (_, xml) = label_studio_export(dir.path(), &set);
+    let (_, _, xml) = label_studio_export(dir.path());
     let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
     let view = doc
         .descendants()
@@ -1125,8 +1127,7 @@ fn the_label_studio_config_explains_grades_and_decisions_in_plain_words() {
 #[test]
 fn label_studio_user_ids_are_named_by_reviewer_or_reviewer_map_and_json_min_is_read() {
     let dir = tempdir();
-    let set = built(dir.path());
-    let (tasks, _) = label_studio_export(dir.path(), &set);
+    let (set, tasks, _) = label_studio_export(dir.path());
     let direct: Vec<usize> = (0..tasks.len()).filter(|&t| data_type(&tasks[t]) == "direct").take(2).collect();
     let query_id = |t: usize| tasks[t]["data"]["query_id"].as_str().unwrap_or_default().to_owned();
     let reviewer_of = |id: &str| {
@@ -1268,17 +1269,8 @@ fn real_label_studio_agreement_exports_compare_two_named_reviewers() {
     let map = fixture("annotators.txt");
     for file in ["agree.json", "agree-min.json"] {
         let decisions = fixture(file);
-        let args = [
-            "review",
-            "agree",
-            "--set",
-            path_str(&set.out),
-            "--decisions",
-            path_str(&decisions),
-            "--reviewer-map",
-            path_str(&map),
-            "--json",
-        ];
+        let mut args = vec!["review", "agree", "--set", path_str(&set.out), "--json"];
+        args.extend(["--decisions", path_str(&decisions), "--reviewer-map", path_str(&map)]);
         let run = cli(&set.out, &args);
         run.assert_code(0);
         let json: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));

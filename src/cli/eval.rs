@@ -1,0 +1,239 @@
+//! `qrelgen eval`: scores runs against a set (or any qrels), compares them, and writes
+//! `eval.json`, `per_query.tsv` and `eval.html`.
+
+use super::exit;
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use qrelgen::eval::{
+    self, Collection, Correction, EvalError, Gain, Inputs, Level, LooseFiles, Measure, Role, Settings,
+    StatSettings, files, html, report, unjudged,
+};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The set folder (the --out of qrelgen build): queries.jsonl, qrels.trec,
+    /// qrels/provenance.tsv, no_answer.txt, corpus.jsonl, manifest.json.
+    #[arg(long, value_name = "DIR", conflicts_with = "qrels", required_unless_present = "qrels")]
+    set: Option<PathBuf>,
+    /// Any qrels instead of a set: TREC (`qid 0 docid grade`) or BEIR TSV (with its header)
+    /// [default: none: the set's qrels].
+    #[arg(long, value_name = "FILE")]
+    qrels: Option<PathBuf>,
+    /// With --qrels: a queries.jsonl (ids; type and difficulty when qrelgen wrote it) [default:
+    /// none: no breakdown by type or difficulty].
+    #[arg(long, value_name = "FILE", requires = "qrels")]
+    queries: Option<PathBuf>,
+    /// With --qrels: the ids of no_answer queries, one per line (scored for abstention)
+    /// [default: none: no abstention scores].
+    #[arg(long, value_name = "FILE", requires = "qrels")]
+    no_answer: Option<PathBuf>,
+    /// With --qrels: a corpus.jsonl mapping chunks to documents (needed for --level doc)
+    /// [default: none].
+    #[arg(long, value_name = "FILE", requires = "qrels")]
+    corpus: Option<PathBuf>,
+    /// A run to score: TREC (`qid Q0 docid rank score tag`) or JSONL
+    /// ({"qid", "hits": [{"id", "score"}]}); repeat for several runs.
+    #[arg(long = "run", value_name = "FILE", required = true)]
+    runs: Vec<PathBuf>,
+    /// A run to compare every --run with (paired bootstrap, randomization test, t-test)
+    /// [default: none: the runs are compared pairwise].
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// The first-stage run the --run files rerank: each failing query is attributed to
+    /// retrieval or reranking [default: none: no attribution].
+    #[arg(long, value_name = "FILE")]
+    candidates: Option<PathBuf>,
+    /// Human qrels on the same corpus: does the set order the runs as they do (Kendall's τ)?
+    /// [default: none].
+    #[arg(long, value_name = "FILE")]
+    human_qrels: Option<PathBuf>,
+    /// Rank cut-offs of hit, recall, p, mrr, map and ndcg.
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5,10,20,100", value_name = "K,…")]
+    k: Vec<usize>,
+    /// The measure runs are compared, ranked and layered on (e.g. ndcg@10, mrr@10, recall@100,
+    /// map, bpref).
+    #[arg(long, default_value = "ndcg@10", value_name = "MEASURE")]
+    metric: Measure,
+    /// nDCG gain: exponential (2^grade − 1) or linear (the grade, as trec_eval); the two are
+    /// not comparable.
+    #[arg(long, value_enum, default_value_t = GainArg::Exponential)]
+    gain: GainArg,
+    /// What the runs name: chunk ids (as the set's qrels) or document ids (a document takes the
+    /// best grade of its chunks).
+    #[arg(long, value_enum, default_value_t = LevelArg::Chunk)]
+    level: LevelArg,
+    /// Bootstrap and randomization resamples.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    resamples: usize,
+    /// Seed of the resampling.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Significance level.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+    /// Correction when comparing all pairs of several runs.
+    #[arg(long, value_enum, default_value_t = CorrectionArg::Holm)]
+    correction: CorrectionArg,
+    /// Answer a query when its top-1 score is at least this [default: the threshold with the
+    /// best accuracy on these queries, reported as such].
+    #[arg(long, value_name = "T")]
+    abstain_threshold: Option<f64>,
+    /// The difference to plan the number of queries for [default: the observed one].
+    #[arg(long, value_name = "D")]
+    effect: Option<f64>,
+    /// Write the unjudged chunks the runs put in their top k (k of --metric) as a decisions
+    /// file for `qrelgen review apply` (JSONL; fill in each chunk's grade) [default: none].
+    #[arg(long, value_name = "FILE")]
+    export_unjudged: Option<PathBuf>,
+    /// Where eval.json, per_query.tsv and eval.html go [default: DIR/eval with --set, ./eval
+    /// otherwise].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum GainArg {
+    Exponential,
+    Linear,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LevelArg {
+    Chunk,
+    Doc,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CorrectionArg {
+    /// Holm's correction of the pairwise randomization tests.
+    Holm,
+    /// Randomized Tukey HSD: one randomization over all runs.
+    Tukey,
+}
+
+/// Runs the evaluation.
+pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    let settings = settings(args)?;
+    let mut collection = match (&args.set, &args.qrels) {
+        (Some(set), _) => Collection::from_set(set, settings.level),
+        (None, qrels) => {
+            let qrels = qrels.clone().unwrap_or_default();
+            let files = LooseFiles {
+                qrels,
+                queries: args.queries.clone(),
+                no_answer: args.no_answer.clone(),
+                corpus: args.corpus.clone(),
+            };
+            Collection::from_files(&files, settings.level)
+        }
+    }?;
+    if let Some(human) = &args.human_qrels {
+        collection.add_human(human)?;
+    }
+    let runs = read_runs(args, &collection)?;
+    let inputs = Inputs { collection, runs };
+    let evaluation = eval::evaluate(&inputs, &settings);
+    let out = args.out.clone().unwrap_or_else(|| match &args.set {
+        Some(set) => set.join(files::EVAL_DIR),
+        None => PathBuf::from(files::EVAL_DIR),
+    });
+    write_outputs(&out, &evaluation, &inputs, settings.k())?;
+    if let Some(path) = &args.export_unjudged {
+        export_unjudged(path, args, &inputs, settings.k())?;
+    }
+    write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
+    eprintln!(
+        "wrote {}, {} and {} in {}",
+        files::EVAL_JSON,
+        files::PER_QUERY_TSV,
+        files::EVAL_HTML,
+        out.display()
+    );
+    Ok(exit::OK)
+}
+
+fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
+    let mut cutoffs = args.k.clone();
+    cutoffs.sort_unstable();
+    cutoffs.dedup();
+    if cutoffs.is_empty() || cutoffs.contains(&0) {
+        anyhow::bail!("invalid --k: cut-offs are 1 or more, e.g. --k 1,10,100");
+    }
+    if !(0.0..1.0).contains(&args.alpha) || args.alpha == 0.0 {
+        anyhow::bail!("invalid --alpha: between 0 and 1, e.g. 0.05");
+    }
+    Ok(Settings {
+        cutoffs,
+        gain: match args.gain {
+            GainArg::Exponential => Gain::Exponential,
+            GainArg::Linear => Gain::Linear,
+        },
+        level: match args.level {
+            LevelArg::Chunk => Level::Chunk,
+            LevelArg::Doc => Level::Doc,
+        },
+        metric: args.metric,
+        stats: StatSettings {
+            resamples: args.resamples,
+            seed: args.seed,
+            alpha: args.alpha,
+            effect: args.effect,
+            correction: match args.correction {
+                CorrectionArg::Tukey => Correction::Tukey,
+                CorrectionArg::Holm => Correction::Holm,
+            },
+        },
+        abstain_threshold: args.abstain_threshold,
+    })
+}
+
+/// Reads every run; the problems of all of them are reported together.
+fn read_runs(args: &EvalArgs, collection: &Collection) -> anyhow::Result<Vec<(eval::Run, Role)>> {
+    let mut files: Vec<(PathBuf, Role)> = args.runs.iter().map(|p| (p.clone(), Role::Run)).collect();
+    files.extend(args.baseline.iter().map(|p| (p.clone(), Role::Baseline)));
+    files.extend(args.candidates.iter().map(|p| (p.clone(), Role::Candidates)));
+    let names = eval::run_names(&files.iter().map(|f| f.0.clone()).collect::<Vec<_>>());
+    let mut runs = Vec::new();
+    let mut problems = Vec::new();
+    for ((path, role), name) in files.into_iter().zip(names) {
+        match eval::run::read(&path, &name, collection) {
+            Ok(run) => runs.push((run, role)),
+            Err(EvalError::Problems(mut found)) => problems.append(&mut found),
+            Err(other) => return Err(other.into()),
+        }
+    }
+    if problems.is_empty() { Ok(runs) } else { Err(EvalError::Problems(problems).into()) }
+}
+
+fn write_outputs(out: &Path, evaluation: &eval::Evaluation, inputs: &Inputs, k: usize) -> anyhow::Result<()> {
+    qrelgen::output::write_json(&out.join(files::EVAL_JSON), evaluation)?;
+    qrelgen::output::write_atomic(&out.join(files::PER_QUERY_TSV), |w| {
+        report::write_per_query(w, evaluation, &inputs.collection)
+    })?;
+    qrelgen::output::write_text(&out.join(files::EVAL_HTML), &html::render(evaluation, k))?;
+    Ok(())
+}
+
+fn export_unjudged(path: &Path, args: &EvalArgs, inputs: &Inputs, k: usize) -> anyhow::Result<()> {
+    let runs: Vec<&eval::Run> = inputs.runs.iter().map(|(r, _)| r).collect();
+    let mut items = unjudged::pool(&inputs.collection, &runs, k)?;
+    let (queries, corpus) = match &args.set {
+        Some(set) => {
+            let (q, c) = unjudged::set_text_files(set);
+            (Some(q), Some(c))
+        }
+        None => (args.queries.clone(), args.corpus.clone()),
+    };
+    unjudged::fill_texts(&mut items, queries.as_deref(), corpus.as_deref())?;
+    qrelgen::output::write_jsonl(path, &items).with_context(|| format!("writing {}", path.display()))?;
+    let chunks: usize = items.iter().map(|i| i.pool.len()).sum();
+    eprintln!(
+        "unjudged pool: {chunks} chunks of {} queries in {}; grade them and run qrelgen review apply --decisions {}",
+        items.len(),
+        path.display(),
+        path.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The baseline run: every query of a set searched in the set's own BM25 index, so that a new
+//! user gets a first number with no retriever of their own.
+//!
+//! Input: a set folder (`queries.jsonl`, `corpus.jsonl`, `index/`, `manifest.json` for the
+//! Chinese segmenter). Output: each query's top k chunks with their BM25 scores, written as a
+//! TREC run. Invariants: the index is reused when it holds exactly the chunks of
+//! `corpus.jsonl` (the same fingerprint the build uses), else rebuilt from `corpus.jsonl` in
+//! the set's `index/` folder; results are deterministic (ties rank by chunk position).
+
+use super::files;
+use crate::corpus;
+use crate::error::{Error, Result};
+use crate::id::{ChunkId, ContentHasher, QueryId};
+use crate::index::{Analyzer, ChunkIndex, Provenance, Segmenter};
+use crate::progress::Progress;
+use crate::record::Chunk;
+use crate::review::set::read_jsonl;
+use serde::Deserialize;
+use std::io::Write;
+use std::path::Path;
+
+/// The tag in the last column of the run.
+pub const TAG: &str = "qrelgen-bm25";
+
+/// One query's results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    /// The query.
+    pub query: QueryId,
+    /// Its top chunks, best first, with BM25 scores.
+    pub hits: Vec<(ChunkId, f32)>,
+}
+
+/// The baseline run, and whether the index was reused.
+#[derive(Debug)]
+pub struct BaselineRun {
+    /// Every query of the set, in file order.
+    pub results: Vec<Ranked>,
+    /// Reused or rebuilt.
+    pub index: Provenance,
+}
+
+/// The manifest fields the baseline needs.
+#[derive(Deserialize, Default)]
+struct ManifestFields {
+    #[serde(default)]
+    config: ConfigFields,
+}
+
+#[derive(Deserialize, Default)]
+struct ConfigFields {
+    #[serde(default)]
+    segmenter: Segmenter,
+}
+
+#[derive(Deserialize)]
+struct QueryFields {
+    #[serde(rename = "_id")]
+    id: QueryId,
+    text: String,
+}
+
+/// Searches every query of the set in `dir` for its top `k` chunks.
+///
+/// # Errors
+/// [`Error::Input`]/[`Error::Malformed`] for missing or broken set files, [`Error::Index`] when
+/// the index cannot be opened or rebuilt.
+pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun> {
+    let corpus_file = dir.join(files::CORPUS);
+    if !corpus_file.is_file() {
+        return Err(Error::Input {
+            path: corpus_file,
+            source: std::io::Error::other("not found: is this a set folder (the --out of qrelgen build)?"),
+        });
+    }
+    let segmenter = read_segmenter(&dir.join(files::MANIFEST))?;
+    let stage = progress.stage("index", 0);
+    let (metas, fingerprint) = chunk_list(&corpus_file)?;
+    let (index, provenance) = ChunkIndex::open_or_build(
+        &dir.join(files::INDEX_DIR),
+        metas,
+        &fingerprint,
+        Analyzer::new(segmenter),
+        &stage,
+        |add| corpus::read_prechunked(&corpus_file, add).map(drop),
+    )?;
+    stage.finish(&format!("{} chunks, index {provenance}", index.len()));
+    let mut queries = Vec::new();
+    read_jsonl(&dir.join(files::QUERIES), |_, _, q: QueryFields| {
+        queries.push(q);
+        Ok(())
+    })?;
+    let stage = progress.stage("search", queries.len() as u64);
+    let mut results = Vec::with_capacity(queries.len());
+    for q in queries {
+        let hits = index.search(&q.text, k)?;
+        let hits = hits.into_iter().map(|h| (index.meta(h.chunk).id.clone(), h.score)).collect();
+        results.push(Ranked { query: q.id, hits });
+        stage.inc(1);
+    }
+    stage.finish(&format!("{} queries, top {k}", results.len()));
+    Ok(BaselineRun { results, index: provenance })
+}
+
+/// The segmenter the set was built with (the default without a manifest).
+fn read_segmenter(path: &Path) -> Result<Segmenter> {
+    let Ok(text) = fs_err::read_to_string(path) else { return Ok(Segmenter::default()) };
+    let fields: ManifestFields = serde_json::from_str(&text).map_err(|e| Error::Malformed {
+        path: path.to_owned(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    Ok(fields.config.segmenter)
+}
+
+/// The chunk list of `corpus.jsonl` and its fingerprint, as the build computes it.
+fn chunk_list(corpus_file: &Path) -> Result<(Vec<crate::record::ChunkMeta>, String)> {
+    let mut metas = Vec::new();
+    let mut hash = ContentHasher::default();
+    let skipped = corpus::read_prechunked(corpus_file, |chunk: Chunk| {
+        hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+        metas.push(chunk.meta());
+        Ok(())
+    })?;
+    if let Some(first) = skipped.first() {
+        return Err(Error::Malformed {
+            path: corpus_file.to_owned(),
+            line: first.line.unwrap_or(0),
+            message: first.reason.clone(),
+        });
+    }
+    Ok((metas, hash.finish()))
+}
+
+/// Writes the run in TREC format: `qid Q0 docid rank score tag`.
+///
+/// # Errors
+/// The writer's.
+pub fn write_trec(w: &mut dyn Write, run: &BaselineRun) -> std::io::Result<()> {
+    for ranked in &run.results {
+        for (rank, (chunk, score)) in ranked.hits.iter().enumerate() {
+            writeln!(w, "{} Q0 {chunk} {} {score} {TAG}", ranked.query, rank + 1)?;
+        }
+    }
+    Ok(())
+}

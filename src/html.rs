@@ -1,0 +1,299 @@
+//! Self-contained HTML pages (`eval.html`, `report.html`): one style, charts drawn as inline
+//! SVG, no script, no network (a Content-Security-Policy forbids every load).
+//!
+//! Invariant: every text that reaches a page goes through [`escape`] (corpus text, LLM replies,
+//! ids and file names are untrusted).
+
+use std::fmt::Write as _;
+
+/// Bar colours, one per series.
+const COLOURS: [&str; 8] =
+    ["#3b6ea8", "#d9822b", "#4f9d69", "#b8483e", "#7d5ba6", "#8c6d46", "#c2609d", "#6b7b8c"];
+
+const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#1d232a;background:#fff}\
+h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2.2rem;border-bottom:1px solid #d5dbe1;padding-bottom:.2rem}\
+table{border-collapse:collapse;margin:.6rem 0}th,td{padding:.25rem .6rem;border-bottom:1px solid #e6eaee;text-align:left;vertical-align:top}\
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}.note{color:#5a6570}.warn{background:#fff4e0;border-left:4px solid #d9822b;padding:.4rem .8rem}\
+svg{display:block;margin:.5rem 0}svg text{font:12px system-ui,sans-serif;fill:#1d232a}code{background:#f1f3f5;padding:0 .2rem}\
+.legend span{display:inline-block;margin-right:1rem}.legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:-1px}";
+
+/// Escapes `&`, `<`, `>`, `"` and `'` (the review export's escaping, shared).
+pub use crate::review::export::escape_html as escape;
+
+/// A page being written.
+pub struct Page {
+    body: String,
+    title: String,
+    sections: usize,
+}
+
+impl Page {
+    /// A page titled `title` (escaped).
+    #[must_use]
+    pub fn new(title: &str) -> Self {
+        let mut page = Self { body: String::new(), title: escape(title), sections: 0 };
+        let _ = writeln!(page.body, "<h1>{}</h1>", page.title);
+        page
+    }
+
+    /// A section heading, with an id made of its first word and its position (a link target).
+    pub fn heading(&mut self, text: &str) {
+        self.sections += 1;
+        let word: String =
+            text.chars().take_while(char::is_ascii_alphanumeric).collect::<String>().to_ascii_lowercase();
+        let _ = writeln!(self.body, "<h2 id=\"s{}-{word}\">{}</h2>", self.sections, escape(text));
+    }
+
+    /// A paragraph of plain text (escaped), with a class (`note`, `warn`) or none.
+    pub fn paragraph(&mut self, class: Option<&str>, text: &str) {
+        match class {
+            Some(class) => {
+                let _ = writeln!(self.body, "<p class=\"{class}\">{}</p>", escape(text));
+            }
+            None => {
+                let _ = writeln!(self.body, "<p>{}</p>", escape(text));
+            }
+        }
+    }
+
+    /// Markup this module made (charts), added as it is.
+    pub fn raw(&mut self, markup: &str) {
+        self.body.push_str(markup);
+        self.body.push('\n');
+    }
+
+    /// A table; cells are escaped, cells that parse as numbers are right-aligned.
+    pub fn table(&mut self, header: &[&str], rows: &[Vec<String>]) {
+        let numeric = |s: &str| {
+            let digits = s.trim_start_matches(['+', '-']).trim_end_matches(" %").replace(['.', ','], "");
+            !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+        };
+        self.body.push_str("<table><tr>");
+        for h in header {
+            let _ = write!(self.body, "<th>{}</th>", escape(h));
+        }
+        self.body.push_str("</tr>\n");
+        for row in rows {
+            self.body.push_str("<tr>");
+            for cell in row {
+                let class = if numeric(cell) { " class=\"n\"" } else { "" };
+                let _ = write!(self.body, "<td{class}>{}</td>", escape(cell));
+            }
+            self.body.push_str("</tr>\n");
+        }
+        self.body.push_str("</table>\n");
+    }
+
+    /// The finished document.
+    #[must_use]
+    pub fn finish(self) -> String {
+        format!(
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+             <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+             <title>{}</title><style>{STYLE}</style></head><body>\n{}</body></html>\n",
+            self.title, self.body
+        )
+    }
+}
+
+/// One bar of a grouped bar chart: a value in [0, 1] and an optional interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bar {
+    /// Its height.
+    pub value: f64,
+    /// Its interval, drawn as a whisker.
+    pub interval: Option<(f64, f64)>,
+}
+
+/// A grouped bar chart of values in [0, 1]: one group per label, one bar per series.
+#[must_use]
+pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String {
+    let (height, top, bottom, left) = (220.0, 10.0, 40.0, 40.0);
+    let per = series.len().max(1) as f64;
+    let longest = groups.iter().map(|g| g.0.chars().count()).max().unwrap_or(0) as f64;
+    let group_width = (per * 18.0 + 20.0).max(longest * 7.0 + 12.0).max(60.0);
+    let width = left + groups.len() as f64 * group_width + 10.0;
+    let y = |v: f64| top + (1.0 - v.clamp(0.0, 1.0)) * (height - top - bottom);
+    let mut svg = format!("<svg width=\"{width:.0}\" height=\"{height:.0}\" role=\"img\">");
+    for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        let _ = write!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{width:.0}\" y1=\"{0:.1}\" y2=\"{0:.1}\" stroke=\"#e6eaee\"/><text x=\"{1}\" y=\"{2:.1}\" text-anchor=\"end\">{tick:.2}</text>",
+            y(tick),
+            left - 4.0,
+            y(tick) + 4.0
+        );
+    }
+    for (g, (label, bars)) in groups.iter().enumerate() {
+        let x0 = left + g as f64 * group_width + 10.0;
+        for (s, bar) in bars.iter().enumerate() {
+            let x = x0 + s as f64 * 18.0;
+            let colour = COLOURS[s % COLOURS.len()];
+            let _ = write!(
+                svg,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"14\" height=\"{:.1}\" fill=\"{colour}\"><title>{}: {:.4}</title></rect>",
+                y(bar.value),
+                y(0.0) - y(bar.value),
+                escape(series.get(s).map_or("", String::as_str)),
+                bar.value
+            );
+            if let Some((lo, hi)) = bar.interval {
+                let cx = x + 7.0;
+                let _ = write!(
+                    svg,
+                    "<line x1=\"{cx:.1}\" x2=\"{cx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#1d232a\"/>",
+                    y(lo),
+                    y(hi)
+                );
+            }
+        }
+        let _ = write!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            x0 + per * 9.0 - 2.0,
+            height - bottom + 16.0,
+            escape(label)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// A legend naming each series' colour.
+#[must_use]
+pub fn legend(series: &[String]) -> String {
+    let mut out = String::from("<p class=\"legend\">");
+    for (i, name) in series.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<span><i style=\"background:{}\"></i>{}</span>",
+            COLOURS[i % COLOURS.len()],
+            escape(name)
+        );
+    }
+    out.push_str("</p>");
+    out
+}
+
+/// A histogram: one labelled bar per bucket, heights relative to the largest count.
+#[must_use]
+pub fn histogram(buckets: &[(String, usize)]) -> String {
+    let (height, top, bottom, left, bar): (f64, f64, f64, f64, f64) = (180.0, 18.0, 34.0, 10.0, 46.0);
+    let longest = buckets.iter().map(|b| b.0.chars().count()).max().unwrap_or(0) as f64;
+    let slot = (bar + 8.0).max(longest * 7.0 + 8.0);
+    let width = left + buckets.len() as f64 * slot + 10.0;
+    let max = buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1) as f64;
+    let mut svg = format!("<svg width=\"{width:.0}\" height=\"{height:.0}\" role=\"img\">");
+    for (i, (label, n)) in buckets.iter().enumerate() {
+        let x = left + i as f64 * slot + (slot - bar - 8.0) / 2.0;
+        let h = *n as f64 / max * (height - top - bottom);
+        let y = height - bottom - h;
+        let _ = write!(
+            svg,
+            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bar}\" height=\"{h:.1}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{n}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            COLOURS[0],
+            x + bar / 2.0,
+            y - 4.0,
+            x + bar / 2.0,
+            height - bottom + 16.0,
+            escape(label)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// A line chart of series of (x, y) points, y in [0, 1], x scaled to the data.
+#[must_use]
+pub fn lines(series: &[(String, Vec<(f64, f64)>)], x_label: &str, y_label: &str) -> String {
+    let (width, height, top, bottom, left, right) = (640.0, 250.0, 22.0, 40.0, 44.0, 10.0);
+    let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).filter(|x| x.is_finite());
+    let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (lo, hi) = if lo.is_finite() && hi > lo { (lo, hi) } else { (lo.min(0.0), lo.max(0.0) + 1.0) };
+    let x = |v: f64| left + (v - lo) / (hi - lo) * (width - left - right);
+    let y = |v: f64| top + (1.0 - v.clamp(0.0, 1.0)) * (height - top - bottom);
+    let mut svg = format!("<svg width=\"{width}\" height=\"{height}\" role=\"img\">");
+    for tick in [0.0, 0.5, 1.0] {
+        let _ = write!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#e6eaee\"/><text x=\"{2}\" y=\"{3:.1}\" text-anchor=\"end\">{tick:.1}</text>",
+            width - right,
+            y(tick),
+            left - 4.0,
+            y(tick) + 4.0
+        );
+    }
+    for (i, (_, points)) in series.iter().enumerate() {
+        let path: Vec<String> = points
+            .iter()
+            .filter(|p| p.0.is_finite())
+            .map(|p| format!("{:.1},{:.1}", x(p.0), y(p.1)))
+            .collect();
+        let _ = write!(
+            svg,
+            "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"{}\" points=\"{}\"/>",
+            COLOURS[i % COLOURS.len()],
+            path.join(" ")
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"{left}\" y=\"{:.0}\">{lo:.3}</text><text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{hi:.3}</text><text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"middle\">{}</text><text x=\"4\" y=\"4\" dominant-baseline=\"hanging\">{}</text></svg>",
+        height - bottom + 16.0,
+        width - right,
+        height - bottom + 16.0,
+        f64::midpoint(width, left),
+        height - 6.0,
+        escape(x_label),
+        escape(y_label)
+    );
+    svg
+}
+
+/// Sorted per-item differences as thin bars around a zero line (a paired comparison).
+#[must_use]
+pub fn differences(sorted: &[f64]) -> String {
+    let (width, height, mid) = (640.0, 200.0, 100.0);
+    let max = sorted.iter().map(|d| d.abs()).fold(0.0, f64::max).max(1e-9);
+    let step = width / sorted.len().max(1) as f64;
+    let mut svg = format!(
+        "<svg width=\"{width}\" height=\"{height}\" role=\"img\"><line x1=\"0\" x2=\"{width}\" y1=\"{mid}\" y2=\"{mid}\" stroke=\"#5a6570\"/>"
+    );
+    for (i, d) in sorted.iter().enumerate() {
+        let h = d.abs() / max * (mid - 10.0);
+        let (y, colour) = if *d >= 0.0 { (mid - h, COLOURS[2]) } else { (mid, COLOURS[3]) };
+        let _ = write!(
+            svg,
+            "<rect x=\"{:.2}\" y=\"{y:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"{colour}\"/>",
+            i as f64 * step,
+            step.max(0.5)
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"4\" y=\"14\">+{max:.3}</text><text x=\"4\" y=\"{}\">−{max:.3}</text></svg>",
+        height - 4.0
+    );
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_forbids_loads() {
+        assert_eq!(
+            escape("<script>\"x\" & 'y'</script>"),
+            "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
+        );
+        let mut page = Page::new("a <b>");
+        page.table(&["id"], &[vec!["<img src=x onerror=alert(1)>".to_owned()]]);
+        page.raw(&histogram(&[("<1>".to_owned(), 3)]));
+        let html = page.finish();
+        assert!(!html.contains("<img") && !html.contains("<b>") && !html.contains("<1>"), "{html}");
+        assert!(html.contains("default-src 'none'"));
+        assert!(!html.contains("http://") && !html.contains("https://"));
+    }
+}
