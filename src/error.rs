@@ -129,6 +129,32 @@ pub enum Error {
         /// Every problem, with its line, row or task.
         problems: Vec<crate::review::Problem>,
     },
+    /// Moving the staged files into place failed part way; the files already moved were put
+    /// back, so the folder holds what it held before.
+    #[error("publishing into {out} failed part way; every file was put back as it was")]
+    Publish {
+        /// The output folder.
+        out: PathBuf,
+        /// Why a move failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Publishing failed part way, and putting the previous files back failed too.
+    #[error(
+        "publishing into {out} failed part way, and putting the previous files back failed too ({restoring})\n\
+         hint: the previous files are in {kept}; the next qrelgen command on this folder puts them back"
+    )]
+    PublishRestore {
+        /// The output folder.
+        out: PathBuf,
+        /// Where the replaced files are.
+        kept: PathBuf,
+        /// Why putting them back failed.
+        restoring: String,
+        /// Why a move failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// Publishing a new version of a reviewed set failed; the set is left as it was.
     #[error("version {next} was not published: the set is left as version {current} (also kept in {kept})")]
     Unpublished {

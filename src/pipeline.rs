@@ -205,7 +205,7 @@ fn publish(
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
     output::write_json(&staging.path("manifest.json"), &manifest)?;
-    staging.publish()?;
+    staging.publish(&[])?;
     Ok(queue.len())
 }
 

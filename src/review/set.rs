@@ -126,6 +126,8 @@ impl ReviewSet {
     /// [`Error::Input`]/[`Error::Malformed`] for unreadable files, [`Error::ReviewHistory`] when
     /// `versions/` or the ledger exist but the manifest has no review log (the set was rebuilt).
     pub fn load(dir: &Path) -> Result<Self> {
+        // A publish a killed command left half done is rolled back before anything is read.
+        crate::output::recover(dir)?;
         let manifest = read_manifest(dir)?;
         let leftover = dir.join(VERSIONS_DIR).exists() || dir.join(LEDGER).exists();
         if manifest.review.is_none() && leftover && !failed_first_apply(dir) {

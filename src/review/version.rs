@@ -6,8 +6,8 @@
 //! each decisions file (`review/applied/`) and the manifest. Everything is staged first, then
 //! published in an order that never loses a version: `versions/v<N>/` (synced to disk), then
 //! `review/` (ledger entries newer than the manifest's version are ignored when the set is
-//! read), then the live files, `manifest.json` last. If moving a live file fails, the live files
-//! are restored from `versions/v<N>/`. Nothing that differs between identical applies (times,
+//! read), then the live files, `manifest.json` last, all or none ([`Staging::publish`]: if
+//! moving a live file fails, the files it replaced are put back). Nothing that differs between identical applies (times,
 //! paths) is recorded, so the same decisions give byte-identical files.
 
 use super::agreement::Policy;
@@ -149,9 +149,8 @@ pub struct Input<'a> {
 ///
 /// # Errors
 /// [`crate::Error::Output`] naming the file while staging; [`crate::Error::Unpublished`] when
-/// publishing fails (if it failed while moving the live files, they were restored from
-/// `versions/v<N>/`); [`crate::Error::ReviewHistory`] if restoring failed too, saying where the
-/// previous version is.
+/// publishing fails (if it failed while moving the live files, the files it replaced were put
+/// back); [`crate::Error::PublishRestore`] if putting them back failed too.
 pub fn write_next(
     set: &ReviewSet,
     next: &Version,
@@ -190,20 +189,9 @@ pub fn write_next(
     };
     // The previous version first, on disk, before any live file is replaced.
     staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
-    let Err(failed) = staging.publish_ordered(&VERSION_FILES) else { return Ok(()) };
-    match restore(set) {
-        Ok(()) => Err(unpublished(failed)),
-        Err(restoring) => Err(crate::Error::ReviewHistory {
-            path: set.dir.clone(),
-            message: format!(
-                "publishing version {} failed ({failed}: {}), and restoring version {} failed ({restoring}: {})",
-                set.version() + 1,
-                source_of(&failed),
-                set.version(),
-                source_of(&restoring),
-            ),
-            hint: "the previous version is whole in the newest folder of versions/: copy its files back into the set folder",
-        }),
+    match staging.publish(&VERSION_FILES) {
+        Err(crate::Error::Publish { source, .. }) => Err(unpublished(*source)),
+        other => other,
     }
 }
 
@@ -226,29 +214,6 @@ fn check_kept(set: &ReviewSet) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Puts the files of the current version, kept in `versions/v<N>/`, back in place.
-fn restore(set: &ReviewSet) -> Result<()> {
-    let kept = version_dir(&set.dir, set.version());
-    for name in VERSION_FILES {
-        let (from, to) = (kept.join(name), set.dir.join(name));
-        match fs_err::read(&from) {
-            Ok(bytes) if fs_err::read(&to).ok().as_ref() != Some(&bytes) => {
-                output::write_atomic(&to, |w| w.write_all(&bytes))?;
-            }
-            Err(_) if to.is_file() => {
-                fs_err::remove_file(&to)
-                    .map_err(|source| crate::Error::Output { path: to.clone(), source })?;
-            }
-            Ok(_) | Err(_) => {}
-        }
-    }
-    Ok(())
-}
-
-fn source_of(error: &crate::Error) -> String {
-    std::error::Error::source(error).map_or_else(String::new, ToString::to_string)
 }
 
 /// The text of `no_answer.txt` for a version: its `no_answer` queries without a relevant chunk.
