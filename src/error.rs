@@ -129,6 +129,16 @@ pub enum Error {
         /// Every problem, with its line, row or task.
         problems: Vec<crate::review::Problem>,
     },
+    /// `--out` holds a set under review, or files qrelgen did not write; nothing was written.
+    #[error("{path} {message}\nhint: {hint}")]
+    OutOccupied {
+        /// The output folder.
+        path: PathBuf,
+        /// What it holds.
+        message: String,
+        /// The ways out.
+        hint: String,
+    },
     /// Moving the staged files into place failed part way; the files already moved were put
     /// back, so the folder holds what it held before.
     #[error("publishing into {out} failed part way; every file was put back as it was")]

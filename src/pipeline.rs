@@ -14,7 +14,7 @@ use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::{Analyzer, ChunkIndex};
 use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::llm::{Cache, Llm};
-use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
+use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
 use crate::record::{
     Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
@@ -48,14 +48,33 @@ pub struct Outcome {
     pub dry_run: Option<(usize, Estimate)>,
     /// The LLM generator's usage, when it was used.
     pub llm: Option<LlmReport>,
+    /// With `--force` into a reviewed set: the version of the set the build became.
+    pub version: Option<u32>,
+}
+
+/// What a build does when `--out` holds a set under review or files qrelgen did not write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfOccupied {
+    /// Refuse, naming what is there and the ways out; nothing is written.
+    Refuse,
+    /// Build anyway: a reviewed set's current version is kept under `versions/` and the build
+    /// becomes its next version; files qrelgen does not write are left as they are.
+    Force,
 }
 
 /// Runs the whole build and writes its files into `out`.
 ///
 /// # Errors
-/// Fatal problems only: unreadable or empty corpus, bad settings, index or write failures, an
-/// unusable endpoint, a spent budget.
-pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Outcome> {
+/// Fatal problems only: an output folder that holds a set under review or files qrelgen did not
+/// write (unless [`IfOccupied::Force`]), unreadable or empty corpus, bad settings, index or write
+/// failures, an unusable endpoint, a spent budget.
+pub fn build(
+    config: &BuildConfig,
+    out: &Path,
+    if_occupied: IfOccupied,
+    progress: &Progress,
+) -> Result<Outcome> {
+    let occupant = check_out(out, if_occupied, *progress)?;
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
@@ -106,7 +125,14 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let chunk_groups: Vec<Vec<ChunkId>> =
         groups.groups().iter().map(|g| g.iter().map(|&c| index.meta(c).id.clone()).collect()).collect();
     let made = Made { rounds: &rounds, skipped: &skipped, chunk_groups: &chunk_groups };
-    let review_items = publish(config, staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
+    let mut staging = staging;
+    let review_items =
+        stage_set(config, &staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
+    let version = match occupant {
+        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(out, &mut staging)?),
+        Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => None,
+    };
+    staging.publish(&[])?;
     Ok(Outcome {
         shortfalls,
         in_set: rounds.judged.iter().filter(|j| j.in_set()).count(),
@@ -115,7 +141,33 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         review_items,
         dry_run: None,
         llm,
+        version,
     })
+}
+
+/// Looks at what `out` holds (after rolling back a publish a killed run left half done) and
+/// refuses, unless forced, a set under review or a folder that is not a qrelgen set.
+fn check_out(out: &Path, if_occupied: IfOccupied, progress: Progress) -> Result<Occupant> {
+    if output::recover(out)? {
+        progress.warn(&format!(
+            "publishing into {} was cut short by an earlier run; its previous files were put back",
+            out.display()
+        ));
+    }
+    let occupant = output::inspect(out)?;
+    if let Some(refusal) = occupant.refusal(out) {
+        if if_occupied == IfOccupied::Refuse {
+            return Err(refusal);
+        }
+        if !occupant.left().is_empty() {
+            progress.warn(&format!(
+                "{} holds files the build does not write; they are left as they are: {}",
+                out.display(),
+                output::list(occupant.left())
+            ));
+        }
+    }
+    Ok(occupant)
 }
 
 /// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
@@ -176,12 +228,12 @@ struct Made<'a> {
     chunk_groups: &'a [Vec<ChunkId>],
 }
 
-/// Stages 6–7: samples the review queue, writes every file into the staging folder and
-/// publishes them together (`manifest.json` last). Returns the size of the review queue.
+/// Stages 6–7: samples the review queue and writes every file into the staging folder
+/// (`manifest.json` last). Returns the size of the review queue.
 #[expect(clippy::too_many_arguments, reason = "the last stage gathers what every stage made")]
-fn publish(
+fn stage_set(
     config: &BuildConfig,
-    staging: output::Staging,
+    staging: &output::Staging,
     index: &ChunkIndex,
     made: &Made<'_>,
     mut manifest: Manifest<'_>,
@@ -194,7 +246,7 @@ fn publish(
     let queue = review_items(&sample::sample(&set, config.review, config.seed), index)?;
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
     let stage = progress.stage("write", 0);
-    write_files(&staging, made, &set, &queue)?;
+    write_files(staging, made, &set, &queue)?;
     let report = output::render_report(&Summary {
         manifest: &manifest,
         judged: &made.rounds.judged,
@@ -205,7 +257,6 @@ fn publish(
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
     output::write_json(&staging.path("manifest.json"), &manifest)?;
-    staging.publish(&[])?;
     Ok(queue.len())
 }
 

@@ -12,12 +12,14 @@
 //! `manifest.json`'s `run`).
 
 mod beir;
+mod folder;
 mod manifest;
 pub(crate) mod report;
 
 pub use beir::{
     PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line, write_qrels,
 };
+pub use folder::{BUILD_FILES, Occupant, inspect, list};
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use report::{Summary, TypeCounts, render_report};
 
