@@ -151,3 +151,43 @@ fn an_output_folder_inside_the_corpus_is_not_read() {
         assert_eq!(manifest["corpus"]["documents"], 42);
     }
 }
+
+#[test]
+fn title_only_documents_are_indexed_by_their_title() {
+    // The sample corpus as JSONL; every other document keeps its words only in its title.
+    let dir = tempdir();
+    let (mut full, mut half) = (String::new(), String::new());
+    for (i, line) in super::build::sample_docs_as_jsonl().iter().enumerate() {
+        let doc: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        full.push_str(line);
+        full.push('\n');
+        let edited = if i % 2 == 0 {
+            serde_json::json!({"_id": doc["id"], "title": doc["text"], "text": ""})
+        } else {
+            doc.clone()
+        };
+        half.push_str(&edited.to_string());
+        half.push('\n');
+    }
+    write(&dir.path().join("full.jsonl"), full);
+    write(&dir.path().join("half.jsonl"), half);
+    let (a, b) = (tempdir(), tempdir());
+    let with_text = build(a.path(), &dir.path().join("full.jsonl"), &["-q"]);
+    with_text.assert_code(0);
+    let title_only = build(b.path(), &dir.path().join("half.jsonl"), &["-q"]);
+    title_only.assert_code(0);
+    assert!(!title_only.stderr.contains("no text"), "{}", title_only.stderr);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&title_only.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()), (Some(42), Some(0)));
+    // The title is the text of a title-only document: the same chunks (the title slot falls back
+    // to the id, as for any untitled document), and the same ids as when it is the text.
+    let chunks = |run: &super::Run| -> Vec<(String, String)> {
+        run.jsonl("corpus.jsonl").iter().map(|c| (str_field(c, "/_id").to_owned(), str_field(c, "/text").to_owned())).collect()
+    };
+    assert_eq!(chunks(&title_only), chunks(&with_text));
+    let titles: Vec<String> = title_only.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/title").to_owned()).collect();
+    assert!(titles.iter().all(|t| !t.is_empty() && t.len() < 80), "{titles:?}");
+    let queries = title_only.jsonl("queries.jsonl");
+    assert_eq!(queries.len(), 100);
+}
