@@ -96,6 +96,7 @@ impl Chunker {
             chunks.push(Chunk {
                 id: ChunkId::derive(&doc.id, text, *occurrence),
                 doc_id: doc.id.clone(),
+                source_id: doc.source_id.clone(),
                 ordinal: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
                 title: doc.title.clone(),
                 text: text.to_owned(),
@@ -172,7 +173,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn doc(text: &str, markdown: bool) -> Document {
-        Document { id: DocId::sanitized("d.md"), title: "T".into(), text: text.into(), markdown }
+        Document {
+            id: DocId::sanitized("d.md"),
+            source_id: None,
+            title: "T".into(),
+            text: text.into(),
+            markdown,
+        }
     }
 
     fn chunker(size: usize, overlap: usize) -> Chunker {

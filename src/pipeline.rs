@@ -3,7 +3,7 @@
 
 use crate::chunk::Chunker;
 use crate::config::{BuildConfig, GeneratorConfig};
-use crate::corpus::{self, Item, Skipped};
+use crate::corpus::{self, Item, ReadReport, Skipped};
 use crate::dedup::{ChunkGroups, Dedup};
 use crate::error::{Error, Result};
 use crate::filter::{FilterConfig, RoundTrip};
@@ -202,9 +202,12 @@ fn chunk_and_index(
 ) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
     let stage = progress.stage("chunk", 0);
     let corpus_file = staging.path("corpus.jsonl");
-    let (chunks, groups, corpus, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
-    for s in &skipped {
+    let (chunks, groups, corpus, read) = read_and_chunk(config, out, &corpus_file, &stage)?;
+    for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
+    }
+    for renamed in &read.renamed {
+        progress.warn(&renamed.to_string());
     }
     timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
     let stage = progress.stage("index", chunks.len() as u64);
@@ -218,7 +221,7 @@ fn chunk_and_index(
         |add| reread_chunks(&corpus_file, add),
     )?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok((index, groups, corpus, skipped))
+    Ok((index, groups, corpus, read.skipped))
 }
 
 /// What the stages made, for the files to show.
@@ -311,7 +314,7 @@ fn read_and_chunk(
     out: &Path,
     corpus_file: &Path,
     stage: &crate::progress::Stage,
-) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
+) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, ReadReport)> {
     let chunker = Chunker::new(config.chunking)?;
     let mut groups = ChunkGroups::new(config.chunk_dup_threshold);
     let mut file = output::AtomicFile::create(corpus_file)?;
@@ -355,7 +358,7 @@ fn read_and_chunk(
         duplicate_groups: groups.groups().len(),
         chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
     };
-    Ok((metas, groups, summary, report.skipped))
+    Ok((metas, groups, summary, report))
 }
 
 /// Languages of the documents read, detected one by one.

@@ -103,7 +103,13 @@ fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Do
     if text.trim().is_empty() {
         return Err("no text left after removing markup".to_owned());
     }
-    Ok(Document { id: DocId::sanitized(&id_text), title: title.unwrap_or(stem), text, markdown })
+    Ok(Document {
+        id: DocId::sanitized(&id_text),
+        source_id: None,
+        title: title.unwrap_or(stem),
+        text,
+        markdown,
+    })
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod html;
 mod jsonl;
 
 use crate::error::{Error, Result};
+use crate::id::DocId;
 use crate::record::{Chunk, Document};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -37,11 +38,40 @@ impl std::fmt::Display for Skipped {
     }
 }
 
+/// A JSONL document id that had to be renamed to be usable in TREC and BEIR files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Renamed {
+    /// The file.
+    pub path: PathBuf,
+    /// The 1-based line.
+    pub line: usize,
+    /// The id as the file has it.
+    pub from: String,
+    /// The id it is written as.
+    pub to: DocId,
+}
+
+impl std::fmt::Display for Renamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: document id {:?} is written as {} (ids cannot hold whitespace or '#'); corpus.jsonl keeps \
+             the original as metadata.source_id",
+            self.path.display(),
+            self.line,
+            self.from,
+            self.to
+        )
+    }
+}
+
 /// What reading the corpus found besides documents.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ReadReport {
     /// Inputs skipped with a warning.
     pub skipped: Vec<Skipped>,
+    /// Document ids renamed, with a warning each.
+    pub renamed: Vec<Renamed>,
     /// Files ignored because of their extension.
     pub ignored: usize,
     /// Documents (or pre-chunked chunks) read.
@@ -73,6 +103,7 @@ pub fn read(
     let meta =
         fs_err::metadata(path).map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
     let mut report = ReadReport::default();
+    let mut renamed = Vec::new();
     let mut count = |item: Item| {
         report.documents += 1;
         sink(item)
@@ -80,10 +111,11 @@ pub fn read(
     let (skipped, ignored) = match (meta.is_dir(), prechunked) {
         (true, true) => return Err(Error::PrechunkedFolder(path.to_owned())),
         (true, false) => read_folder(path, exclude, |d| count(Item::Document(d)))?,
-        (false, false) => (read_jsonl(path, |d| count(Item::Document(d)))?, 0),
+        (false, false) => (read_jsonl(path, &mut renamed, |d| count(Item::Document(d)))?, 0),
         (false, true) => (read_prechunked(path, |c| count(Item::Chunk(c)))?, 0),
     };
     report.skipped = skipped;
+    report.renamed = renamed;
     report.ignored = ignored;
     if report.documents == 0 {
         return Err(Error::EmptyCorpus {

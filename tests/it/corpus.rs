@@ -179,15 +179,65 @@ fn title_only_documents_are_indexed_by_their_title() {
     assert!(!title_only.stderr.contains("no text"), "{}", title_only.stderr);
     let manifest: serde_json::Value =
         serde_json::from_str(&title_only.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()), (Some(42), Some(0)));
+    assert_eq!(
+        (manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()),
+        (Some(42), Some(0))
+    );
     // The title is the text of a title-only document: the same chunks (the title slot falls back
     // to the id, as for any untitled document), and the same ids as when it is the text.
     let chunks = |run: &super::Run| -> Vec<(String, String)> {
-        run.jsonl("corpus.jsonl").iter().map(|c| (str_field(c, "/_id").to_owned(), str_field(c, "/text").to_owned())).collect()
+        run.jsonl("corpus.jsonl")
+            .iter()
+            .map(|c| (str_field(c, "/_id").to_owned(), str_field(c, "/text").to_owned()))
+            .collect()
     };
     assert_eq!(chunks(&title_only), chunks(&with_text));
-    let titles: Vec<String> = title_only.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/title").to_owned()).collect();
+    let titles: Vec<String> =
+        title_only.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/title").to_owned()).collect();
     assert!(titles.iter().all(|t| !t.is_empty() && t.len() < 80), "{titles:?}");
     let queries = title_only.jsonl("queries.jsonl");
     assert_eq!(queries.len(), 100);
+}
+
+#[test]
+fn a_bom_and_renamed_ids_in_jsonl() {
+    let dir = tempdir();
+    let path = dir.path().join("docs.jsonl");
+    let mut lines = String::from("\u{feff}");
+    for (i, line) in super::build::sample_docs_as_jsonl().iter().enumerate() {
+        let mut doc: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        match i {
+            0 => doc["id"] = "doc one".into(),
+            1 => doc["id"] = "doc#2".into(),
+            _ => {}
+        }
+        lines.push_str(&doc.to_string());
+        lines.push('\n');
+    }
+    write(&path, lines);
+    let run = build(dir.path(), &path, &["-q"]);
+    run.assert_code(0);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()),
+        (Some(42), Some(0)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.matches("warning: ").count(), 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("docs.jsonl:1: document id \"doc one\" is written as doc_one"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("docs.jsonl:2: document id \"doc#2\" is written as doc_2"), "{}", run.stderr);
+    for chunk in run.jsonl("corpus.jsonl") {
+        let source = chunk.pointer("/metadata/source_id").and_then(serde_json::Value::as_str);
+        match str_field(&chunk, "/metadata/doc_id") {
+            "doc_one" => assert_eq!(source, Some("doc one")),
+            "doc_2" => assert_eq!(source, Some("doc#2")),
+            _ => assert_eq!(source, None, "{chunk}"),
+        }
+    }
 }
