@@ -200,7 +200,10 @@ fn chunk_and_index(
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
-    let stage = progress.stage("chunk", 0);
+    // In bytes: a single large file shows its progress too.
+    let size =
+        fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
+    let stage = progress.stage_bytes("chunk", size);
     let corpus_file = staging.path("corpus.jsonl");
     let (chunks, groups, corpus, read) = read_and_chunk(config, out, &corpus_file, &stage)?;
     for s in &read.skipped {
@@ -334,15 +337,18 @@ fn read_and_chunk(
             Item::Document(doc) => {
                 corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
                 languages.add(&doc.text);
-                chunker.chunk(&doc).iter().try_for_each(&mut keep)?;
+                chunker
+                    .chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64))
+                    .iter()
+                    .try_for_each(&mut keep)?;
             }
             Item::Chunk(chunk) => {
                 corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
                 languages.add(&chunk.text);
                 keep(&chunk)?;
+                stage.inc(chunk.text.len() as u64);
             }
         }
-        stage.inc(1);
         Ok(())
     })?;
     file.commit()?;

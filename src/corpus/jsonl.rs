@@ -178,13 +178,17 @@ mod tests {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-        let got: Vec<_> = docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source_id.as_deref())).collect();
+        let got: Vec<_> =
+            docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source_id.as_deref())).collect();
         assert_eq!(got, [("a_1", "A", Some("a 1")), ("7", "Seven", None)]);
         let renamed: Vec<_> = renamed.iter().map(|r| (r.line, r.from.as_str(), r.to.as_str())).collect();
         assert_eq!(renamed, [(1, "a 1", "a_1")], "the repeat on line 6 is skipped, not renamed again");
         let lines: Vec<_> = skipped.iter().map(|s| s.line).collect();
         assert_eq!(lines, [Some(3), Some(5), Some(6)]);
-        assert_eq!(skipped[2].reason, "document id a_1 (renamed from \"a 1\") was already used on an earlier line");
+        assert_eq!(
+            skipped[2].reason,
+            "document id a_1 (renamed from \"a 1\") was already used on an earlier line"
+        );
         assert!(skipped[0].reason.starts_with("invalid JSON"));
         assert_eq!(skipped[1].reason, "no text and no title");
     }
