@@ -20,7 +20,7 @@ pub enum Error {
     /// The corpus has no usable document.
     #[error(
         "no usable documents in {path} ({skipped} file(s) or line(s) skipped, {ignored} file(s) with \
-         other extensions ignored)\nhint: point --corpus at a folder of .txt/.md/.html files or a JSONL \
+         other extensions ignored){details}\nhint: point --corpus at a folder of .txt/.md/.html files or a JSONL \
          file with \"id\"/\"_id\" and \"text\" fields"
     )]
     EmptyCorpus {
@@ -30,7 +30,15 @@ pub enum Error {
         skipped: usize,
         /// Files ignored for their extension.
         ignored: usize,
+        /// Each skipped input's reason (the first few) and the extensions ignored, a line each.
+        details: String,
     },
+    /// `--out` is the corpus folder.
+    #[error(
+        "--out is the corpus folder ({0}): the set would be written among the documents\nhint: choose an --out \
+         outside the corpus folder (a folder inside it is fine: it is not read as part of the corpus)"
+    )]
+    OutIsCorpus(PathBuf),
     /// `--prechunked` needs a JSONL file.
     #[error("--prechunked needs a JSONL file, but {0} is a folder")]
     PrechunkedFolder(PathBuf),

@@ -74,7 +74,7 @@ pub fn build(
     if_occupied: IfOccupied,
     progress: &Progress,
 ) -> Result<Outcome> {
-    let occupant = check_out(out, if_occupied, *progress)?;
+    let occupant = check_out(out, &config.corpus, if_occupied, *progress)?;
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
@@ -147,7 +147,10 @@ pub fn build(
 
 /// Looks at what `out` holds (after rolling back a publish a killed run left half done) and
 /// refuses, unless forced, a set under review or a folder that is not a qrelgen set.
-fn check_out(out: &Path, if_occupied: IfOccupied, progress: Progress) -> Result<Occupant> {
+fn check_out(out: &Path, corpus: &Path, if_occupied: IfOccupied, progress: Progress) -> Result<Occupant> {
+    if out.canonicalize().is_ok_and(|out| corpus.canonicalize().is_ok_and(|corpus| corpus == out)) {
+        return Err(Error::OutIsCorpus(out.to_owned()));
+    }
     if output::recover(out)? {
         progress.warn(&format!(
             "publishing into {} was cut short by an earlier run; its previous files were put back",
@@ -211,6 +214,13 @@ fn chunk_and_index(
     }
     for renamed in &read.renamed {
         progress.warn(&renamed.to_string());
+    }
+    if read.ignored > 0 {
+        progress.warn(&format!(
+            "{} file(s) with extensions qrelgen does not read were ignored: {}",
+            read.ignored,
+            corpus::extensions(&read.ignored_by_extension)
+        ));
     }
     timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
     let stage = progress.stage("index", chunks.len() as u64);

@@ -241,3 +241,72 @@ fn a_bom_and_renamed_ids_in_jsonl() {
         }
     }
 }
+
+#[test]
+fn input_messages_say_what_is_wrong() {
+    let dir = tempdir();
+    // A single Markdown file is read as Markdown, not as JSONL.
+    let single = dir.path().join("guide.md");
+    let text: String = walkdir::WalkDir::new(sample_corpus())
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .filter_map(|e| fs_err::read_to_string(e.path()).ok())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    write(&single, text);
+    let one = build(dir.path(), &single, &["-q", "--queries", "20"]);
+    one.assert_code(0);
+    assert!(one.jsonl("corpus.jsonl").iter().all(|c| str_field(c, "/metadata/doc_id") == "guide.md"));
+
+    // Every file skipped: each reason is printed, the first 10, then a count.
+    let bad = dir.path().join("bad");
+    for i in 0..12 {
+        write(&bad.join(format!("empty{i:02}.md")), " \n");
+    }
+    write(&bad.join("a.rst"), "Title\n=====\n");
+    write(&bad.join("b.rst"), "Title\n=====\n");
+    write(&bad.join("c.pdf"), "%PDF");
+    let empty = build(dir.path(), &bad, &["-q"]);
+    empty.assert_code(2);
+    assert!(
+        empty.stderr.contains("empty00.md: empty file") && empty.stderr.contains("empty09.md: empty file"),
+        "{}",
+        empty.stderr
+    );
+    assert!(!empty.stderr.contains("empty10.md") && empty.stderr.contains("and 2 more"), "{}", empty.stderr);
+    assert!(empty.stderr.contains(".rst (2), .pdf (1)"), "{}", empty.stderr);
+
+    // Unread extensions are named in one warning.
+    let corpus = dir.path().join("corpus");
+    copy_sample(&corpus);
+    write(&corpus.join("notes.rst"), "x");
+    write(&corpus.join("spec.docx"), "x");
+    let run = build(dir.path(), &corpus, &["-q"]);
+    run.assert_code(0);
+    let warnings: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{}", run.stderr);
+    assert!(
+        warnings[0].contains("2 file(s) with extensions qrelgen does not read")
+            && warnings[0].contains(".docx (1), .rst (1)"),
+        "{}",
+        warnings[0]
+    );
+
+    // --out equal to --corpus.
+    let same = super::qrelgen(&[
+        "build",
+        "--corpus",
+        super::path_str(&corpus),
+        "--out",
+        super::path_str(&corpus),
+        "-q",
+    ]);
+    assert_eq!(same.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&same.stderr);
+    assert!(
+        stderr.contains("--out is the corpus folder") && !stderr.contains("no usable documents"),
+        "{stderr}"
+    );
+}
