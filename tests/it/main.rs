@@ -8,6 +8,7 @@ mod corpus;
 mod eval;
 mod llm;
 mod mock;
+mod rebuild;
 mod review;
 
 use serde_json::Value;
