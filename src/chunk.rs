@@ -85,10 +85,26 @@ impl Chunker {
     /// Splits one document; identical texts within it get distinct ids.
     #[must_use]
     pub fn chunk(&self, doc: &Document) -> Vec<Chunk> {
-        let pieces = match Language::detect(&doc.text) {
-            Language::En => self.en.split(&doc.text, doc.markdown),
-            Language::Zh => self.zh.split_chinese(&doc.text, doc.markdown),
+        self.chunk_reporting(doc, &mut |_| {})
+    }
+
+    /// Like [`Chunker::chunk`], calling `done(bytes)` as parts of the text are split. A document
+    /// larger than 1 MiB is first cut into sections of at most 64 KiB at its top-level structure
+    /// ([`sections`]), so that splitting stays linear in its size; smaller ones are split whole.
+    pub fn chunk_reporting(&self, doc: &Document, done: &mut dyn FnMut(usize)) -> Vec<Chunk> {
+        let splitters = match Language::detect(&doc.text) {
+            Language::En => (&self.en, false),
+            Language::Zh => (&self.zh, true),
         };
+        let mut pieces = Vec::new();
+        for range in sections(&doc.text, doc.markdown) {
+            let (section, len) = (&doc.text[range.clone()], range.len());
+            pieces.extend(match splitters {
+                (splitters, false) => splitters.split(section, doc.markdown),
+                (splitters, true) => splitters.split_chinese(section, doc.markdown),
+            });
+            done(len);
+        }
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut chunks = Vec::with_capacity(pieces.len());
         for text in pieces.into_iter().filter(|t| !t.trim().is_empty()) {
@@ -96,6 +112,7 @@ impl Chunker {
             chunks.push(Chunk {
                 id: ChunkId::derive(&doc.id, text, *occurrence),
                 doc_id: doc.id.clone(),
+                source_id: doc.source_id.clone(),
                 ordinal: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
                 title: doc.title.clone(),
                 text: text.to_owned(),
@@ -103,6 +120,115 @@ impl Chunker {
             *occurrence += 1;
         }
         chunks
+    }
+}
+
+/// Documents up to this size (bytes) are split whole.
+const WHOLE_MAX: usize = 1 << 20;
+/// The largest section a larger document is cut into: text-splitter's cost per chunk grows with
+/// the structure left in the text it is given, so a whole large document costs the square of its
+/// size, while sections of this size keep it linear.
+const SECTION_MAX: usize = 64 << 10;
+
+/// Where a cut between sections may go, best first: a Markdown heading (by level), a paragraph
+/// break, a line break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Cut {
+    Heading(u8),
+    Paragraph,
+    Line,
+}
+
+/// Byte ranges that cover `text` in order: the whole text when it is at most [`WHOLE_MAX`],
+/// else sections of at most [`SECTION_MAX`], each cut before the best boundary in the last
+/// three quarters of its window (a heading of the highest level, then a paragraph, then a line
+/// break; never inside a fenced code block; in a text without any, at whitespace or a character
+/// boundary). One pass over each window: linear in the size of the text.
+fn sections(text: &str, markdown: bool) -> Vec<std::ops::Range<usize>> {
+    let mut cuts = Vec::new();
+    if text.len() <= WHOLE_MAX {
+        cuts.push(0..text.len());
+        return cuts;
+    }
+    let mut start = 0;
+    while text.len() - start > SECTION_MAX {
+        let end = best_cut(text, start, markdown);
+        cuts.push(start..end);
+        start = end;
+    }
+    cuts.push(start..text.len());
+    cuts
+}
+
+/// Where the section starting at `start` ends.
+fn best_cut(text: &str, start: usize, markdown: bool) -> usize {
+    let limit = start + SECTION_MAX;
+    let earliest = start + SECTION_MAX / 4;
+    let mut best: Option<(Cut, usize)> = None;
+    let mut fence: Option<(u8, usize)> = None;
+    let mut previous_blank = false;
+    let mut at = start;
+    for line in text[start..].split_inclusive('\n') {
+        if at > limit {
+            break;
+        }
+        let kind = if fence.is_some() {
+            None
+        } else if markdown && let Some(level) = heading_level(line) {
+            Some(Cut::Heading(level))
+        } else if previous_blank {
+            Some(Cut::Paragraph)
+        } else {
+            Some(Cut::Line)
+        };
+        if let Some(kind) = kind.filter(|_| at > earliest)
+            && best.is_none_or(|(b, _)| kind <= b)
+        {
+            best = Some((kind, at));
+        }
+        if markdown {
+            fence = next_fence(fence, line);
+        }
+        previous_blank = line.trim().is_empty();
+        at += line.len();
+    }
+    if let Some((_, cut)) = best {
+        return cut;
+    }
+    // One long line: at the last whitespace, or a character boundary.
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[earliest..end].rfind(char::is_whitespace).map_or(end, |i| {
+        let cut = earliest + i;
+        cut + text[cut..].chars().next().map_or(0, char::len_utf8)
+    })
+}
+
+/// The level of an ATX heading line (`# ` to `###### `, up to three spaces before).
+fn heading_level(line: &str) -> Option<u8> {
+    let trimmed =
+        line.strip_prefix("   ").or_else(|| line.strip_prefix("  ")).or_else(|| line.strip_prefix(' '));
+    let rest = trimmed.unwrap_or(line);
+    let hashes = rest.bytes().take_while(|&b| b == b'#').count();
+    let after = rest.as_bytes().get(hashes).copied();
+    ((1..=6).contains(&hashes) && matches!(after, None | Some(b' ' | b'\t' | b'\n' | b'\r')))
+        .then_some(hashes as u8)
+}
+
+/// The fence state after `line`: `(fence character, length)` while inside a fenced code block.
+fn next_fence(fence: Option<(u8, usize)>, line: &str) -> Option<(u8, usize)> {
+    let rest = line.trim_start_matches(' ');
+    if line.len() - rest.len() > 3 {
+        return fence;
+    }
+    let Some(&c) = rest.as_bytes().first().filter(|&&c| c == b'`' || c == b'~') else { return fence };
+    let run = rest.bytes().take_while(|&b| b == c).count();
+    match fence {
+        None if run >= 3 => Some((c, run)),
+        Some((open, len)) if open == c && run >= len && rest[run..].trim().is_empty() => None,
+        other => other,
     }
 }
 
@@ -172,7 +298,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn doc(text: &str, markdown: bool) -> Document {
-        Document { id: DocId::sanitized("d.md"), title: "T".into(), text: text.into(), markdown }
+        Document {
+            id: DocId::sanitized("d.md"),
+            source_id: None,
+            title: "T".into(),
+            text: text.into(),
+            markdown,
+        }
     }
 
     fn chunker(size: usize, overlap: usize) -> Chunker {
@@ -245,6 +377,39 @@ mod tests {
         let markdown = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(long, true));
         assert!(markdown.len() >= 2 && markdown[0].text.ends_with('；'), "{markdown:?}");
         assert!(markdown.iter().all(|c| long.contains(&c.text)));
+    }
+
+    #[test]
+    fn a_large_document_is_cut_into_sections_at_headings_outside_code() {
+        // 40 pages of ~40 KB: a heading, a fence with a `# comment` inside, paragraphs.
+        let page = |i: usize| {
+            let para = format!("Paragraph {i} words here and there. ").repeat(20);
+            format!("# Page {i}\n\n```sh\n# not a heading {i}\n```\n\n{}", format!("{para}\n\n").repeat(50))
+        };
+        let text: String = (0..40).map(page).collect();
+        assert!(text.len() > WHOLE_MAX);
+        let cuts = sections(&text, true);
+        assert_eq!(cuts.first().map(|r| r.start), Some(0));
+        assert_eq!(cuts.last().map(|r| r.end), Some(text.len()));
+        assert!(cuts.windows(2).all(|w| w[0].end == w[1].start), "sections are contiguous");
+        assert!(
+            cuts.iter().all(|r| r.len() <= SECTION_MAX),
+            "{:?}",
+            cuts.iter().map(ExactSizeIterator::len).max()
+        );
+        for r in &cuts[1..] {
+            assert!(
+                text[r.clone()].starts_with("# Page") || text[..r.start].ends_with("\n\n"),
+                "cut at {}",
+                r.start
+            );
+            assert!(!text[r.clone()].starts_with("# not"), "cut inside a code block");
+        }
+        // Every chunk is verbatim and within size; a small document is split whole, as before.
+        let chunks = chunker(1000, 100).chunk(&doc(&text, true));
+        assert!(chunks.iter().all(|c| text.contains(&c.text) && c.text.chars().count() <= 1000));
+        let small = page(1);
+        assert_eq!(sections(&small, true), std::iter::once(0..small.len()).collect::<Vec<_>>());
     }
 
     proptest! {

@@ -20,7 +20,7 @@ pub enum Error {
     /// The corpus has no usable document.
     #[error(
         "no usable documents in {path} ({skipped} file(s) or line(s) skipped, {ignored} file(s) with \
-         other extensions ignored)\nhint: point --corpus at a folder of .txt/.md/.html files or a JSONL \
+         other extensions ignored){details}\nhint: point --corpus at a folder of .txt/.md/.html files or a JSONL \
          file with \"id\"/\"_id\" and \"text\" fields"
     )]
     EmptyCorpus {
@@ -30,7 +30,15 @@ pub enum Error {
         skipped: usize,
         /// Files ignored for their extension.
         ignored: usize,
+        /// Each skipped input's reason (the first few) and the extensions ignored, a line each.
+        details: String,
     },
+    /// `--out` is the corpus folder.
+    #[error(
+        "--out is the corpus folder ({0}): the set would be written among the documents\nhint: choose an --out \
+         outside the corpus folder (a folder inside it is fine: it is not read as part of the corpus)"
+    )]
+    OutIsCorpus(PathBuf),
     /// `--prechunked` needs a JSONL file.
     #[error("--prechunked needs a JSONL file, but {0} is a folder")]
     PrechunkedFolder(PathBuf),
@@ -128,6 +136,42 @@ pub enum Error {
         path: PathBuf,
         /// Every problem, with its line, row or task.
         problems: Vec<crate::review::Problem>,
+    },
+    /// `--out` holds a set under review, or files qrelgen did not write; nothing was written.
+    #[error("{path} {message}\nhint: {hint}")]
+    OutOccupied {
+        /// The output folder.
+        path: PathBuf,
+        /// What it holds.
+        message: String,
+        /// The ways out.
+        hint: String,
+    },
+    /// Moving the staged files into place failed part way; the files already moved were put
+    /// back, so the folder holds what it held before.
+    #[error("publishing into {out} failed part way; every file was put back as it was")]
+    Publish {
+        /// The output folder.
+        out: PathBuf,
+        /// Why a move failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Publishing failed part way, and putting the previous files back failed too.
+    #[error(
+        "publishing into {out} failed part way, and putting the previous files back failed too ({restoring})\n\
+         hint: the previous files are in {kept}; the next qrelgen command on this folder puts them back"
+    )]
+    PublishRestore {
+        /// The output folder.
+        out: PathBuf,
+        /// Where the replaced files are.
+        kept: PathBuf,
+        /// Why putting them back failed.
+        restoring: String,
+        /// Why a move failed.
+        #[source]
+        source: Box<Error>,
     },
     /// Publishing a new version of a reviewed set failed; the set is left as it was.
     #[error("version {next} was not published: the set is left as version {current} (also kept in {kept})")]

@@ -3,7 +3,7 @@
 
 use crate::chunk::Chunker;
 use crate::config::{BuildConfig, GeneratorConfig};
-use crate::corpus::{self, Item, Skipped};
+use crate::corpus::{self, Item, ReadReport, Skipped};
 use crate::dedup::{ChunkGroups, Dedup};
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
@@ -14,7 +14,7 @@ use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::{Analyzer, ChunkIndex};
 use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::llm::{Cache, Llm};
-use crate::output::{self, CorpusSummary, Manifest, RunInfo, Summary, TypeCounts};
+use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, Summary, TypeCounts};
 use crate::progress::Progress;
 use crate::record::{
     Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
@@ -48,14 +48,33 @@ pub struct Outcome {
     pub dry_run: Option<(usize, Estimate)>,
     /// The LLM generator's usage, when it was used.
     pub llm: Option<LlmReport>,
+    /// With `--force` into a reviewed set: the version of the set the build became.
+    pub version: Option<u32>,
+}
+
+/// What a build does when `--out` holds a set under review or files qrelgen did not write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfOccupied {
+    /// Refuse, naming what is there and the ways out; nothing is written.
+    Refuse,
+    /// Build anyway: a reviewed set's current version is kept under `versions/` and the build
+    /// becomes its next version; files qrelgen does not write are left as they are.
+    Force,
 }
 
 /// Runs the whole build and writes its files into `out`.
 ///
 /// # Errors
-/// Fatal problems only: unreadable or empty corpus, bad settings, index or write failures, an
-/// unusable endpoint, a spent budget.
-pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Outcome> {
+/// Fatal problems only: an output folder that holds a set under review or files qrelgen did not
+/// write (unless [`IfOccupied::Force`]), unreadable or empty corpus, bad settings, index or write
+/// failures, an unusable endpoint, a spent budget.
+pub fn build(
+    config: &BuildConfig,
+    out: &Path,
+    if_occupied: IfOccupied,
+    progress: &Progress,
+) -> Result<Outcome> {
+    let occupant = check_out(out, &config.corpus, if_occupied, *progress)?;
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
@@ -103,7 +122,14 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let chunk_groups: Vec<Vec<ChunkId>> =
         groups.groups().iter().map(|g| g.iter().map(|&c| index.meta(c).id.clone()).collect()).collect();
     let made = Made { rounds: &rounds, skipped: &skipped, chunk_groups: &chunk_groups };
-    let review_items = publish(config, staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
+    let mut staging = staging;
+    let review_items =
+        stage_set(config, &staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
+    let version = match occupant {
+        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(out, &mut staging)?),
+        Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => None,
+    };
+    staging.publish(&[])?;
     Ok(Outcome {
         shortfalls,
         in_set: rounds.judged.iter().filter(|j| j.in_set()).count(),
@@ -112,7 +138,36 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         review_items,
         dry_run: None,
         llm,
+        version,
     })
+}
+
+/// Looks at what `out` holds (after rolling back a publish a killed run left half done) and
+/// refuses, unless forced, a set under review or a folder that is not a qrelgen set.
+fn check_out(out: &Path, corpus: &Path, if_occupied: IfOccupied, progress: Progress) -> Result<Occupant> {
+    if out.canonicalize().is_ok_and(|out| corpus.canonicalize().is_ok_and(|corpus| corpus == out)) {
+        return Err(Error::OutIsCorpus(out.to_owned()));
+    }
+    if output::recover(out)? {
+        progress.warn(&format!(
+            "publishing into {} was cut short by an earlier run; its previous files were put back",
+            out.display()
+        ));
+    }
+    let occupant = output::inspect(out)?;
+    if let Some(refusal) = occupant.refusal(out) {
+        if if_occupied == IfOccupied::Refuse {
+            return Err(refusal);
+        }
+        if !occupant.left().is_empty() {
+            progress.warn(&format!(
+                "{} holds files the build does not write; they are left as they are: {}",
+                out.display(),
+                output::list(occupant.left())
+            ));
+        }
+    }
+    Ok(occupant)
 }
 
 /// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
@@ -145,11 +200,24 @@ fn chunk_and_index(
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
-    let stage = progress.stage("chunk", 0);
+    // In bytes: a single large file shows its progress too.
+    let size =
+        fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
+    let stage = progress.stage_bytes("chunk", size);
     let corpus_file = staging.path("corpus.jsonl");
-    let (chunks, groups, corpus, skipped) = read_and_chunk(config, out, &corpus_file, &stage)?;
-    for s in &skipped {
+    let (chunks, groups, corpus, read) = read_and_chunk(config, out, &corpus_file, &stage)?;
+    for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
+    }
+    for renamed in &read.renamed {
+        progress.warn(&renamed.to_string());
+    }
+    if read.ignored > 0 {
+        progress.warn(&format!(
+            "{} file(s) with extensions qrelgen does not read were ignored: {}",
+            read.ignored,
+            corpus::extensions(&read.ignored_by_extension)
+        ));
     }
     timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
     let stage = progress.stage("index", chunks.len() as u64);
@@ -163,7 +231,7 @@ fn chunk_and_index(
         |add| reread_chunks(&corpus_file, add),
     )?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok((index, groups, corpus, skipped))
+    Ok((index, groups, corpus, read.skipped))
 }
 
 /// What the stages made, for the files to show.
@@ -173,12 +241,12 @@ struct Made<'a> {
     chunk_groups: &'a [Vec<ChunkId>],
 }
 
-/// Stages 6–7: samples the review queue, writes every file into the staging folder and
-/// publishes them together (`manifest.json` last). Returns the size of the review queue.
+/// Stages 6–7: samples the review queue and writes every file into the staging folder
+/// (`manifest.json` last). Returns the size of the review queue.
 #[expect(clippy::too_many_arguments, reason = "the last stage gathers what every stage made")]
-fn publish(
+fn stage_set(
     config: &BuildConfig,
-    staging: output::Staging,
+    staging: &output::Staging,
     index: &ChunkIndex,
     made: &Made<'_>,
     mut manifest: Manifest<'_>,
@@ -191,7 +259,7 @@ fn publish(
     let queue = review_items(&sample::sample(&set, config.review, config.seed), index)?;
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
     let stage = progress.stage("write", 0);
-    write_files(&staging, made, &set, &queue)?;
+    write_files(staging, made, &set, &queue)?;
     let summary = Summary {
         manifest: &manifest,
         judged: &made.rounds.judged,
@@ -203,7 +271,6 @@ fn publish(
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
     output::write_json(&staging.path("manifest.json"), &manifest)?;
-    staging.publish()?;
     Ok(queue.len())
 }
 
@@ -258,7 +325,7 @@ fn read_and_chunk(
     out: &Path,
     corpus_file: &Path,
     stage: &crate::progress::Stage,
-) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
+) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, ReadReport)> {
     let chunker = Chunker::new(config.chunking)?;
     let mut groups = ChunkGroups::new(config.chunk_dup_threshold);
     let mut file = output::AtomicFile::create(corpus_file)?;
@@ -278,15 +345,18 @@ fn read_and_chunk(
             Item::Document(doc) => {
                 corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
                 languages.add(&doc.text);
-                chunker.chunk(&doc).iter().try_for_each(&mut keep)?;
+                chunker
+                    .chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64))
+                    .iter()
+                    .try_for_each(&mut keep)?;
             }
             Item::Chunk(chunk) => {
                 corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
                 languages.add(&chunk.text);
                 keep(&chunk)?;
+                stage.inc(chunk.text.len() as u64);
             }
         }
-        stage.inc(1);
         Ok(())
     })?;
     file.commit()?;
@@ -302,7 +372,7 @@ fn read_and_chunk(
         duplicate_groups: groups.groups().len(),
         chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
     };
-    Ok((metas, groups, summary, report.skipped))
+    Ok((metas, groups, summary, report))
 }
 
 /// Languages of the documents read, detected one by one.

@@ -52,12 +52,25 @@ impl Progress {
     /// Starts a stage of `total` steps (0 if unknown).
     #[must_use]
     pub fn stage(&self, name: &'static str, total: u64) -> Stage {
+        self.start(name, total, false)
+    }
+
+    /// Starts a stage that counts bytes, `total` of them (0 if unknown).
+    #[must_use]
+    pub fn stage_bytes(&self, name: &'static str, total: u64) -> Stage {
+        self.start(name, total, true)
+    }
+
+    fn start(self, name: &'static str, total: u64, bytes: bool) -> Stage {
         let bar = (self.mode == Mode::Bar).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            let template = if total == 0 {
-                "{prefix:>9} {spinner} {human_pos} done, {elapsed}"
-            } else {
-                "{prefix:>9} [{bar:30}] {human_pos}/{human_len} {per_sec:.0}, eta {eta} {msg}"
+            let template = match (total, bytes) {
+                (0, false) => "{prefix:>9} {spinner} {human_pos} done, {elapsed}",
+                (0, true) => "{prefix:>9} {spinner} {binary_bytes} done, {binary_bytes_per_sec}, {elapsed}",
+                (_, false) => "{prefix:>9} [{bar:30}] {human_pos}/{human_len} {per_sec:.0}, eta {eta} {msg}",
+                (_, true) => {
+                    "{prefix:>9} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, eta {eta} {msg}"
+                }
             };
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style.progress_chars("=> "));
@@ -67,6 +80,7 @@ impl Progress {
         });
         Stage {
             name,
+            bytes,
             mode: self.mode,
             total: AtomicU64::new(total),
             done: AtomicU64::new(0),
@@ -82,6 +96,8 @@ impl Progress {
 #[derive(Debug)]
 pub struct Stage {
     name: &'static str,
+    /// Whether the steps are bytes.
+    bytes: bool,
     mode: Mode,
     total: AtomicU64,
     done: AtomicU64,
@@ -120,7 +136,13 @@ impl Stage {
                 let total = self.total.load(Ordering::Relaxed);
                 let note = self.note.lock().map(|n| n.clone()).unwrap_or_default();
                 let rate = done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
-                eprintln!("{:>9}: {done}/{total} ({rate:.1}/s) {note}", self.name);
+                if self.bytes {
+                    let mib = |n: f64| n / f64::from(1 << 20);
+                    let (done, total) = (mib(done as f64), mib(total as f64));
+                    eprintln!("{:>9}: {done:.1}/{total:.1} MiB ({:.1} MiB/s) {note}", self.name, mib(rate));
+                } else {
+                    eprintln!("{:>9}: {done}/{total} ({rate:.1}/s) {note}", self.name);
+                }
             }
         }
     }

@@ -14,6 +14,8 @@ pub const FORMAT_VERSION: u32 = 2;
 pub struct Document {
     /// Stable id (relative path or JSONL id).
     pub id: DocId,
+    /// The JSONL id as the corpus wrote it, when it had whitespace or `#` and was renamed.
+    pub source_id: Option<String>,
     /// Title: the first heading, the `<title>`, the JSONL `title`, or the file name.
     pub title: String,
     /// Plain text (HTML already reduced to text).
@@ -29,6 +31,9 @@ pub struct Chunk {
     pub id: ChunkId,
     /// The document the chunk comes from.
     pub doc_id: DocId,
+    /// The document's id as the corpus wrote it, when it was renamed (see [`Document::source_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_id: Option<String>,
     /// Position of the chunk within its document (0-based).
     pub ordinal: u32,
     /// The document title.

@@ -6,7 +6,7 @@ use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::Args;
 use qrelgen::generate::Prompts;
-use qrelgen::pipeline::{self, Outcome};
+use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
 use qrelgen::text::Language;
 use std::io::Write;
@@ -25,6 +25,13 @@ pub struct BuildArgs {
     /// report.md.
     #[arg(long, value_name = "DIR", required_unless_present = "print_prompts")]
     out: Option<PathBuf>,
+
+    /// Build even into a folder that holds a set under review (`versions/` or `review/`: its
+    /// current version is kept under versions/ and this build becomes its next version; nothing
+    /// reviewed is deleted) or files qrelgen did not write (they are left as they are). Without
+    /// it, such a folder is refused.
+    #[arg(long)]
+    force: bool,
 
     /// TOML file with any of the settings below (keys as the flags, with underscores, plus
     /// `schema_version = 1`); flags override it [default: none: flags and defaults only].
@@ -76,7 +83,8 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         );
     }
     let progress = Progress::stderr(args.quiet);
-    let outcome = match pipeline::build(&config, out, &progress) {
+    let if_occupied = if args.force { IfOccupied::Force } else { IfOccupied::Refuse };
+    let outcome = match pipeline::build(&config, out, if_occupied, &progress) {
         Err(err @ qrelgen::Error::Budget(_)) => {
             eprintln!("error: {err}");
             return Ok(exit::BUDGET);
@@ -121,6 +129,14 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path, w: &mut dyn Write) ->
             n.rate_limited,
             n.cache_hits
         )?;
+    }
+    if let Some(version) = outcome.version {
+        let kept = qrelgen::review::version::version_dir(out, version - 1);
+        println!(
+            "the build is version {version} of the set; version {} is kept in {}",
+            version - 1,
+            kept.display()
+        );
     }
     if !outcome.skipped.is_empty() {
         writeln!(w, "{} input(s) skipped, listed in the report", outcome.skipped.len())?;

@@ -4,7 +4,7 @@ use super::{Skipped, decode_text, html, markdown_title};
 use crate::error::Result;
 use crate::id::DocId;
 use crate::record::Document;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use walkdir::WalkDir;
 
@@ -28,9 +28,33 @@ impl Format {
     }
 }
 
+/// Whether `path` names a file the folder reader reads (`.txt`, `.md`, `.html` …).
+#[must_use]
+pub fn is_document(path: &Path) -> bool {
+    Format::of(path).is_some()
+}
+
+/// Reads one `.txt`, `.md` or `.html` file as a corpus of one document, its id the file name.
+///
+/// # Errors
+/// Only the errors of `sink`: a bad file is skipped, not fatal.
+pub fn read_single(path: &Path, mut sink: impl FnMut(Document) -> Result<()>) -> Result<Vec<Skipped>> {
+    let root = path.parent().unwrap_or_else(|| Path::new(""));
+    match Format::of(path)
+        .ok_or_else(|| "not a .txt, .md or .html file".to_owned())
+        .and_then(|f| read_file(root, path, f))
+    {
+        Ok(doc) => sink(doc).map(|()| Vec::new()),
+        Err(reason) => Ok(vec![Skipped { path: path.to_owned(), line: None, reason }]),
+    }
+}
+
+/// Files ignored for their extension, by extension (`.pdf`, or `(none)`).
+pub type Ignored = BTreeMap<String, usize>;
+
 /// Reads every usable file under `root` and hands it to `sink` as a [`Document`].
 ///
-/// Returns the skipped inputs and the number of files ignored for their extension. Symbolic
+/// Returns the skipped inputs and the files ignored for their extension. Symbolic
 /// links are followed; a link loop is skipped with a warning. The folder `exclude` (the output
 /// folder, when it lies inside the corpus) is not read. Two files whose ids clash once
 /// whitespace and `#` are replaced (`a b.md`, `a#b.md`) get distinct ids (`a_b.md`, `a_b.md~2`).
@@ -41,9 +65,9 @@ pub fn read_folder(
     root: &Path,
     exclude: Option<&Path>,
     mut sink: impl FnMut(Document) -> Result<()>,
-) -> Result<(Vec<Skipped>, usize)> {
+) -> Result<(Vec<Skipped>, Ignored)> {
     let mut skipped = Vec::new();
-    let mut ignored = 0;
+    let mut ignored = Ignored::new();
     let mut seen: HashMap<DocId, usize> = HashMap::new();
     let excluded = exclude.and_then(|p| p.canonicalize().ok());
     let is_excluded = |e: &walkdir::DirEntry| {
@@ -67,7 +91,9 @@ pub fn read_folder(
             continue;
         }
         let Some(format) = Format::of(entry.path()) else {
-            ignored += 1;
+            let extension =
+                entry.path().extension().map(|e| format!(".{}", e.to_string_lossy().to_lowercase()));
+            *ignored.entry(extension.unwrap_or_else(|| "(none)".to_owned())).or_default() += 1;
             continue;
         };
         match read_file(root, entry.path(), format) {
@@ -103,14 +129,20 @@ fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Do
     if text.trim().is_empty() {
         return Err("no text left after removing markup".to_owned());
     }
-    Ok(Document { id: DocId::sanitized(&id_text), title: title.unwrap_or(stem), text, markdown })
+    Ok(Document {
+        id: DocId::sanitized(&id_text),
+        source_id: None,
+        title: title.unwrap_or(stem),
+        text,
+        markdown,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn read_all(root: &Path) -> (Vec<Document>, Vec<Skipped>, usize) {
+    fn read_all(root: &Path) -> (Vec<Document>, Vec<Skipped>, Ignored) {
         let mut docs = Vec::new();
         let (skipped, ignored) = read_folder(root, None, |d| {
             docs.push(d);
@@ -144,7 +176,7 @@ mod tests {
         assert!(!docs[2].text.contains("Home"), "navigation kept: {:?}", docs[2].text);
         let reasons: Vec<_> = skipped.iter().map(|s| s.reason.as_str()).collect();
         assert_eq!(reasons, ["invalid UTF-8 at byte 1", "binary file (contains NUL bytes)", "empty file"]);
-        assert_eq!(ignored, 1);
+        assert_eq!(ignored, Ignored::from([(".png".to_owned(), 1)]));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Reads a JSONL corpus: `{"id", "title", "text"}` lines, or BEIR's `{"_id", "title", "text"}`.
+//! A line with a title and no text is read as a document whose text is the title (BEIR indexes
+//! title + text; CACM has 1,617 such documents of 3,204); only a line with neither is skipped.
 
-use super::{Skipped, markdown_title};
+use super::{Renamed, Skipped, markdown_title};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, DocId};
 use crate::record::{Chunk, Document};
@@ -8,6 +10,9 @@ use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::path::Path;
+
+/// The UTF-8 byte order mark.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// One JSONL line as found in the wild: `id` or `_id`, a string or a number.
 #[derive(Debug, Deserialize)]
@@ -34,6 +39,7 @@ struct LineMeta {
 /// A usable line: its id as text, title and text.
 struct Record {
     id: String,
+    /// The title, unless empty or used as the text.
     title: Option<String>,
     text: String,
     doc_id: Option<String>,
@@ -52,9 +58,14 @@ fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
         Some(_) => return Err("\"id\" must be a string or a number".to_owned()),
         None => return Err("no \"id\" or \"_id\" field".to_owned()),
     };
-    let text = parsed.text.filter(|t| !t.trim().is_empty()).ok_or("no text")?;
+    let title = parsed.title.filter(|t| !t.trim().is_empty());
+    let (title, text) = match parsed.text.filter(|t| !t.trim().is_empty()) {
+        Some(text) => (title, text),
+        // A document with only a title is its title, as BEIR reads title + text.
+        None => (None, title.ok_or("no text and no title")?),
+    };
     let doc_id = parsed.doc_id.or_else(|| parsed.metadata.and_then(|m| m.doc_id));
-    Ok(Some(Record { id, title: parsed.title, text, doc_id }))
+    Ok(Some(Record { id, title, text, doc_id }))
 }
 
 /// Calls `each(line_number, record)` for every usable line; collects the rest as skipped.
@@ -68,7 +79,9 @@ fn for_each_record(
     for (index, bytes) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = index + 1;
         let bytes = bytes.map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
-        let outcome = match parse_line(&bytes) {
+        // A UTF-8 byte order mark (Windows tools write one) is not part of the first line.
+        let bytes = if index == 0 { bytes.strip_prefix(BOM).unwrap_or(&bytes) } else { &bytes[..] };
+        let outcome = match parse_line(bytes) {
             Ok(Some(record)) => each(line, record)?,
             Ok(None) => Ok(()),
             Err(reason) => Err(reason),
@@ -80,21 +93,31 @@ fn for_each_record(
     Ok(skipped)
 }
 
-/// Reads a JSONL corpus of documents.
+/// Reads a JSONL corpus of documents. An id with whitespace or `#` (which TREC and BEIR files
+/// cannot hold) is renamed, `_` for each, and recorded in `renamed`; the document keeps the
+/// original as its `source_id`.
 ///
 /// # Errors
 /// [`Error::CorpusUnreadable`] if the file cannot be read, and the errors of `sink`. Bad lines
 /// and repeated ids are skipped, not fatal.
-pub fn read_jsonl(path: &Path, mut sink: impl FnMut(Document) -> Result<()>) -> Result<Vec<Skipped>> {
+pub fn read_jsonl(
+    path: &Path,
+    renamed: &mut Vec<Renamed>,
+    mut sink: impl FnMut(Document) -> Result<()>,
+) -> Result<Vec<Skipped>> {
     let mut seen = HashSet::new();
-    for_each_record(path, |_, record| {
+    for_each_record(path, |line, record| {
         let id = DocId::sanitized(&record.id);
+        let source_id = (id.as_str() != record.id).then_some(record.id);
         if !seen.insert(id.clone()) {
-            return Ok(Err(format!("document id {id} was already used on an earlier line")));
+            let was = source_id.map_or_else(String::new, |s| format!(" (renamed from {s:?})"));
+            return Ok(Err(format!("document id {id}{was} was already used on an earlier line")));
         }
-        let title = record.title.filter(|t| !t.trim().is_empty());
-        let title = title.or_else(|| markdown_title(&record.text)).unwrap_or_else(|| id.to_string());
-        sink(Document { id, title, text: record.text, markdown: true }).map(Ok)
+        if let Some(from) = &source_id {
+            renamed.push(Renamed { path: path.to_owned(), line, from: from.clone(), to: id.clone() });
+        }
+        let title = record.title.or_else(|| markdown_title(&record.text)).unwrap_or_else(|| id.to_string());
+        sink(Document { id, source_id, title, text: record.text, markdown: true }).map(Ok)
     })
 }
 
@@ -118,6 +141,7 @@ pub fn read_prechunked(path: &Path, mut sink: impl FnMut(Chunk) -> Result<()>) -
         let ordinal = ordinals.entry(doc_id.clone()).or_default();
         let chunk = Chunk {
             id,
+            source_id: None,
             title: record.title.unwrap_or_else(|| doc_id.to_string()),
             doc_id,
             ordinal: *ordinal,
@@ -148,18 +172,63 @@ mod tests {
             "{\"id\":\"b\"}\n",
             "{\"id\":\"a 1\",\"text\":\"again\"}\n",
         ));
-        let mut docs = Vec::new();
-        let skipped = read_jsonl(file.path(), |d| {
+        let (mut docs, mut renamed) = (Vec::new(), Vec::new());
+        let skipped = read_jsonl(file.path(), &mut renamed, |d| {
             docs.push(d);
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-        let got: Vec<_> = docs.iter().map(|d| (d.id.as_str(), d.title.as_str())).collect();
-        assert_eq!(got, [("a_1", "A"), ("7", "Seven")]);
+        let got: Vec<_> =
+            docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source_id.as_deref())).collect();
+        assert_eq!(got, [("a_1", "A", Some("a 1")), ("7", "Seven", None)]);
+        let renamed: Vec<_> = renamed.iter().map(|r| (r.line, r.from.as_str(), r.to.as_str())).collect();
+        assert_eq!(renamed, [(1, "a 1", "a_1")], "the repeat on line 6 is skipped, not renamed again");
         let lines: Vec<_> = skipped.iter().map(|s| s.line).collect();
         assert_eq!(lines, [Some(3), Some(5), Some(6)]);
+        assert_eq!(
+            skipped[2].reason,
+            "document id a_1 (renamed from \"a 1\") was already used on an earlier line"
+        );
         assert!(skipped[0].reason.starts_with("invalid JSON"));
-        assert_eq!(skipped[1].reason, "no text");
+        assert_eq!(skipped[1].reason, "no text and no title");
+    }
+
+    #[test]
+    fn a_byte_order_mark_does_not_cost_the_first_line() {
+        let file = file_with("\u{feff}{\"id\":\"a\",\"text\":\"alpha\"}\n{\"id\":\"b\",\"text\":\"beta\"}\n");
+        let mut ids = Vec::new();
+        let skipped = read_jsonl(file.path(), &mut Vec::new(), |d| {
+            ids.push(d.id.to_string());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((ids, skipped), (vec!["a".to_owned(), "b".to_owned()], vec![]));
+        let mut chunks = Vec::new();
+        read_prechunked(file.path(), |c| {
+            chunks.push(c.id.to_string());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(chunks, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_document_with_only_a_title_is_its_title() {
+        let file = file_with(concat!(
+            "{\"_id\":\"t1\",\"title\":\"Algorithm 42: the sieve\",\"text\":\"\"}\n",
+            "{\"_id\":\"t2\",\"title\":\"Both\",\"text\":\"Body text.\"}\n",
+            "{\"_id\":\"t3\",\"title\":\" \",\"text\":\" \"}\n",
+        ));
+        let mut docs = Vec::new();
+        let skipped = read_jsonl(file.path(), &mut Vec::new(), |d| {
+            docs.push(d);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<_> = docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.text.as_str())).collect();
+        assert_eq!(got, [("t1", "t1", "Algorithm 42: the sieve"), ("t2", "Both", "Body text.")]);
+        assert_eq!(skipped.len(), 1);
+        assert_eq!((skipped[0].line, skipped[0].reason.as_str()), (Some(3), "no text and no title"));
     }
 
     #[test]

@@ -10,11 +10,12 @@ mod html;
 mod jsonl;
 
 use crate::error::{Error, Result};
+use crate::id::DocId;
 use crate::record::{Chunk, Document};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-pub use folder::read_folder;
+pub use folder::{Ignored, read_folder};
 pub use jsonl::{read_jsonl, read_prechunked};
 
 /// An input file or line that was not used, and why.
@@ -37,13 +38,44 @@ impl std::fmt::Display for Skipped {
     }
 }
 
+/// A JSONL document id that had to be renamed to be usable in TREC and BEIR files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Renamed {
+    /// The file.
+    pub path: PathBuf,
+    /// The 1-based line.
+    pub line: usize,
+    /// The id as the file has it.
+    pub from: String,
+    /// The id it is written as.
+    pub to: DocId,
+}
+
+impl std::fmt::Display for Renamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: document id {:?} is written as {} (ids cannot hold whitespace or '#'); corpus.jsonl keeps \
+             the original as metadata.source_id",
+            self.path.display(),
+            self.line,
+            self.from,
+            self.to
+        )
+    }
+}
+
 /// What reading the corpus found besides documents.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ReadReport {
     /// Inputs skipped with a warning.
     pub skipped: Vec<Skipped>,
+    /// Document ids renamed, with a warning each.
+    pub renamed: Vec<Renamed>,
     /// Files ignored because of their extension.
     pub ignored: usize,
+    /// The same, by extension.
+    pub ignored_by_extension: Ignored,
     /// Documents (or pre-chunked chunks) read.
     pub documents: usize,
 }
@@ -73,6 +105,7 @@ pub fn read(
     let meta =
         fs_err::metadata(path).map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
     let mut report = ReadReport::default();
+    let mut renamed = Vec::new();
     let mut count = |item: Item| {
         report.documents += 1;
         sink(item)
@@ -80,19 +113,50 @@ pub fn read(
     let (skipped, ignored) = match (meta.is_dir(), prechunked) {
         (true, true) => return Err(Error::PrechunkedFolder(path.to_owned())),
         (true, false) => read_folder(path, exclude, |d| count(Item::Document(d)))?,
-        (false, false) => (read_jsonl(path, |d| count(Item::Document(d)))?, 0),
-        (false, true) => (read_prechunked(path, |c| count(Item::Chunk(c)))?, 0),
+        // A single .txt/.md/.html file is read by its extension, anything else as JSONL.
+        (false, false) if folder::is_document(path) => {
+            (folder::read_single(path, |d| count(Item::Document(d)))?, Ignored::new())
+        }
+        (false, false) => (read_jsonl(path, &mut renamed, |d| count(Item::Document(d)))?, Ignored::new()),
+        (false, true) => (read_prechunked(path, |c| count(Item::Chunk(c)))?, Ignored::new()),
     };
     report.skipped = skipped;
-    report.ignored = ignored;
+    report.renamed = renamed;
+    report.ignored = ignored.values().sum();
+    report.ignored_by_extension = ignored;
     if report.documents == 0 {
         return Err(Error::EmptyCorpus {
             path: path.to_owned(),
             skipped: report.skipped.len(),
             ignored: report.ignored,
+            details: empty_details(&report),
         });
     }
     Ok(report)
+}
+
+/// Skipped inputs listed at most.
+const LISTED: usize = 10;
+
+/// Why an empty corpus is empty: each skipped input's reason (the first few, then a count) and
+/// the extensions ignored.
+fn empty_details(report: &ReadReport) -> String {
+    let mut lines: Vec<String> = report.skipped.iter().take(LISTED).map(|s| format!("\n  {s}")).collect();
+    if let Some(more) = report.skipped.len().checked_sub(LISTED).filter(|&n| n > 0) {
+        lines.push(format!("\n  … and {more} more"));
+    }
+    if report.ignored > 0 {
+        lines.push(format!("\n  ignored for their extension: {}", extensions(&report.ignored_by_extension)));
+    }
+    lines.concat()
+}
+
+/// `.rst (2), .pdf (1)`: the extensions ignored, most files first.
+#[must_use]
+pub fn extensions(ignored: &Ignored) -> String {
+    let mut by_count: Vec<(&String, &usize)> = ignored.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    by_count.iter().map(|(extension, n)| format!("{extension} ({n})")).collect::<Vec<_>>().join(", ")
 }
 
 /// Decodes file bytes as text, or says why they are not usable text.

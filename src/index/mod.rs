@@ -421,6 +421,7 @@ pub(crate) fn test_chunks(texts: &[&str]) -> Vec<Chunk> {
         .map(|(i, t)| Chunk {
             id: ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")),
             doc_id: DocId::sanitized(&format!("d{i}")),
+            source_id: None,
             ordinal: 0,
             title: String::new(),
             text: (*t).to_owned(),

@@ -22,6 +22,9 @@ pub struct CorpusLine<'a> {
 struct CorpusMeta<'a> {
     doc_id: &'a DocId,
     ordinal: u32,
+    /// The document id as the corpus wrote it, when it was renamed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_id: Option<&'a str>,
 }
 
 /// The `corpus.jsonl` line of a chunk.
@@ -31,7 +34,11 @@ pub fn corpus_line(chunk: &Chunk) -> CorpusLine<'_> {
         id: &chunk.id,
         title: &chunk.title,
         text: &chunk.text,
-        metadata: CorpusMeta { doc_id: &chunk.doc_id, ordinal: chunk.ordinal },
+        metadata: CorpusMeta {
+            doc_id: &chunk.doc_id,
+            ordinal: chunk.ordinal,
+            source_id: chunk.source_id.as_deref(),
+        },
     }
 }
 

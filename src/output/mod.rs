@@ -2,12 +2,17 @@
 //!
 //! Input: chunks (streamed), judged candidates, the review queue and the run's summary. Output:
 //! files. A build writes them into `OUT/.staging/` and publishes them together at the end
-//! ([`Staging`]), so a failed run leaves the previous test set whole, never half old, half new.
-//! Invariants: every file is written to a temporary file in the same folder and renamed into
-//! place, so a killed run never leaves a half-written file; outputs are byte-identical for the
-//! same inputs (what differs between runs lives only in `manifest.json`'s `run`).
+//! ([`Staging::publish`], shared with `review apply`), so a failed run leaves the previous test
+//! set whole, never half old, half new: the files a publish replaces are kept in
+//! `OUT/.rollback/` with a journal until the last one is in place and the folders are synced; a
+//! failed move puts them back at once, a killed publish is rolled back by the next command that
+//! opens the folder ([`recover`]). Invariants: every file is written to a temporary file in the
+//! same folder and renamed into place, so a killed run never leaves a half-written file; outputs
+//! are byte-identical for the same inputs (what differs between runs lives only in
+//! `manifest.json`'s `run`).
 
 mod beir;
+mod folder;
 mod manifest;
 pub(crate) mod report;
 mod report_html;
@@ -15,14 +20,16 @@ mod report_html;
 pub use beir::{
     PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line, write_qrels,
 };
+pub use folder::{BUILD_FILES, Occupant, inspect, list};
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use report::{Summary, TypeCounts, render_report};
 pub use report_html::render_report_html;
 
 use crate::error::{Error, Result};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// A file written to a temporary name in its folder and renamed into place on
 /// [`AtomicFile::commit`]; dropped without a commit, it leaves no trace.
@@ -70,7 +77,7 @@ impl AtomicFile {
     }
 }
 
-/// Where a build writes its files before publishing them together.
+/// Where a build (or a review version) writes its files before publishing them together.
 pub struct Staging {
     dir: PathBuf,
     out: PathBuf,
@@ -78,16 +85,26 @@ pub struct Staging {
 }
 
 /// The staging folder's name inside the output folder.
-const STAGING: &str = ".staging";
+pub const STAGING: &str = ".staging";
+/// While a publish is under way: its journal and the files it replaced. A leftover (a killed
+/// publish) is rolled back by the next command that opens the folder ([`recover`]).
+pub const ROLLBACK: &str = ".rollback";
+/// In [`ROLLBACK`]: the files the publish creates (they had no previous version), one per line.
+/// While it exists, the publish is not complete.
+const JOURNAL: &str = "journal";
+/// In [`ROLLBACK`]: the files the publish replaced, at their paths in the output folder.
+const REPLACED: &str = "replaced";
 /// Published last: its presence says the files beside it belong together.
 const MANIFEST: &str = "manifest.json";
 
 impl Staging {
-    /// An empty staging folder in `out` (a leftover from a killed run is cleared).
+    /// An empty staging folder in `out` (a leftover from a killed run is cleared, and a publish
+    /// it left half done is rolled back first).
     ///
     /// # Errors
-    /// [`Error::Output`] if the folder cannot be made.
+    /// [`Error::Output`] if the folder cannot be made; the errors of [`recover`].
     pub fn create(out: &Path) -> Result<Self> {
+        recover(out)?;
         let dir = out.join(STAGING);
         if dir.exists() {
             fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
@@ -102,21 +119,16 @@ impl Staging {
         self.dir.join(name)
     }
 
-    /// Moves every staged file into the output folder, `manifest.json` last.
+    /// Moves every staged file into the output folder, all or none: the files under each of
+    /// `first` (paths relative to the output folder, a file or a folder) in that order, then the
+    /// rest by name, `manifest.json` last. Each file it replaces is kept until the last one is
+    /// in place and the folders are synced; if a move fails, the replaced files are put back and
+    /// the files it created removed.
     ///
     /// # Errors
-    /// [`Error::Output`] naming the file that could not be moved.
-    pub fn publish(self) -> Result<()> {
-        self.publish_ordered(&[])
-    }
-
-    /// Moves every staged file into the output folder: the files under each of `first` (paths
-    /// relative to the output folder, a file or a folder) in that order, then the rest by name,
-    /// `manifest.json` last.
-    ///
-    /// # Errors
-    /// [`Error::Output`] naming the file that could not be moved; files moved before it stay.
-    pub fn publish_ordered(mut self, first: &[&str]) -> Result<()> {
+    /// [`Error::Publish`] when a move failed and the folder was put back as it was;
+    /// [`Error::PublishRestore`] when putting it back failed too (the next [`recover`] retries).
+    pub fn publish(mut self, first: &[&str]) -> Result<()> {
         let mut files = self.staged();
         let rank = |relative: &Path| {
             if relative == Path::new(MANIFEST) {
@@ -125,14 +137,21 @@ impl Staging {
             first.iter().position(|prefix| relative.starts_with(prefix)).unwrap_or(first.len())
         };
         files.sort_by_key(|relative| rank(relative));
-        self.move_all(&files)?;
+        let mut rollback = Rollback::begin(&self.out, &files)?;
+        let moved =
+            files.iter().try_for_each(|relative| rollback.replace(&self.dir.join(relative), relative));
+        if let Err(failed) = moved.and_then(|()| rollback.sync()) {
+            return Err(rollback.undo(failed));
+        }
+        rollback.finish()?;
         self.published = true;
         fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
     }
 
     /// Moves the staged files under each of `prefixes` (in that order) into the output folder
     /// now, and syncs the folders they land in, so they are on disk before anything else moves.
-    /// The rest stays staged.
+    /// These moves stand even if the [`Staging::publish`] of the rest fails: use it for files
+    /// that only add (a kept version), never for files a reader takes as the current state.
     ///
     /// # Errors
     /// [`Error::Output`] naming the file that could not be moved.
@@ -143,15 +162,13 @@ impl Staging {
             .flat_map(|prefix| staged.iter().filter(move |relative| relative.starts_with(prefix)))
             .cloned()
             .collect();
-        self.move_all(&files)?;
-        let mut folders: Vec<PathBuf> =
-            files.iter().filter_map(|f| self.out.join(f).parent().map(Path::to_owned)).collect();
-        folders.sort();
-        folders.dedup();
-        for folder in folders {
-            sync_dir(&folder)?;
+        let mut folders = BTreeSet::new();
+        for relative in &files {
+            let target = self.out.join(relative);
+            folders.insert(make_parent(&target)?);
+            fs_err::rename(self.dir.join(relative), &target).map_err(|e| output_error(&target, e))?;
         }
-        Ok(())
+        folders.iter().try_for_each(|folder| sync_dir(folder))
     }
 
     /// The staged files, relative to the staging folder, by name.
@@ -164,17 +181,142 @@ impl Staging {
             .filter_map(|e| e.path().strip_prefix(&self.dir).ok().map(Path::to_owned))
             .collect()
     }
+}
 
-    fn move_all(&self, files: &[PathBuf]) -> Result<()> {
-        for relative in files {
-            let target = self.out.join(relative);
-            if let Some(parent) = target.parent() {
-                fs_err::create_dir_all(parent).map_err(|e| output_error(parent, e))?;
-            }
-            fs_err::rename(self.dir.join(relative), &target).map_err(|e| output_error(&target, e))?;
-        }
-        Ok(())
+/// A publish under way: the files it replaced, kept in `OUT/.rollback/`, and a journal of the
+/// files it created, so that a failure now, or a crash found by the next [`recover`], puts the
+/// folder back as it was.
+struct Rollback {
+    out: PathBuf,
+    dir: PathBuf,
+    /// The folders files were moved into, to sync.
+    folders: BTreeSet<PathBuf>,
+}
+
+impl Rollback {
+    /// Writes the journal (synced) before anything moves.
+    fn begin(out: &Path, files: &[PathBuf]) -> Result<Self> {
+        let dir = out.join(ROLLBACK);
+        let created: String = files
+            .iter()
+            .filter(|relative| fs_err::symlink_metadata(out.join(relative)).is_err())
+            .flat_map(|relative| [relative.to_string_lossy(), "\n".into()])
+            .collect();
+        write_text(&dir.join(JOURNAL), &created)?;
+        sync_dir(&dir)?;
+        Ok(Self { out: out.to_owned(), dir, folders: BTreeSet::from([out.to_owned()]) })
     }
+
+    /// Moves `staged` to `OUT/relative`, keeping the file it replaces.
+    fn replace(&mut self, staged: &Path, relative: &Path) -> Result<()> {
+        let target = self.out.join(relative);
+        self.folders.insert(make_parent(&target)?);
+        if let Ok(meta) = fs_err::symlink_metadata(&target) {
+            if meta.is_dir() {
+                let in_the_way = std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "a folder is where this file goes; move it away",
+                );
+                return Err(output_error(&target, in_the_way));
+            }
+            let kept = self.dir.join(REPLACED).join(relative);
+            make_parent(&kept)?;
+            fs_err::rename(&target, &kept).map_err(|e| output_error(&target, e))?;
+        }
+        fs_err::rename(staged, &target).map_err(|e| output_error(&target, e))
+    }
+
+    /// Syncs every folder a file was moved into.
+    fn sync(&self) -> Result<()> {
+        self.folders.iter().try_for_each(|folder| sync_dir(folder))
+    }
+
+    /// Puts the folder back after `failed`, and says what happened.
+    fn undo(self, failed: Error) -> Error {
+        match roll_back(&self.out) {
+            Ok(()) => Error::Publish { out: self.out, source: Box::new(failed) },
+            Err(restoring) => Error::PublishRestore {
+                restoring: chain(&restoring),
+                kept: self.dir.join(REPLACED),
+                out: self.out,
+                source: Box::new(failed),
+            },
+        }
+    }
+
+    /// Ends the publish: the journal goes, then the replaced files.
+    fn finish(self) -> Result<()> {
+        let journal = self.dir.join(JOURNAL);
+        fs_err::remove_file(&journal).map_err(|e| output_error(&journal, e))?;
+        fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
+    }
+}
+
+/// Rolls back a publish into `out` that a killed process left half done (its journal is still
+/// there), and clears what a complete one left. Returns whether there was one to roll back.
+///
+/// # Errors
+/// [`Error::Input`]/[`Error::Output`] naming the file that could not be read or moved back.
+pub fn recover(out: &Path) -> Result<bool> {
+    let dir = out.join(ROLLBACK);
+    if !dir.exists() {
+        return Ok(false);
+    }
+    let interrupted = dir.join(JOURNAL).exists();
+    if interrupted {
+        roll_back(out)?;
+    } else {
+        fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
+    }
+    Ok(interrupted)
+}
+
+/// Moves every replaced file back into place and removes every file the publish created.
+fn roll_back(out: &Path) -> Result<()> {
+    let dir = out.join(ROLLBACK);
+    let journal = dir.join(JOURNAL);
+    let created =
+        fs_err::read_to_string(&journal).map_err(|source| Error::Input { path: journal.clone(), source })?;
+    let replaced = dir.join(REPLACED);
+    let mut folders = BTreeSet::from([out.to_owned()]);
+    let kept = walkdir::WalkDir::new(&replaced).into_iter().filter_map(std::result::Result::ok);
+    for entry in kept.filter(|e| e.file_type().is_file()) {
+        let Ok(relative) = entry.path().strip_prefix(&replaced) else { continue };
+        let target = out.join(relative);
+        folders.insert(make_parent(&target)?);
+        fs_err::rename(entry.path(), &target).map_err(|e| output_error(&target, e))?;
+    }
+    // Only plain relative paths: the journal names files inside the folder, nothing else.
+    let inside =
+        |relative: &&str| Path::new(relative).components().all(|c| matches!(c, Component::Normal(_)));
+    for relative in created.lines().filter(|line| !line.is_empty()).filter(inside) {
+        let target = out.join(relative);
+        if target.is_file() {
+            fs_err::remove_file(&target).map_err(|e| output_error(&target, e))?;
+        }
+    }
+    folders.iter().try_for_each(|folder| sync_dir(folder))?;
+    fs_err::remove_file(&journal).map_err(|e| output_error(&journal, e))?;
+    fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))
+}
+
+/// Makes the folder `path` goes in, and returns it.
+fn make_parent(path: &Path) -> Result<PathBuf> {
+    let parent = path.parent().unwrap_or_else(|| Path::new(".")).to_owned();
+    fs_err::create_dir_all(&parent).map_err(|e| output_error(&parent, e))?;
+    Ok(parent)
+}
+
+/// An error and its causes, on one line.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be opened).
@@ -270,10 +412,60 @@ mod tests {
         let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
         write_text(&staging.path("queries.jsonl"), "new").unwrap_or_else(|e| panic!("{e}"));
         write_text(&staging.path("qrels/test.tsv"), "q\tc\t3\n").unwrap_or_else(|e| panic!("{e}"));
-        staging.publish().unwrap_or_else(|e| panic!("{e}"));
+        staging.publish(&[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(fs_err::read_to_string(out.join("queries.jsonl")).unwrap_or_default(), "new");
         assert!(out.join("qrels/test.tsv").exists());
         assert!(!out.join(STAGING).exists());
+    }
+
+    #[test]
+    fn a_publish_that_fails_in_the_middle_puts_the_previous_files_back() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path();
+        for name in ["a.jsonl", "z.jsonl", "qrels/test.tsv", MANIFEST] {
+            write_text(&out.join(name), "old").unwrap_or_else(|e| panic!("{e}"));
+        }
+        // A folder where a file goes: the move of m.txt fails after a.jsonl, b.jsonl and qrels/.
+        write_text(&out.join("m.txt/in-the-way"), "x").unwrap_or_else(|e| panic!("{e}"));
+        let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
+        for name in ["a.jsonl", "b.jsonl", "qrels/test.tsv", "m.txt", "z.jsonl", MANIFEST] {
+            write_text(&staging.path(name), "new").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let failed = staging.publish(&[]);
+        assert!(failed.is_err_and(|e| chain(&e).contains("m.txt: a folder is where this file goes")));
+        for name in ["a.jsonl", "z.jsonl", "qrels/test.tsv", MANIFEST] {
+            assert_eq!(fs_err::read_to_string(out.join(name)).unwrap_or_default(), "old", "{name}");
+        }
+        assert!(!out.join("b.jsonl").exists(), "a file the publish created is removed again");
+        assert!(out.join("m.txt/in-the-way").is_file());
+        let left: Vec<_> =
+            fs_err::read_dir(out).into_iter().flatten().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 5, "no staging or rollback folder left: {left:?}");
+    }
+
+    #[test]
+    fn a_publish_killed_in_the_middle_is_rolled_back_by_the_next_open() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path();
+        write_text(&out.join("a.jsonl"), "old").unwrap_or_else(|e| panic!("{e}"));
+        write_text(&out.join(MANIFEST), "old").unwrap_or_else(|e| panic!("{e}"));
+        let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
+        for name in ["a.jsonl", "b.jsonl", MANIFEST] {
+            write_text(&staging.path(name), "new").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let files = staging.staged();
+        let mut rollback = Rollback::begin(out, &files).unwrap_or_else(|e| panic!("{e}"));
+        for name in ["a.jsonl", "b.jsonl"] {
+            rollback.replace(&staging.path(name), Path::new(name)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Killed here: a.jsonl and b.jsonl are new, manifest.json is old.
+        std::mem::forget(staging);
+        assert_eq!(fs_err::read_to_string(out.join("a.jsonl")).unwrap_or_default(), "new");
+        assert!(recover(out).unwrap_or_else(|e| panic!("{e}")), "an interrupted publish is found");
+        assert_eq!(fs_err::read_to_string(out.join("a.jsonl")).unwrap_or_default(), "old");
+        assert_eq!(fs_err::read_to_string(out.join(MANIFEST)).unwrap_or_default(), "old");
+        assert!(!out.join("b.jsonl").exists() && !out.join(ROLLBACK).exists());
+        assert!(!recover(out).unwrap_or_else(|e| panic!("{e}")), "nothing left to roll back");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Input: the set and one batch of judgments (a decisions file, or two resolved into one). Every
 //! judgment is checked against the set first (known query, known chunks, `answerable` only for
 //! `no_answer` queries); one problem and nothing is written. The new version is then derived from
-//! version 1 and the whole ledger, later judgments overriding earlier ones:
+//! the base version (what the last build made) and the ledger since, later judgments overriding
+//! earlier ones:
 //!
 //! - `reject` removes the query and its qrels; `edit` replaces its text (the id stays);
 //! - a human grade replaces the machine's (or adds a row) with provenance `human`; grade 0 stays
@@ -24,7 +25,7 @@
 use super::agreement::Policy;
 use super::decisions::Decisions;
 use super::set::{QueryLine, ReviewSet, Version, malformed};
-use super::version::{self, APPLIED_DIR, Counts, Entry, Input, InputFile, VersionRecord};
+use super::version::{self, APPLIED_DIR, Counts, Entry, Input, InputFile, MadeBy, VersionRecord};
 use super::{Decision, Judgment, Located, Location, Problem};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, ContentHasher, QueryId};
@@ -216,6 +217,7 @@ pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
     let record = VersionRecord {
         version: next,
         parent: set.version(),
+        made_by: MadeBy::Review,
         key,
         inputs: inputs.clone(),
         reviewers,
@@ -256,7 +258,7 @@ struct HumanReview<'a> {
     original_text: Option<&'a str>,
 }
 
-/// The version that version 1 and the ledger make: later entries override earlier ones.
+/// The version that the base and the ledger make: later entries override earlier ones.
 fn fold(set: &ReviewSet, ledger: &[Entry]) -> Result<Version> {
     let mut latest: HashMap<&QueryId, &Judgment> = HashMap::new();
     let mut human: HashMap<&QueryId, BTreeMap<&ChunkId, u8>> = HashMap::new();

@@ -526,12 +526,31 @@ fn json_row(at: Location, json: JsonRow) -> RawRow {
     row
 }
 
+/// What is wrong with a header row that lacks `query_id` or `decision`, naming the columns it
+/// has, or the separator it uses when that is not a comma (a spreadsheet set to `;`).
+fn missing_columns(headers: &csv::StringRecord) -> Option<String> {
+    let missing: Vec<&str> =
+        [field::QUERY_ID, field::DECISION].into_iter().filter(|c| !headers.iter().any(|h| h == *c)).collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let columns = format!("no {} column", missing.join(" or "));
+    let only = headers.iter().next().filter(|_| headers.len() == 1).unwrap_or_default();
+    if let Some(separator) = [';', '\t', '|'].into_iter().find(|&d| only.contains(d)) {
+        return Some(format!(
+            "{columns}: the header row is separated by {separator:?}, not ','; save the file as comma-separated CSV"
+        ));
+    }
+    let found: Vec<String> = headers.iter().map(str::to_owned).collect();
+    Some(format!("{columns} (the columns are {})", crate::output::list(&found)))
+}
+
 fn csv_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {
     let bytes = without_bom(bytes);
     let mut reader = csv::ReaderBuilder::new().from_reader(bytes);
     let headers = reader.headers().map_err(|e| vec![Problem::new(Location::Row(1), e.to_string())])?.clone();
-    if !headers.iter().any(|h| h == field::QUERY_ID) {
-        return Err(vec![Problem::new(Location::Row(1), format!("no {} column", field::QUERY_ID))]);
+    if let Some(message) = missing_columns(&headers) {
+        return Err(vec![Problem::new(Location::Row(1), message)]);
     }
     let mut rows = Vec::new();
     let mut problems = Vec::new();
@@ -758,7 +777,20 @@ not json
     fn csv_without_query_ids_is_refused() {
         assert_eq!(
             read_str(Format::Csv, "id,decision\nx,accept\n"),
-            Err(vec!["row 1: no query_id column".to_owned()])
+            Err(vec!["row 1: no query_id column (the columns are id, decision)".to_owned()])
+        );
+        assert_eq!(
+            read_str(Format::Csv, "query_id,reviewer\nq1,ann\n"),
+            Err(vec!["row 1: no decision column (the columns are query_id, reviewer)".to_owned()])
+        );
+        let semicolons = read_str(Format::Csv, "query_id;decision;reviewer\nq1;accept;ann\n");
+        assert_eq!(
+            semicolons,
+            Err(vec![
+                "row 1: no query_id or decision column: the header row is separated by ';', not ','; save the file \
+                 as comma-separated CSV"
+                    .to_owned()
+            ])
         );
     }
 }

@@ -6,8 +6,8 @@
 //!
 //! Input: a set folder written by `qrelgen build` and decision files. Output: new versions of
 //! `queries.jsonl` and the qrels, the previous ones kept under `versions/`. Invariants: every
-//! version is derived from version 1 (what the machine made) and the ledger of every decision
-//! applied since, so applying in any order of files gives what the last decisions say; a file
+//! version is derived from the base (what the machine made: version 1, or the version a
+//! `build --force` made) and the ledger of every decision applied since, so applying in any order of files gives what the last decisions say; a file
 //! with one bad row applies nothing; the same file applied twice changes nothing.
 
 pub mod agreement;

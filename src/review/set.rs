@@ -107,7 +107,7 @@ pub struct ReviewSet {
     pub dir: PathBuf,
     /// `manifest.json`, with the review history.
     pub manifest: SetManifest,
-    /// Version 1: what the machine made.
+    /// What the machine made: version 1, or the version the last `build --force` made.
     pub base: Version,
     /// The current version.
     pub current: Version,
@@ -115,8 +115,11 @@ pub struct ReviewSet {
     pub queue: Vec<ReviewItem>,
     /// Every chunk id of the corpus.
     pub chunks: HashSet<ChunkId>,
-    /// Every judgment applied so far, oldest first.
+    /// Every judgment applied to the base since it was built, oldest first.
     pub ledger: Vec<Entry>,
+    /// Judgments of the versions before the base (an earlier build's queries): kept in the
+    /// ledger file, not applied.
+    pub earlier_ledger: Vec<Entry>,
 }
 
 impl ReviewSet {
@@ -126,6 +129,8 @@ impl ReviewSet {
     /// [`Error::Input`]/[`Error::Malformed`] for unreadable files, [`Error::ReviewHistory`] when
     /// `versions/` or the ledger exist but the manifest has no review log (the set was rebuilt).
     pub fn load(dir: &Path) -> Result<Self> {
+        // A publish a killed command left half done is rolled back before anything is read.
+        crate::output::recover(dir)?;
         let manifest = read_manifest(dir)?;
         let leftover = dir.join(VERSIONS_DIR).exists() || dir.join(LEDGER).exists();
         if manifest.review.is_none() && leftover && !failed_first_apply(dir) {
@@ -138,13 +143,20 @@ impl ReviewSet {
             });
         }
         let current = Version::read(dir)?;
-        let (base, ledger) = match &manifest.review {
-            None => (current.clone(), Vec::new()),
+        let (base, ledger, earlier_ledger) = match &manifest.review {
+            None => (current.clone(), Vec::new(), Vec::new()),
             Some(log) => {
                 let mut ledger: Vec<Entry> = read_all(&dir.join(LEDGER))?;
                 // Entries of a version whose publishing failed are not part of the set.
                 ledger.retain(|e| e.version <= log.version);
-                (Version::read(&version_dir(dir, 1))?, ledger)
+                let earlier = ledger.iter().take_while(|e| e.version <= log.base).count();
+                let ledger_now = ledger.split_off(earlier);
+                let base = if log.base == log.version {
+                    current.clone()
+                } else {
+                    Version::read(&version_dir(dir, log.base))?
+                };
+                (base, ledger_now, ledger)
             }
         };
         Ok(Self {
@@ -155,6 +167,7 @@ impl ReviewSet {
             queue: read_all(&dir.join(QUEUE))?,
             chunks: read_chunk_ids(&dir.join(CORPUS))?,
             ledger,
+            earlier_ledger,
         })
     }
 
@@ -164,10 +177,13 @@ impl ReviewSet {
         self.manifest.review.as_ref()
     }
 
-    /// The `queries.jsonl` that version 1 was read from.
+    /// The `queries.jsonl` that the base version was read from.
     #[must_use]
     pub fn base_queries_path(&self) -> PathBuf {
-        let dir = if self.log().is_some() { version_dir(&self.dir, 1) } else { self.dir.clone() };
+        let dir = match self.log() {
+            Some(log) if log.base != log.version => version_dir(&self.dir, log.base),
+            Some(_) | None => self.dir.clone(),
+        };
         dir.join(QUERIES)
     }
 
@@ -178,7 +194,11 @@ impl ReviewSet {
     }
 }
 
-fn read_manifest(dir: &Path) -> Result<SetManifest> {
+/// Reads `manifest.json` of the set in `dir`.
+///
+/// # Errors
+/// [`Error::Input`] or [`Error::Malformed`] naming the file.
+pub(crate) fn read_manifest(dir: &Path) -> Result<SetManifest> {
     let path = dir.join(MANIFEST);
     let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
     serde_json::from_str(&text).map_err(|e| malformed(&path, e.line(), e.to_string()))

@@ -1,17 +1,20 @@
 //! Versions of a reviewed set: the review log in `manifest.json`, the ledger of applied
 //! judgments (`review/decisions.jsonl`), and the writing of the next version.
 //!
-//! Invariants: version 1 is what the build wrote; applying decisions keeps the current files under
+//! Invariants: version 1 is what the build wrote (a `build --force` into the set keeps the current
+//! version under `versions/v<N>/`, with the build's other files, and becomes version N + 1, the
+//! base that later versions derive from; the ledger keeps the judgments of the earlier builds but
+//! applies only those made since); applying decisions keeps the current files under
 //! `versions/v<N>/` and writes version N + 1 in their place, together with the ledger, a copy of
 //! each decisions file (`review/applied/`) and the manifest. Everything is staged first, then
 //! published in an order that never loses a version: `versions/v<N>/` (synced to disk), then
 //! `review/` (ledger entries newer than the manifest's version are ignored when the set is
-//! read), then the live files, `manifest.json` last. If moving a live file fails, the live files
-//! are restored from `versions/v<N>/`. Nothing that differs between identical applies (times,
+//! read), then the live files, `manifest.json` last, all or none ([`Staging::publish`]: if
+//! moving a live file fails, the files it replaced are put back). Nothing that differs between identical applies (times,
 //! paths) is recorded, so the same decisions give byte-identical files.
 
 use super::agreement::Policy;
-use super::set::{QUERIES, ReviewSet, Version};
+use super::set::{CORPUS, QUERIES, QUEUE, ReviewSet, SetManifest, Version, read_all, read_manifest};
 use super::{Decision, Format, Judgment, Location};
 use crate::error::Result;
 use crate::output::{self, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, Staging};
@@ -33,6 +36,10 @@ pub const VERSIONS_DIR: &str = "versions";
 /// The files a version consists of (kept for every earlier version), in the order they are
 /// published (`manifest.json` last). `no_answer.txt` is kept when the set has one.
 pub const VERSION_FILES: [&str; 6] = [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, NO_ANSWER, MANIFEST];
+/// What a forced rebuild also keeps of the version it replaces: the build's other files (the
+/// versions derived from that build by review share them).
+const BUILD_ONLY_FILES: [&str; 6] =
+    [CORPUS, QUEUE, "chunk_groups.jsonl", "candidates.jsonl", "rejects.jsonl", "report.md"];
 
 /// The folder that keeps version `n` once a later one exists.
 #[must_use]
@@ -47,8 +54,39 @@ pub struct ReviewLog {
     pub version: u32,
     /// The version it was made from.
     pub parent: u32,
-    /// Every version made by applying decisions, oldest first.
+    /// The version the last build wrote (1, or the one a `build --force` made): later versions
+    /// are derived from it and the judgments applied since.
+    #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
+    pub base: u32,
+    /// Every version made by applying decisions or by a forced rebuild, oldest first.
     pub history: Vec<VersionRecord>,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_first_version(version: &u32) -> bool {
+    *version == 1
+}
+
+/// What made a version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MadeBy {
+    /// Decisions applied (`review apply`, `review agree --resolve`).
+    #[default]
+    Review,
+    /// A build into the reviewed set with `--force`.
+    Build,
+}
+
+impl MadeBy {
+    #[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+    fn is_review(&self) -> bool {
+        *self == Self::Review
+    }
 }
 
 /// How one version was made.
@@ -58,6 +96,9 @@ pub struct VersionRecord {
     pub version: u32,
     /// The version it was made from.
     pub parent: u32,
+    /// What made it (a review unless said).
+    #[serde(default, skip_serializing_if = "MadeBy::is_review")]
+    pub made_by: MadeBy,
     /// blake3 of the decisions files (and the policy, when two reviewers were resolved): the key
     /// that makes a second apply of the same input a no-op.
     pub key: String,
@@ -149,9 +190,8 @@ pub struct Input<'a> {
 ///
 /// # Errors
 /// [`crate::Error::Output`] naming the file while staging; [`crate::Error::Unpublished`] when
-/// publishing fails (if it failed while moving the live files, they were restored from
-/// `versions/v<N>/`); [`crate::Error::ReviewHistory`] if restoring failed too, saying where the
-/// previous version is.
+/// publishing fails (if it failed while moving the live files, the files it replaced were put
+/// back); [`crate::Error::PublishRestore`] if putting them back failed too.
 pub fn write_next(
     set: &ReviewSet,
     next: &Version,
@@ -159,28 +199,18 @@ pub fn write_next(
     record: VersionRecord,
     inputs: &[Input<'_>],
 ) -> Result<()> {
-    check_kept(set)?;
+    check_kept(&set.dir, set.version())?;
     let mut staging = Staging::create(&set.dir)?;
-    let kept = version_dir(Path::new(""), set.version());
-    for name in VERSION_FILES.into_iter().filter(|name| set.dir.join(name).is_file()) {
-        let target = staging.path(&kept.join(name).to_string_lossy());
-        output::write_atomic(&target, |w| {
-            std::io::copy(&mut fs_err::File::open(set.dir.join(name))?, w).map(|_| ())
-        })?;
-    }
+    keep_current(&set.dir, set.version(), &staging, &VERSION_FILES)?;
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
     output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
-    output::write_jsonl(&staging.path(LEDGER), ledger)?;
+    output::write_jsonl(&staging.path(LEDGER), set.earlier_ledger.iter().chain(ledger))?;
     for input in inputs {
         output::write_atomic(&staging.path(&input.file.stored), |w| w.write_all(input.bytes))?;
     }
     let mut manifest = set.manifest.clone();
-    let mut log = manifest.review.take().unwrap_or(ReviewLog { version: 1, parent: 0, history: Vec::new() });
-    log.parent = log.version;
-    log.version = record.version;
-    log.history.push(record);
-    manifest.review = Some(log);
+    manifest.review = Some(next_log(manifest.review.take(), record));
     output::write_json(&staging.path(MANIFEST), &manifest)?;
     let unpublished = |source: crate::Error| crate::Error::Unpublished {
         next: set.version() + 1,
@@ -190,65 +220,106 @@ pub fn write_next(
     };
     // The previous version first, on disk, before any live file is replaced.
     staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
-    let Err(failed) = staging.publish_ordered(&VERSION_FILES) else { return Ok(()) };
-    match restore(set) {
-        Ok(()) => Err(unpublished(failed)),
-        Err(restoring) => Err(crate::Error::ReviewHistory {
-            path: set.dir.clone(),
-            message: format!(
-                "publishing version {} failed ({failed}: {}), and restoring version {} failed ({restoring}: {})",
-                set.version() + 1,
-                source_of(&failed),
-                set.version(),
-                source_of(&restoring),
-            ),
-            hint: "the previous version is whole in the newest folder of versions/: copy its files back into the set folder",
-        }),
+    match staging.publish(&VERSION_FILES) {
+        Err(crate::Error::Publish { source, .. }) => Err(unpublished(*source)),
+        other => other,
     }
+}
+
+/// The log with `record` as its newest version.
+fn next_log(log: Option<ReviewLog>, record: VersionRecord) -> ReviewLog {
+    let mut log = log.unwrap_or(ReviewLog { version: 1, parent: 0, base: 1, history: Vec::new() });
+    log.parent = log.version;
+    log.version = record.version;
+    if record.made_by == MadeBy::Build {
+        log.base = record.version;
+    }
+    log.history.push(record);
+    log
+}
+
+/// Stages a copy of the files `names` of the set in `dir` (those it has) as `versions/v<current>/`.
+fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
+    let kept = version_dir(Path::new(""), current);
+    for name in names.iter().filter(|name| dir.join(name).is_file()) {
+        let target = staging.path(&kept.join(name).to_string_lossy());
+        output::write_atomic(&target, |w| {
+            std::io::copy(&mut fs_err::File::open(dir.join(name))?, w).map(|_| ())
+        })?;
+    }
+    Ok(())
+}
+
+/// Makes the build staged in `staging` the next version of the reviewed set in `dir`: stages a
+/// copy of the current version (its version files and the build's other files) as
+/// `versions/v<N>/`, records the build as version N + 1 in the staged manifest's review log (its
+/// base from now on), and publishes the copy, synced, before any live file is replaced. The ledger
+/// and the applied decisions files stay as they are. Returns the new version's number.
+///
+/// # Errors
+/// [`crate::Error::ReviewHistory`] if a `versions/v<N>/` that differs from the files in place is
+/// in the way; [`crate::Error::Input`]/[`crate::Error::Malformed`] for an unreadable manifest;
+/// [`crate::Error::Output`] naming the file that could not be staged or published.
+pub fn stage_rebuild(dir: &Path, staging: &mut Staging) -> Result<u32> {
+    let log = read_manifest(dir)?.review;
+    let current = log.as_ref().map_or(1, |log| log.version);
+    check_kept(dir, current)?;
+    let mut names = VERSION_FILES.to_vec();
+    names.extend(BUILD_ONLY_FILES);
+    keep_current(dir, current, staging, &names)?;
+    let built = staging.path(MANIFEST);
+    let bytes = fs_err::read(&built).map_err(|source| crate::Error::Input { path: built.clone(), source })?;
+    let mut manifest: SetManifest = serde_json::from_slice(&bytes).map_err(|e| crate::Error::Malformed {
+        path: built.clone(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    let lines = |name: &str| fs_err::read_to_string(staging.path(name)).map_or(0, |t| t.lines().count());
+    let counts = Counts { queries: lines(QUERIES), qrels: lines(QRELS_TREC), ..Counts::default() };
+    let record = VersionRecord {
+        version: current + 1,
+        parent: current,
+        made_by: MadeBy::Build,
+        key: format!("build:{}", blake3::hash(&bytes).to_hex()),
+        inputs: Vec::new(),
+        reviewers: Vec::new(),
+        resolve: None,
+        counts,
+    };
+    manifest.review = Some(next_log(log, record));
+    output::write_json(&built, &manifest)?;
+    // Entries a failed apply left (newer than the current version) would read as the new
+    // version's: they go.
+    // A set with a review log has a ledger (empty when only an export was made).
+    let ledger = dir.join(LEDGER);
+    let mut entries: Vec<Entry> = if ledger.is_file() { read_all(&ledger)? } else { Vec::new() };
+    let all = entries.len();
+    entries.retain(|e| e.version <= current);
+    if entries.len() < all || !ledger.is_file() {
+        output::write_jsonl(&staging.path(LEDGER), &entries)?;
+    }
+    staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR])?;
+    Ok(current + 1)
 }
 
 /// `versions/v<N>/` of the current version exists only when publishing version N + 1 failed: its
 /// files must then be the ones in place (they are rewritten), or it may hold the only copy of
 /// some of them.
-fn check_kept(set: &ReviewSet) -> Result<()> {
-    let kept = version_dir(&set.dir, set.version());
+fn check_kept(dir: &Path, current: u32) -> Result<()> {
+    let kept = version_dir(dir, current);
     for name in VERSION_FILES {
         let Ok(bytes) = fs_err::read(kept.join(name)) else { continue };
-        if fs_err::read(set.dir.join(name)).ok() != Some(bytes) {
+        if fs_err::read(dir.join(name)).ok() != Some(bytes) {
             return Err(crate::Error::ReviewHistory {
                 path: kept.join(name),
                 message: format!(
-                    "differs from the {name} in place, and version {} is the current one: a publish failed part way",
-                    set.version()
+                    "differs from the {name} in place, and version {current} is the current one: a publish failed part way"
                 ),
                 hint: "copy the files of that versions/ folder back into the set folder (or, if the files in place are right, remove the folder) and apply again",
             });
         }
     }
     Ok(())
-}
-
-/// Puts the files of the current version, kept in `versions/v<N>/`, back in place.
-fn restore(set: &ReviewSet) -> Result<()> {
-    let kept = version_dir(&set.dir, set.version());
-    for name in VERSION_FILES {
-        let (from, to) = (kept.join(name), set.dir.join(name));
-        match fs_err::read(&from) {
-            Ok(bytes) if fs_err::read(&to).ok().as_ref() != Some(&bytes) => {
-                output::write_atomic(&to, |w| w.write_all(&bytes))?;
-            }
-            Err(_) if to.is_file() => {
-                fs_err::remove_file(&to)
-                    .map_err(|source| crate::Error::Output { path: to.clone(), source })?;
-            }
-            Ok(_) | Err(_) => {}
-        }
-    }
-    Ok(())
-}
-
-fn source_of(error: &crate::Error) -> String {
-    std::error::Error::source(error).map_or_else(String::new, ToString::to_string)
 }
 
 /// The text of `no_answer.txt` for a version: its `no_answer` queries without a relevant chunk.

@@ -151,3 +151,162 @@ fn an_output_folder_inside_the_corpus_is_not_read() {
         assert_eq!(manifest["corpus"]["documents"], 42);
     }
 }
+
+#[test]
+fn title_only_documents_are_indexed_by_their_title() {
+    // The sample corpus as JSONL; every other document keeps its words only in its title.
+    let dir = tempdir();
+    let (mut full, mut half) = (String::new(), String::new());
+    for (i, line) in super::build::sample_docs_as_jsonl().iter().enumerate() {
+        let doc: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        full.push_str(line);
+        full.push('\n');
+        let edited = if i % 2 == 0 {
+            serde_json::json!({"_id": doc["id"], "title": doc["text"], "text": ""})
+        } else {
+            doc.clone()
+        };
+        half.push_str(&edited.to_string());
+        half.push('\n');
+    }
+    write(&dir.path().join("full.jsonl"), full);
+    write(&dir.path().join("half.jsonl"), half);
+    let (a, b) = (tempdir(), tempdir());
+    let with_text = build(a.path(), &dir.path().join("full.jsonl"), &["-q"]);
+    with_text.assert_code(0);
+    let title_only = build(b.path(), &dir.path().join("half.jsonl"), &["-q"]);
+    title_only.assert_code(0);
+    assert!(!title_only.stderr.contains("no text"), "{}", title_only.stderr);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&title_only.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()),
+        (Some(42), Some(0))
+    );
+    // The title is the text of a title-only document: the same chunks (the title slot falls back
+    // to the id, as for any untitled document), and the same ids as when it is the text.
+    let chunks = |run: &super::Run| -> Vec<(String, String)> {
+        run.jsonl("corpus.jsonl")
+            .iter()
+            .map(|c| (str_field(c, "/_id").to_owned(), str_field(c, "/text").to_owned()))
+            .collect()
+    };
+    assert_eq!(chunks(&title_only), chunks(&with_text));
+    let titles: Vec<String> =
+        title_only.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/title").to_owned()).collect();
+    assert!(titles.iter().all(|t| !t.is_empty() && t.len() < 80), "{titles:?}");
+    let queries = title_only.jsonl("queries.jsonl");
+    assert_eq!(queries.len(), 100);
+}
+
+#[test]
+fn a_bom_and_renamed_ids_in_jsonl() {
+    let dir = tempdir();
+    let path = dir.path().join("docs.jsonl");
+    let mut lines = String::from("\u{feff}");
+    for (i, line) in super::build::sample_docs_as_jsonl().iter().enumerate() {
+        let mut doc: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        match i {
+            0 => doc["id"] = "doc one".into(),
+            1 => doc["id"] = "doc#2".into(),
+            _ => {}
+        }
+        lines.push_str(&doc.to_string());
+        lines.push('\n');
+    }
+    write(&path, lines);
+    let run = build(dir.path(), &path, &["-q"]);
+    run.assert_code(0);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()),
+        (Some(42), Some(0)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.matches("warning: ").count(), 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("docs.jsonl:1: document id \"doc one\" is written as doc_one"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("docs.jsonl:2: document id \"doc#2\" is written as doc_2"), "{}", run.stderr);
+    for chunk in run.jsonl("corpus.jsonl") {
+        let source = chunk.pointer("/metadata/source_id").and_then(serde_json::Value::as_str);
+        match str_field(&chunk, "/metadata/doc_id") {
+            "doc_one" => assert_eq!(source, Some("doc one")),
+            "doc_2" => assert_eq!(source, Some("doc#2")),
+            _ => assert_eq!(source, None, "{chunk}"),
+        }
+    }
+}
+
+#[test]
+fn input_messages_say_what_is_wrong() {
+    let dir = tempdir();
+    // A single Markdown file is read as Markdown, not as JSONL.
+    let single = dir.path().join("guide.md");
+    let text: String = walkdir::WalkDir::new(sample_corpus())
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .filter_map(|e| fs_err::read_to_string(e.path()).ok())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    write(&single, text);
+    let one = build(dir.path(), &single, &["-q", "--queries", "20"]);
+    one.assert_code(0);
+    assert!(one.jsonl("corpus.jsonl").iter().all(|c| str_field(c, "/metadata/doc_id") == "guide.md"));
+
+    // Every file skipped: each reason is printed, the first 10, then a count.
+    let bad = dir.path().join("bad");
+    for i in 0..12 {
+        write(&bad.join(format!("empty{i:02}.md")), " \n");
+    }
+    write(&bad.join("a.rst"), "Title\n=====\n");
+    write(&bad.join("b.rst"), "Title\n=====\n");
+    write(&bad.join("c.pdf"), "%PDF");
+    let empty = build(dir.path(), &bad, &["-q"]);
+    empty.assert_code(2);
+    assert!(
+        empty.stderr.contains("empty00.md: empty file") && empty.stderr.contains("empty09.md: empty file"),
+        "{}",
+        empty.stderr
+    );
+    assert!(!empty.stderr.contains("empty10.md") && empty.stderr.contains("and 2 more"), "{}", empty.stderr);
+    assert!(empty.stderr.contains(".rst (2), .pdf (1)"), "{}", empty.stderr);
+
+    // Unread extensions are named in one warning.
+    let corpus = dir.path().join("corpus");
+    copy_sample(&corpus);
+    write(&corpus.join("notes.rst"), "x");
+    write(&corpus.join("spec.docx"), "x");
+    let run = build(dir.path(), &corpus, &["-q"]);
+    run.assert_code(0);
+    let warnings: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{}", run.stderr);
+    assert!(
+        warnings[0].contains("2 file(s) with extensions qrelgen does not read")
+            && warnings[0].contains(".docx (1), .rst (1)"),
+        "{}",
+        warnings[0]
+    );
+
+    // --out equal to --corpus.
+    let same = super::qrelgen(&[
+        "build",
+        "--corpus",
+        super::path_str(&corpus),
+        "--out",
+        super::path_str(&corpus),
+        "-q",
+    ]);
+    assert_eq!(same.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&same.stderr);
+    assert!(
+        stderr.contains("--out is the corpus folder") && !stderr.contains("no usable documents"),
+        "{stderr}"
+    );
+}

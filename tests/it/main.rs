@@ -9,6 +9,7 @@ mod eval;
 mod llm;
 mod mock;
 mod readme;
+mod rebuild;
 mod review;
 
 use serde_json::Value;
