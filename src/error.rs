@@ -206,7 +206,7 @@ pub enum Error {
     },
     /// Agreement needs judgments by exactly two reviewers.
     #[error(
-        "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file (a row's own reviewer field wins over it)",
+        "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file (a row's own reviewer field wins over it), or Label Studio user ids with --reviewer-map",
         .found.len(),
         .found.join(", ")
     )]

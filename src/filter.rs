@@ -81,8 +81,6 @@ pub struct FilterConfig {
     pub on_miss: OnMiss,
     /// The rule for `multi_hop` queries.
     pub multi_hop_rule: HopRule,
-    /// The language queries must be in (checked for LLM queries; `None` = no check).
-    pub language: Option<Language>,
     /// Chunks in each query's pool: the top hits that are not its sources.
     pub pool_depth: usize,
     /// A `paraphrase` query sharing more than this share of its content terms with its source
@@ -90,6 +88,15 @@ pub struct FilterConfig {
     pub max_paraphrase_overlap: f64,
     /// What happens to a copying paraphrase.
     pub on_copy: OnCopy,
+}
+
+/// What the pipeline derives for the filter from the run, not from settings: the language it
+/// settled on and whether a judge checks multi_hop queries. Recorded in the manifest as
+/// `filter_checks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Checks {
+    /// The language queries must be in (`None` = no check).
+    pub language: Option<Language>,
     /// Reject a `multi_hop` query unless each hop contributes a query term the other hops lack
     /// (the check without a judge).
     pub hop_terms: bool,
@@ -100,6 +107,7 @@ pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
     groups: &'a ChunkGroups,
     config: FilterConfig,
+    checks: Checks,
 }
 
 /// A source's terms: in order (for shared runs) and as a set (for overlap).
@@ -112,8 +120,14 @@ impl<'a> RoundTrip<'a> {
     /// A filter over the chunks of `index`; a source's near-identical copies (`groups`) count
     /// as the source.
     #[must_use]
-    pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig) -> Self {
-        Self { index, groups, config }
+    pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig, checks: Checks) -> Self {
+        Self { index, groups, config, checks }
+    }
+
+    /// The checks this filter makes beyond its settings.
+    #[must_use]
+    pub fn checks(&self) -> Checks {
+        self.checks
     }
 
     /// The verdict on one candidate.
@@ -209,7 +223,7 @@ impl<'a> RoundTrip<'a> {
                     OnCopy::Drop => verdict.mark(Status::Dropped, Reason::CopiesSource),
                 }
             }
-            QueryType::MultiHop if self.config.hop_terms && !each_hop_contributes(content, sources) => {
+            QueryType::MultiHop if self.checks.hop_terms && !each_hop_contributes(content, sources) => {
                 verdict.mark(Status::Dropped, Reason::OneChunkAnswers);
             }
             _ => {}
@@ -239,7 +253,7 @@ impl<'a> RoundTrip<'a> {
                 return Ok(Some(Reason::EvidenceNotInSource));
             }
         }
-        if self.config.language.is_some_and(|language| !language.matches(&candidate.text)) {
+        if self.checks.language.is_some_and(|language| !language.matches(&candidate.text)) {
             return Ok(Some(Reason::WrongLanguage));
         }
         Ok(None)
@@ -355,9 +369,13 @@ mod tests {
     }
 
     fn with_filter(config: FilterConfig, check: impl FnOnce(&RoundTrip<'_>)) {
+        with_checks(config, Checks::default(), check);
+    }
+
+    fn with_checks(config: FilterConfig, checks: Checks, check: impl FnOnce(&RoundTrip<'_>)) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let (index, _) = from_chunks(dir.path(), &test_chunks(&TEXTS));
-        check(&RoundTrip::new(&index, &ChunkGroups::new(1.0), config));
+        check(&RoundTrip::new(&index, &ChunkGroups::new(1.0), config, checks));
     }
 
     fn config(top_n: usize, on_miss: OnMiss, multi_hop_rule: HopRule) -> FilterConfig {
@@ -365,11 +383,9 @@ mod tests {
             top_n,
             on_miss,
             multi_hop_rule,
-            language: None,
             pool_depth: 2,
             max_paraphrase_overlap: 1.0,
             on_copy: OnCopy::Relabel,
-            hop_terms: false,
         }
     }
 
@@ -418,9 +434,8 @@ mod tests {
 
     #[test]
     fn evidence_and_language_are_checked_first() {
-        let mut config = config(3, OnMiss::Drop, HopRule::All);
-        config.language = Some(Language::En);
-        with_filter(config, |f| {
+        let english = Checks { language: Some(Language::En), hop_terms: false };
+        with_checks(config(3, OnMiss::Drop, HopRule::All), english, |f| {
             let mut quoted = candidate(QueryType::Direct, "when do links expire", &[1], None);
             quoted.evidence = vec!["Links  EXPIRE after thirty days".into()];
             check(f, &quoted, Status::Kept, Reason::SourceInTopN, &[Some(1)]);
@@ -454,9 +469,8 @@ mod tests {
 
     #[test]
     fn without_a_judge_each_hop_must_contribute_a_term() {
-        let mut rule = config(3, OnMiss::Drop, HopRule::Any);
-        rule.hop_terms = true;
-        with_filter(rule, |f| {
+        let hop_terms = Checks { language: None, hop_terms: true };
+        with_checks(config(3, OnMiss::Drop, HopRule::Any), hop_terms, |f| {
             let both = candidate(QueryType::MultiHop, "quota recovery", &[0, 2], None);
             check(f, &both, Status::Kept, Reason::SourceInTopN, &[Some(2), Some(1)]);
             let one = candidate(QueryType::MultiHop, "quota exceeded workspace", &[0, 2], None);
@@ -480,14 +494,16 @@ mod tests {
             groups.add(text);
         }
         assert_eq!(groups.groups(), [vec![0, 1]]);
-        let filter = RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All));
+        let filter =
+            RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
         let query = candidate(QueryType::Direct, "quota exceeded", &[0], None);
         let verdict = filter.judge(&query).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Kept, &[Some(1)][..]));
         assert_eq!(verdict.copies.iter().map(ChunkId::as_str).collect::<Vec<_>>(), ["c1"]);
         assert!(verdict.pool.iter().all(|p| p.chunk_id.as_str() != "c1"), "a copy is not pooled");
         let no_groups = ChunkGroups::new(1.0);
-        let alone = RoundTrip::new(&index, &no_groups, config(1, OnMiss::Drop, HopRule::All));
+        let alone =
+            RoundTrip::new(&index, &no_groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
         let verdict = alone.judge(&query).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Dropped, &[None][..]));
     }

@@ -6,7 +6,7 @@ use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, ReadReport, Skipped};
 use crate::dedup::{ChunkGroups, Dedup};
 use crate::error::{Error, Result};
-use crate::filter::{FilterConfig, RoundTrip};
+use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
 };
@@ -97,12 +97,8 @@ pub fn build(
     }
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
-    let hop_terms = generator.judge().is_none();
-    let filter = RoundTrip::new(
-        &index,
-        &groups,
-        FilterConfig { language: Some(language), hop_terms, ..config.filter },
-    );
+    let checks = Checks { language: Some(language), hop_terms: generator.judge().is_none() };
+    let filter = RoundTrip::new(&index, &groups, config.filter, checks);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
@@ -115,6 +111,7 @@ pub fn build(
     let mut manifest = Manifest::new(config, generator.name().to_owned());
     manifest.per_doc_cap = planner.cap();
     manifest.language = language;
+    manifest.filter_checks = filter.checks();
     manifest.corpus = corpus;
     manifest.rounds = rounds.done;
     let shortfalls = rounds.shortfalls(&quotas);

@@ -9,6 +9,7 @@ use qrelgen::generate::Prompts;
 use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
 use qrelgen::text::Language;
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -33,7 +34,7 @@ pub struct BuildArgs {
     force: bool,
 
     /// TOML file with any of the settings below (keys as the flags, with underscores, plus
-    /// `schema_version = 1`); flags override it.
+    /// `schema_version = 1`); flags override it [default: none: flags and defaults only].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 
@@ -62,12 +63,12 @@ pub struct BuildArgs {
 }
 
 /// Runs the build and returns the exit code.
-pub fn run(args: BuildArgs) -> anyhow::Result<u8> {
+pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let file = args.config.as_deref().map(Settings::from_file).transpose()?;
     let settings = args.settings.over(file);
     if args.print_prompts {
         let language = settings.language().unwrap_or(Language::En);
-        print!("{}", Prompts::load(settings.prompts_dir(), language)?.listing());
+        write!(stdout, "{}", Prompts::load(settings.prompts_dir(), language)?.listing())?;
         return Ok(exit::OK);
     }
     let (Some(corpus), Some(out)) = (args.corpus.as_deref(), args.out.as_deref()) else {
@@ -91,31 +92,34 @@ pub fn run(args: BuildArgs) -> anyhow::Result<u8> {
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,
     };
     if let Some((requests, estimate)) = outcome.dry_run {
-        println!(
+        writeln!(
+            stdout,
             "dry run: {requests} queries in {} calls, about {} prompt tokens and at most {} completion tokens; nothing sent",
             estimate.calls, estimate.prompt_tokens, estimate.max_completion_tokens
-        );
+        )?;
         if estimate.judge_calls > 0 {
-            println!("the judge: up to {} more calls, one chunk each", estimate.judge_calls);
+            writeln!(stdout, "the judge: up to {} more calls, one chunk each", estimate.judge_calls)?;
         }
         return Ok(exit::OK);
     }
-    print_summary(&outcome, out);
+    print_summary(&outcome, out, stdout)?;
     Ok(exit_code(&outcome, args.allow_shortfall))
 }
 
-fn print_summary(outcome: &Outcome, out: &std::path::Path) {
+fn print_summary(outcome: &Outcome, out: &std::path::Path, w: &mut dyn Write) -> std::io::Result<()> {
     let per_type: Vec<String> = outcome.counts.iter().map(|(t, c)| format!("{t} {}", c.in_set())).collect();
-    println!(
+    writeln!(
+        w,
         "{} queries ({}) and {} to review in {}",
         outcome.in_set,
         per_type.join(", "),
         outcome.review_items,
         out.display()
-    );
+    )?;
     if let Some(llm) = &outcome.llm {
         let n = llm.network;
-        println!(
+        writeln!(
+            w,
             "llm: {} replies used ({} prompt + {} completion tokens); this run sent {} requests ({} retries, {} answered 429), {} from cache",
             llm.summary.usage.replies,
             llm.summary.usage.prompt_tokens,
@@ -124,7 +128,7 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path) {
             n.retries,
             n.rate_limited,
             n.cache_hits
-        );
+        )?;
     }
     if let Some(version) = outcome.version {
         let kept = qrelgen::review::version::version_dir(out, version - 1);
@@ -135,12 +139,13 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path) {
         );
     }
     if !outcome.skipped.is_empty() {
-        println!("{} input(s) skipped, listed in the report", outcome.skipped.len());
+        writeln!(w, "{} input(s) skipped, listed in the report", outcome.skipped.len())?;
     }
-    println!("report: {}", out.join("report.md").display());
+    writeln!(w, "report: {}", out.join("report.md").display())?;
     for shortfall in &outcome.shortfalls {
         eprintln!("warning: shortfall: {shortfall}");
     }
+    Ok(())
 }
 
 fn exit_code(outcome: &Outcome, allow_shortfall: bool) -> u8 {

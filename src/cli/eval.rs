@@ -8,6 +8,7 @@ use qrelgen::eval::{
     self, Collection, Correction, EvalError, Gain, Inputs, Level, LooseFiles, Measure, Role, Settings,
     StatSettings, files, html, report, unjudged,
 };
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -16,30 +17,36 @@ pub struct EvalArgs {
     /// qrels/provenance.tsv, no_answer.txt, corpus.jsonl, manifest.json.
     #[arg(long, value_name = "DIR", conflicts_with = "qrels", required_unless_present = "qrels")]
     set: Option<PathBuf>,
-    /// Any qrels instead of a set: TREC (`qid 0 docid grade`) or BEIR TSV (with its header).
+    /// Any qrels instead of a set: TREC (`qid 0 docid grade`) or BEIR TSV (with its header)
+    /// [default: none: the set's qrels].
     #[arg(long, value_name = "FILE")]
     qrels: Option<PathBuf>,
-    /// With --qrels: a queries.jsonl (ids; type and difficulty when qrelgen wrote it).
+    /// With --qrels: a queries.jsonl (ids; type and difficulty when qrelgen wrote it) [default:
+    /// none: no breakdown by type or difficulty].
     #[arg(long, value_name = "FILE", requires = "qrels")]
     queries: Option<PathBuf>,
-    /// With --qrels: the ids of no_answer queries, one per line (scored for abstention).
+    /// With --qrels: the ids of no_answer queries, one per line (scored for abstention)
+    /// [default: none: no abstention scores].
     #[arg(long, value_name = "FILE", requires = "qrels")]
     no_answer: Option<PathBuf>,
-    /// With --qrels: a corpus.jsonl mapping chunks to documents (needed for --level doc).
+    /// With --qrels: a corpus.jsonl mapping chunks to documents (needed for --level doc)
+    /// [default: none].
     #[arg(long, value_name = "FILE", requires = "qrels")]
     corpus: Option<PathBuf>,
     /// A run to score: TREC (`qid Q0 docid rank score tag`) or JSONL
     /// ({"qid", "hits": [{"id", "score"}]}); repeat for several runs.
     #[arg(long = "run", value_name = "FILE", required = true)]
     runs: Vec<PathBuf>,
-    /// A run to compare every --run with (paired bootstrap, randomization test, t-test).
+    /// A run to compare every --run with (paired bootstrap, randomization test, t-test)
+    /// [default: none: the runs are compared pairwise].
     #[arg(long, value_name = "FILE")]
     baseline: Option<PathBuf>,
     /// The first-stage run the --run files rerank: each failing query is attributed to
-    /// retrieval or reranking.
+    /// retrieval or reranking [default: none: no attribution].
     #[arg(long, value_name = "FILE")]
     candidates: Option<PathBuf>,
     /// Human qrels on the same corpus: does the set order the runs as they do (Kendall's τ)?
+    /// [default: none].
     #[arg(long, value_name = "FILE")]
     human_qrels: Option<PathBuf>,
     /// Rank cut-offs of hit, recall, p, mrr, map and ndcg.
@@ -69,19 +76,19 @@ pub struct EvalArgs {
     /// Correction when comparing all pairs of several runs.
     #[arg(long, value_enum, default_value_t = CorrectionArg::Holm)]
     correction: CorrectionArg,
-    /// Answer a query when its top-1 score is at least this (default: the threshold with the
-    /// best accuracy on these queries, reported as such).
+    /// Answer a query when its top-1 score is at least this [default: the threshold with the
+    /// best accuracy on these queries, reported as such].
     #[arg(long, value_name = "T")]
     abstain_threshold: Option<f64>,
-    /// The difference to plan the number of queries for (default: the observed one).
+    /// The difference to plan the number of queries for [default: the observed one].
     #[arg(long, value_name = "D")]
     effect: Option<f64>,
     /// Write the unjudged chunks the runs put in their top k (k of --metric) as a decisions
-    /// file for `qrelgen review apply` (JSONL; fill in each chunk's grade).
+    /// file for `qrelgen review apply` (JSONL; fill in each chunk's grade) [default: none].
     #[arg(long, value_name = "FILE")]
     export_unjudged: Option<PathBuf>,
-    /// Where eval.json, per_query.tsv and eval.html go (default: DIR/eval with --set, ./eval
-    /// otherwise).
+    /// Where eval.json, per_query.tsv and eval.html go [default: DIR/eval with --set, ./eval
+    /// otherwise].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
@@ -107,7 +114,7 @@ enum CorrectionArg {
 }
 
 /// Runs the evaluation.
-pub fn run(args: &EvalArgs) -> anyhow::Result<u8> {
+pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let settings = settings(args)?;
     let mut collection = match (&args.set, &args.qrels) {
         (Some(set), _) => Collection::from_set(set, settings.level),
@@ -136,7 +143,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.export_unjudged {
         export_unjudged(path, args, &inputs, settings.k())?;
     }
-    print!("{}", report::render_table(&evaluation, settings.k()));
+    write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
     eprintln!(
         "wrote {}, {} and {} in {}",
         files::EVAL_JSON,

@@ -9,6 +9,7 @@ mod settings;
 mod validate;
 
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::process::ExitCode;
 
 /// Exit codes, as documented in the README.
@@ -27,7 +28,18 @@ pub mod exit {
 
 /// Build synthetic retrieval test sets (queries, qrels, review queue) from a corpus.
 #[derive(Debug, Parser)]
-#[command(name = "qrelgen", version, about, long_about = None)]
+#[command(
+    name = "qrelgen",
+    version,
+    about,
+    long_about = None,
+    after_help = "Examples:
+  qrelgen build --corpus corpora/harbor-sync --out out
+  qrelgen review export --set out --format label-studio
+  qrelgen validate --set out
+
+Run `qrelgen <COMMAND> --help` for a command's options and examples."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,37 +49,166 @@ struct Cli {
 enum Command {
     /// Build a test set: chunk the corpus, index it, write queries, filter them by a BM25 round
     /// trip, sample a review queue, and write a BEIR dataset with TREC qrels.
+    #[command(
+        override_usage = "qrelgen build --corpus <PATH> --out <DIR> [OPTIONS]\n       qrelgen build --print-prompts [OPTIONS]",
+        after_help = "Examples:
+  # The bundled sample corpus with the offline generator (no API key needed):
+  qrelgen build --corpus corpora/harbor-sync --out out/harbor-sync
+
+  # An LLM behind an OpenAI-compatible endpoint (the key comes from OPENAI_API_KEY):
+  qrelgen build --corpus docs --out out --base-url https://api.openai.com/v1 --model gpt-4o-mini
+
+  # What would that cost? Plan the calls, send nothing:
+  qrelgen build --corpus docs --out out --base-url http://127.0.0.1:8080/v1 --model m --dry-run"
+    )]
     Build(Box<build::BuildArgs>),
     /// The human review loop: export the review queue to annotators, apply their decisions as a
     /// new version of the set, compare two reviewers, estimate the share of good queries.
+    #[command(after_help = "Examples:
+  qrelgen review export --set out --format csv --to queue.csv
+  qrelgen review apply --set out --decisions queue.csv --reviewer ann
+  qrelgen review status --set out")]
     Review(review::ReviewArgs),
     /// Check a set folder or a qrels file: ids, duplicate pairs, dangling ids, grades; exit 1 and
     /// one line per problem.
+    #[command(
+        override_usage = "qrelgen validate --set <DIR>\n       qrelgen validate --qrels <FILE> [--corpus <FILE>] [--queries <FILE>]",
+        after_help = "Examples:
+  qrelgen validate --set out/harbor-sync
+  qrelgen validate --qrels run/qrels.trec --corpus out/corpus.jsonl --queries out/queries.jsonl"
+    )]
     Validate(validate::ValidateArgs),
     /// Write a baseline run: every query of a set searched in the set's own BM25 index (TREC
     /// format), so a first number needs no retriever of your own.
+    #[command(after_help = "Examples:
+  qrelgen run --set out --to out/bm25.run
+  # Only the top 10 hits of each query:
+  qrelgen run --set out --to out/bm25-10.run --k 10")]
     Run(run::RunArgs),
     /// Score runs against a set (or any qrels): metrics per query and by slice, no_answer
     /// abstention, layers, paired statistics, agreement with human judgments; writes
     /// eval.json, per_query.tsv and eval.html.
+    #[command(
+        override_usage = "qrelgen eval --set <DIR> --run <FILE>... [OPTIONS]\n       qrelgen eval --qrels <FILE> --run <FILE>... [--queries <FILE>] [--no-answer <FILE>] [--corpus <FILE>] [OPTIONS]",
+        after_help = "Examples:
+  qrelgen eval --set out --run out/bm25.run
+  # Two retrievers, each compared with the baseline:
+  qrelgen eval --set out --run dense.run --run hybrid.run --baseline out/bm25.run
+  # Any TREC qrels, scored at document level:
+  qrelgen eval --qrels qrels.trec --corpus corpus.jsonl --run dense.run --level doc"
+    )]
     Eval(Box<eval::EvalArgs>),
 }
 
-/// Parses the command line, runs the command and maps the outcome to an exit code.
+/// Parses the command line, runs the command and maps the outcome to an exit code. Every
+/// command writes its output through one writer, stdout; a closed stdout (`| head`) ends the
+/// command quietly with exit code 0, as the reader has what it wanted.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
     let result = match cli.command {
-        Command::Build(args) => build::run(*args),
-        Command::Review(args) => review::run(args),
-        Command::Validate(args) => validate::run(&args),
-        Command::Run(args) => run::run(&args),
-        Command::Eval(args) => eval::run(&args),
-    };
+        Command::Build(args) => build::run(*args, &mut out),
+        Command::Review(args) => review::run(args, &mut out),
+        Command::Validate(args) => validate::run(&args, &mut out),
+        Command::Run(args) => run::run(&args, &mut out),
+        Command::Eval(args) => eval::run(&args, &mut out),
+    }
+    .and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    });
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(err) if is_broken_pipe(&err) => ExitCode::from(exit::OK),
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(exit::FATAL)
+        }
+    }
+}
+
+/// Whether `err`, or any error behind it, is a write to a closed pipe.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command and subcommand, with the words that run it (`["review", "apply"]`).
+    fn commands() -> Vec<(Vec<String>, clap::Command)> {
+        fn walk(path: &[String], cmd: &clap::Command, all: &mut Vec<(Vec<String>, clap::Command)>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let mut path = path.to_vec();
+                path.push(sub.get_name().to_owned());
+                walk(&path, sub, all);
+                all.push((path, sub.clone()));
+            }
+        }
+        let mut all = Vec::new();
+        let mut root = Cli::command();
+        root.build();
+        walk(&[], &root, &mut all);
+        all
+    }
+
+    #[test]
+    fn every_subcommand_has_examples_that_parse() {
+        for (path, mut cmd) in commands() {
+            let help = cmd.render_long_help().to_string();
+            let name = format!("qrelgen {}", path.join(" "));
+            let (_, after) = help.split_once("Examples:").unwrap_or_default();
+            let examples: Vec<&str> =
+                after.lines().map(str::trim).filter(|l| l.starts_with(&format!("{name} "))).collect();
+            assert!(
+                (2..=3).contains(&examples.len()),
+                "{name}: two or three examples, not {examples:?}\n{help}"
+            );
+            for example in examples {
+                let words: Vec<&str> = example.split_whitespace().collect();
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("{name}: the example {example:?} does not parse: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn build_usage_names_its_inputs_and_hides_empty_env_values() {
+        let mut cmd = Cli::command();
+        let build = cmd.find_subcommand_mut("build").unwrap_or_else(|| panic!("no build"));
+        let usage = build.render_usage().to_string();
+        assert!(usage.contains("--corpus <PATH> --out <DIR>"), "{usage}");
+        let help = build.render_long_help().to_string();
+        assert!(help.contains("[env: OPENAI_BASE_URL]"), "{help}");
+        assert!(!help.contains("OPENAI_BASE_URL=") && !help.contains("QRELGEN_MODEL="), "{help}");
+    }
+
+    #[test]
+    fn every_option_without_a_default_says_what_its_absence_means() {
+        for (path, mut cmd) in commands() {
+            let usage = cmd.render_usage().to_string();
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                let takes_value = arg.get_action().takes_values();
+                if !takes_value || arg.is_required_set() || !arg.get_default_values().is_empty() {
+                    continue;
+                }
+                let help = arg
+                    .get_long_help()
+                    .or_else(|| arg.get_help())
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                assert!(
+                    help.contains("[default: ") || usage.contains(&format!("--{long} ")),
+                    "qrelgen {} --{long}: say what happens without it ({help:?})",
+                    path.join(" ")
+                );
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use qrelgen::output;
 use qrelgen::review::agreement::{self, About, Agreement, Policy};
 use qrelgen::review::apply::{self, Batch, Outcome};
-use qrelgen::review::decisions::{self, Decisions};
+use qrelgen::review::decisions::{self, Decisions, ReviewerMap, Reviewers};
 use qrelgen::review::estimate::Interval;
 use qrelgen::review::export::{self, ExportItem};
 use qrelgen::review::set::ReviewSet;
@@ -15,7 +15,7 @@ use qrelgen::review::status::{self, ReviewStatus};
 use qrelgen::review::{Decision, Format, Located, Location};
 use serde::Serialize;
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -28,14 +28,34 @@ pub struct ReviewArgs {
 enum ReviewCommand {
     /// Write the review queue for annotators: query, type, status, reason, source chunks with the
     /// evidence marked, pooled chunks with their machine grades, and empty decision fields.
+    #[command(after_help = "Examples:
+  # A spreadsheet, one row per query:
+  qrelgen review export --set out --format csv --to queue.csv
+  # Tasks and labeling config for a Label Studio project (out/review/label-studio.json and .xml):
+  qrelgen review export --set out --format label-studio
+  # JSONL on stdout:
+  qrelgen review export --set out --format jsonl")]
     Export(ExportArgs),
     /// Apply a decisions file: write the next version of the set, the previous one kept under
     /// versions/. A file with one bad row applies nothing; the same file twice changes nothing.
+    #[command(after_help = "Examples:
+  qrelgen review apply --set out --decisions queue.csv --reviewer ann
+  # Label Studio's JSON export; annotators' user ids named by a file of ID=NAME lines:
+  qrelgen review apply --set out --decisions project-1-export.json --reviewer-map annotators.txt")]
     Apply(ApplyArgs),
     /// Compare two reviewers who judged the same items (Cohen's kappa, disagreements); with
     /// --resolve, apply their merged judgments as the next version.
+    #[command(after_help = "Examples:
+  qrelgen review agree --set out --decisions ann.csv --decisions bob.csv
+  # Merge them, the more severe decision winning, into the next version:
+  qrelgen review agree --set out --decisions ann.csv --decisions bob.csv --resolve strict
+  # One Label Studio export with two annotators per task, as JSON:
+  qrelgen review agree --set out --decisions project-1-export.json --reviewer-map annotators.txt --json")]
     Agree(AgreeArgs),
     /// Show reviewed and pending items per type and the estimated share of good queries.
+    #[command(after_help = "Examples:
+  qrelgen review status --set out
+  qrelgen review status --set out --json")]
     Status(StatusArgs),
 }
 
@@ -91,13 +111,20 @@ struct ApplyArgs {
     /// The set folder.
     #[arg(long, value_name = "DIR")]
     set: PathBuf,
-    /// The decisions: an exported JSONL or CSV file filled in, or a Label Studio JSON export.
+    /// The decisions: an exported JSONL or CSV file filled in, or a Label Studio JSON or JSON-MIN
+    /// export.
     #[arg(long, value_name = "FILE")]
     decisions: PathBuf,
     /// Who decided, for rows that do not say: a row's own reviewer field (a Label Studio
-    /// annotator) wins [default: the file name].
+    /// annotator's email) wins; also the name of the one annotator of a Label Studio export that
+    /// knows them only by user id [default: the file name].
     #[arg(long, value_name = "NAME")]
     reviewer: Option<String>,
+    /// Names for Label Studio user ids (its JSON and JSON-MIN exports give annotators as
+    /// numbers): a file of ID=NAME lines [default: none: one annotator takes --reviewer, others
+    /// are recorded as label-studio-user-ID, with a warning].
+    #[arg(long, value_name = "FILE")]
+    reviewer_map: Option<PathBuf>,
     /// The decisions file's format [default: by extension: .jsonl, .csv, .json].
     #[arg(long, value_enum)]
     format: Option<FormatArg>,
@@ -112,13 +139,17 @@ struct AgreeArgs {
     #[arg(long, value_name = "FILE", required = true)]
     decisions: Vec<PathBuf>,
     /// The reviewer of each --decisions file, in the same order, for rows that do not say (as
-    /// apply).
+    /// apply) [default: the file names].
     #[arg(long, value_name = "NAME")]
     reviewer: Vec<String>,
+    /// Names for Label Studio user ids, as apply [default: none].
+    #[arg(long, value_name = "FILE")]
+    reviewer_map: Option<PathBuf>,
     /// The decisions files' format [default: by extension].
     #[arg(long, value_enum)]
     format: Option<FormatArg>,
-    /// Merge the two reviewers' judgments by this policy and apply them as the next version.
+    /// Merge the two reviewers' judgments by this policy and apply them as the next version
+    /// [default: none: compare only, write nothing].
     #[arg(long, value_enum)]
     resolve: Option<PolicyArg>,
     /// Print the agreement as JSON (with --resolve, what was applied under "resolved").
@@ -137,12 +168,12 @@ struct StatusArgs {
 }
 
 /// Runs a review command and returns the exit code.
-pub fn run(args: ReviewArgs) -> anyhow::Result<u8> {
+pub fn run(args: ReviewArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     match args.command {
-        ReviewCommand::Export(args) => export(&args),
-        ReviewCommand::Apply(args) => apply(&args),
-        ReviewCommand::Agree(args) => agree(&args),
-        ReviewCommand::Status(args) => show_status(&args),
+        ReviewCommand::Export(args) => export(&args, stdout),
+        ReviewCommand::Apply(args) => apply(&args, stdout),
+        ReviewCommand::Agree(args) => agree(&args, stdout),
+        ReviewCommand::Status(args) => show_status(&args, stdout),
     }
 }
 
@@ -150,12 +181,12 @@ fn load(set: &Path) -> anyhow::Result<ReviewSet> {
     ReviewSet::load(set).with_context(|| format!("reading the set in {}", set.display()))
 }
 
-fn export(args: &ExportArgs) -> anyhow::Result<u8> {
+fn export(args: &ExportArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let items = export::items(&set);
     let written = match args.format {
-        FormatArg::Jsonl => write_to(args.to.as_deref(), |w| export::write_jsonl(&items, w))?,
-        FormatArg::Csv => write_to(args.to.as_deref(), |w| export::write_csv(&items, w))?,
+        FormatArg::Jsonl => write_to(args.to.as_deref(), stdout, |w| export::write_jsonl(&items, w))?,
+        FormatArg::Csv => write_to(args.to.as_deref(), stdout, |w| export::write_csv(&items, w))?,
         FormatArg::LabelStudio => export_label_studio(&items, args.to.as_deref(), &set.dir)?,
     };
     let slots = export::slots(&items);
@@ -168,26 +199,18 @@ fn export(args: &ExportArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// Writes to `to` atomically, or to stdout; returns " to <path>" for the message. A closed
-/// stdout (`| head`) is not an error.
+/// Writes to `to` atomically, or to `stdout`; returns " to <path>" for the message.
 fn write_to(
     to: Option<&Path>,
-    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    stdout: &mut dyn Write,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> anyhow::Result<String> {
     if let Some(path) = to {
         output::write_atomic(path, fill)?;
         return Ok(format!(" to {}", path.display()));
     }
-    let mut stdout = std::io::stdout().lock();
-    match fill(&mut stdout).and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
-        _ => Ok(String::new()),
-    }
-}
-
-/// Prints `text` to stdout (a closed stdout is not an error).
-fn print(text: &str) -> anyhow::Result<()> {
-    write_to(None, |w| w.write_all(text.as_bytes())).map(|_| ())
+    fill(stdout).context("writing to stdout")?;
+    Ok(String::new())
 }
 
 fn export_label_studio(items: &[ExportItem], to: Option<&Path>, set: &Path) -> anyhow::Result<String> {
@@ -210,17 +233,27 @@ fn read_decisions(
     set: &ReviewSet,
     path: &Path,
     format: Option<FormatArg>,
-    reviewer: Option<&str>,
+    reviewers: &Reviewers,
 ) -> anyhow::Result<Decisions> {
-    Ok(decisions::read_for(set, path, format.map(Format::from), reviewer)?)
+    let decisions = decisions::read_for(set, path, format.map(Format::from), reviewers)?;
+    for warning in &decisions.warnings {
+        eprintln!("warning: {}: {warning}", path.display());
+    }
+    Ok(decisions)
 }
 
-fn apply(args: &ApplyArgs) -> anyhow::Result<u8> {
+fn reviewer_map(path: Option<&Path>) -> anyhow::Result<Option<ReviewerMap>> {
+    Ok(path.map(ReviewerMap::read).transpose()?)
+}
+
+fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
-    let decisions = read_decisions(&set, &args.decisions, args.format, args.reviewer.as_deref())?;
+    let reviewers =
+        Reviewers { name: args.reviewer.clone(), map: reviewer_map(args.reviewer_map.as_deref())? };
+    let decisions = read_decisions(&set, &args.decisions, args.format, &reviewers)?;
     let outcome = apply::apply(&set, &Batch::single(&decisions))
         .with_context(|| format!("applying {}", args.decisions.display()))?;
-    print(&report(&outcome, &set, &args.decisions.display().to_string()))?;
+    stdout.write_all(report(&outcome, &set, &args.decisions.display().to_string()).as_bytes())?;
     Ok(exit::OK)
 }
 
@@ -259,7 +292,7 @@ struct AgreeJson<'a> {
     resolved: Option<&'a Outcome>,
 }
 
-fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
+fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if !args.reviewer.is_empty() && args.reviewer.len() != args.decisions.len() {
         bail!(
             "give --reviewer once per --decisions file ({} files, {} names)",
@@ -268,32 +301,43 @@ fn agree(args: &AgreeArgs) -> anyhow::Result<u8> {
         );
     }
     let set = load(&args.set)?;
+    let map = reviewer_map(args.reviewer_map.as_deref())?;
     let files = args
         .decisions
         .iter()
         .enumerate()
-        .map(|(i, path)| read_decisions(&set, path, args.format, args.reviewer.get(i).map(String::as_str)))
+        .map(|(i, path)| {
+            let reviewers = Reviewers { name: args.reviewer.get(i).cloned(), map: map.clone() };
+            read_decisions(&set, path, args.format, &reviewers)
+        })
         .collect::<anyhow::Result<Vec<Decisions>>>()?;
     let all: Vec<_> = files.iter().flat_map(|d| d.judgments.iter().map(|l| l.judgment.clone())).collect();
     let [(first, mine), (second, theirs)] = agreement::split(&all)?;
     let agreement = agreement::agreement((&first, &mine), (&second, &theirs));
-    if !args.json {
-        print(&agreement_text(&agreement))?;
-    }
+    let text = if args.json { String::new() } else { agreement_text(&agreement) };
+    // Resolve before printing, so a reader that stops early (`| head`) never stops the apply.
     let mut outcome = None;
     if let Some(policy) = args.resolve {
         let judgments = agreement::resolve(&mine, &theirs, policy.into());
         let judgments =
             judgments.into_iter().map(|judgment| Located::new(Location::Resolved, judgment)).collect();
         let batch = Batch { inputs: files.iter().collect(), judgments, resolve: Some(policy.into()) };
-        outcome = Some(apply::apply(&set, &batch).context("applying the resolved judgments")?);
+        match apply::apply(&set, &batch) {
+            Ok(applied) => outcome = Some(applied),
+            Err(err) => {
+                // The agreement is still worth seeing; the error is what the command reports.
+                let _ = stdout.write_all(text.as_bytes());
+                return Err(err).context("applying the resolved judgments");
+            }
+        }
     }
+    stdout.write_all(text.as_bytes())?;
     if args.json {
         let json = AgreeJson { agreement: &agreement, resolved: outcome.as_ref() };
-        print(&(serde_json::to_string_pretty(&json)? + "\n"))?;
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&json)?)?;
     } else if let Some(outcome) = &outcome {
         let inputs: Vec<String> = args.decisions.iter().map(|p| p.display().to_string()).collect();
-        print(&report(outcome, &set, &inputs.join(" + ")))?;
+        stdout.write_all(report(outcome, &set, &inputs.join(" + ")).as_bytes())?;
     }
     Ok(exit::OK)
 }
@@ -329,13 +373,13 @@ fn agreement_text(a: &Agreement) -> String {
     text
 }
 
-fn show_status(args: &StatusArgs) -> anyhow::Result<u8> {
+fn show_status(args: &StatusArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
     let status = status::status(&set);
     if args.json {
-        print(&(serde_json::to_string_pretty(&status)? + "\n"))?;
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&status)?)?;
     } else {
-        print(&status_text(&status, &set.dir))?;
+        stdout.write_all(status_text(&status, &set.dir).as_bytes())?;
     }
     Ok(exit::OK)
 }

@@ -5,6 +5,7 @@ use anyhow::Context as _;
 use clap::Args;
 use qrelgen::eval::baseline;
 use qrelgen::progress::Progress;
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -25,7 +26,7 @@ pub struct RunArgs {
 }
 
 /// Writes the baseline run.
-pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
+pub fn run(args: &RunArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if args.k == 0 {
         anyhow::bail!("invalid --k: at least 1 hit per query");
     }
@@ -34,7 +35,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("searching the queries of {}", args.set.display()))?;
     qrelgen::output::write_atomic(&args.to, |w| baseline::write_trec(w, &run))?;
     let hits: usize = run.results.iter().map(|r| r.hits.len()).sum();
-    println!("{} queries, {hits} hits (top {}) in {}", run.results.len(), args.k, args.to.display());
+    writeln!(stdout, "{} queries, {hits} hits (top {}) in {}", run.results.len(), args.k, args.to.display())?;
     if !args.quiet {
         eprintln!("next: qrelgen eval --set {} --run {}", args.set.display(), args.to.display());
     }

@@ -113,7 +113,7 @@ settings! {
     #[arg(long, value_name = "K", help_heading = "Quality controls")]
     judge_pool: usize,
     /// Keep a no_answer query that the judge finds answered in the corpus, as a direct query
-    /// with the answering chunks relevant, beyond the quotas (instead of dropping it).
+    /// with the answering chunks relevant, beyond the quotas [default: false: drop it].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Quality controls")]
     reclassify: bool,
     /// Queries in the review queue (stratified by type, flagged first) [default: 50].
@@ -127,11 +127,12 @@ settings! {
     #[arg(long, value_enum, help_heading = "LLM")]
     generator: GeneratorArg,
     /// Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1. The API key is read
-    /// from OPENAI_API_KEY (optional for local servers).
-    #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL", help_heading = "LLM")]
+    /// from OPENAI_API_KEY (optional for local servers) [default: none: the offline generator
+    /// writes the queries].
+    #[arg(long, env = "OPENAI_BASE_URL", hide_env_values = true, value_name = "URL", help_heading = "LLM")]
     base_url: String,
-    /// Model name.
-    #[arg(long, env = "QRELGEN_MODEL", help_heading = "LLM")]
+    /// Model name [default: none; needed with --base-url].
+    #[arg(long, env = "QRELGEN_MODEL", hide_env_values = true, help_heading = "LLM")]
     model: String,
     /// Prompt template folder [default: the bundled prompts/].
     #[arg(long, value_name = "DIR", help_heading = "LLM")]
@@ -152,10 +153,10 @@ settings! {
     /// Requests in flight at most, retries included [default: 4].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     concurrency: usize,
-    /// Requests per minute at most (paced evenly).
+    /// Requests per minute at most (paced evenly) [default: no limit].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     rpm: u32,
-    /// Tokens (prompt + max completion) per minute at most.
+    /// Tokens (prompt + max completion) per minute at most [default: no limit].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     tpm: u32,
     /// Seconds to wait for one reply before retrying [default: 300, for slow local models].
@@ -176,16 +177,18 @@ settings! {
     /// Reply cache (SQLite) [default: OUT/llm-cache.sqlite]; share one across builds.
     #[arg(long, value_name = "FILE", help_heading = "LLM")]
     cache: PathBuf,
-    /// Stop cleanly (exit 3) once the replies used reach this many tokens.
+    /// Stop cleanly (exit 3) once the replies used reach this many tokens [default: no limit].
     #[arg(long, value_name = "N", help_heading = "Budget")]
     max_tokens_total: u64,
-    /// Stop cleanly (exit 3) once the replies used cost this much (needs the prices).
+    /// Stop cleanly (exit 3) once the replies used cost this much (needs the prices)
+    /// [default: no limit].
     #[arg(long, value_name = "AMOUNT", help_heading = "Budget")]
     max_cost: f64,
-    /// Price of a million prompt tokens, for the report and --max-cost.
+    /// Price of a million prompt tokens, for the report and --max-cost [default: none: the report
+    /// shows tokens, not money].
     #[arg(long, value_name = "AMOUNT", help_heading = "Budget")]
     price_prompt: f64,
-    /// Price of a million completion tokens, for the report and --max-cost.
+    /// Price of a million completion tokens, for the report and --max-cost [default: none].
     #[arg(long, value_name = "AMOUNT", help_heading = "Budget")]
     price_completion: f64,
 }
@@ -436,15 +439,12 @@ impl Settings {
                 HopRuleArg::All => HopRule::All,
                 HopRuleArg::Any => HopRule::Any,
             },
-            language: None,
             pool_depth: self.pool_depth.unwrap_or(5).max(self.judge_pool.unwrap_or(0)),
             max_paraphrase_overlap: self.max_paraphrase_overlap.unwrap_or(0.6),
             on_copy: match self.on_copy.unwrap_or(OnCopyArg::Relabel) {
                 OnCopyArg::Relabel => OnCopy::Relabel,
                 OnCopyArg::Drop => OnCopy::Drop,
             },
-            // Decided by the pipeline: without a judge.
-            hop_terms: false,
         }
     }
 

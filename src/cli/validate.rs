@@ -3,6 +3,7 @@
 use super::exit;
 use anyhow::Context as _;
 use clap::Args;
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -22,7 +23,7 @@ pub struct ValidateArgs {
 }
 
 /// Runs the checks; exit 1 when there are problems.
-pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
+pub fn run(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     // clap requires one of --set and --qrels, and refuses both.
     let (target, findings) = match (&args.set, &args.qrels) {
         (Some(set), _) => (set, qrelgen::validate::check_set(set)),
@@ -33,7 +34,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
     };
     let findings = findings.with_context(|| format!("validating {}", target.display()))?;
     for finding in &findings {
-        println!("{finding}");
+        writeln!(out, "{finding}")?;
     }
     if findings.is_empty() {
         eprintln!("{}: no problems", target.display());

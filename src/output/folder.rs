@@ -11,7 +11,7 @@ use serde::Deserialize;
 use std::path::Path;
 
 /// Every file a build publishes, relative to the output folder.
-pub const BUILD_FILES: [&str; 12] = [
+pub const BUILD_FILES: [&str; 13] = [
     "candidates.jsonl",
     "chunk_groups.jsonl",
     "corpus.jsonl",
@@ -22,6 +22,7 @@ pub const BUILD_FILES: [&str; 12] = [
     QRELS_TREC,
     "queries.jsonl",
     "rejects.jsonl",
+    "report.html",
     "report.md",
     "review_queue.jsonl",
 ];

@@ -2,6 +2,7 @@
 
 use super::report::{Shortfall, TypeCounts};
 use crate::config::BuildConfig;
+use crate::filter::Checks;
 use crate::generate::LlmSummary;
 use crate::llm::NetworkStats;
 use crate::record::{FORMAT_VERSION, QueryType};
@@ -49,6 +50,8 @@ pub struct Manifest<'a> {
     pub config: &'a BuildConfig,
     /// Effective per-document cap.
     pub per_doc_cap: usize,
+    /// What the filter checked besides its settings (derived from the corpus and the generator).
+    pub filter_checks: Checks,
     /// The corpus.
     pub corpus: CorpusSummary,
     /// Generation rounds run.
@@ -87,6 +90,7 @@ impl<'a> Manifest<'a> {
             generator,
             config,
             per_doc_cap: 0,
+            filter_checks: Checks::default(),
             corpus: CorpusSummary {
                 documents: 0,
                 skipped: 0,

@@ -15,7 +15,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// A decisions file, read and checked for form.
@@ -31,17 +31,77 @@ pub struct Decisions {
     pub judgments: Vec<Located>,
     /// Whether it has a row at all (a Label Studio file: an annotation).
     pub annotated: bool,
+    /// What was read but ignored, one message each (a grade on an empty slot).
+    pub warnings: Vec<String>,
+}
+
+/// Who judged the rows that do not name their reviewer.
+#[derive(Debug, Clone, Default)]
+pub struct Reviewers {
+    /// `--reviewer`: the name for rows without a reviewer, and for the one Label Studio user of
+    /// an export that names its annotators by number.
+    pub name: Option<String>,
+    /// `--reviewer-map`: names for Label Studio user ids.
+    pub map: Option<ReviewerMap>,
+}
+
+/// Label Studio user ids and the names they stand for, from a file of `ID=NAME` lines (blank
+/// lines and lines starting with `#` skipped).
+#[derive(Debug, Clone)]
+pub struct ReviewerMap {
+    /// The file.
+    pub path: PathBuf,
+    /// Id → name.
+    pub names: BTreeMap<u64, String>,
+}
+
+impl ReviewerMap {
+    /// Reads a map file.
+    ///
+    /// # Errors
+    /// [`Error::Input`] if it cannot be read, [`Error::Malformed`] for a line that is not
+    /// `ID=NAME` or names an id twice.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text =
+            fs_err::read_to_string(path).map_err(|source| Error::Input { path: path.to_owned(), source })?;
+        let malformed =
+            |line: usize, message: String| Error::Malformed { path: path.to_owned(), line, message };
+        let mut names = BTreeMap::new();
+        for (i, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let parsed = line
+                .split_once('=')
+                .and_then(|(id, name)| Some((id.trim().parse::<u64>().ok()?, name.trim())));
+            match parsed {
+                Some((id, name)) if !name.is_empty() => {
+                    if names.insert(id, name.to_owned()).is_some() {
+                        return Err(malformed(i, format!("Label Studio user {id} is named twice")));
+                    }
+                }
+                _ => {
+                    return Err(malformed(
+                        i,
+                        format!("{line:?} is not ID=NAME (a Label Studio user id, a name)"),
+                    ));
+                }
+            }
+        }
+        Ok(Self { path: path.to_owned(), names })
+    }
 }
 
 /// Reads `path` in `format` (by default the one its extension implies) and checks it for form.
-/// Judgments name the row's `reviewer` field (for Label Studio, the annotator), else `reviewer`,
-/// else the file's stem.
+/// Judgments name the row's `reviewer` field (for Label Studio, the annotator: an email, or a
+/// user id named by `reviewers`), else `reviewers.name`, else the file's stem.
 ///
 /// # Errors
 /// [`Error::Input`] if the file cannot be read, [`Error::InvalidSetting`] if the format is
-/// unknown, [`Error::Decisions`] listing every bad row.
-pub fn read(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Result<Decisions> {
-    let (decisions, problems) = parse(path, format, reviewer)?;
+/// unknown or the annotators' user ids cannot be named as asked, [`Error::Decisions`] listing
+/// every bad row.
+pub fn read(path: &Path, format: Option<Format>, reviewers: &Reviewers) -> Result<Decisions> {
+    let (decisions, problems) = parse(path, format, reviewers)?;
     if problems.is_empty() {
         Ok(decisions)
     } else {
@@ -58,9 +118,9 @@ pub fn read_for(
     set: &ReviewSet,
     path: &Path,
     format: Option<Format>,
-    reviewer: Option<&str>,
+    reviewers: &Reviewers,
 ) -> Result<Decisions> {
-    let (decisions, mut problems) = parse(path, format, reviewer)?;
+    let (decisions, mut problems) = parse(path, format, reviewers)?;
     problems.extend(super::apply::problems(set, &decisions.judgments));
     problems.sort_by_key(|p| p.at);
     if !problems.is_empty() {
@@ -79,7 +139,7 @@ pub fn read_for(
 }
 
 /// The file's judgments (those of rows without problems) and every form problem.
-fn parse(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Result<(Decisions, Vec<Problem>)> {
+fn parse(path: &Path, format: Option<Format>, reviewers: &Reviewers) -> Result<(Decisions, Vec<Problem>)> {
     let format = format.or_else(|| Format::from_path(path)).ok_or_else(|| Error::InvalidSetting {
         flag: "--format",
         message: format!(
@@ -94,11 +154,74 @@ fn parse(path: &Path, format: Option<Format>, reviewer: Option<&str>) -> Result<
         Format::LabelStudio => super::label_studio::rows(&bytes),
     };
     let stem = path.file_stem().map_or_else(|| "reviewer".to_owned(), |s| s.to_string_lossy().into_owned());
-    let (annotated, (judgments, problems)) = match rows {
-        Ok(rows) => (!rows.is_empty(), check_rows(rows, reviewer, &stem)),
-        Err(problems) => (false, (Vec::new(), problems)),
+    let (annotated, Checked { judgments, problems, warnings }) = match rows {
+        Ok(mut rows) => {
+            let annotated = !rows.is_empty();
+            let mut warnings = name_users(&mut rows, reviewers)?;
+            let mut checked = check_rows(rows, reviewers.name.as_deref(), &stem);
+            warnings.append(&mut checked.warnings);
+            checked.warnings = warnings;
+            (annotated, checked)
+        }
+        Err(problems) => (false, Checked { problems, ..Checked::default() }),
     };
-    Ok((Decisions { path: path.to_owned(), format, bytes, judgments, annotated }, problems))
+    Ok((Decisions { path: path.to_owned(), format, bytes, judgments, annotated, warnings }, problems))
+}
+
+/// Names the rows whose annotator is only a Label Studio user id: from `reviewers.map`, or
+/// `reviewers.name` when the file has one such user; without either, `label-studio-user-<id>`
+/// and a warning. Returns the warnings.
+fn name_users(rows: &mut [RawRow], reviewers: &Reviewers) -> Result<Vec<String>> {
+    let ids: BTreeSet<u64> = rows.iter().filter(|r| r.reviewer.is_empty()).filter_map(|r| r.user).collect();
+    let list = |ids: &[u64]| {
+        let joined = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        format!("Label Studio user{} {joined}", if ids.len() == 1 { "" } else { "s" })
+    };
+    let all: Vec<u64> = ids.iter().copied().collect();
+    let mut warnings = Vec::new();
+    let names: BTreeMap<u64, String> = match (&reviewers.map, &reviewers.name) {
+        _ if ids.is_empty() => return Ok(warnings),
+        (Some(map), _) => {
+            let missing: Vec<u64> = all.iter().copied().filter(|id| !map.names.contains_key(id)).collect();
+            if !missing.is_empty() {
+                return Err(Error::InvalidSetting {
+                    flag: "--reviewer-map",
+                    message: format!(
+                        "{} not in {}: add a line ID=NAME for each",
+                        list(&missing),
+                        map.path.display()
+                    ),
+                });
+            }
+            map.names.clone()
+        }
+        (None, Some(name)) if ids.len() == 1 => all.iter().map(|&id| (id, name.clone())).collect(),
+        (None, Some(_)) => {
+            return Err(Error::InvalidSetting {
+                flag: "--reviewer",
+                message: format!(
+                    "the export has {} annotators ({}) and --reviewer names one: name each with \
+                     --reviewer-map FILE (lines ID=NAME)",
+                    ids.len(),
+                    list(&all)
+                ),
+            });
+        }
+        (None, None) => {
+            warnings.push(format!(
+                "annotators are known only as {} (recorded as label-studio-user-<id>): name them with \
+                 --reviewer NAME (one annotator) or --reviewer-map FILE (lines ID=NAME)",
+                list(&all)
+            ));
+            all.iter().map(|&id| (id, format!("label-studio-user-{id}"))).collect()
+        }
+    };
+    for row in rows.iter_mut().filter(|r| r.reviewer.is_empty()) {
+        if let Some(name) = row.user.and_then(|id| names.get(&id)) {
+            name.clone_into(&mut row.reviewer);
+        }
+    }
+    Ok(warnings)
 }
 
 /// The decision fields of one row, as written (trimmed; empty means not given).
@@ -114,6 +237,8 @@ pub(crate) struct RawRow {
     pub grades: Vec<RawGrade>,
     /// The query text the row shows, if the format has one.
     pub shown_text: Option<String>,
+    /// The Label Studio user id of an annotator known only by number.
+    pub user: Option<u64>,
 }
 
 impl RawRow {
@@ -129,6 +254,7 @@ impl RawRow {
             add: String::new(),
             grades: Vec::new(),
             shown_text: None,
+            user: None,
         }
     }
 
@@ -157,14 +283,25 @@ pub(crate) struct RawGrade {
     pub grade: String,
 }
 
-/// Checks every row; returns the judgments of the good rows and every problem found.
-fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> (Vec<Located>, Vec<Problem>) {
+/// The rows of a file, checked: the judgments of the good rows, every problem found and what
+/// was ignored.
+#[derive(Default)]
+struct Checked {
+    judgments: Vec<Located>,
+    problems: Vec<Problem>,
+    warnings: Vec<String>,
+}
+
+/// Checks every row.
+fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> Checked {
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     let mut judgments: Vec<Located> = Vec::new();
     let mut seen: HashMap<(QueryId, String), Location> = HashMap::new();
     for row in rows {
         let (at, shown_text) = (row.at, row.shown_text.clone());
-        match judgment(row, reviewer, stem) {
+        let mut warn = |message: String| warnings.push(Problem::new(at, message).to_string());
+        match judgment(row, reviewer, stem, &mut warn) {
             Ok(None) => {}
             Ok(Some(j)) => match seen.insert((j.query_id.clone(), j.reviewer.clone()), at) {
                 Some(first) => problems.push(Problem::new(
@@ -176,7 +313,7 @@ fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> (Vec<Loc
             Err(mut found) => problems.append(&mut found),
         }
     }
-    (judgments, problems)
+    Checked { judgments, problems, warnings }
 }
 
 /// The judgment a row holds (`None` for a row with no decision and no grade), or its problems.
@@ -184,6 +321,7 @@ fn judgment(
     row: RawRow,
     reviewer: Option<&str>,
     stem: &str,
+    warn: &mut impl FnMut(String),
 ) -> std::result::Result<Option<Judgment>, Vec<Problem>> {
     let mut problems = Vec::new();
     let at = row.at;
@@ -195,7 +333,7 @@ fn judgment(
             None
         }),
     };
-    let grades = grades(&row, &mut problem);
+    let grades = grades(&row, &mut problem, warn);
     let undecided = row.decision.is_empty();
     if undecided && grades.is_empty() && row.reject_reason.is_empty() && row.edited_text.is_empty() {
         return if problems.is_empty() { Ok(None) } else { Err(problems) };
@@ -271,14 +409,19 @@ pub(crate) fn rules(f: Fields<'_>, problem: &mut impl FnMut(String)) {
     }
 }
 
-/// The grades of a row, shown chunks and `add` together, sorted by chunk; reports bad ones.
-fn grades(row: &RawRow, problem: &mut impl FnMut(String)) -> Vec<ChunkGrade> {
+/// The grades of a row, shown chunks and `add` together, sorted by chunk; reports bad ones. A
+/// grade given where no chunk was shown (an empty slot) is ignored with a warning.
+fn grades(row: &RawRow, problem: &mut impl FnMut(String), warn: &mut impl FnMut(String)) -> Vec<ChunkGrade> {
     let added = row.add.split_whitespace().map(|item| {
         let (id, grade) = item.rsplit_once('=').unwrap_or((item, "3"));
         RawGrade { field: field::ADD.to_owned(), chunk_id: id.to_owned(), grade: grade.to_owned() }
     });
     let mut by_chunk: BTreeMap<ChunkId, (u8, String)> = BTreeMap::new();
     for raw in row.grades.iter().filter(|g| !g.grade.is_empty()).cloned().chain(added) {
+        if raw.chunk_id.trim().is_empty() && raw.field != field::ADD {
+            warn(format!("{}: a grade on an empty slot (no chunk shown there): ignored", raw.field));
+            continue;
+        }
         let grade = raw.grade.parse::<u8>().ok().filter(|&g| g <= GRADE_MAX);
         let chunk = ChunkId::parse(&raw.chunk_id);
         match (grade, chunk) {
@@ -489,11 +632,11 @@ mod tests {
             Format::Csv => csv_rows(text.as_bytes()),
             Format::LabelStudio => super::super::label_studio::rows(text.as_bytes()),
         };
-        let (judgments, problems) = check_rows(rows.map_err(|ps| strings(&ps))?, None, "ann");
-        if problems.is_empty() {
-            Ok(judgments.into_iter().map(|j| j.judgment).collect())
+        let checked = check_rows(rows.map_err(|ps| strings(&ps))?, None, "ann");
+        if checked.problems.is_empty() {
+            Ok(checked.judgments.into_iter().map(|j| j.judgment).collect())
         } else {
-            Err(strings(&problems))
+            Err(strings(&checked.problems))
         }
     }
 
@@ -592,10 +735,42 @@ not json
         let text = "\u{feff}{\"query_id\":\"direct-1\",\"decision\":\"accept\",\"text\":\"how long\"}\n";
         let rows = jsonl_rows(text.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(rows[0].shown_text.as_deref(), Some("how long"));
-        let (judgments, problems) = check_rows(rows, Some("ann"), "file");
+        let Checked { judgments, problems, .. } = check_rows(rows, Some("ann"), "file");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(judgments[0].shown_text.as_deref(), Some("how long"));
         assert_eq!(judgments[0].judgment.reviewer, "ann", "--reviewer fills in an empty reviewer");
+    }
+
+    #[test]
+    fn a_reviewer_map_is_id_equals_name_lines() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("annotators.txt");
+        fs_err::write(&path, "# who is who\n\n1 = Ann Lee\n2=bob\n").unwrap_or_else(|e| panic!("{e}"));
+        let map = ReviewerMap::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(map.names, BTreeMap::from([(1, "Ann Lee".to_owned()), (2, "bob".to_owned())]));
+        for (text, message) in [
+            ("ann=1\n", ":1: \"ann=1\" is not ID=NAME"),
+            ("1=a\n1=b\n", ":2: Label Studio user 1 is named twice"),
+        ] {
+            fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+            let err = ReviewerMap::read(&path).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains(message), "{err}");
+        }
+    }
+
+    #[test]
+    fn user_ids_are_named_once_and_never_guessed() {
+        let row = |user| RawRow { user: Some(user), ..RawRow::new(Location::Line(1)) };
+        let named = |rows: &[RawRow]| rows.iter().map(|r| r.reviewer.clone()).collect::<Vec<_>>();
+        let mut rows = vec![row(1), row(1)];
+        let one = Reviewers { name: Some("ann".into()), map: None };
+        assert!(name_users(&mut rows, &one).is_ok_and(|w| w.is_empty()));
+        assert_eq!(named(&rows), ["ann", "ann"]);
+        let mut rows = vec![row(1), row(2)];
+        assert!(matches!(name_users(&mut rows, &one), Err(Error::InvalidSetting { flag: "--reviewer", .. })));
+        let warnings = name_users(&mut rows, &Reviewers::default()).unwrap_or_default();
+        assert_eq!(named(&rows), ["label-studio-user-1", "label-studio-user-2"]);
+        assert!(warnings[0].contains("Label Studio users 1, 2"), "{warnings:?}");
     }
 
     #[test]

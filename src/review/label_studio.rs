@@ -1,16 +1,20 @@
 //! Label Studio: the labeling config and tasks that export writes, and the reading of Label
-//! Studio's JSON export back into decision rows.
+//! Studio's exports (JSON, and JSON-MIN) back into decision rows.
 //!
 //! Every task has the same fields: the query, a heading, and a fixed number of source and pool
-//! slots (as many as the fullest item needs), each with its HTML, heading and chunk id; an empty
-//! slot has empty values. Controls are named after the decision fields ([`super::field`]) and
-//! the slots (`source_1_grade`, `pool_3_grade`); the reader refuses a control it does not know,
-//! so a config and a reader that drift apart fail loudly.
+//! slots (as many as the fullest item needs), each with its HTML (heading included), chunk id
+//! and grade options. An empty slot has no HTML and no grade options: its chunk is inline
+//! HyperText and its grade buttons come from the task (dynamic choices), so Label Studio shows
+//! nothing for it. Controls are named after the decision fields ([`super::field`]) and the slots
+//! (`source_1_grade`, `pool_3_grade`); choices show words and store our labels (`alias`); the
+//! reader refuses a control it does not know, so a config and a reader that drift apart fail
+//! loudly.
 
 use super::decisions::{RawGrade, RawRow};
 use super::export::{ExportItem, escape_html};
 use super::{Decision, GRADE_MAX, Location, Problem, Role, Slot, field, slot_field};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -23,50 +27,86 @@ pub struct Slots {
     pub pool: usize,
 }
 
-/// Task data fields that are not slots.
+/// Task data fields that are not slots, and the suffix of a slot's grade options.
 mod data {
     /// Type, status, reason, absent term and id, on one line.
     pub const HEADING: &str = "heading";
     /// The query text.
     pub const QUERY: &str = "query";
-    /// A slot's heading: role, title, chunk id, machine grade.
-    pub const SLOT_HEADING: &str = "heading";
+    /// A slot's grade options (`source_1_grades`): Label Studio's dynamic choices.
+    pub const GRADES: &str = "grades";
+}
+
+/// What each grade means, as the grade buttons show it.
+const GRADE_WORDS: [&str; GRADE_MAX as usize + 1] =
+    ["not relevant", "on the topic, does not answer", "answers part", "answers fully"];
+
+/// The instructions at the top of the config, one paragraph each, in the annotators' words.
+const INSTRUCTIONS: [&str; 4] = [
+    "Read the query, then each chunk below it, and grade the chunk for the query: 0 = not relevant, \
+     1 = on the topic but does not answer it, 2 = answers part of it, 3 = answers it fully. \
+     Leave a grade empty to keep the machine's grade shown in the chunk's heading.",
+    "Then decide. Accept: a real question, right as it is (with your grades). Edit: a good question, \
+     badly worded: write the better wording below. Answerable: only for a query written to have no \
+     answer here (its heading starts with no_answer) that a chunk does answer: grade that chunk 1-3, \
+     or add it below. Reject: not a real question, or not about these documents: say why below.",
+    "A chunk marked \"modelled on (not relevant)\" is what a no-answer query was written from: \
+     the query should not be answerable from it.",
+    "A relevant chunk that is not shown: add it by its id as CHUNK_ID=GRADE (several separated by spaces).",
+];
+
+/// What each decision is called on its button.
+fn decision_words(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Accept => "Accept as it is",
+        Decision::Edit => "Edit the wording",
+        Decision::Answerable => "Answerable after all",
+        Decision::Reject => "Reject the query",
+    }
 }
 
 /// One Label Studio task: `{"data": {...}}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Task {
     /// The fields the config refers to as `$name`, plus `query_id` and each slot's chunk id.
-    pub data: BTreeMap<String, String>,
+    pub data: BTreeMap<String, Value>,
 }
 
 /// The task for an export item.
 #[must_use]
 pub fn task(item: &ExportItem, slots: Slots) -> Task {
     let mut data = BTreeMap::new();
-    data.insert(field::QUERY_ID.to_owned(), item.query_id.to_string());
-    data.insert(data::QUERY.to_owned(), item.text.clone());
-    data.insert(data::HEADING.to_owned(), heading(item));
+    data.insert(field::QUERY_ID.to_owned(), json!(item.query_id.as_str()));
+    data.insert(data::QUERY.to_owned(), json!(item.text));
+    data.insert(data::HEADING.to_owned(), json!(heading(item)));
+    let options: Vec<Value> = (0..=GRADE_MAX)
+        .zip(GRADE_WORDS)
+        .map(|(grade, words)| json!({"value": format!("{grade} = {words}"), "alias": grade.to_string()}))
+        .collect();
     for slot in Slot::all(slots.sources, slots.pool) {
         let chunk = item.chunk(slot);
-        let html = chunk.map(|c| format!("<div style=\"white-space: pre-wrap\">{}</div>", c.html));
-        data.insert(slot.name(), html.unwrap_or_default());
-        data.insert(slot.field(slot_field::ID), chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default());
-        let slot_heading = chunk.map_or_else(
-            || "(no chunk here: leave its grade empty)".to_owned(),
-            |c| {
-                let role = match (slot.role, item.query_type) {
-                    (Role::Source, crate::record::QueryType::NoAnswer) => {
-                        "modelled on (not relevant)".to_owned()
-                    }
-                    (Role::Source, _) => format!("source {}", slot.index),
-                    (Role::Pool, _) => format!("retrieved at rank {}", c.rank.unwrap_or_default()),
-                };
-                let machine = c.machine_grade.map_or_else(|| "none".to_owned(), |g| g.to_string());
-                format!("{role} · {} · {} · machine grade {machine}", c.title, c.chunk_id)
-            },
+        let html = chunk.map(|c| {
+            let role = match (slot.role, item.query_type) {
+                (Role::Source, crate::record::QueryType::NoAnswer) => "modelled on (not relevant)".to_owned(),
+                (Role::Source, _) => format!("source {}", slot.index),
+                (Role::Pool, _) => format!("retrieved at rank {}", c.rank.unwrap_or_default()),
+            };
+            let machine = c.machine_grade.map_or_else(|| "none".to_owned(), |g| g.to_string());
+            let heading = format!("{role} · {} · {} · machine grade {machine}", c.title, c.chunk_id);
+            format!(
+                "<div style=\"border-top: 1px solid #ccc; margin-top: 8px; padding-top: 4px\">\
+                 <div style=\"font-weight: bold\">{}</div><div style=\"white-space: pre-wrap\">{}</div></div>",
+                escape_html(&heading),
+                c.html
+            )
+        });
+        data.insert(slot.name(), json!(html.unwrap_or_default()));
+        data.insert(
+            slot.field(slot_field::ID),
+            json!(chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default()),
         );
-        data.insert(slot.field(data::SLOT_HEADING), slot_heading);
+        let grades = if chunk.is_some() { options.clone() } else { Vec::new() };
+        data.insert(slot.field(data::GRADES), Value::Array(grades));
     }
     Task { data }
 }
@@ -84,41 +124,45 @@ fn heading(item: &ExportItem) -> String {
 #[must_use]
 pub fn config(slots: Slots) -> String {
     let mut xml = String::from("<View>\n");
+    let _ = writeln!(
+        xml,
+        "  <View style=\"background: #f4f6fa; padding: 8px 12px; border-radius: 4px; margin-bottom: 12px\">"
+    );
+    let _ = writeln!(xml, "    <Header value=\"How to review\" size=\"5\"/>");
+    for (i, paragraph) in INSTRUCTIONS.iter().enumerate() {
+        let _ =
+            writeln!(xml, "    <Text name=\"instructions_{}\" value=\"{}\"/>", i + 1, escape_html(paragraph));
+    }
+    let _ = writeln!(xml, "  </View>");
     let _ = writeln!(xml, "  <Header value=\"${}\" size=\"5\"/>", data::HEADING);
     let _ = writeln!(xml, "  <Text name=\"{}\" value=\"${}\"/>", data::QUERY, data::QUERY);
     for slot in Slot::all(slots.sources, slots.pool) {
         let name = slot.name();
-        let _ = writeln!(xml, "  <View style=\"border-top: 1px solid #ccc; margin-top: 8px\">");
-        let _ = writeln!(xml, "    <Header value=\"${}\" size=\"6\"/>", slot.field(data::SLOT_HEADING));
-        let _ = writeln!(xml, "    <HyperText name=\"{name}\" value=\"${name}\"/>");
+        let _ = writeln!(xml, "  <HyperText name=\"{name}\" value=\"${name}\" inline=\"true\"/>");
         let _ = writeln!(
             xml,
-            "    <Choices name=\"{}\" toName=\"{name}\" choice=\"single\" showInline=\"true\">",
-            slot.field(slot_field::GRADE)
+            "  <Choices name=\"{}\" toName=\"{name}\" choice=\"single-radio\" showInline=\"true\" value=\"${}\"/>",
+            slot.field(slot_field::GRADE),
+            slot.field(data::GRADES)
         );
-        for (grade, hint) in (0..=GRADE_MAX).zip(["not relevant", "related", "answers part", "fully answers"])
-        {
-            let _ = writeln!(xml, "      <Choice value=\"{grade}\" hint=\"{hint}\"/>");
-        }
-        let _ = writeln!(xml, "    </Choices>\n  </View>");
     }
     let _ = writeln!(xml, "  <Header value=\"Decision\" size=\"5\"/>");
     let _ = writeln!(
         xml,
-        "  <Choices name=\"{}\" toName=\"{}\" choice=\"single\" showInline=\"true\">",
+        "  <Choices name=\"{}\" toName=\"{}\" choice=\"single-radio\" showInline=\"true\">",
         field::DECISION,
         data::QUERY
     );
     for decision in Decision::ALL {
-        let _ = writeln!(xml, "    <Choice value=\"{decision}\"/>");
+        let _ = writeln!(xml, "    <Choice value=\"{}\" alias=\"{decision}\"/>", decision_words(decision));
     }
     let _ = writeln!(xml, "  </Choices>");
     for (name, placeholder) in [
-        (field::REJECT_REASON, "reject: why"),
-        (field::EDITED_TEXT, "edit: the corrected query"),
+        (field::REJECT_REASON, "Reject: why"),
+        (field::EDITED_TEXT, "Edit: the better wording of the query"),
         (
             field::ADD,
-            "relevant chunks not shown, CHUNK_ID=GRADE separated by spaces (answerable: the chunk that answers it)",
+            "Relevant chunks not shown, as CHUNK_ID=GRADE separated by spaces (Answerable: the chunk that answers it)",
         ),
     ] {
         let _ = writeln!(
@@ -192,13 +236,21 @@ impl RegionValue {
     }
 }
 
-/// The decision rows of a Label Studio JSON export: one per annotation not cancelled.
+/// The decision rows of a Label Studio export, JSON (one per annotation not cancelled) or
+/// JSON-MIN (one per record).
 pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
     let bytes = super::decisions::without_bom(bytes);
-    let tasks: Vec<ExportedTask> = serde_json::from_slice(bytes).map_err(|e| {
+    let not_an_export = |e: serde_json::Error| {
         let at = Location::Line(e.line());
         vec![Problem::new(at, format!("not a Label Studio JSON export (a list of tasks): {e}"))]
-    })?;
+    };
+    let records: Vec<Value> = serde_json::from_slice(bytes).map_err(not_an_export)?;
+    let is_min = |r: &Value| r.get("annotator").is_some() || r.get("annotation_id").is_some();
+    let is_full = |r: &Value| r.get("data").is_some() || r.get("annotations").is_some();
+    if !records.iter().any(is_full) && records.iter().any(is_min) {
+        return min_rows(records);
+    }
+    let tasks: Vec<ExportedTask> = serde_json::from_value(Value::Array(records)).map_err(not_an_export)?;
     let mut rows = Vec::new();
     let mut problems = Vec::new();
     for (t, task) in tasks.iter().enumerate() {
@@ -211,10 +263,10 @@ pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
 }
 
 fn row(at: Location, task: &ExportedTask, annotation: &Annotation, problems: &mut Vec<Problem>) -> RawRow {
-    let data = |name: &str| task.data.get(name).and_then(serde_json::Value::as_str).unwrap_or_default();
+    let data = |name: &str| task.data.get(name).and_then(Value::as_str).unwrap_or_default();
     let mut row = RawRow::new(at);
     row.set(field::QUERY_ID, data(field::QUERY_ID));
-    row.set(field::REVIEWER, &reviewer(annotation.completed_by.as_ref()));
+    annotator(&mut row, annotation.completed_by.as_ref());
     for region in &annotation.result {
         let name = region.from_name.as_str();
         let value = region.value.as_text();
@@ -233,17 +285,103 @@ fn row(at: Location, task: &ExportedTask, annotation: &Annotation, problems: &mu
     row
 }
 
-/// A reviewer name from `completed_by`: an email, or `label-studio-user-<id>`.
-fn reviewer(completed_by: Option<&serde_json::Value>) -> String {
+/// Label Studio's own fields of a JSON-MIN record.
+const MIN_META: [&str; 6] = ["id", "annotator", "annotation_id", "created_at", "updated_at", "lead_time"];
+
+/// The rows of a JSON-MIN export: each record is one annotation, the task's data and the
+/// controls' values side by side, so a key is a control when it is not one of the fields the
+/// tasks carry (or Label Studio's own).
+fn min_rows(records: Vec<Value>) -> Result<Vec<RawRow>, Vec<Problem>> {
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    let mut tasks: Vec<Option<u64>> = Vec::new();
+    let mut annotations: BTreeMap<usize, usize> = BTreeMap::new();
+    for record in records {
+        let Value::Object(record) = record else {
+            problems.push(Problem::new(
+                Location::Task { task: tasks.len() + 1, id: None, annotation: 1 },
+                "not an object",
+            ));
+            continue;
+        };
+        let id = record.get("id").and_then(Value::as_u64);
+        let task = if let Some(i) = tasks.iter().position(|&t| t.is_some() && t == id) {
+            i + 1
+        } else {
+            tasks.push(id);
+            tasks.len()
+        };
+        let annotation = annotations.entry(task).or_default();
+        *annotation += 1;
+        let at = Location::Task { task, id, annotation: *annotation };
+        let text = |name: &str| record.get(name).and_then(min_text).unwrap_or_default();
+        let mut row = RawRow::new(at);
+        row.set(field::QUERY_ID, &text(field::QUERY_ID));
+        annotator(&mut row, record.get("annotator"));
+        for (name, value) in &record {
+            if MIN_META.contains(&name.as_str()) || name == field::QUERY_ID || is_task_field(name) {
+                continue;
+            }
+            let Some(value) = min_text(value) else {
+                problems
+                    .push(Problem::new(at, format!("{name}: a value Label Studio does not write: {value}")));
+                continue;
+            };
+            if name != field::REVIEWER && row.set(name, &value) {
+                continue;
+            }
+            match Slot::parse_field(name) {
+                Some((slot, slot_field::GRADE)) => row.grades.push(RawGrade {
+                    field: name.clone(),
+                    chunk_id: text(&slot.field(slot_field::ID)),
+                    grade: value.trim().to_owned(),
+                }),
+                _ => problems.push(Problem::new(at, format!("unknown control {name:?} (JSON-MIN)"))),
+            }
+        }
+        rows.push(row);
+    }
+    if problems.is_empty() { Ok(rows) } else { Err(problems) }
+}
+
+/// Whether `name` is a field of the tasks export writes (not a control).
+fn is_task_field(name: &str) -> bool {
+    let is_slot =
+        || Slot::parse_field(&format!("{name}_{}", slot_field::ID)).is_some_and(|(s, _)| s.name() == name);
+    match Slot::parse_field(name) {
+        Some((_, suffix)) => suffix != slot_field::GRADE,
+        None => name == data::QUERY || name == data::HEADING || is_slot(),
+    }
+}
+
+/// A JSON-MIN value as text: a string or number; a list of texts (one per line); or
+/// `{"text": […]}` / `{"choices": […]}`, as Label Studio writes a control with several values.
+fn min_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Null => Some(String::new()),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(|l| l.join("\n")),
+        Value::Object(map) => map.get("text").or_else(|| map.get("choices")).and_then(min_text),
+        Value::Bool(_) => None,
+    }
+}
+
+/// The annotator of a row: an email (older exports) names them; a bare number is a Label Studio
+/// user id, named later from `--reviewer` or `--reviewer-map`.
+fn annotator(row: &mut RawRow, completed_by: Option<&Value>) {
     match completed_by {
-        Some(serde_json::Value::Number(id)) => format!("label-studio-user-{id}"),
-        Some(serde_json::Value::Object(user)) => user
-            .get("email")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| user.get("id").map(|id| format!("label-studio-user-{id}")))
-            .unwrap_or_default(),
-        _ => String::new(),
+        Some(Value::Number(id)) => row.user = id.as_u64(),
+        Some(Value::String(name)) => name.trim().clone_into(&mut row.reviewer),
+        Some(Value::Object(user)) => match user.get("email").and_then(Value::as_str) {
+            Some(email) => email.trim().clone_into(&mut row.reviewer),
+            None => row.user = user.get("id").and_then(Value::as_u64),
+        },
+        _ => {}
     }
 }
 
@@ -264,10 +402,40 @@ mod tests {
             {"completed_by": 5, "was_cancelled": true, "result": []}]}]"#;
         let rows = rows(export.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].reviewer.as_str(), rows[0].decision.as_str()), ("label-studio-user-3", "reject"));
+        assert_eq!(
+            (rows[0].user, rows[0].reviewer.as_str(), rows[0].decision.as_str()),
+            (Some(3), "", "reject")
+        );
         assert_eq!(rows[0].reject_reason, "off\ntopic");
         assert_eq!((rows[0].grades[0].chunk_id.as_str(), rows[0].grades[0].grade.as_str()), ("a:1", "1"));
         assert_eq!(rows[1].reviewer, "bob@example.org");
+    }
+
+    #[test]
+    fn json_min_records_are_annotations_with_the_task_data_beside_them() {
+        let export = r#"[
+          {"id": 7, "query_id": "direct-1", "query": "q", "heading": "h", "source_1": "<div/>", "source_1_id": "a:1",
+           "source_1_grades": [{"value": "0 = not relevant", "alias": "0"}], "source_2": "", "source_2_id": "",
+           "source_1_grade": "2", "decision": "reject", "reject_reason": {"text": ["off", "topic"]},
+           "annotator": 1, "annotation_id": 3, "created_at": "x", "updated_at": "x", "lead_time": null},
+          {"id": 7, "query_id": "direct-1", "source_1_id": "a:1", "decision": "accept", "annotator": "bob@example.org", "annotation_id": 2},
+          {"id": 8, "query_id": "direct-2", "decision": "accept", "mood": "fine", "annotator": 2, "annotation_id": 4}]"#;
+        let problems = rows(export.as_bytes()).err().unwrap_or_default();
+        assert_eq!(
+            problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["task 2 (id 8), annotation 1: unknown control \"mood\" (JSON-MIN)"]
+        );
+        let rows =
+            rows(export.replace(r#""mood": "fine", "#, "").as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            (rows[0].user, rows[0].decision.as_str(), rows[0].reject_reason.as_str()),
+            (Some(1), "reject", "off\ntopic")
+        );
+        assert_eq!((rows[0].grades[0].chunk_id.as_str(), rows[0].grades[0].grade.as_str()), ("a:1", "2"));
+        assert_eq!(rows[1].at, Location::Task { task: 1, id: Some(7), annotation: 2 });
+        assert_eq!((rows[1].user, rows[1].reviewer.as_str()), (None, "bob@example.org"));
+        assert_eq!(rows[2].at, Location::Task { task: 2, id: Some(8), annotation: 1 });
     }
 
     #[test]

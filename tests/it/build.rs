@@ -289,3 +289,57 @@ fn print_prompts_shows_the_effective_templates() {
     assert_eq!(offline.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&offline.stderr).contains("--generator llm needs an endpoint"));
 }
+
+/// The manifest records what ran: each stage's settings as the stage used them, and what the
+/// pipeline derived for the filter (no placeholders).
+#[test]
+fn the_manifest_records_what_each_stage_used() {
+    let dir = tempdir();
+    let args =
+        ["--queries", "40", "--top-n", "4", "--pool-depth", "3", "--review-size", "12", "--per-doc-cap", "3"];
+    let run = build(dir.path(), &sample_corpus(), &args);
+    run.assert_code(0);
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let filter = &manifest["config"]["filter"];
+    let keys: BTreeSet<&str> =
+        filter.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    assert_eq!(
+        keys,
+        BTreeSet::from([
+            "top_n",
+            "on_miss",
+            "multi_hop_rule",
+            "pool_depth",
+            "max_paraphrase_overlap",
+            "on_copy"
+        ]),
+        "settings only: what the pipeline derives is not config ({filter})"
+    );
+    // The offline generator has no judge: the filter checked hop terms, and the corpus language.
+    assert_eq!(manifest["filter_checks"], serde_json::json!({"language": "en", "hop_terms": true}));
+    assert_eq!(manifest["language"], "en");
+
+    // What the stages did agrees with the settings recorded.
+    let top_n = filter["top_n"].as_u64().unwrap_or_default();
+    assert_eq!(top_n, 4);
+    let queries = run.jsonl("queries.jsonl");
+    for q in queries.iter().filter(|q| str_field(q, "/metadata/type") != "no_answer") {
+        let ranks = q.pointer("/metadata/ranks").and_then(Value::as_array).cloned().unwrap_or_default();
+        assert!(ranks.iter().all(|r| r.as_u64().is_some_and(|r| r <= top_n)), "{q}");
+    }
+    let pool_depth = filter["pool_depth"].as_u64().unwrap_or_default();
+    assert_eq!(pool_depth, 3);
+    let queue = run.jsonl("review_queue.jsonl");
+    assert_eq!(Some(queue.len() as u64), manifest["config"]["review"]["size"].as_u64());
+    assert!(queue.iter().any(|r| r["pool"].as_array().is_some_and(|p| p.len() as u64 == pool_depth)));
+    assert!(queue.iter().all(|r| r["pool"].as_array().is_some_and(|p| p.len() as u64 <= pool_depth)));
+    let mut per_doc: BTreeMap<String, u64> = BTreeMap::new();
+    for q in &queries {
+        let source = str_field(q, "/metadata/sources/0");
+        *per_doc.entry(source.split(':').next().unwrap_or_default().to_owned()).or_default() += 1;
+    }
+    let cap = manifest["per_doc_cap"].as_u64().unwrap_or_default();
+    assert_eq!(cap, 3);
+    assert!(per_doc.values().all(|&n| n <= cap), "{per_doc:?}");
+    assert_eq!(manifest["config"]["per_doc_cap"], 3);
+}

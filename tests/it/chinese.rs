@@ -45,6 +45,7 @@ fn the_offline_generator_writes_chinese_queries_that_find_their_chunks() {
     run.assert_code(0);
     let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(manifest["language"], "zh");
+    assert_eq!(manifest["filter_checks"]["language"], "zh", "the filter checked the corpus language");
     assert_eq!(manifest["corpus"]["languages"]["zh"], 20);
     let queries = run.jsonl("queries.jsonl");
     assert_eq!(queries.len(), 100);

@@ -248,6 +248,7 @@ async fn a_pooled_chunk_graded_2_becomes_a_qrels_row_with_grade_2() {
     assert_eq!(counters.judge_requests(), 1);
     let m = manifest(&run);
     assert_eq!(m["config"]["judge"]["pool"], 2);
+    assert_eq!(m["filter_checks"]["hop_terms"], false, "the judge checks multi_hop hops, not hop terms");
 }
 
 #[test]

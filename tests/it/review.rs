@@ -329,7 +329,9 @@ fn label_studio_config_and_tasks_agree_and_its_export_applies() {
     assert_eq!(tasks.len(), 50);
     for task in &tasks {
         for var in &vars {
-            assert!(task["data"].get(var).is_some_and(Value::is_string), "task lacks ${var}: {task}");
+            // Text, or (a slot's grade options) a list.
+            let value = task["data"].get(var);
+            assert!(value.is_some_and(|v| v.is_string() || v.is_array()), "task lacks ${var}: {task}");
         }
     }
     let mut expected: BTreeSet<String> =
@@ -950,8 +952,22 @@ fn resolved_judgments_are_checked_and_agree_json_holds_the_outcome() {
     assert_eq!(manifest(&set)["review"]["version"], 2);
 }
 
+/// Runs the binary with a stdout whose reading end is already closed, so its first write fails
+/// with a broken pipe (as `| head -1` does once head has its line).
+fn with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("{e}"));
+    drop(reader);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 #[test]
-fn a_closed_stdout_is_not_a_crash() {
+fn a_closed_stdout_exits_0_quietly_in_every_command() {
     let dir = tempdir();
     let set = built(dir.path());
     let queue = set.jsonl("review_queue.jsonl");
@@ -963,21 +979,306 @@ fn a_closed_stdout_is_not_a_crash() {
             .collect();
         write(path, jsonl(&lines));
     }
-    let set_dir = path_str(&set.out);
-    for args in [
+    // A set with a problem, so validate prints it.
+    let broken = dir.path().join("broken");
+    fs_err::create_dir_all(broken.join("qrels")).unwrap_or_else(|e| panic!("{e}"));
+    for name in ["corpus.jsonl", "queries.jsonl", "qrels.trec", "qrels/test.tsv", "no_answer.txt"] {
+        fs_err::copy(set.out.join(name), broken.join(name)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut trec = fs_err::read_to_string(broken.join("qrels.trec")).unwrap_or_default();
+    trec.push_str("nobody 0 nothing 3\n");
+    write(&broken.join("qrels.trec"), trec);
+
+    let run_file = dir.path().join("bm25.run");
+    let (set_dir, corpus, out) = (path_str(&set.out), sample_corpus(), dir.path().join("again"));
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["validate", "--set", path_str(&broken)],
+        vec!["--help"],
+        vec!["review", "apply", "--help"],
+        vec!["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--quiet"],
+        vec!["build", "--print-prompts"],
+        vec!["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--dry-run", "--quiet"],
+        vec!["review", "export", "--set", set_dir, "--format", "jsonl"],
         vec!["review", "status", "--set", set_dir],
+        vec!["review", "status", "--set", set_dir, "--json"],
         vec!["review", "agree", "--set", set_dir, "--decisions", path_str(&a), "--decisions", path_str(&b)],
-    ] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
+        vec!["run", "--set", set_dir, "--to", path_str(&run_file), "--quiet"],
+        vec!["eval", "--set", set_dir, "--run", path_str(&run_file), "--resamples", "100"],
+        vec!["review", "apply", "--set", set_dir, "--decisions", path_str(&a)],
+    ];
+    for args in &commands {
+        let (code, stderr) = with_closed_stdout(args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
+    }
+    assert_eq!(manifest(&set)["review"]["version"], 2, "apply did its work before its report failed");
+}
+
+/// The sample set built in `dir`, and its Label Studio tasks and config.
+fn label_studio_export(dir: &Path) -> (Run, Vec<Value>, String) {
+    let set = built(dir);
+    let tasks_path = dir.join("ls/tasks.json");
+    export(&set, "label-studio", &tasks_path);
+    let xml = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
+    let tasks = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    (set, tasks, xml)
+}
+
+#[test]
+fn empty_label_studio_slots_show_nothing_and_a_grade_there_is_ignored_with_a_warning() {
+    let dir = tempdir();
+    let (set, tasks, xml) = label_studio_export(dir.path());
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
+    // Each slot's grades come from the task (Label Studio's dynamic choices): none for an empty
+    // slot, so it shows no buttons; its chunk is inline HTML, so an empty one shows no box.
+    for slot in ["source_1", "source_2", "pool_1", "pool_5"] {
+        let grade = doc
+            .descendants()
+            .find(|n| n.attribute("name") == Some(&format!("{slot}_grade")))
+            .unwrap_or_else(|| panic!("no {slot}_grade control"));
+        assert_eq!(grade.attribute("value"), Some(format!("${slot}_grades").as_str()), "{xml}");
+        let text =
+            doc.descendants().find(|n| n.attribute("name") == Some(slot)).unwrap_or_else(|| panic!("{slot}"));
+        assert_eq!((text.tag_name().name(), text.attribute("inline")), ("HyperText", Some("true")));
+    }
+    let one_source = tasks
+        .iter()
+        .position(|t| t["data"]["source_2_id"] == "" && data_type(t) == "direct")
+        .unwrap_or_else(|| panic!("a direct task (one source)"));
+    let data = &tasks[one_source]["data"];
+    assert_eq!(
+        (data["source_2"].as_str(), data["source_2_grades"].as_array().map(Vec::len)),
+        (Some(""), Some(0))
+    );
+    let options = data["source_1_grades"].as_array().cloned().unwrap_or_default();
+    let aliases: Vec<&str> = options.iter().filter_map(|o| o["alias"].as_str()).collect();
+    assert_eq!(aliases, ["0", "1", "2", "3"], "what Label Studio stores is the grade");
+    assert!(
+        options.iter().all(|o| o["value"].as_str().is_some_and(|v| v.len() > 1)),
+        "each grade says what it means"
+    );
+
+    // An annotation that grades the empty slot anyway (an old config, or a slip) still applies.
+    let mut annotated = tasks.clone();
+    annotated[one_source]["annotations"] = json!([{"id": 1, "completed_by": {"id": 7, "email": "cy@example.org"}, "result": [
+        region("decision", "accept"), region("source_2_grade", "2"), region("source_1_grade", "3")]}]);
+    let path = dir.path().join("ls-export.json");
+    write(&path, serde_json::to_string(&annotated).unwrap_or_default());
+    let applied = apply(&set, &path, &[]);
+    applied.assert_code(0);
+    assert!(
+        applied.stderr.contains("warning:")
+            && applied.stderr.contains("source_2_grade: a grade on an empty slot"),
+        "{}",
+        applied.stderr
+    );
+    let query_id = data["query_id"].as_str().unwrap_or_default();
+    let source = data["source_1_id"].as_str().unwrap_or_default();
+    assert_eq!(
+        provenance(&set).get(&(query_id.to_owned(), source.to_owned())),
+        Some(&(3, "human".to_owned()))
+    );
+}
+
+#[test]
+fn the_label_studio_config_explains_grades_and_decisions_in_plain_words() {
+    let dir = tempdir();
+    let (_, _, xml) = label_studio_export(dir.path());
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
+    let view = doc
+        .descendants()
+        .find(|n| n.attribute("name").is_some_and(|name| name.starts_with("instructions")))
+        .and_then(|n| n.parent())
+        .unwrap_or_else(|| panic!("no instructions in {xml}"));
+    let text: String = view.descendants().filter_map(|n| n.attribute("value")).collect::<Vec<_>>().join("\n");
+    for grade in ["0 =", "1 =", "2 =", "3 ="] {
+        assert!(text.contains(grade), "grade {grade} explained: {text}");
+    }
+    for decision in ["Accept", "Edit", "Answerable", "Reject"] {
+        assert!(text.contains(decision), "{decision} explained: {text}");
+    }
+    for internal in ["source_in_top_n", "no_answer_confirmed", "flagged", "kept", "_grade", "provenance"] {
+        assert!(!text.contains(internal), "{internal:?} is an internal name: {text}");
+    }
+    // The instructions come before the query, and the decisions show words, store our labels.
+    let first = doc.root_element().first_element_child().unwrap_or_else(|| panic!("empty config"));
+    assert_eq!(Some(first), Some(view));
+    let choices: Vec<(String, String)> = doc
+        .descendants()
+        .filter(|n| {
+            n.tag_name().name() == "Choice"
+                && n.parent().and_then(|p| p.attribute("name")) == Some("decision")
+        })
+        .map(|n| {
+            (
+                n.attribute("alias").unwrap_or_default().to_owned(),
+                n.attribute("value").unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        choices.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
+        ["accept", "edit", "answerable", "reject"]
+    );
+    assert!(choices.iter().all(|(alias, shown)| shown.len() > alias.len()), "{choices:?}");
+}
+
+#[test]
+fn label_studio_user_ids_are_named_by_reviewer_or_reviewer_map_and_json_min_is_read() {
+    let dir = tempdir();
+    let (set, tasks, _) = label_studio_export(dir.path());
+    let direct: Vec<usize> = (0..tasks.len()).filter(|&t| data_type(&tasks[t]) == "direct").take(2).collect();
+    let query_id = |t: usize| tasks[t]["data"]["query_id"].as_str().unwrap_or_default().to_owned();
+    let reviewer_of = |id: &str| {
+        let queries = set.jsonl("queries.jsonl");
+        query(&queries, id).map(|q| str_field(q, "/metadata/review/reviewer").to_owned())
+    };
+    // Label Studio's JSON export names annotators by number only.
+    let mut annotated = tasks.clone();
+    annotated[direct[0]]["annotations"] =
+        json!([{"id": 1, "completed_by": 1, "result": [region("decision", "accept")]}]);
+    let path = dir.path().join("ls-export.json");
+    write(&path, serde_json::to_string(&annotated).unwrap_or_default());
+    apply(&set, &path, &["--reviewer", "ann"]).assert_code(0);
+    assert_eq!(reviewer_of(&query_id(direct[0])).as_deref(), Some("ann"), "--reviewer names the one user id");
+
+    // Two annotators: --reviewer cannot name both; a map can.
+    annotated[direct[1]]["annotations"] =
+        json!([{"id": 2, "completed_by": 2, "result": [region("decision", "accept")]}]);
+    write(&path, serde_json::to_string(&annotated).unwrap_or_default());
+    let ambiguous = apply(&set, &path, &["--reviewer", "ann"]);
+    ambiguous.assert_code(2);
+    assert!(ambiguous.stderr.contains("--reviewer-map"), "{}", ambiguous.stderr);
+    let map = dir.path().join("annotators.txt");
+    write(&map, "# Label Studio user id = name\n1=ann\n");
+    let missing = apply(&set, &path, &["--reviewer-map", path_str(&map)]);
+    missing.assert_code(2);
+    assert!(
+        missing.stderr.contains("user 2") && missing.stderr.contains("annotators.txt"),
+        "{}",
+        missing.stderr
+    );
+    write(&map, "1 = ann\n2 = bob\n");
+    apply(&set, &path, &["--reviewer-map", path_str(&map)]).assert_code(0);
+    assert_eq!(reviewer_of(&query_id(direct[1])).as_deref(), Some("bob"));
+
+    // Unnamed user ids still apply, with a warning that says how to name them.
+    let unnamed = apply(&set, &path, &[]);
+    unnamed.assert_code(0);
+    assert!(
+        unnamed.stderr.contains("warning:") && unnamed.stderr.contains("--reviewer-map"),
+        "{}",
+        unnamed.stderr
+    );
+
+    // JSON-MIN: one flat record per annotation, the task's data beside the controls.
+    let mut record = tasks[direct[0]]["data"].clone();
+    record["id"] = json!(17);
+    record["decision"] = json!("reject");
+    record["reject_reason"] = json!({"text": ["off", "topic"]});
+    record["annotator"] = json!(2);
+    record["annotation_id"] = json!(9);
+    let min = dir.path().join("ls-export-min.json");
+    write(&min, serde_json::to_string(&json!([record])).unwrap_or_default());
+    apply(&set, &min, &["--reviewer-map", path_str(&map)]).assert_code(0);
+    assert!(reviewer_of(&query_id(direct[0])).is_none(), "rejected by bob");
+    let queries = set.jsonl("queries.jsonl");
+    assert!(query(&queries, &query_id(direct[0])).is_none());
+}
+
+/// A file of `tests/fixtures/label-studio/`: exports from a real Label Studio (the version in
+/// `label-studio-version.txt`), made by `tests/interop/label-studio.sh --update-fixtures` from the
+/// sample set this suite builds.
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/label-studio").join(name)
+}
+
+#[test]
+fn real_label_studio_json_and_json_min_exports_apply_alike() {
+    let version = fs_err::read_to_string(fixture("label-studio-version.txt")).unwrap_or_default();
+    assert!(version.starts_with("1.23"), "fixtures from Label Studio {version}");
+    let map = fixture("annotators.txt");
+    let (dir_json, dir_min) = (tempdir(), tempdir());
+    let (json_set, min_set) = (built(dir_json.path()), built(dir_min.path()));
+    let hint =
+        "the fixtures no longer fit the sample set: rerun tests/interop/label-studio.sh --update-fixtures";
+
+    let applied = apply(&json_set, &fixture("export.json"), &["--reviewer-map", path_str(&map)]);
+    assert_eq!(applied.code, Some(0), "{hint}\n{}", applied.stderr);
+    assert!(
+        applied.stdout.contains("4 accepted, 1 edited, 1 answerable, 1 rejected, 5 grades"),
+        "{}",
+        applied.stdout
+    );
+    assert!(applied.stderr.contains("source_2_grade: a grade on an empty slot"), "{}", applied.stderr);
+    let min = apply(&min_set, &fixture("export-min.json"), &["--reviewer-map", path_str(&map)]);
+    assert_eq!(min.code, Some(0), "{hint}\n{}", min.stderr);
+    assert_eq!(json_set.file("queries.jsonl"), min_set.file("queries.jsonl"), "JSON-MIN reads as JSON");
+    assert_eq!(json_set.file("qrels/provenance.tsv"), min_set.file("qrels/provenance.tsv"));
+
+    // Every annotator is named through the map, as Label Studio numbered them.
+    let export: Vec<Value> =
+        serde_json::from_str(&fs_err::read_to_string(fixture("export.json")).unwrap_or_default())
             .unwrap_or_else(|e| panic!("{e}"));
-        drop(child.stdout.take());
-        let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    let names = BTreeMap::from([(1, "ann"), (2, "bob")]);
+    let queries = json_set.jsonl("queries.jsonl");
+    let mut seen = BTreeSet::new();
+    for task in &export {
+        let annotation = &task["annotations"][0];
+        let user = annotation["completed_by"].as_u64().unwrap_or_else(|| panic!("a numeric completed_by"));
+        let id = task["data"]["query_id"].as_str().unwrap_or_default();
+        if let Some(q) = query(&queries, id) {
+            assert_eq!(str_field(q, "/metadata/review/reviewer"), names[&user], "{id}");
+            seen.insert(names[&user]);
+        }
+    }
+    assert_eq!(seen, BTreeSet::from(["ann", "bob"]));
+    // The grade clicked in the real UI (task 7: "3 = answers fully", "Accept as it is") is a 3.
+    let clicked = export.iter().find(|t| t["id"] == 7).unwrap_or_else(|| panic!("the UI task"));
+    let (id, chunk) = (str_field(&clicked["data"], "/query_id"), str_field(&clicked["data"], "/source_1_id"));
+    assert_eq!(provenance(&json_set).get(&(id.to_owned(), chunk.to_owned())), Some(&(3, "human".to_owned())));
+}
+
+#[test]
+fn real_label_studio_user_ids_without_names_are_kept_with_a_warning() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let applied = apply(&set, &fixture("export.json"), &[]);
+    applied.assert_code(0);
+    assert!(
+        applied.stderr.contains("annotators are known only as Label Studio users 1, 2"),
+        "{}",
+        applied.stderr
+    );
+    let reviewers: BTreeSet<String> = set
+        .jsonl("queries.jsonl")
+        .iter()
+        .filter_map(|q| q.pointer("/metadata/review/reviewer").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    assert_eq!(
+        reviewers,
+        BTreeSet::from(["label-studio-user-1".to_owned(), "label-studio-user-2".to_owned()])
+    );
+}
+
+#[test]
+fn real_label_studio_agreement_exports_compare_two_named_reviewers() {
+    let dir = tempdir();
+    let set = built(dir.path());
+    let map = fixture("annotators.txt");
+    for file in ["agree.json", "agree-min.json"] {
+        let decisions = fixture(file);
+        let mut args = vec!["review", "agree", "--set", path_str(&set.out), "--json"];
+        args.extend(["--decisions", path_str(&decisions), "--reviewer-map", path_str(&map)]);
+        let run = cli(&set.out, &args);
+        run.assert_code(0);
+        let json: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+        let mut reviewers: Vec<&str> =
+            json["reviewers"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        reviewers.sort_unstable();
+        assert_eq!(reviewers, ["ann", "bob"], "{file}");
+        assert_eq!(json["decisions"]["items"], 3, "{file}");
+        assert_eq!(json["disagreements"].as_array().map(Vec::len), Some(2), "{file}");
     }
 }
