@@ -431,6 +431,7 @@ impl Rounds {
                     style: draft.style,
                     evidence: draft.evidence,
                     answer: draft.answer,
+                    topic: draft.topic.map(|t| t.into_iter().map(|c| index.meta(c).id.clone()).collect()),
                     generator: generator.name().to_owned(),
                     round: request.round,
                 }

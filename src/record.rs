@@ -122,6 +122,10 @@ pub struct Candidate {
     /// A short answer (LLM generator).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub answer: Option<String>,
+    /// For a topical query (offline generator): the chunks on its topic, co-relevant with its
+    /// sources; its sources and these are all graded [`grade::TOPIC`].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub topic: Option<Vec<ChunkId>>,
     /// Which generator wrote it, e.g. `offline`.
     pub generator: String,
     /// Generation round (1 = first; later rounds top up types that fell short).
@@ -143,6 +147,7 @@ impl Candidate {
             style: None,
             evidence: Vec::new(),
             answer: None,
+            topic: None,
             generator: "test".into(),
             round: 1,
         }
@@ -404,6 +409,9 @@ pub mod grade {
     pub const SOURCE: u8 = 3;
     /// One hop of a `multi_hop` query: needed, but answers only part of the query.
     pub const HOP: u8 = 2;
+    /// A chunk on the topic of a topical query (offline generator), its sources included: a
+    /// bag of topical words has no single answer, every chunk on the topic is related to it.
+    pub const TOPIC: u8 = 1;
 }
 
 /// Where a relevance judgment comes from (recorded in `qrels/provenance.tsv`).
@@ -414,6 +422,9 @@ pub enum Provenance {
     Source,
     /// A near-identical copy of a source chunk (co-relevant).
     Duplicate,
+    /// On the topic of a topical query (offline generator): close to its sources in the
+    /// corpus's latent topic space.
+    Topic,
     /// Graded by the LLM judge (pooling, or a reclassified `no_answer` query).
     Judge,
     /// Set by a human reviewer; overrides every other provenance.
@@ -427,6 +438,7 @@ impl Provenance {
         match self {
             Self::Source => "source",
             Self::Duplicate => "duplicate",
+            Self::Topic => "topic",
             Self::Judge => "judge",
             Self::Human => "human",
         }
@@ -435,7 +447,7 @@ impl Provenance {
     /// Parses a label as written by [`Provenance::label`].
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        [Self::Source, Self::Duplicate, Self::Judge, Self::Human].into_iter().find(|p| p.label() == label)
+        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human].into_iter().find(|p| p.label() == label)
     }
 }
 

@@ -49,6 +49,9 @@ pub struct Draft {
     pub evidence: Vec<String>,
     /// A short answer (LLM generator).
     pub answer: Option<String>,
+    /// For a topical query (offline generator): positions of the chunks on its topic, which
+    /// are co-relevant with its sources.
+    pub topic: Option<Vec<usize>>,
 }
 
 /// A request the generator could not serve, and why.

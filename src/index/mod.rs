@@ -10,9 +10,11 @@
 
 mod analyzer;
 mod segment;
+mod topics;
 
 pub use analyzer::{Analyzer, Token};
 pub use segment::Segmenter;
+pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 
 use crate::error::{Error, Result};
 use crate::id::ChunkId;

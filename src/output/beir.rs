@@ -123,13 +123,16 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
         let grade = match (c.query_type, judged.query_type()) {
             (_, QueryType::NoAnswer) => continue,
             (QueryType::NoAnswer, _) => None,
+            _ if c.topic.is_some() => Some(grade::TOPIC),
             (QueryType::MultiHop, _) => Some(grade::HOP),
             (QueryType::Direct | QueryType::Paraphrase, _) => Some(grade::SOURCE),
         };
+        let topic = c.topic.iter().flatten().map(|chunk| (chunk, grade::TOPIC, Provenance::Topic));
         let sources = grade.into_iter().flat_map(|g| {
             let sources = c.sources.iter().map(move |chunk| (chunk, g, Provenance::Source));
             sources.chain(v.copies.iter().map(move |chunk| (chunk, g, Provenance::Duplicate)))
         });
+        let sources = sources.chain(topic);
         // Grade 0 too: "judged not relevant" is not "never judged" ([`write_qrels`] keeps it in
         // the provenance file only).
         let judged = v.pool.iter().filter_map(|p| p.grade.map(|g| (&p.chunk_id, g, Provenance::Judge)));

@@ -48,21 +48,34 @@ fn sample_build_meets_every_invariant() {
     let pairs: BTreeSet<(&str, &str)> = trec.iter().map(|(q, c, _)| (q.as_str(), c.as_str())).collect();
     assert_eq!(pairs.len(), trec.len(), "repeated qrels pairs");
     let by_id: BTreeMap<&str, &Value> = queries.iter().map(|q| (str_field(q, "/_id"), q)).collect();
+    // Offline queries are topical: their sources and the chunks on their topic, all grade 1.
+    let provenance = run.file("qrels/provenance.tsv");
+    let origin: BTreeMap<(&str, &str), &str> = provenance
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('\t').collect();
+            Some(((*cells.first()?, *cells.get(1)?), *cells.get(3)?))
+        })
+        .collect();
     for (q, c, grade) in &trec {
         assert!(corpus.contains(c), "dangling chunk {c}");
-        let query = by_id.get(q.as_str()).unwrap_or_else(|| panic!("dangling query {q}"));
-        let expected = if str_field(query, "/metadata/type") == "multi_hop" { 2 } else { 3 };
-        assert_eq!(*grade, expected, "{q}");
+        assert!(by_id.contains_key(q.as_str()), "dangling query {q}");
+        assert_eq!(*grade, 1, "{q}");
+        assert!(["source", "duplicate", "topic"].contains(&origin[&(q.as_str(), c.as_str())]), "{q} {c}");
     }
     for q in &queries {
         let id = str_field(q, "/_id");
         let relevant = trec.iter().filter(|(qid, _, _)| qid == id).count();
+        let sources = trec.iter().filter(|(qid, c, _)| qid == id && origin[&(qid.as_str(), c.as_str())] == "source");
         match str_field(q, "/metadata/type") {
             "no_answer" => assert_eq!(relevant, 0, "{id}"),
-            "multi_hop" => assert_eq!(relevant, 2, "{id}"),
-            _ => assert_eq!(relevant, 1, "{id}"),
+            "multi_hop" => assert_eq!(sources.count(), 2, "{id}"),
+            _ => assert_eq!(sources.count(), 1, "{id}"),
         }
     }
+    let topical = queries.iter().filter(|q| trec.iter().filter(|(qid, _, _)| qid == str_field(q, "/_id")).count() > 2);
+    assert!(topical.count() * 2 > queries.len() / 2, "most answerable queries have chunks on their topic");
     let tsv = run.file("qrels/test.tsv");
     let tsv_rows: Vec<&str> = tsv.lines().collect();
     assert_eq!(tsv_rows[0], "query-id\tcorpus-id\tscore");
