@@ -11,6 +11,7 @@ use crate::generate::is_query_word;
 use crate::id::ChunkId;
 use crate::index::{ChunkIndex, Hit, Token};
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
+use crate::runs::PoolRuns;
 use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
@@ -95,11 +96,21 @@ pub struct FilterConfig {
     pub hop_terms: bool,
 }
 
+/// The name of the round trip's own BM25 top hits among a pool's sources.
+pub const ROUND_TRIP_POOL: &str = "round_trip";
+
+/// Whether a pool source (`name:rank`) is a `--pool-run` run, not the round trip.
+#[must_use]
+pub fn is_run_source(source: &str) -> bool {
+    source.rsplit_once(':').map_or(source, |(name, _)| name) != ROUND_TRIP_POOL
+}
+
 /// Judges candidates against the index.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
     groups: &'a ChunkGroups,
     config: FilterConfig,
+    runs: Option<&'a PoolRuns>,
 }
 
 /// A source's terms: in order (for shared runs) and as a set (for overlap).
@@ -113,7 +124,13 @@ impl<'a> RoundTrip<'a> {
     /// as the source.
     #[must_use]
     pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig) -> Self {
-        Self { index, groups, config }
+        Self { index, groups, config, runs: None }
+    }
+
+    /// The same filter, pooling the top chunks of the user's runs (`--pool-run`) too.
+    #[must_use]
+    pub fn with_runs(self, runs: &'a PoolRuns) -> Self {
+        Self { runs: Some(runs).filter(|r| !r.is_empty()), ..self }
     }
 
     /// The verdict on one candidate.
@@ -162,7 +179,7 @@ impl<'a> RoundTrip<'a> {
             relabelled: None,
             copies: excluded.iter().filter(|p| !sources.contains(p)).map(|&p| self.id(p)).collect(),
             duplicate_of: None,
-            pool: self.pool(&hits, &excluded),
+            pool: self.pool(candidate.id.as_str(), &hits, &excluded),
         };
         if verdict.status != Status::Dropped {
             self.lexical_controls(candidate, &content, &source_terms, &mut verdict);
@@ -180,13 +197,28 @@ impl<'a> RoundTrip<'a> {
             .collect()
     }
 
-    /// The first `pool_depth` hits that are not `excluded`, with their ranks.
-    fn pool(&self, hits: &[Hit], excluded: &BTreeSet<usize>) -> Vec<Pooled> {
+    /// The first `pool_depth` hits that are not `excluded`, with their ranks; with runs, then
+    /// each run's top chunks for `query` that are not `excluded`, every entry naming the
+    /// sources that pooled it.
+    fn pool(&self, query: &str, hits: &[Hit], excluded: &BTreeSet<usize>) -> Vec<Pooled> {
         let others = (1..).zip(hits).filter(|(_, h)| !excluded.contains(&h.chunk));
-        others
+        let mut pool: Vec<Pooled> = others
             .take(self.config.pool_depth)
-            .map(|(rank, h)| Pooled { chunk_id: self.id(h.chunk), rank, grade: None })
-            .collect()
+            .map(|(rank, h)| Pooled { chunk_id: self.id(h.chunk), rank, grade: None, pooled_by: Vec::new() })
+            .collect();
+        let Some(runs) = self.runs else { return pool };
+        for entry in &mut pool {
+            entry.pooled_by.push(format!("{ROUND_TRIP_POOL}:{}", entry.rank));
+        }
+        for hit in runs.hits(query).iter().filter(|h| !excluded.contains(&h.chunk)) {
+            let id = self.id(hit.chunk);
+            let source = format!("{}:{}", hit.run, hit.rank);
+            match pool.iter_mut().find(|p| p.chunk_id == id) {
+                Some(entry) => entry.pooled_by.push(source),
+                None => pool.push(Pooled { chunk_id: id, rank: hit.rank, grade: None, pooled_by: vec![source] }),
+            }
+        }
+        pool
     }
 
     fn id(&self, position: usize) -> ChunkId {

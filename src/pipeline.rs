@@ -20,6 +20,7 @@ use crate::record::{
     Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
     ReviewSource, Status, Verdict,
 };
+use crate::runs::PoolRuns;
 use crate::sample;
 use crate::text::Language;
 use std::collections::{BTreeMap, HashSet};
@@ -79,11 +80,13 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
     let hop_terms = generator.judge().is_none();
+    let runs = PoolRuns::read(&config.pool_runs, &index)?;
     let filter = RoundTrip::new(
         &index,
         &groups,
         FilterConfig { language: Some(language), hop_terms, ..config.filter },
-    );
+    )
+    .with_runs(&runs);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
@@ -217,7 +220,9 @@ fn make_generator<'a>(
     language: Language,
 ) -> Result<Box<dyn Generator + 'a>> {
     match &config.generator {
-        GeneratorConfig::Offline => Ok(Box::new(OfflineGenerator::new(index, config.seed, language)?)),
+        GeneratorConfig::Offline => {
+            Ok(Box::new(OfflineGenerator::new(index, config.seed, language, config.topics)?))
+        }
         GeneratorConfig::Llm(setup) => {
             let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
             let cache_path = setup.cache.clone().unwrap_or_else(|| out.join("llm-cache.sqlite"));
@@ -666,5 +671,8 @@ fn write_files(out: &output::Staging, made: &Made<'_>, set: &[&Judged], queue: &
     output::write_jsonl(&out.path("chunk_groups.jsonl"), made.chunk_groups)?;
     output::write_jsonl(&out.path("candidates.jsonl"), &rounds.judged)?;
     output::write_jsonl(&out.path("rejects.jsonl"), &rounds.rejects)?;
+    if set.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty())) {
+        output::write_pool(&out.path(output::POOL_TSV), set)?;
+    }
     output::write_jsonl(&out.path("review_queue.jsonl"), queue)
 }

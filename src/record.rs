@@ -485,6 +485,11 @@ pub struct Pooled {
     /// The judge's grade (0–3), if the pool was judged (`--judge-pool`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub grade: Option<u8>,
+    /// With `--pool-run`: every source that pooled the chunk, with its rank there
+    /// (`round_trip:2` for the round trip's BM25 hits, `dense:1` for a run named `dense`);
+    /// `rank` is then the first source's rank.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pooled_by: Vec<String>,
 }
 
 /// A pooled chunk as shown to a reviewer.

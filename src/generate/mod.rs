@@ -13,7 +13,7 @@ mod reply;
 mod terms;
 
 pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
-pub use offline::OfflineGenerator;
+pub use offline::{OfflineGenerator, TopicConfig};
 pub use plan::{Mix, Planner, Quotas, parse_shares};
 pub use prompt::Prompts;
 pub(crate) use terms::is_query_word;

@@ -38,11 +38,22 @@ const ABSENT_WORDS_ZH: &str = include_str!("absent_terms_zh.txt");
 const PARAPHRASE_ANCHORS: usize = 3;
 /// Neighbouring chunks whose vocabulary a paraphrase borrows.
 const NEIGHBOURS: usize = 3;
-/// A chunk is on a source's topic when their cosine in the topic space is at least this (an
-/// angle of 60° or less).
-pub const TOPIC_MIN_COSINE: f32 = 0.5;
-/// At most this many chunks share a query's topic (the closest ones).
-pub const TOPIC_CAP: usize = 50;
+/// Which chunks share an offline query's topic (and so are relevant to it).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TopicConfig {
+    /// At most this many chunks, the closest (`--topic-labels`); 0: none, and the query is
+    /// graded as a known-item one (its sources only).
+    pub labels: usize,
+    /// A chunk is on a source's topic when their cosine in the topic space is at least this
+    /// (`--topic-min-cosine`; 0.5 is an angle of 60° or less).
+    pub min_cosine: f32,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self { labels: 50, min_cosine: 0.5 }
+    }
+}
 
 /// Per-type settings: query length range and per-term noise probability.
 struct Shape {
@@ -65,6 +76,7 @@ pub struct OfflineGenerator<'a> {
     language: Language,
     seed: u64,
     corpus: CorpusModel,
+    topics: TopicConfig,
 }
 
 /// What the generator wrote for one request: the text, the absent term of a `no_answer`
@@ -77,7 +89,7 @@ impl<'a> OfflineGenerator<'a> {
     ///
     /// # Errors
     /// [`crate::Error::Index`] when the absent-word check or reading a chunk fails.
-    pub fn new(index: &'a ChunkIndex, seed: u64, language: Language) -> Result<Self> {
+    pub fn new(index: &'a ChunkIndex, seed: u64, language: Language, topics: TopicConfig) -> Result<Self> {
         let words = match language {
             Language::En => ABSENT_WORDS_EN,
             Language::Zh => ABSENT_WORDS_ZH,
@@ -91,7 +103,7 @@ impl<'a> OfflineGenerator<'a> {
             }
         }
         let corpus = CorpusModel::build(index)?;
-        Ok(Self { index, absent, language, seed, corpus })
+        Ok(Self { index, absent, language, seed, corpus, topics })
     }
 
     fn write(&self, request: &Request) -> Result<std::result::Result<Written, String>> {
@@ -123,19 +135,21 @@ impl<'a> OfflineGenerator<'a> {
         match words {
             Ok(words) => {
                 let query = self.add_noise(words, shape.noise, &mut rng)?.join(" ");
-                Ok(Ok((query, None, Some(self.topic(&request.sources)))))
+                let topic = (self.topics.labels > 0).then(|| self.topic(&request.sources));
+                Ok(Ok((query, None, topic)))
             }
             Err(reason) => Ok(Err(reason)),
         }
     }
 
-    /// The chunks on the topic of `sources`: those within [`TOPIC_MIN_COSINE`] of any source in
-    /// the topic space, closest first (ties by position), at most [`TOPIC_CAP`], the sources
-    /// left out.
+    /// The chunks on the topic of `sources`: those within the minimum cosine of any source in
+    /// the topic space, closest first (ties by position), as many as the config allows, the
+    /// sources left out.
     fn topic(&self, sources: &[usize]) -> Vec<usize> {
+        let TopicConfig { labels, min_cosine } = self.topics;
         let mut near: Vec<(usize, f32)> = Vec::new();
         for &source in sources {
-            for (chunk, cosine) in self.corpus.space.neighbours(source, TOPIC_MIN_COSINE, TOPIC_CAP) {
+            for (chunk, cosine) in self.corpus.space.neighbours(source, min_cosine, labels + sources.len()) {
                 match near.iter_mut().find(|(c, _)| *c == chunk) {
                     Some(entry) => entry.1 = entry.1.max(cosine),
                     None => near.push((chunk, cosine)),
@@ -144,7 +158,7 @@ impl<'a> OfflineGenerator<'a> {
         }
         near.retain(|(c, _)| !sources.contains(c));
         near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        near.into_iter().take(TOPIC_CAP).map(|(c, _)| c).collect()
+        near.into_iter().take(labels).map(|(c, _)| c).collect()
     }
 
     fn no_answer(

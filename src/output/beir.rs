@@ -177,6 +177,31 @@ pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()>
     })
 }
 
+/// The judging pools of a set built with `--pool-run`, relative to the output folder.
+pub const POOL_TSV: &str = "qrels/pool.tsv";
+
+/// Writes `qrels/pool.tsv`: one row per pooled chunk of each query in the set and per source
+/// that pooled it (`round_trip` for the round trip's own top hits, else the run's name), with the
+/// chunk's rank there, and its grade once judged (empty until then).
+///
+/// # Errors
+/// [`Error::Output`] naming the file.
+pub fn write_pool(path: &std::path::Path, set: &[&Judged]) -> Result<()> {
+    super::write_atomic(path, |w| {
+        writeln!(w, "query-id\tcorpus-id\tpooled-by\trank\tgrade")?;
+        for judged in set {
+            for pooled in &judged.verdict.pool {
+                for source in &pooled.pooled_by {
+                    let (by, rank) = source.rsplit_once(':').unwrap_or((source, ""));
+                    let grade = pooled.grade.map(|g| g.to_string()).unwrap_or_default();
+                    writeln!(w, "{}\t{}\t{by}\t{rank}\t{grade}", judged.candidate.id, pooled.chunk_id)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,8 @@ mod manifest;
 pub(crate) mod report;
 
 pub use beir::{
-    PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line, write_qrels,
+    POOL_TSV, PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line,
+    write_pool, write_qrels,
 };
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use report::{Summary, TypeCounts, render_report};
