@@ -198,11 +198,13 @@ fn publish(
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
     let stage = progress.stage("write", 0);
     write_files(&staging, made, &set, &queue)?;
+    let measures = output::Measures::compute(&set, index, config.filter.pool_depth)?;
     let report = output::render_report(&Summary {
         manifest: &manifest,
         judged: &made.rounds.judged,
         skipped: made.skipped,
         chunk_groups: made.chunk_groups,
+        measures: &measures,
     });
     output::write_text(&staging.path("report.md"), &report)?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));

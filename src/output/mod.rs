@@ -9,6 +9,7 @@
 
 mod beir;
 mod manifest;
+mod measures;
 pub(crate) mod report;
 
 pub use beir::{
@@ -16,6 +17,7 @@ pub use beir::{
     write_pool, write_qrels,
 };
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
+pub use measures::Measures;
 pub use report::{Summary, TypeCounts, render_report};
 
 use crate::error::{Error, Result};

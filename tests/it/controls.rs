@@ -193,7 +193,7 @@ async fn a_no_answer_query_the_corpus_answers_is_caught_and_reclassified_on_requ
 /// Three one-line documents, only `keys.md` long enough to be planned: the query the mock
 /// writes from it (its first 4–6 words longer than three letters) shares three words with
 /// `sharing.md` (half or more: grade 2) and none with `billing.md` (not retrieved).
-fn pool_corpus(dir: &Path) -> std::path::PathBuf {
+pub(super) fn pool_corpus(dir: &Path) -> std::path::PathBuf {
     let corpus = dir.join("pool-corpus");
     write(
         &corpus.join("keys.md"),

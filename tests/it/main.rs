@@ -7,6 +7,7 @@ mod controls;
 mod corpus;
 mod llm;
 mod mock;
+mod pooling;
 mod review;
 
 use serde_json::Value;
