@@ -3,10 +3,10 @@
 
 use crate::chunk::ChunkConfig;
 use crate::filter::FilterConfig;
+use crate::generate::TopicConfig;
 use crate::generate::{LlmGeneration, Mix};
 use crate::index::Segmenter;
 use crate::judge::JudgeConfig;
-use crate::generate::TopicConfig;
 use crate::llm::LlmConfig;
 use crate::runs::PoolRunConfig;
 use crate::sample::SampleConfig;

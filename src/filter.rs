@@ -215,7 +215,9 @@ impl<'a> RoundTrip<'a> {
             let source = format!("{}:{}", hit.run, hit.rank);
             match pool.iter_mut().find(|p| p.chunk_id == id) {
                 Some(entry) => entry.pooled_by.push(source),
-                None => pool.push(Pooled { chunk_id: id, rank: hit.rank, grade: None, pooled_by: vec![source] }),
+                None => {
+                    pool.push(Pooled { chunk_id: id, rank: hit.rank, grade: None, pooled_by: vec![source] })
+                }
             }
         }
         pool

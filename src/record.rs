@@ -447,7 +447,9 @@ impl Provenance {
     /// Parses a label as written by [`Provenance::label`].
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human].into_iter().find(|p| p.label() == label)
+        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human]
+            .into_iter()
+            .find(|p| p.label() == label)
     }
 }
 

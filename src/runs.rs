@@ -57,10 +57,19 @@ impl PoolRuns {
         for file in &config.files {
             let name = run_name(file);
             if runs.names.contains(&name) || name == crate::filter::ROUND_TRIP_POOL {
-                let taken = if name == crate::filter::ROUND_TRIP_POOL { "the round trip's own pool" } else { "another run" };
-                return Err(malformed(file, 0, format!("the run name {name:?} is taken by {taken}; rename the file")));
+                let taken = if name == crate::filter::ROUND_TRIP_POOL {
+                    "the round trip's own pool"
+                } else {
+                    "another run"
+                };
+                return Err(malformed(
+                    file,
+                    0,
+                    format!("the run name {name:?} is taken by {taken}; rename the file"),
+                ));
             }
-            let text = fs_err::read_to_string(file).map_err(|source| Error::Input { path: file.clone(), source })?;
+            let text =
+                fs_err::read_to_string(file).map_err(|source| Error::Input { path: file.clone(), source })?;
             for (query, hits) in parse(file, &text, index, &by_doc, config.depth)? {
                 let entry = runs.by_query.entry(query).or_default();
                 entry.extend(hits.into_iter().map(|(chunk, rank)| RunHit { run: name.clone(), chunk, rank }));
@@ -109,15 +118,26 @@ fn parse(
             continue;
         }
         let [query, _, id, rank, _, _] = fields[..] else {
-            return Err(malformed(file, n + 1, format!("expected 6 fields (qid Q0 docid rank score tag), got {}", fields.len())));
+            return Err(malformed(
+                file,
+                n + 1,
+                format!("expected 6 fields (qid Q0 docid rank score tag), got {}", fields.len()),
+            ));
         };
-        let rank: u32 = rank.parse().map_err(|_| malformed(file, n + 1, format!("rank {rank:?} is not a number")))?;
+        let rank: u32 =
+            rank.parse().map_err(|_| malformed(file, n + 1, format!("rank {rank:?} is not a number")))?;
         let chunks = crate::id::ChunkId::parse(id)
             .ok()
             .and_then(|chunk| index.position(&chunk))
             .map(|p| vec![p])
             .or_else(|| by_doc.get(id).cloned())
-            .ok_or_else(|| malformed(file, n + 1, format!("{id:?} is neither a chunk id nor a document id of this corpus")))?;
+            .ok_or_else(|| {
+                malformed(
+                    file,
+                    n + 1,
+                    format!("{id:?} is neither a chunk id nor a document id of this corpus"),
+                )
+            })?;
         ranked.entry(query.to_owned()).or_default().push((rank, n, chunks));
     }
     Ok(ranked
@@ -157,8 +177,11 @@ mod tests {
         with_index(|index, dir| {
             let file = dir.join("dense.run");
             // Out of rank order on purpose; "d2" is the document of chunk c2.
-            fs_err::write(&file, "q1 Q0 c3 2 0.8 dense\nq1 Q0 d2 1 0.9 dense\nq1 Q0 c0 3 0.7 dense\nq2 Q0 c1 1 1 dense\n")
-                .unwrap_or_else(|e| panic!("{e}"));
+            fs_err::write(
+                &file,
+                "q1 Q0 c3 2 0.8 dense\nq1 Q0 d2 1 0.9 dense\nq1 Q0 c0 3 0.7 dense\nq2 Q0 c1 1 1 dense\n",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             let config = PoolRunConfig { files: vec![file], depth: 2 };
             let runs = PoolRuns::read(&config, index).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(runs.names(), ["dense"]);
@@ -180,7 +203,8 @@ mod tests {
                 let file = dir.join("bad.run");
                 fs_err::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
                 let config = PoolRunConfig { files: vec![file], depth: 5 };
-                let err = PoolRuns::read(&config, index).map(|_| ()).unwrap_err().to_string();
+                let err =
+                    PoolRuns::read(&config, index).map_or_else(|e| e.to_string(), |_| "read".to_owned());
                 assert!(err.contains("bad.run") && err.contains(expected), "{err}");
             }
         });

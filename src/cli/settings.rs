@@ -429,6 +429,12 @@ impl Settings {
         if self.max_paraphrase_overlap.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
             bail!("invalid --max-paraphrase-overlap: must be between 0 and 1");
         }
+        if self.topic_min_cosine.is_some_and(|c| !(-1.0..=1.0).contains(&c)) {
+            bail!("invalid --topic-min-cosine: a cosine is between -1 and 1");
+        }
+        if self.pool_run.as_ref().is_some_and(|runs| !runs.is_empty()) && self.pool_run_depth == Some(0) {
+            bail!("invalid --pool-run-depth 0: it would pool nothing from the runs\nhint: use 1 or more");
+        }
         if self.wants_llm() && self.pool_depth == Some(0) {
             bail!(
                 "invalid --pool-depth 0 with the LLM judge: it checks no_answer queries against the top chunks\nhint: use --pool-depth 1 or more"

@@ -128,8 +128,11 @@ impl<'a> OfflineGenerator<'a> {
             }
             QueryType::NoAnswer => {
                 let t = text(first)?;
-                let popular = self.in_language(TermModel::new(self.index, self.index.term_stats(&t)?, false), &t);
-                return Ok(self.no_answer(&popular, &shape, &mut rng).map(|(q, absent)| (q, Some(absent), None)));
+                let popular =
+                    self.in_language(TermModel::new(self.index, self.index.term_stats(&t)?, false), &t);
+                return Ok(self
+                    .no_answer(&popular, &shape, &mut rng)
+                    .map(|(q, absent)| (q, Some(absent), None)));
             }
         };
         match words {
@@ -273,7 +276,11 @@ fn draw(model: &TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<
 }
 
 /// Draws a query length from the shape, then that many distinct terms by weight.
-fn draw_weighted(model: &TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<Vec<String>, String> {
+fn draw_weighted(
+    model: &TermModel,
+    shape: &Shape,
+    rng: &mut Rng,
+) -> std::result::Result<Vec<String>, String> {
     let length = rng.random_range(shape.length.clone()).min(model.len());
     if length == 0 {
         return Err("chunk has no content terms".to_owned());

@@ -318,7 +318,10 @@ impl ChunkIndex {
         let top = self.searcher.search(&BooleanQuery::new(clauses), &collector).map_err(|e| self.error(e))?;
         let mut found: Vec<usize> = top
             .into_iter()
-            .map(|(_, addr)| usize::try_from(self.ords[addr.segment_ord as usize].get_val(addr.doc_id)).unwrap_or(usize::MAX))
+            .map(|(_, addr)| {
+                usize::try_from(self.ords[addr.segment_ord as usize].get_val(addr.doc_id))
+                    .unwrap_or(usize::MAX)
+            })
             .collect();
         found.sort_unstable();
         Ok(found)

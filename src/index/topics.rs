@@ -216,7 +216,9 @@ fn weighted(rows: &[Vec<(u32, u32)>], df: &[u32]) -> Vec<Row> {
                 .collect();
             let norm = weighted.iter().map(|(_, w)| w * w).sum::<f64>().sqrt();
             if norm > 0.0 {
-                weighted.iter_mut().for_each(|(_, w)| *w /= norm);
+                for (_, w) in &mut weighted {
+                    *w /= norm;
+                }
             }
             weighted
         })
@@ -248,7 +250,8 @@ fn topic_space(rows: &[Row], vocabulary: usize, wanted: usize) -> TopicSpace {
     let b = transposed_times(&fit, &y, vocabulary, width);
     let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
     let top = values.first().copied().unwrap_or(0.0);
-    let kept: Vec<usize> = (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
+    let kept: Vec<usize> =
+        (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
     let dim = kept.len();
     let mut v = vec![0.0; vocabulary * dim];
     for t in 0..vocabulary {
@@ -272,7 +275,7 @@ fn times(rows: &[&Row], dense: &[f64], width: usize) -> Vec<f64> {
     let mut out = vec![0.0; rows.len() * width];
     for (i, row) in rows.iter().enumerate() {
         let target = &mut out[i * width..(i + 1) * width];
-        for &(term, w) in row.iter() {
+        for &(term, w) in *row {
             let source = &dense[term as usize * width..(term as usize + 1) * width];
             target.iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
         }
@@ -285,7 +288,7 @@ fn transposed_times(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usiz
     let mut out = vec![0.0; vocabulary * width];
     for (i, row) in rows.iter().enumerate() {
         let source = &dense[i * width..(i + 1) * width];
-        for &(term, w) in row.iter() {
+        for &(term, w) in *row {
             let target = &mut out[term as usize * width..(term as usize + 1) * width];
             target.iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
         }
@@ -330,53 +333,63 @@ fn gram(b: &[f64], width: usize) -> Vec<f64> {
 
 /// Eigenvalues (descending) and eigenvectors (columns of a row-major matrix, in the same
 /// order) of a symmetric matrix, by cyclic Jacobi rotations.
-fn symmetric_eigen(matrix: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut a = matrix.to_vec();
-    let mut v = vec![0.0; n * n];
-    (0..n).for_each(|i| v[i * n + i] = 1.0);
-    let scale: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+fn symmetric_eigen(matrix: &[f64], size: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut work = matrix.to_vec();
+    let mut rotations = vec![0.0; size * size];
+    (0..size).for_each(|i| rotations[i * size + i] = 1.0);
+    let scale: f64 = work.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
     for _ in 0..100 {
-        let off: f64 = (0..n).flat_map(|p| (0..n).filter(move |&q| q != p).map(move |q| (p, q))).map(|(p, q)| a[p * n + q].powi(2)).sum();
+        let off: f64 = (0..size)
+            .flat_map(|p| (0..size).filter(move |&q| q != p).map(move |q| (p, q)))
+            .map(|(p, q)| work[p * size + q].powi(2))
+            .sum();
         if off.sqrt() <= 1e-13 * scale {
             break;
         }
-        for p in 0..n {
-            for q in p + 1..n {
-                let apq = a[p * n + q];
+        for p in 0..size {
+            for q in p + 1..size {
+                let apq = work[p * size + q];
                 if apq.abs() <= f64::MIN_POSITIVE {
                     continue;
                 }
-                let theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
-                let sign = if theta >= 0.0 { 1.0 } else { -1.0 };
-                let t = sign / (theta.abs() + theta.mul_add(theta, 1.0).sqrt());
-                let c = 1.0 / t.mul_add(t, 1.0).sqrt();
-                let s = t * c;
-                for k in 0..n {
-                    let (akp, akq) = (a[k * n + p], a[k * n + q]);
-                    a[k * n + p] = c * akp - s * akq;
-                    a[k * n + q] = s * akp + c * akq;
-                }
-                for k in 0..n {
-                    let (apk, aqk) = (a[p * n + k], a[q * n + k]);
-                    a[p * n + k] = c * apk - s * aqk;
-                    a[q * n + k] = s * apk + c * aqk;
-                }
-                for k in 0..n {
-                    let (vkp, vkq) = (v[k * n + p], v[k * n + q]);
-                    v[k * n + p] = c * vkp - s * vkq;
-                    v[k * n + q] = s * vkp + c * vkq;
-                }
+                let theta = (work[q * size + q] - work[p * size + p]) / (2.0 * apq);
+                let direction = if theta >= 0.0 { 1.0 } else { -1.0 };
+                let tan = direction / (theta.abs() + theta.mul_add(theta, 1.0).sqrt());
+                let cos = 1.0 / tan.mul_add(tan, 1.0).sqrt();
+                let sin = tan * cos;
+                rotate_columns(&mut work, size, (p, q), (cos, sin));
+                rotate_rows(&mut work, size, (p, q), (cos, sin));
+                rotate_columns(&mut rotations, size, (p, q), (cos, sin));
             }
         }
     }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&x, &y| a[y * n + y].total_cmp(&a[x * n + x]).then(x.cmp(&y)));
-    let values = order.iter().map(|&i| a[i * n + i]).collect();
-    let mut vectors = vec![0.0; n * n];
+    let mut order: Vec<usize> = (0..size).collect();
+    order.sort_by(|&x, &y| work[y * size + y].total_cmp(&work[x * size + x]).then(x.cmp(&y)));
+    let values = order.iter().map(|&i| work[i * size + i]).collect();
+    let mut vectors = vec![0.0; size * size];
     for (new, &old) in order.iter().enumerate() {
-        (0..n).for_each(|k| vectors[k * n + new] = v[k * n + old]);
+        (0..size).for_each(|k| vectors[k * size + new] = rotations[k * size + old]);
     }
     (values, vectors)
+}
+
+/// Columns `p` and `q` of a row-major square matrix, rotated by the angle with this cosine and
+/// sine.
+fn rotate_columns(m: &mut [f64], size: usize, (p, q): (usize, usize), (cos, sin): (f64, f64)) {
+    for k in 0..size {
+        let (kp, kq) = (m[k * size + p], m[k * size + q]);
+        m[k * size + p] = cos * kp - sin * kq;
+        m[k * size + q] = sin * kp + cos * kq;
+    }
+}
+
+/// Rows `p` and `q` of a row-major square matrix, rotated likewise.
+fn rotate_rows(m: &mut [f64], size: usize, (p, q): (usize, usize), (cos, sin): (f64, f64)) {
+    for k in 0..size {
+        let (pk, qk) = (m[p * size + k], m[q * size + k]);
+        m[p * size + k] = cos * pk - sin * qk;
+        m[q * size + k] = sin * pk + cos * qk;
+    }
 }
 
 #[cfg(test)]

@@ -151,7 +151,10 @@ impl Measures {
         );
         if self.known_item() {
             let (kind, lookup) = if self.lexical() {
-                ("known-item lexical set", "most often the only chunk that holds all their words: any exact-match ranker finds it, and ")
+                (
+                    "known-item lexical set",
+                    "most often the only chunk that holds all their words: any exact-match ranker finds it, and ",
+                )
             } else {
                 ("known-item set", "")
             };
@@ -200,17 +203,27 @@ mod tests {
 
     #[test]
     fn quartiles_by_nearest_rank() {
-        assert_eq!(quartiles(&[5, 1, 3, 2, 4]), [2.0, 3.0, 4.0]);
-        assert_eq!(quartiles(&[]), [0.0; 3]);
+        let close = |got: [f64; 3], want: [f64; 3]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-12);
+        assert!(close(quartiles(&[5, 1, 3, 2, 4]), [2.0, 3.0, 4.0]));
+        assert!(close(quartiles(&[]), [0.0; 3]));
     }
 
     #[test]
     fn a_set_of_single_unique_labels_is_known_item() {
-        let m = Measures { answerable: 4, unique_match: 3, labels: vec![1, 1, 1, 2], chunks: 10, ..Measures::default() };
+        let m = Measures {
+            answerable: 4,
+            unique_match: 3,
+            labels: vec![1, 1, 1, 2],
+            chunks: 10,
+            ..Measures::default()
+        };
         assert!(m.known_item() && m.lexical());
         let mut out = String::new();
         m.render(&mut out);
-        assert!(out.contains("| 3 of 4 (75 %) |") && out.contains("**This is a known-item lexical set.**"), "{out}");
+        assert!(
+            out.contains("| 3 of 4 (75 %) |") && out.contains("**This is a known-item lexical set.**"),
+            "{out}"
+        );
         let mut out = String::new();
         Measures { unique_match: 1, ..m.clone() }.render(&mut out);
         assert!(out.contains("**This is a known-item set.**"), "{out}");

@@ -67,14 +67,16 @@ fn sample_build_meets_every_invariant() {
     for q in &queries {
         let id = str_field(q, "/_id");
         let relevant = trec.iter().filter(|(qid, _, _)| qid == id).count();
-        let sources = trec.iter().filter(|(qid, c, _)| qid == id && origin[&(qid.as_str(), c.as_str())] == "source");
+        let sources =
+            trec.iter().filter(|(qid, c, _)| qid == id && origin[&(qid.as_str(), c.as_str())] == "source");
         match str_field(q, "/metadata/type") {
             "no_answer" => assert_eq!(relevant, 0, "{id}"),
             "multi_hop" => assert_eq!(sources.count(), 2, "{id}"),
             _ => assert_eq!(sources.count(), 1, "{id}"),
         }
     }
-    let topical = queries.iter().filter(|q| trec.iter().filter(|(qid, _, _)| qid == str_field(q, "/_id")).count() > 2);
+    let topical =
+        queries.iter().filter(|q| trec.iter().filter(|(qid, _, _)| qid == str_field(q, "/_id")).count() > 2);
     assert!(topical.count() * 2 > queries.len() / 2, "most answerable queries have chunks on their topic");
     let tsv = run.file("qrels/test.tsv");
     let tsv_rows: Vec<&str> = tsv.lines().collect();

@@ -8,6 +8,7 @@ use super::mock::{self, Behaviour};
 use super::{build, path_str, sample_corpus, str_field, tempdir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::Path;
 
 /// A run that ranks, for every query of `queries`, `depth + 1` chunks of `corpus_ids` picked
@@ -24,18 +25,19 @@ fn write_run(
     let mut expected = BTreeMap::new();
     for (i, q) in queries.iter().enumerate() {
         let id = str_field(q, "/_id");
-        let picks: Vec<&Value> = (0..=depth).map(|k| &corpus[corpus.len() - 1 - (i * 3 + k + offset) % corpus.len()]).collect();
+        let picks: Vec<&Value> =
+            (0..=depth).map(|k| &corpus[corpus.len() - 1 - (i * 3 + k + offset) % corpus.len()]).collect();
         let mut top = Vec::new();
         for (rank, chunk) in picks.iter().enumerate() {
             let chunk_id = str_field(chunk, "/_id");
             if rank == 0 {
                 // A document id stands for all its chunks, at its rank.
                 let doc = str_field(chunk, "/metadata/doc_id");
-                text.push_str(&format!("{id} Q0 {doc} 1 9.0 mine\n"));
+                let _ = writeln!(text, "{id} Q0 {doc} 1 9.0 mine");
                 let chunks = corpus.iter().filter(|c| str_field(c, "/metadata/doc_id") == doc);
                 top.extend(chunks.map(|c| str_field(c, "/_id").to_owned()));
             } else {
-                text.push_str(&format!("{id} Q0 {chunk_id} {} {}.0 mine\n", rank + 1, 9 - rank));
+                let _ = writeln!(text, "{id} Q0 {chunk_id} {} {}.0 mine", rank + 1, 9 - rank);
                 top.push(chunk_id.to_owned());
             }
         }
@@ -52,8 +54,13 @@ fn pooled(items: &[Value]) -> BTreeMap<(String, String), Vec<String>> {
     for item in items {
         let query = str_field(item, "/id").to_owned();
         for p in item.pointer("/pool").and_then(Value::as_array).into_iter().flatten() {
-            let by: Vec<String> =
-                p["pooled_by"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
+            let by: Vec<String> = p["pooled_by"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
             out.insert((query.clone(), str_field(p, "/chunk_id").to_owned()), by);
         }
     }
@@ -70,7 +77,9 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
     let runs = [("dense.run", 0), ("splade.run", 7)];
     let expected: Vec<(String, BTreeMap<String, Vec<String>>)> = runs
         .iter()
-        .map(|(name, offset)| (name.replace(".run", ""), write_run(&dir.path().join(name), &queries, &corpus, 3, *offset)))
+        .map(|(name, offset)| {
+            (name.replace(".run", ""), write_run(&dir.path().join(name), &queries, &corpus, 3, *offset))
+        })
         .collect();
     let run_args: Vec<String> = runs.iter().map(|(n, _)| path_str(&dir.path().join(n)).to_owned()).collect();
     let mut args = vec!["--queries", "30", "--review-size", "30", "--pool-run-depth", "3"];
@@ -81,7 +90,8 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
     second.assert_code(0);
     assert_eq!(second.file("queries.jsonl"), first.file("queries.jsonl"), "same settings, same queries");
 
-    let candidates: Vec<Value> = second.jsonl("candidates.jsonl").into_iter().filter(|c| c["status"] != "dropped").collect();
+    let candidates: Vec<Value> =
+        second.jsonl("candidates.jsonl").into_iter().filter(|c| c["status"] != "dropped").collect();
     let in_pool = pooled(&candidates);
     let queue = second.jsonl("review_queue.jsonl");
     let queued: BTreeSet<&str> = queue.iter().map(|i| str_field(i, "/query_id")).collect();
@@ -121,9 +131,13 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
                 if sources.contains(&chunk.as_str()) {
                     continue; // already relevant: shown as a source, not pooled again
                 }
-                let by = in_pool.get(&key).unwrap_or_else(|| panic!("{run}'s {chunk} not pooled for {query}"));
+                let by =
+                    in_pool.get(&key).unwrap_or_else(|| panic!("{run}'s {chunk} not pooled for {query}"));
                 assert!(by.iter().any(|s| s.starts_with(&format!("{run}:"))), "{by:?}");
-                assert!(listed.contains(&(query.as_str(), chunk.as_str(), run.as_str())), "{query} {chunk} {run}");
+                assert!(
+                    listed.contains(&(query.as_str(), chunk.as_str(), run.as_str())),
+                    "{query} {chunk} {run}"
+                );
                 checked += 1;
             }
         }
@@ -131,7 +145,8 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
     assert!(checked >= 150, "only {checked} run chunks checked");
     // The round trip's own pool is labelled as such; the manifest records the runs.
     assert!(in_pool.values().flatten().any(|s| s.starts_with("round_trip:")));
-    let manifest: Value = serde_json::from_str(&second.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: Value =
+        serde_json::from_str(&second.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(manifest["config"]["pool_runs"]["depth"], 3);
     assert_eq!(manifest["config"]["pool_runs"]["files"].as_array().map(Vec::len), Some(2));
     let report = second.file("report.md");
@@ -145,7 +160,12 @@ fn a_bad_run_is_a_clear_error_and_writes_nothing() {
     fs_err::write(&run, "q1 Q0 no-such-chunk 1 1.0 x\n").unwrap_or_else(|e| panic!("{e}"));
     let failed = build(dir.path(), &sample_corpus(), &["--pool-run", path_str(&run)]);
     failed.assert_code(2);
-    assert!(failed.stderr.contains("bad.run:1:") && failed.stderr.contains("neither a chunk id nor a document id"), "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("bad.run:1:")
+            && failed.stderr.contains("neither a chunk id nor a document id"),
+        "{}",
+        failed.stderr
+    );
     assert!(!dir.path().join("out/queries.jsonl").exists());
 }
 
@@ -173,7 +193,10 @@ async fn the_judge_grades_what_a_run_pooled() {
     assert!(billing[0].ends_with("\tmine\t1\t0"), "graded 0 by the judge: {pool_tsv}");
     assert_eq!(counters.judge_requests(), 2, "the round trip's one pooled chunk and the run's");
     let provenance = second.file("qrels/provenance.tsv");
-    assert!(provenance.lines().any(|l| l.contains("billing.md") && l.ends_with("\t0\tjudge")), "{provenance}");
+    assert!(
+        provenance.lines().any(|l| l.contains("billing.md") && l.ends_with("\t0\tjudge")),
+        "{provenance}"
+    );
 }
 
 #[test]
@@ -184,9 +207,13 @@ fn the_report_says_what_the_set_measures() {
     let report = topical.file("report.md");
     assert!(report.contains("## What this set measures"), "{report}");
     assert!(report.contains("| queries whose sources are the only chunks holding all their words |"));
-    assert!(report.contains("| relevant rows by provenance | source ") && report.contains("topic "), "{report}");
+    assert!(
+        report.contains("| relevant rows by provenance | source ") && report.contains("topic "),
+        "{report}"
+    );
     assert!(!report.contains("known-item"), "{report}");
-    let known = build(&dir.path().join("known"), &sample_corpus(), &["--queries", "40", "--topic-labels", "0"]);
+    let known =
+        build(&dir.path().join("known"), &sample_corpus(), &["--queries", "40", "--topic-labels", "0"]);
     known.assert_code(0);
     let report = known.file("report.md");
     assert!(report.contains("**This is a known-item"), "{report}");
