@@ -216,7 +216,7 @@ impl<'a> RoundTrip<'a> {
             match pool.iter_mut().find(|p| p.chunk_id == id) {
                 Some(entry) => entry.pooled_by.push(source),
                 None => {
-                    pool.push(Pooled { chunk_id: id, rank: hit.rank, grade: None, pooled_by: vec![source] })
+                    pool.push(Pooled { chunk_id: id, rank: hit.rank, grade: None, pooled_by: vec![source] });
                 }
             }
         }
