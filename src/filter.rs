@@ -158,7 +158,12 @@ impl<'a> RoundTrip<'a> {
             QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk))?,
             QueryType::MultiHop => self.miss_rule(self.hops_found(&ranks), Reason::HopNotInTopN),
             QueryType::Direct | QueryType::Paraphrase => {
-                self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN)
+                let found = self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN);
+                // A topical query is about its topic: finding any chunk on it is finding an answer.
+                match self.topic_rank(candidate, &hits[..hits.len().min(self.config.top_n)]) {
+                    Some(_) if found.0 != Status::Kept => (Status::Kept, Reason::TopicInTopN),
+                    _ => found,
+                }
             }
         };
         let source_terms = sources.iter().map(|&p| self.source_terms(p)).collect::<Result<Vec<_>>>()?;
@@ -284,6 +289,13 @@ impl<'a> RoundTrip<'a> {
             HopRule::All => !ranks.is_empty() && ranks.iter().all(Option::is_some),
             HopRule::Any => ranks.iter().any(Option::is_some),
         }
+    }
+
+    /// The best rank in `top_n` of a chunk on the candidate's topic (topical queries only).
+    fn topic_rank(&self, candidate: &Candidate, top_n: &[Hit]) -> Option<usize> {
+        let topic: BTreeSet<usize> =
+            candidate.topic.iter().flatten().filter_map(|id| self.index.position(id)).collect();
+        top_n.iter().position(|h| topic.contains(&h.chunk)).map(|at| at + 1)
     }
 
     fn miss_rule(&self, found: bool, miss: Reason) -> (Status, Reason) {

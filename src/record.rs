@@ -186,6 +186,9 @@ pub enum Reason {
     SourceInTopN,
     /// A single source chunk is not within the top N.
     SourceNotInTopN,
+    /// A topical query (offline) whose source misses the top N, but a chunk on its topic is
+    /// within it: the query finds an answer.
+    TopicInTopN,
     /// A `multi_hop` query misses the hop rule.
     HopNotInTopN,
     /// A `no_answer` query whose top hit contains no absent term.
@@ -225,6 +228,7 @@ impl Reason {
         match self {
             Self::SourceInTopN => "source_in_top_n",
             Self::SourceNotInTopN => "source_not_in_top_n",
+            Self::TopicInTopN => "topic_in_top_n",
             Self::HopNotInTopN => "hop_not_in_top_n",
             Self::NoAnswerConfirmed => "no_answer_confirmed",
             Self::AbsentTermFound => "absent_term_found",

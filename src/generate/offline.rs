@@ -13,8 +13,8 @@
 //! - `paraphrase`: three topical terms of the chunk (its rarest third off limits), the other two
 //!   or three from the vocabulary of its topic neighbours: a less lexical query that shares at
 //!   most 60 % of its terms with the source.
-//! - `multi_hop`: topical terms that only the first chunk has plus terms that only the second
-//!   has, so neither chunk alone matches the query.
+//! - `multi_hop`: discriminative terms (tf·idf²) that only the first chunk has plus terms that
+//!   only the second has, so neither chunk alone matches the query.
 //! - `no_answer`: popular terms of a chunk plus one word that occurs nowhere in the corpus
 //!   (verified in the index), which names what the corpus cannot answer.
 
@@ -123,8 +123,15 @@ impl<'a> OfflineGenerator<'a> {
                 paraphrase(source, &neighbours, &shape, &mut rng)
             }
             QueryType::MultiHop => {
+                // Discriminative terms: a hop's own words must pinpoint it, or the query finds
+                // neither hop (topical ones seldom find both); written in the corpus's forms.
+                let salient = |c: usize| -> Result<TermModel> {
+                    let t = text(c)?;
+                    let model = TermModel::new(self.index, self.index.term_stats(&t)?, true);
+                    Ok(self.in_language(model.written_as(&self.corpus.terms), &t))
+                };
                 let second = request.sources.get(1).copied().unwrap_or(first);
-                multi_hop(&topical(&text(first)?)?, &topical(&text(second)?)?, &shape, &mut rng)
+                multi_hop(&salient(first)?, &salient(second)?, &shape, &mut rng)
             }
             QueryType::NoAnswer => {
                 let t = text(first)?;
@@ -197,7 +204,7 @@ impl<'a> OfflineGenerator<'a> {
     fn in_language(&self, model: TermModel, text: &str) -> TermModel {
         let chinese = |s: &TermStat| s.surface.chars().any(is_cjk);
         let want_chinese = self.language == Language::Zh;
-        let words = self.index.analyzer().dictionary_words(text);
+        let words = if text.chars().any(is_cjk) { self.index.analyzer().dictionary_words(text) } else { None };
         let whole = |s: &TermStat| !chinese(s) || words.as_ref().is_none_or(|w| w.contains(&s.term));
         let model = model.filtered(whole);
         let narrowed = model.clone().filtered(|s| chinese(s) == want_chinese);
@@ -260,8 +267,8 @@ fn multi_hop(
     if only_a.is_empty() || only_b.is_empty() {
         return Err("the two chunks share all their terms".to_owned());
     }
-    let mut words = draw(&only_a, shape, rng)?;
-    words.extend(draw(&only_b, shape, rng)?);
+    let mut words = draw_weighted(&only_a, shape, rng)?;
+    words.extend(draw_weighted(&only_b, shape, rng)?);
     Ok(words)
 }
 

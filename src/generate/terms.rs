@@ -73,6 +73,17 @@ impl TermModel {
         Self { terms }
     }
 
+    /// The same terms, each written in its most common form in the corpus.
+    #[must_use]
+    pub fn written_as(mut self, corpus: &CorpusTerms) -> Self {
+        for (stat, _) in &mut self.terms {
+            if let Some(usage) = corpus.usage(&stat.term) {
+                usage.surface.clone_into(&mut stat.surface);
+            }
+        }
+        self
+    }
+
     /// Number of distinct terms.
     pub fn len(&self) -> usize {
         self.terms.len()

@@ -122,8 +122,12 @@ impl TopicSpace {
             .map(|(other, v)| (other, dot(own, v)))
             .filter(|&(_, cosine)| cosine >= min_cosine)
             .collect();
-        near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        near.truncate(cap);
+        let closer = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if near.len() > cap {
+            near.select_nth_unstable_by(cap, closer);
+            near.truncate(cap);
+        }
+        near.sort_by(closer);
         near
     }
 }
@@ -297,19 +301,28 @@ fn transposed_times(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usiz
 }
 
 /// Makes the columns of a row-major (n × width) matrix orthonormal (modified Gram–Schmidt,
-/// twice for stability); a column that depends on the earlier ones becomes zero.
+/// twice for stability, on the columns copied out contiguously); a column that depends on the
+/// earlier ones becomes zero.
 fn orthonormalize(m: &mut [f64], width: usize) {
     let n = m.len() / width.max(1);
+    let mut columns: Vec<Vec<f64>> = (0..width).map(|j| (0..n).map(|row| m[row * width + j]).collect()).collect();
     for j in 0..width {
+        let (done, rest) = columns.split_at_mut(j);
+        let column = &mut rest[0];
         for _ in 0..2 {
-            for i in 0..j {
-                let r: f64 = (0..n).map(|row| m[row * width + i] * m[row * width + j]).sum();
-                (0..n).for_each(|row| m[row * width + j] -= r * m[row * width + i]);
+            for earlier in done.iter() {
+                let r: f64 = earlier.iter().zip(column.iter()).map(|(a, b)| a * b).sum();
+                column.iter_mut().zip(earlier).for_each(|(c, e)| *c -= r * e);
             }
         }
-        let norm = (0..n).map(|row| m[row * width + j].powi(2)).sum::<f64>().sqrt();
+        let norm = column.iter().map(|x| x * x).sum::<f64>().sqrt();
         let scale = if norm > 1e-10 { 1.0 / norm } else { 0.0 };
-        (0..n).for_each(|row| m[row * width + j] *= scale);
+        column.iter_mut().for_each(|x| *x *= scale);
+    }
+    for (j, column) in columns.iter().enumerate() {
+        for (row, x) in column.iter().enumerate() {
+            m[row * width + j] = *x;
+        }
     }
 }
 

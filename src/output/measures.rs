@@ -10,7 +10,8 @@ use crate::filter::is_run_source;
 use crate::generate::is_query_word;
 use crate::index::ChunkIndex;
 use crate::record::{Judged, QueryType};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::id::QueryId;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 /// A set whose queries average fewer relevant chunks than this is a known-item set …
@@ -50,6 +51,10 @@ impl Measures {
     pub fn compute(set: &[&Judged], index: &ChunkIndex, pool_depth: usize) -> Result<Self> {
         let mut m = Self { chunks: index.len(), pool_depth, ..Self::default() };
         let rows = qrels(set.iter().copied());
+        let mut relevant: HashMap<&QueryId, usize> = HashMap::new();
+        for row in rows.iter().filter(|q| q.grade >= 1) {
+            *relevant.entry(&row.query_id).or_default() += 1;
+        }
         for judged in set.iter().filter(|j| j.query_type() != QueryType::NoAnswer) {
             m.answerable += 1;
             let terms: BTreeSet<String> = index
@@ -73,8 +78,7 @@ impl Measures {
             if !holding.is_empty() && holding.iter().all(|c| answering.contains(c)) {
                 m.unique_match += 1;
             }
-            let id = &judged.candidate.id;
-            m.labels.push(rows.iter().filter(|q| &q.query_id == id && q.grade >= 1).count());
+            m.labels.push(relevant.get(&judged.candidate.id).copied().unwrap_or(0));
         }
         for row in rows.iter().filter(|q| q.grade >= 1) {
             *m.by_provenance.entry(row.provenance.label()).or_default() += 1;

@@ -359,7 +359,7 @@ impl Control {
     /// The control that gives `reason`; `None` for the reasons of a pass.
     fn of(reason: Reason) -> Option<Self> {
         match reason {
-            Reason::SourceInTopN | Reason::NoAnswerConfirmed => None,
+            Reason::SourceInTopN | Reason::TopicInTopN | Reason::NoAnswerConfirmed => None,
             Reason::Duplicate => Some(Self::Repeat),
             Reason::EvidenceNotInSource => Some(Self::Evidence),
             Reason::WrongLanguage => Some(Self::Language),
