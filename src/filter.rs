@@ -440,6 +440,18 @@ mod tests {
     }
 
     #[test]
+    fn a_topical_query_passes_when_a_chunk_on_its_topic_is_in_the_top_n() {
+        with_filter(config(1, OnMiss::Drop, HopRule::All), |f| {
+            // "password links" finds chunk 1, not the source 0.
+            let mut topical = candidate(QueryType::Direct, "password links", &[0], None);
+            topical.topic = Some(vec![ChunkId::parse("c1").unwrap_or_else(|e| panic!("{e}"))]);
+            check(f, &topical, Status::Kept, Reason::TopicInTopN, &[None]);
+            topical.topic = Some(vec![ChunkId::parse("c2").unwrap_or_else(|e| panic!("{e}"))]);
+            check(f, &topical, Status::Dropped, Reason::SourceNotInTopN, &[None]);
+        });
+    }
+
+    #[test]
     fn multi_hop_rules() {
         let query = candidate(QueryType::MultiHop, "quota storage recovery", &[0, 3], None);
         with_filter(config(2, OnMiss::Drop, HopRule::All), |f| {

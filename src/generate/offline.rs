@@ -204,7 +204,8 @@ impl<'a> OfflineGenerator<'a> {
     fn in_language(&self, model: TermModel, text: &str) -> TermModel {
         let chinese = |s: &TermStat| s.surface.chars().any(is_cjk);
         let want_chinese = self.language == Language::Zh;
-        let words = if text.chars().any(is_cjk) { self.index.analyzer().dictionary_words(text) } else { None };
+        let words =
+            if text.chars().any(is_cjk) { self.index.analyzer().dictionary_words(text) } else { None };
         let whole = |s: &TermStat| !chinese(s) || words.as_ref().is_none_or(|w| w.contains(&s.term));
         let model = model.filtered(whole);
         let narrowed = model.clone().filtered(|s| chinese(s) == want_chinese);

@@ -305,7 +305,8 @@ fn transposed_times(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usiz
 /// earlier ones becomes zero.
 fn orthonormalize(m: &mut [f64], width: usize) {
     let n = m.len() / width.max(1);
-    let mut columns: Vec<Vec<f64>> = (0..width).map(|j| (0..n).map(|row| m[row * width + j]).collect()).collect();
+    let mut columns: Vec<Vec<f64>> =
+        (0..width).map(|j| (0..n).map(|row| m[row * width + j]).collect()).collect();
     for j in 0..width {
         let (done, rest) = columns.split_at_mut(j);
         let column = &mut rest[0];
@@ -317,7 +318,9 @@ fn orthonormalize(m: &mut [f64], width: usize) {
         }
         let norm = column.iter().map(|x| x * x).sum::<f64>().sqrt();
         let scale = if norm > 1e-10 { 1.0 / norm } else { 0.0 };
-        column.iter_mut().for_each(|x| *x *= scale);
+        for x in column.iter_mut() {
+            *x *= scale;
+        }
     }
     for (j, column) in columns.iter().enumerate() {
         for (row, x) in column.iter().enumerate() {

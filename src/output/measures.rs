@@ -8,9 +8,9 @@ use super::beir::qrels;
 use crate::error::Result;
 use crate::filter::is_run_source;
 use crate::generate::is_query_word;
+use crate::id::QueryId;
 use crate::index::ChunkIndex;
 use crate::record::{Judged, QueryType};
-use crate::id::QueryId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
