@@ -3,10 +3,12 @@
 
 use crate::chunk::ChunkConfig;
 use crate::filter::FilterConfig;
+use crate::generate::TopicConfig;
 use crate::generate::{LlmGeneration, Mix};
 use crate::index::Segmenter;
 use crate::judge::JudgeConfig;
 use crate::llm::LlmConfig;
+use crate::runs::PoolRunConfig;
 use crate::sample::SampleConfig;
 use crate::text::Language;
 use serde::Serialize;
@@ -16,7 +18,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GeneratorConfig {
-    /// Simulated known-item queries, no network.
+    /// Simulated topical queries, no network.
     Offline,
     /// A chat model behind an OpenAI-compatible endpoint.
     Llm(Box<LlmSetup>),
@@ -67,6 +69,10 @@ pub struct BuildConfig {
     pub judge: JudgeConfig,
     /// The review queue.
     pub review: SampleConfig,
+    /// The topics of offline queries (their co-relevant chunks).
+    pub topics: TopicConfig,
+    /// The user's retrievers' runs, pooled for judging (`--pool-run`).
+    pub pool_runs: PoolRunConfig,
     /// Who writes the queries.
     pub generator: GeneratorConfig,
     /// The language of the queries; `None` = the corpus language.

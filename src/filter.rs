@@ -11,6 +11,7 @@ use crate::generate::is_query_word;
 use crate::id::ChunkId;
 use crate::index::{ChunkIndex, Hit, Token};
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
+use crate::runs::PoolRuns;
 use crate::text::{Language, quote_in};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
@@ -102,12 +103,22 @@ pub struct Checks {
     pub hop_terms: bool,
 }
 
+/// The name of the round trip's own BM25 top hits among a pool's sources.
+pub const ROUND_TRIP_POOL: &str = "round_trip";
+
+/// Whether a pool source (`name:rank`) is a `--pool-run` run, not the round trip.
+#[must_use]
+pub fn is_run_source(source: &str) -> bool {
+    source.rsplit_once(':').map_or(source, |(name, _)| name) != ROUND_TRIP_POOL
+}
+
 /// Judges candidates against the index.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
     groups: &'a ChunkGroups,
     config: FilterConfig,
     checks: Checks,
+    runs: Option<&'a PoolRuns>,
 }
 
 /// A source's terms: in order (for shared runs) and as a set (for overlap).
@@ -121,13 +132,19 @@ impl<'a> RoundTrip<'a> {
     /// as the source.
     #[must_use]
     pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig, checks: Checks) -> Self {
-        Self { index, groups, config, checks }
+        Self { index, groups, config, checks, runs: None }
     }
 
     /// The checks this filter makes beyond its settings.
     #[must_use]
     pub fn checks(&self) -> Checks {
         self.checks
+    }
+
+    /// The same filter, pooling the top chunks of the user's runs (`--pool-run`) too.
+    #[must_use]
+    pub fn with_runs(self, runs: &'a PoolRuns) -> Self {
+        Self { runs: Some(runs).filter(|r| !r.is_empty()), ..self }
     }
 
     /// The verdict on one candidate.
@@ -155,7 +172,12 @@ impl<'a> RoundTrip<'a> {
             QueryType::NoAnswer => self.no_answer_rule(candidate, hits.first().map(|h| h.chunk))?,
             QueryType::MultiHop => self.miss_rule(self.hops_found(&ranks), Reason::HopNotInTopN),
             QueryType::Direct | QueryType::Paraphrase => {
-                self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN)
+                let found = self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN);
+                // A topical query is about its topic: finding any chunk on it is finding an answer.
+                match self.topic_rank(candidate, &hits[..hits.len().min(self.config.top_n)]) {
+                    Some(_) if found.0 != Status::Kept => (Status::Kept, Reason::TopicInTopN),
+                    _ => found,
+                }
             }
         };
         let source_terms = sources.iter().map(|&p| self.source_terms(p)).collect::<Result<Vec<_>>>()?;
@@ -176,7 +198,7 @@ impl<'a> RoundTrip<'a> {
             relabelled: None,
             copies: excluded.iter().filter(|p| !sources.contains(p)).map(|&p| self.id(p)).collect(),
             duplicate_of: None,
-            pool: self.pool(&hits, &excluded),
+            pool: self.pool(candidate.id.as_str(), &hits, &excluded),
         };
         if verdict.status != Status::Dropped {
             self.lexical_controls(candidate, &content, &source_terms, &mut verdict);
@@ -194,13 +216,30 @@ impl<'a> RoundTrip<'a> {
             .collect()
     }
 
-    /// The first `pool_depth` hits that are not `excluded`, with their ranks.
-    fn pool(&self, hits: &[Hit], excluded: &BTreeSet<usize>) -> Vec<Pooled> {
+    /// The first `pool_depth` hits that are not `excluded`, with their ranks; with runs, then
+    /// each run's top chunks for `query` that are not `excluded`, every entry naming the
+    /// sources that pooled it.
+    fn pool(&self, query: &str, hits: &[Hit], excluded: &BTreeSet<usize>) -> Vec<Pooled> {
         let others = (1..).zip(hits).filter(|(_, h)| !excluded.contains(&h.chunk));
-        others
+        let mut pool: Vec<Pooled> = others
             .take(self.config.pool_depth)
-            .map(|(rank, h)| Pooled { chunk_id: self.id(h.chunk), rank, grade: None })
-            .collect()
+            .map(|(rank, h)| Pooled { chunk_id: self.id(h.chunk), rank, grade: None, pooled_by: Vec::new() })
+            .collect();
+        let Some(runs) = self.runs else { return pool };
+        for entry in &mut pool {
+            entry.pooled_by.push(format!("{ROUND_TRIP_POOL}:{}", entry.rank));
+        }
+        for hit in runs.hits(query).iter().filter(|h| !excluded.contains(&h.chunk)) {
+            let id = self.id(hit.chunk);
+            let source = format!("{}:{}", hit.run, hit.rank);
+            match pool.iter_mut().find(|p| p.chunk_id == id) {
+                Some(entry) => entry.pooled_by.push(source),
+                None => {
+                    pool.push(Pooled { chunk_id: id, rank: hit.rank, grade: None, pooled_by: vec![source] });
+                }
+            }
+        }
+        pool
     }
 
     fn id(&self, position: usize) -> ChunkId {
@@ -264,6 +303,13 @@ impl<'a> RoundTrip<'a> {
             HopRule::All => !ranks.is_empty() && ranks.iter().all(Option::is_some),
             HopRule::Any => ranks.iter().any(Option::is_some),
         }
+    }
+
+    /// The best rank in `top_n` of a chunk on the candidate's topic (topical queries only).
+    fn topic_rank(&self, candidate: &Candidate, top_n: &[Hit]) -> Option<usize> {
+        let topic: BTreeSet<usize> =
+            candidate.topic.iter().flatten().filter_map(|id| self.index.position(id)).collect();
+        top_n.iter().position(|h| topic.contains(&h.chunk)).map(|at| at + 1)
     }
 
     fn miss_rule(&self, found: bool, miss: Reason) -> (Status, Reason) {
@@ -406,6 +452,18 @@ mod tests {
         with_filter(config(1, OnMiss::Flag, HopRule::All), |f| {
             let miss = candidate(QueryType::Direct, "password links", &[0], None);
             check(f, &miss, Status::Flagged, Reason::SourceNotInTopN, &[None]);
+        });
+    }
+
+    #[test]
+    fn a_topical_query_passes_when_a_chunk_on_its_topic_is_in_the_top_n() {
+        with_filter(config(1, OnMiss::Drop, HopRule::All), |f| {
+            // "password links" finds chunk 1, not the source 0.
+            let mut topical = candidate(QueryType::Direct, "password links", &[0], None);
+            topical.topic = Some(vec![ChunkId::parse("c1").unwrap_or_else(|e| panic!("{e}"))]);
+            check(f, &topical, Status::Kept, Reason::TopicInTopN, &[None]);
+            topical.topic = Some(vec![ChunkId::parse("c2").unwrap_or_else(|e| panic!("{e}"))]);
+            check(f, &topical, Status::Dropped, Reason::SourceNotInTopN, &[None]);
         });
     }
 

@@ -16,7 +16,7 @@
 use crate::error::Result;
 use crate::index::ChunkIndex;
 use crate::progress::Stage;
-use crate::record::{Difficulty, Judged, QueryType, Reason, Status, Verdict};
+use crate::record::{Difficulty, Judged, Pooled, QueryType, Reason, Status, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -152,9 +152,13 @@ fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig, phase: Phase
     if !item.in_set() {
         return Vec::new();
     }
+    // The first `take` chunks of the pool, and (when pools are judged at all) every chunk a
+    // `--pool-run` run added: the point of pooling a run is that its finds get judged.
+    let from_run = |p: &Pooled| p.pooled_by.iter().any(|s| crate::filter::is_run_source(s));
     let pool = |take: usize| {
-        let entries = item.verdict.pool.iter().enumerate().take(take);
-        let ungraded = entries.filter(|(_, p)| p.grade.is_none());
+        let entries = item.verdict.pool.iter().enumerate();
+        let wanted = entries.filter(|(i, p)| *i < take || (take > 0 && from_run(p)));
+        let ungraded = wanted.filter(|(_, p)| p.grade.is_none());
         ungraded.filter_map(|(i, p)| index.position(&p.chunk_id).map(|c| (Purpose::Pool(i), c))).collect()
     };
     match (phase, item.candidate.query_type) {
@@ -221,7 +225,10 @@ mod tests {
     }
 
     fn item(query_type: QueryType, pool: &[&str]) -> Judged {
-        let pool = (1..).zip(pool).map(|(rank, c)| Pooled { chunk_id: id(c), rank, grade: None }).collect();
+        let pool = (1..)
+            .zip(pool)
+            .map(|(rank, c)| Pooled { chunk_id: id(c), rank, grade: None, pooled_by: Vec::new() })
+            .collect();
         Judged {
             candidate: Candidate::sample(query_type, "q", &["a", "b"]),
             verdict: Verdict { pool, ..Verdict::dropped(Reason::SourceInTopN) },

@@ -20,6 +20,7 @@ use crate::record::{
     Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
     ReviewSource, Status, Verdict,
 };
+use crate::runs::PoolRuns;
 use crate::sample;
 use crate::text::Language;
 use std::collections::{BTreeMap, HashSet};
@@ -98,7 +99,8 @@ pub fn build(
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
     let checks = Checks { language: Some(language), hop_terms: generator.judge().is_none() };
-    let filter = RoundTrip::new(&index, &groups, config.filter, checks);
+    let runs = PoolRuns::read(&config.pool_runs, &index)?;
+    let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
@@ -260,11 +262,13 @@ fn stage_set(
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
     let stage = progress.stage("write", 0);
     write_files(staging, made, &set, &queue)?;
+    let measures = output::Measures::compute(&set, index, config.filter.pool_depth)?;
     let summary = Summary {
         manifest: &manifest,
         judged: &made.rounds.judged,
         skipped: made.skipped,
         chunk_groups: made.chunk_groups,
+        measures: &measures,
     };
     output::write_text(&staging.path("report.md"), &output::render_report(&summary))?;
     output::write_text(&staging.path("report.html"), &output::render_report_html(&summary, index))?;
@@ -282,7 +286,9 @@ fn make_generator<'a>(
     language: Language,
 ) -> Result<Box<dyn Generator + 'a>> {
     match &config.generator {
-        GeneratorConfig::Offline => Ok(Box::new(OfflineGenerator::new(index, config.seed, language)?)),
+        GeneratorConfig::Offline => {
+            Ok(Box::new(OfflineGenerator::new(index, config.seed, language, config.topics)?))
+        }
         GeneratorConfig::Llm(setup) => {
             let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
             let cache_path = setup.cache.clone().unwrap_or_else(|| out.join("llm-cache.sqlite"));
@@ -499,6 +505,7 @@ impl Rounds {
                     style: draft.style,
                     evidence: draft.evidence,
                     answer: draft.answer,
+                    topic: draft.topic.map(|t| t.into_iter().map(|c| index.meta(c).id.clone()).collect()),
                     generator: generator.name().to_owned(),
                     round: request.round,
                 }
@@ -733,5 +740,8 @@ fn write_files(out: &output::Staging, made: &Made<'_>, set: &[&Judged], queue: &
     output::write_jsonl(&out.path("chunk_groups.jsonl"), made.chunk_groups)?;
     output::write_jsonl(&out.path("candidates.jsonl"), &rounds.judged)?;
     output::write_jsonl(&out.path("rejects.jsonl"), &rounds.rejects)?;
+    if set.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty())) {
+        output::write_pool(&out.path(output::POOL_TSV), set)?;
+    }
     output::write_jsonl(&out.path("review_queue.jsonl"), queue)
 }

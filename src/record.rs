@@ -127,6 +127,10 @@ pub struct Candidate {
     /// A short answer (LLM generator).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub answer: Option<String>,
+    /// For a topical query (offline generator): the chunks on its topic, co-relevant with its
+    /// sources; its sources and these are all graded [`grade::TOPIC`].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub topic: Option<Vec<ChunkId>>,
     /// Which generator wrote it, e.g. `offline`.
     pub generator: String,
     /// Generation round (1 = first; later rounds top up types that fell short).
@@ -148,6 +152,7 @@ impl Candidate {
             style: None,
             evidence: Vec::new(),
             answer: None,
+            topic: None,
             generator: "test".into(),
             round: 1,
         }
@@ -186,6 +191,9 @@ pub enum Reason {
     SourceInTopN,
     /// A single source chunk is not within the top N.
     SourceNotInTopN,
+    /// A topical query (offline) whose source misses the top N, but a chunk on its topic is
+    /// within it: the query finds an answer.
+    TopicInTopN,
     /// A `multi_hop` query misses the hop rule.
     HopNotInTopN,
     /// A `no_answer` query whose top hit contains no absent term.
@@ -225,6 +233,7 @@ impl Reason {
         match self {
             Self::SourceInTopN => "source_in_top_n",
             Self::SourceNotInTopN => "source_not_in_top_n",
+            Self::TopicInTopN => "topic_in_top_n",
             Self::HopNotInTopN => "hop_not_in_top_n",
             Self::NoAnswerConfirmed => "no_answer_confirmed",
             Self::AbsentTermFound => "absent_term_found",
@@ -409,6 +418,9 @@ pub mod grade {
     pub const SOURCE: u8 = 3;
     /// One hop of a `multi_hop` query: needed, but answers only part of the query.
     pub const HOP: u8 = 2;
+    /// A chunk on the topic of a topical query (offline generator), its sources included: a
+    /// bag of topical words has no single answer, every chunk on the topic is related to it.
+    pub const TOPIC: u8 = 1;
 }
 
 /// Where a relevance judgment comes from (recorded in `qrels/provenance.tsv`).
@@ -419,6 +431,9 @@ pub enum Provenance {
     Source,
     /// A near-identical copy of a source chunk (co-relevant).
     Duplicate,
+    /// On the topic of a topical query (offline generator): close to its sources in the
+    /// corpus's latent topic space.
+    Topic,
     /// Graded by the LLM judge (pooling, or a reclassified `no_answer` query).
     Judge,
     /// Set by a human reviewer; overrides every other provenance.
@@ -432,6 +447,7 @@ impl Provenance {
         match self {
             Self::Source => "source",
             Self::Duplicate => "duplicate",
+            Self::Topic => "topic",
             Self::Judge => "judge",
             Self::Human => "human",
         }
@@ -440,7 +456,9 @@ impl Provenance {
     /// Parses a label as written by [`Provenance::label`].
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        [Self::Source, Self::Duplicate, Self::Judge, Self::Human].into_iter().find(|p| p.label() == label)
+        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human]
+            .into_iter()
+            .find(|p| p.label() == label)
     }
 }
 
@@ -478,6 +496,11 @@ pub struct Pooled {
     /// The judge's grade (0–3), if the pool was judged (`--judge-pool`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub grade: Option<u8>,
+    /// With `--pool-run`: every source that pooled the chunk, with its rank there
+    /// (`round_trip:2` for the round trip's BM25 hits, `dense:1` for a run named `dense`);
+    /// `rank` is then the first source's rank.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pooled_by: Vec<String>,
 }
 
 /// A pooled chunk as shown to a reviewer.

@@ -8,10 +8,11 @@ use qrelgen::BuildConfig;
 use qrelgen::chunk::{ChunkConfig, SizeUnit};
 use qrelgen::config::{GeneratorConfig, LlmSetup};
 use qrelgen::filter::{FilterConfig, HopRule, OnCopy, OnMiss};
-use qrelgen::generate::{JsonMode, LlmGeneration, Mix, parse_shares};
+use qrelgen::generate::{JsonMode, LlmGeneration, Mix, TopicConfig, parse_shares};
 use qrelgen::index::Segmenter;
 use qrelgen::judge::JudgeConfig;
 use qrelgen::llm::{Budget, Endpoint, LimitConfig, LlmConfig, Price, RetryPolicy};
+use qrelgen::runs::PoolRunConfig;
 use qrelgen::sample::SampleConfig;
 use qrelgen::text::Language;
 use serde::Deserialize;
@@ -112,6 +113,25 @@ settings! {
     /// extra qrels rows (provenance "judge") [default: 0, no pool judging].
     #[arg(long, value_name = "K", help_heading = "Quality controls")]
     judge_pool: usize,
+    /// A TREC run file (`qid Q0 docid rank score tag`) of a retriever you want to compare, for
+    /// the queries of an earlier build with the same settings (same seed: same query ids);
+    /// repeat for each system. Each query's top chunks in each run (chunk or document ids) join
+    /// its pool: shown to reviewers, graded by the judge with --judge-pool, listed in
+    /// qrels/pool.tsv [default: none, pools come from BM25 alone].
+    #[arg(long, value_name = "RUN", help_heading = "Quality controls")]
+    pool_run: Vec<PathBuf>,
+    /// Chunks of each --pool-run run pooled per query [default: 10].
+    #[arg(long, value_name = "K", help_heading = "Quality controls")]
+    pool_run_depth: usize,
+    /// Offline generator: at most this many chunks on a query's topic (the closest to its
+    /// sources in the corpus's latent topic space) are relevant to it, with its sources, all
+    /// grade 1; 0 grades only the sources, as known-item queries [default: 50].
+    #[arg(long, value_name = "N", help_heading = "Quality controls")]
+    topic_labels: usize,
+    /// Offline generator: the cosine in the topic space a chunk needs to be on a source's
+    /// topic [default: 0.5].
+    #[arg(long, value_name = "-1..1", help_heading = "Quality controls")]
+    topic_min_cosine: f32,
     /// Keep a no_answer query that the judge finds answered in the corpus, as a direct query
     /// with the answering chunks relevant, beyond the quotas [default: false: drop it].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Quality controls")]
@@ -363,6 +383,14 @@ impl Settings {
                 pool: self.judge_pool.unwrap_or(0),
                 reclassify: self.reclassify.unwrap_or(false),
             },
+            topics: TopicConfig {
+                labels: self.topic_labels.unwrap_or(TopicConfig::default().labels),
+                min_cosine: self.topic_min_cosine.unwrap_or(TopicConfig::default().min_cosine),
+            },
+            pool_runs: PoolRunConfig {
+                files: self.pool_run.clone().unwrap_or_default(),
+                depth: self.pool_run_depth.unwrap_or(10),
+            },
             review: SampleConfig {
                 size: self.review_size.unwrap_or(50),
                 min_per_type: self.review_min_per_type.unwrap_or(5),
@@ -403,6 +431,12 @@ impl Settings {
         }
         if self.max_paraphrase_overlap.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
             bail!("invalid --max-paraphrase-overlap: must be between 0 and 1");
+        }
+        if self.topic_min_cosine.is_some_and(|c| !(-1.0..=1.0).contains(&c)) {
+            bail!("invalid --topic-min-cosine: a cosine is between -1 and 1");
+        }
+        if self.pool_run.as_ref().is_some_and(|runs| !runs.is_empty()) && self.pool_run_depth == Some(0) {
+            bail!("invalid --pool-run-depth 0: it would pool nothing from the runs\nhint: use 1 or more");
         }
         if self.wants_llm() && self.pool_depth == Some(0) {
             bail!(

@@ -567,6 +567,7 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
                     style: Some(task.style.clone()),
                     evidence: q.evidence,
                     answer: Some(q.answer),
+                    topic: None,
                 });
             }
             None => generated.failures.push(Failure {

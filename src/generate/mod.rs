@@ -13,7 +13,7 @@ mod reply;
 mod terms;
 
 pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
-pub use offline::OfflineGenerator;
+pub use offline::{OfflineGenerator, TopicConfig};
 pub use plan::{Mix, Planner, Quotas, parse_shares};
 pub use prompt::Prompts;
 pub(crate) use terms::is_query_word;
@@ -49,6 +49,9 @@ pub struct Draft {
     pub evidence: Vec<String>,
     /// A short answer (LLM generator).
     pub answer: Option<String>,
+    /// For a topical query (offline generator): positions of the chunks on its topic, which
+    /// are co-relevant with its sources.
+    pub topic: Option<Vec<usize>>,
 }
 
 /// A request the generator could not serve, and why.

@@ -1,20 +1,27 @@
-//! The offline generator: simulated known-item queries after Azzopardi, de Rijke & Balog
-//! (SIGIR 2007). For each request it draws a query length, then terms from a term model of the
-//! source chunk(s), optionally mixed with noise terms drawn from the whole collection.
+//! The offline generator: simulated topical queries after Azzopardi, de Rijke & Balog (SIGIR
+//! 2007). For each request it draws a query length, then terms from a term model of the source
+//! chunk(s), optionally mixed with noise terms drawn from the whole collection.
 //!
-//! - `direct`: the most discriminative terms (tf·idf²), no noise.
-//! - `paraphrase`: three terms of the chunk (its rarest third off limits), the other two or
-//!   three from the vocabulary of its neighbours (the chunks its own terms retrieve): a harder,
-//!   less lexical query that shares at most 60 % of its terms with the source.
-//! - `multi_hop`: discriminative terms that only the first chunk has plus terms that only the
-//!   second has, so neither chunk alone matches the query.
+//! Answerable queries are topical, not known-item lookups: terms are weighted by tf × residual
+//! IDF (words that concentrate in few chunks carry a topic; evenly spread filler weighs
+//! nothing), drawn by rank (Zipf: the topic's main words most often, never only its rarest),
+//! and written in their most common form in the corpus. Each comes with its topic: the chunks
+//! close to its sources in the corpus's latent topic space ([`crate::index::TopicSpace`]),
+//! which are co-relevant, so a retriever that finds other chunks on the topic is not punished.
+//!
+//! - `direct`: topical terms of the chunk.
+//! - `paraphrase`: three topical terms of the chunk (its rarest third off limits), the other two
+//!   or three from the vocabulary of its topic neighbours: a less lexical query that shares at
+//!   most 60 % of its terms with the source.
+//! - `multi_hop`: discriminative terms (tf·idf²) that only the first chunk has plus terms that
+//!   only the second has, so neither chunk alone matches the query.
 //! - `no_answer`: popular terms of a chunk plus one word that occurs nowhere in the corpus
 //!   (verified in the index), which names what the corpus cannot answer.
 
 use super::terms::{TermModel, is_query_word};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
-use crate::index::{ChunkIndex, TermStat};
+use crate::index::{ChunkIndex, CorpusModel, TermStat};
 use crate::progress::Stage;
 use crate::record::QueryType;
 use crate::rng::{Rng, stream};
@@ -29,10 +36,24 @@ const ABSENT_WORDS_ZH: &str = include_str!("absent_terms_zh.txt");
 
 /// Source terms in an offline paraphrase; the rest come from the source's neighbours.
 const PARAPHRASE_ANCHORS: usize = 3;
-/// Discriminative source terms searched to find its neighbours.
-const NEIGHBOUR_PROBE: usize = 8;
 /// Neighbouring chunks whose vocabulary a paraphrase borrows.
 const NEIGHBOURS: usize = 3;
+/// Which chunks share an offline query's topic (and so are relevant to it).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TopicConfig {
+    /// At most this many chunks, the closest (`--topic-labels`); 0: none, and the query is
+    /// graded as a known-item one (its sources only).
+    pub labels: usize,
+    /// A chunk is on a source's topic when their cosine in the topic space is at least this
+    /// (`--topic-min-cosine`; 0.5 is an angle of 60° or less).
+    pub min_cosine: f32,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self { labels: 50, min_cosine: 0.5 }
+    }
+}
 
 /// Per-type settings: query length range and per-term noise probability.
 struct Shape {
@@ -54,15 +75,21 @@ pub struct OfflineGenerator<'a> {
     absent: Vec<String>,
     language: Language,
     seed: u64,
+    corpus: CorpusModel,
+    topics: TopicConfig,
 }
+
+/// What the generator wrote for one request: the text, the absent term of a `no_answer`
+/// query, and the chunks on the query's topic (answerable queries).
+type Written = (String, Option<String>, Option<Vec<usize>>);
 
 impl<'a> OfflineGenerator<'a> {
     /// A generator over the chunks of `index`, writing `no_answer` queries' absent word in
-    /// `language`.
+    /// `language`. Reads every chunk once for the corpus's term statistics and topic space.
     ///
     /// # Errors
-    /// [`crate::Error::Index`] when the absent-word check fails.
-    pub fn new(index: &'a ChunkIndex, seed: u64, language: Language) -> Result<Self> {
+    /// [`crate::Error::Index`] when the absent-word check or reading a chunk fails.
+    pub fn new(index: &'a ChunkIndex, seed: u64, language: Language, topics: TopicConfig) -> Result<Self> {
         let words = match language {
             Language::En => ABSENT_WORDS_EN,
             Language::Zh => ABSENT_WORDS_ZH,
@@ -75,35 +102,73 @@ impl<'a> OfflineGenerator<'a> {
                 absent.push(word.to_owned());
             }
         }
-        Ok(Self { index, absent, language, seed })
+        let corpus = CorpusModel::build(index)?;
+        Ok(Self { index, absent, language, seed, corpus, topics })
     }
 
-    fn write(&self, request: &Request) -> Result<std::result::Result<(String, Option<String>), String>> {
+    fn write(&self, request: &Request) -> Result<std::result::Result<Written, String>> {
         let ids: Vec<&str> = request.sources.iter().map(|&c| self.index.meta(c).id.as_str()).collect();
         let mut rng = stream(self.seed, &format!("offline/{}/{}", request.query_type, ids.join("+")));
         let shape = shape(request.query_type);
-        let model = |c: usize, discriminative: bool| -> Result<TermModel> {
-            let stats = self.index.term_stats(&self.index.text(c)?)?;
-            Ok(self.in_language(TermModel::new(self.index, stats, discriminative)))
+        let text = |c: usize| self.index.text(c);
+        let topical = |t: &str| -> Result<TermModel> {
+            Ok(self.in_language(TermModel::topical(self.index.term_stats(t)?, &self.corpus.terms), t))
         };
         let first = request.sources.first().copied().unwrap_or_default();
         let words = match request.query_type {
-            QueryType::Direct => draw(&model(first, true)?, &shape, &mut rng),
+            QueryType::Direct => draw(&topical(&text(first)?)?, &shape, &mut rng),
             QueryType::Paraphrase => {
-                let source = model(first, true)?;
+                let source = topical(&text(first)?)?;
                 let neighbours = self.neighbour_model(first, &source)?;
                 paraphrase(source, &neighbours, &shape, &mut rng)
             }
             QueryType::MultiHop => {
+                // Discriminative terms: a hop's own words must pinpoint it, or the query finds
+                // neither hop (topical ones seldom find both); written in the corpus's forms.
+                let salient = |c: usize| -> Result<TermModel> {
+                    let t = text(c)?;
+                    let model = TermModel::new(self.index, self.index.term_stats(&t)?, true);
+                    Ok(self.in_language(model.written_as(&self.corpus.terms), &t))
+                };
                 let second = request.sources.get(1).copied().unwrap_or(first);
-                multi_hop(&model(first, true)?, &model(second, true)?, &shape, &mut rng)
+                multi_hop(&salient(first)?, &salient(second)?, &shape, &mut rng)
             }
-            QueryType::NoAnswer => return Ok(self.no_answer(&model(first, false)?, &shape, &mut rng)),
+            QueryType::NoAnswer => {
+                let t = text(first)?;
+                let popular =
+                    self.in_language(TermModel::new(self.index, self.index.term_stats(&t)?, false), &t);
+                return Ok(self
+                    .no_answer(&popular, &shape, &mut rng)
+                    .map(|(q, absent)| (q, Some(absent), None)));
+            }
         };
         match words {
-            Ok(words) => Ok(Ok((self.add_noise(words, shape.noise, &mut rng)?.join(" "), None))),
+            Ok(words) => {
+                let query = self.add_noise(words, shape.noise, &mut rng)?.join(" ");
+                let topic = (self.topics.labels > 0).then(|| self.topic(&request.sources));
+                Ok(Ok((query, None, topic)))
+            }
             Err(reason) => Ok(Err(reason)),
         }
+    }
+
+    /// The chunks on the topic of `sources`: those within the minimum cosine of any source in
+    /// the topic space, closest first (ties by position), as many as the config allows, the
+    /// sources left out.
+    fn topic(&self, sources: &[usize]) -> Vec<usize> {
+        let TopicConfig { labels, min_cosine } = self.topics;
+        let mut near: Vec<(usize, f32)> = Vec::new();
+        for &source in sources {
+            for (chunk, cosine) in self.corpus.space.neighbours(source, min_cosine, labels + sources.len()) {
+                match near.iter_mut().find(|(c, _)| *c == chunk) {
+                    Some(entry) => entry.1 = entry.1.max(cosine),
+                    None => near.push((chunk, cosine)),
+                }
+            }
+        }
+        near.retain(|(c, _)| !sources.contains(c));
+        near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        near.into_iter().take(labels).map(|(c, _)| c).collect()
     }
 
     fn no_answer(
@@ -111,35 +176,38 @@ impl<'a> OfflineGenerator<'a> {
         model: &TermModel,
         shape: &Shape,
         rng: &mut Rng,
-    ) -> std::result::Result<(String, Option<String>), String> {
+    ) -> std::result::Result<(String, String), String> {
         let absent =
             self.absent.choose(rng).ok_or("every built-in absent word occurs in the corpus")?.clone();
-        let mut words = draw(model, shape, rng)?;
+        let mut words = draw_weighted(model, shape, rng)?;
         let at = rng.random_range(0..=words.len());
         words.insert(at, absent.clone());
-        Ok((words.join(" "), Some(absent)))
+        Ok((words.join(" "), absent))
     }
 
-    /// The vocabulary of a chunk's neighbours: terms of the chunks its most discriminative
-    /// terms retrieve, weighted by tf·idf², without the chunk's own terms (`own`, its
-    /// discriminative model).
+    /// The vocabulary of a chunk's topic: the topical terms of its closest chunks in the topic
+    /// space, without the chunk's own terms (`own`, its model).
     fn neighbour_model(&self, chunk: usize, own: &TermModel) -> Result<TermModel> {
-        let terms: Vec<String> = own.top(NEIGHBOUR_PROBE).into_iter().map(|s| s.term.clone()).collect();
-        let hits = self.index.search_terms(&terms, NEIGHBOURS + 1)?;
         let mut text = String::new();
-        for hit in hits.iter().filter(|h| h.chunk != chunk).take(NEIGHBOURS) {
-            text.push_str(&self.index.text(hit.chunk)?);
+        for (neighbour, _) in self.corpus.space.neighbours(chunk, f32::MIN, NEIGHBOURS) {
+            text.push_str(&self.index.text(neighbour)?);
             text.push('\n');
         }
-        let model = TermModel::new(self.index, self.index.term_stats(&text)?, true);
-        Ok(self.in_language(model.filtered(|s| !own.contains(&s.term))))
+        let model = TermModel::topical(self.index.term_stats(&text)?, &self.corpus.terms);
+        Ok(self.in_language(model.filtered(|s| !own.contains(&s.term)), &text))
     }
 
     /// The model's terms in the generator's language (Chinese terms for Chinese, others for
-    /// English), when the chunk has at least two of them; otherwise all its terms.
-    fn in_language(&self, model: TermModel) -> TermModel {
+    /// English), when the chunk has at least two of them; otherwise all its terms. Chinese terms
+    /// are dictionary words of `text` (jieba's default mode), never the fragments that search
+    /// mode indexes besides them (数据库, not 据库).
+    fn in_language(&self, model: TermModel, text: &str) -> TermModel {
         let chinese = |s: &TermStat| s.surface.chars().any(is_cjk);
         let want_chinese = self.language == Language::Zh;
+        let words =
+            if text.chars().any(is_cjk) { self.index.analyzer().dictionary_words(text) } else { None };
+        let whole = |s: &TermStat| !chinese(s) || words.as_ref().is_none_or(|w| w.contains(&s.term));
+        let model = model.filtered(whole);
         let narrowed = model.clone().filtered(|s| chinese(s) == want_chinese);
         if narrowed.len() >= 2 { narrowed } else { model }
     }
@@ -163,9 +231,9 @@ impl<'a> OfflineGenerator<'a> {
     }
 }
 
-/// Three anchor terms of the chunk (its rarest third excluded, drawn by tf·idf² so they still
-/// find it), the other two or three in the words of the chunk's neighbours: a reworded query
-/// that shares at most 60 % of its terms with the source.
+/// Three anchor terms of the chunk (its rarest third excluded, drawn by topical rank), the other
+/// two or three in the words of the chunk's topic neighbours: a reworded query that shares at
+/// most 60 % of its terms with the source.
 fn paraphrase(
     model: TermModel,
     neighbours: &TermModel,
@@ -181,8 +249,9 @@ fn paraphrase(
     }
     let length = rng.random_range(shape.length.clone());
     let mut words: Vec<String> =
-        common.draw(PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()).collect();
-    words.extend(neighbours.draw(length - PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()));
+        common.draw_by_rank(PARAPHRASE_ANCHORS, rng).into_iter().map(|s| s.surface.clone()).collect();
+    let borrowed = neighbours.draw_by_rank(length - PARAPHRASE_ANCHORS, rng);
+    words.extend(borrowed.into_iter().map(|s| s.surface.clone()));
     words.shuffle(rng);
     Ok(words)
 }
@@ -199,13 +268,27 @@ fn multi_hop(
     if only_a.is_empty() || only_b.is_empty() {
         return Err("the two chunks share all their terms".to_owned());
     }
-    let mut words = draw(&only_a, shape, rng)?;
-    words.extend(draw(&only_b, shape, rng)?);
+    let mut words = draw_weighted(&only_a, shape, rng)?;
+    words.extend(draw_weighted(&only_b, shape, rng)?);
     Ok(words)
 }
 
-/// Draws a query length from the shape, then that many distinct terms from the model.
+/// Draws a query length from the shape, then that many distinct terms from the model by rank.
 fn draw(model: &TermModel, shape: &Shape, rng: &mut Rng) -> std::result::Result<Vec<String>, String> {
+    let length = rng.random_range(shape.length.clone()).min(model.len());
+    let words: Vec<String> = model.draw_by_rank(length, rng).into_iter().map(|s| s.surface.clone()).collect();
+    if words.is_empty() {
+        return Err("chunk has no topical terms".to_owned());
+    }
+    Ok(words)
+}
+
+/// Draws a query length from the shape, then that many distinct terms by weight.
+fn draw_weighted(
+    model: &TermModel,
+    shape: &Shape,
+    rng: &mut Rng,
+) -> std::result::Result<Vec<String>, String> {
     let length = rng.random_range(shape.length.clone()).min(model.len());
     if length == 0 {
         return Err("chunk has no content terms".to_owned());
@@ -222,10 +305,11 @@ impl Generator for OfflineGenerator<'_> {
         let mut generated = Generated::default();
         for (i, request) in requests.iter().enumerate() {
             match self.write(request)? {
-                Ok((text, absent_term)) => generated.drafts.push(Draft {
+                Ok((text, absent_term, topic)) => generated.drafts.push(Draft {
                     request: i,
                     text,
                     absent_term,
+                    topic,
                     style: None,
                     evidence: Vec::new(),
                     answer: None,

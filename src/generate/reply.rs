@@ -144,6 +144,9 @@ mod tests {
             parse_grade("<think>hmm</think>```json\n{\"grade\": 2, \"reason\": \"most of it\"}\n```");
         assert_eq!(parsed, Ok(ReplyGrade { grade: 2, reason: "most of it".into() }));
         assert!(parse_grade(r#"{"grade": 5, "reason": ""}"#).is_err_and(|e| e.contains("grade 5")));
+        // UMBRELA order: the reasoning (which may quote braces) before the grade.
+        let reasoned = r#"{"reason": "intent: dosage {adult}; the passage gives it", "grade": 3}"#;
+        assert_eq!(parse_grade(reasoned).map(|g| g.grade), Ok(3));
         assert!(parse_grade(r#"{"grade": "high"}"#).is_err_and(|e| e.contains("invalid JSON")));
         assert!(parse_grade("three").is_err_and(|e| e.contains("no JSON object with \"grade\"")));
     }

@@ -1,9 +1,10 @@
 //! Term models for simulated queries (Azzopardi, de Rijke & Balog, SIGIR 2007): a chunk's terms
-//! weighted as discriminative (tf·idf²) or popular (tf), and weighted draws without replacement.
+//! weighted as discriminative (tf·idf²), popular (tf) or topical (tf × residual IDF), and draws
+//! without replacement, by weight or by rank.
 //! Words a user would not type as a query term (function words, fragments such as the `re` of
 //! "they're", single letters) are left out of every model.
 
-use crate::index::{ChunkIndex, TermStat};
+use crate::index::{ChunkIndex, CorpusTerms, TermStat};
 use crate::rng::Rng;
 use rand::Rng as _;
 use std::collections::HashSet;
@@ -51,6 +52,38 @@ impl TermModel {
         Self { terms }
     }
 
+    /// The topical model of a chunk: each term weighted by tf × residual IDF (Church & Gale 1995;
+    /// words spread evenly over the corpus, such as filler verbs and numbers, weigh nothing) and
+    /// written in its most common form in the corpus, as a searcher would write it rather than as
+    /// this chunk inflects it. A term with a digit counts only when the chunk repeats it (the
+    /// chunk is about that number, it is not a section label or a measurement).
+    pub fn topical(stats: Vec<TermStat>, corpus: &CorpusTerms) -> Self {
+        let terms = stats
+            .into_iter()
+            .filter(|s| is_query_word(&s.surface))
+            .filter(|s| s.tf >= 2 || !s.surface.chars().any(|c| c.is_ascii_digit()))
+            .map(|mut s| {
+                let weight = f64::from(s.tf) * corpus.residual_idf(&s.term).max(0.0);
+                if let Some(usage) = corpus.usage(&s.term) {
+                    usage.surface.clone_into(&mut s.surface);
+                }
+                (s, weight)
+            })
+            .collect();
+        Self { terms }
+    }
+
+    /// The same terms, each written in its most common form in the corpus.
+    #[must_use]
+    pub fn written_as(mut self, corpus: &CorpusTerms) -> Self {
+        for (stat, _) in &mut self.terms {
+            if let Some(usage) = corpus.usage(&stat.term) {
+                usage.surface.clone_into(&mut stat.surface);
+            }
+        }
+        self
+    }
+
     /// Number of distinct terms.
     pub fn len(&self) -> usize {
         self.terms.len()
@@ -75,30 +108,53 @@ impl TermModel {
 
     /// The `n` heaviest terms (ties by term), heaviest first.
     pub fn top(&self, n: usize) -> Vec<&TermStat> {
+        self.ranked().into_iter().take(n).map(|(s, _)| s).collect()
+    }
+
+    /// The terms with their weights, heaviest first (ties by term).
+    fn ranked(&self) -> Vec<&(TermStat, f64)> {
         let mut sorted: Vec<_> = self.terms.iter().collect();
         sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.term.cmp(&b.0.term)));
-        sorted.into_iter().take(n).map(|(s, _)| s).collect()
+        sorted
+    }
+
+    /// Draws up to `n` distinct terms of positive weight by rank: the term ranked r-th by weight
+    /// (ties by term) with probability proportional to 1/r (Zipf), so the few terms that carry
+    /// the topic are drawn most, and the long tail of weak ones, taken together, seldom.
+    pub fn draw_by_rank(&self, n: usize, rng: &mut Rng) -> Vec<&TermStat> {
+        let by_rank = (self.ranked().into_iter())
+            .filter(|(_, w)| *w > 0.0)
+            .enumerate()
+            .map(|(r, (s, _))| (s, 1.0 / (r + 1) as f64))
+            .collect();
+        draw_weighted(by_rank, n, rng)
     }
 
     /// Draws up to `n` distinct terms, each with probability proportional to its weight.
     pub fn draw(&self, n: usize, rng: &mut Rng) -> Vec<&TermStat> {
-        let mut pool: Vec<&(TermStat, f64)> = self.terms.iter().filter(|(_, w)| *w > 0.0).collect();
-        let mut drawn = Vec::with_capacity(n);
-        while drawn.len() < n && !pool.is_empty() {
-            let total: f64 = pool.iter().map(|(_, w)| w).sum();
-            let mut target = rng.random::<f64>() * total;
-            let mut pick = pool.len() - 1;
-            for (i, (_, w)) in pool.iter().enumerate() {
-                if target < *w {
-                    pick = i;
-                    break;
-                }
-                target -= w;
-            }
-            drawn.push(&pool.swap_remove(pick).0);
-        }
-        drawn
+        draw_weighted(self.terms.iter().map(|(s, w)| (s, *w)).collect(), n, rng)
     }
+}
+
+/// Draws up to `n` distinct items of positive weight, each with probability proportional to
+/// its weight among those left.
+fn draw_weighted<'a>(pool: Vec<(&'a TermStat, f64)>, n: usize, rng: &mut Rng) -> Vec<&'a TermStat> {
+    let mut pool: Vec<(&TermStat, f64)> = pool.into_iter().filter(|(_, w)| *w > 0.0).collect();
+    let mut drawn = Vec::with_capacity(n);
+    while drawn.len() < n && !pool.is_empty() {
+        let total: f64 = pool.iter().map(|(_, w)| w).sum();
+        let mut target = rng.random::<f64>() * total;
+        let mut pick = pool.len() - 1;
+        for (i, (_, w)) in pool.iter().enumerate() {
+            if target < *w {
+                pick = i;
+                break;
+            }
+            target -= w;
+        }
+        drawn.push(pool.swap_remove(pick).0);
+    }
+    drawn
 }
 
 #[cfg(test)]
@@ -134,6 +190,41 @@ mod tests {
         for word in ["re", "l", "the", "see", "7", "using", "的", "如何", "库"] {
             assert!(!is_query_word(word), "{word}");
         }
+    }
+
+    #[test]
+    fn rank_draws_follow_zipf_and_skip_weightless_terms() {
+        // Ranks 1, 2, 3: the first draw picks rank 1 with probability 1/(1 + 1/2 + 1/3) = 6/11.
+        let model = TermModel { terms: vec![stat("c", 1), stat("a", 9), stat("b", 5), stat("z", 0)] };
+        let mut rng = stream(3, "t");
+        let mut first = std::collections::BTreeMap::new();
+        for _ in 0..11_000 {
+            let drawn = model.draw_by_rank(4, &mut rng);
+            assert_eq!(drawn.len(), 3, "the weightless term is never drawn");
+            *first.entry(drawn[0].term.clone()).or_insert(0) += 1;
+        }
+        let share = |t: &str| f64::from(first[t]) / 11_000.0;
+        assert!((share("a") - 6.0 / 11.0).abs() < 0.02, "{first:?}");
+        assert!((share("b") - 3.0 / 11.0).abs() < 0.02, "{first:?}");
+        assert!((share("c") - 2.0 / 11.0).abs() < 0.02, "{first:?}");
+    }
+
+    #[test]
+    fn topical_weights_favour_bursty_terms_and_write_the_common_form() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // "renal" is in every chunk once (spread), "kidneys" bursts in two of them.
+        let texts =
+            ["renal kidneys kidneys kidneys", "renal kidney kidneys", "renal note", "renal memo", "renal 37"];
+        let (index, _) = crate::index::from_chunks(dir.path(), &crate::index::test_chunks(&texts));
+        let corpus = crate::index::CorpusModel::build(&index).unwrap_or_else(|e| panic!("{e}"));
+        let stats = index.term_stats("Renal kidney section 37").unwrap_or_else(|e| panic!("{e}"));
+        let model = TermModel::topical(stats, &corpus.terms);
+        let top: Vec<(&str, &str)> =
+            model.top(5).iter().map(|s| (s.term.as_str(), s.surface.as_str())).collect();
+        assert_eq!(top[0], ("kidney", "kidneys"), "{top:?}");
+        assert!(!model.contains("37"), "a number said once is not a query term");
+        let renal = model.ranked().into_iter().find(|(s, _)| s.term == "renal").map(|(_, w)| *w);
+        assert!(renal.is_some_and(|w| w < 1e-9), "an evenly spread term weighs nothing: {renal:?}");
     }
 
     #[test]

@@ -69,6 +69,13 @@ impl Analyzer {
         self.tokens(text).into_iter().map(|t| t.term).collect()
     }
 
+    /// The dictionary words of the Chinese in `text` (jieba's default mode, which never splits a
+    /// word into its parts as the index's search mode does); `None` with the bigram segmenter.
+    #[must_use]
+    pub fn dictionary_words(&self, text: &str) -> Option<std::collections::HashSet<String>> {
+        self.segmenter.dictionary_words(text)
+    }
+
     pub(crate) fn inner(&self) -> TextAnalyzer {
         self.inner.clone()
     }

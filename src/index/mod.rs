@@ -10,9 +10,11 @@
 
 mod analyzer;
 mod segment;
+mod topics;
 
 pub use analyzer::{Analyzer, Token};
 pub use segment::Segmenter;
+pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
@@ -296,6 +298,35 @@ impl ChunkIndex {
         Ok(hits)
     }
 
+    /// Up to `limit` chunks that contain every one of `terms` (analyzed terms), by position;
+    /// none for no terms.
+    ///
+    /// # Errors
+    /// [`Error::Index`] when tantivy fails.
+    pub fn containing_all(&self, terms: &[String], limit: usize) -> Result<Vec<usize>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let term = Term::from_field_text(self.fields.search, t);
+                (Occur::Must, Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>)
+            })
+            .collect();
+        let collector = TopDocs::with_limit(limit).order_by_score();
+        let top = self.searcher.search(&BooleanQuery::new(clauses), &collector).map_err(|e| self.error(e))?;
+        let mut found: Vec<usize> = top
+            .into_iter()
+            .map(|(_, addr)| {
+                usize::try_from(self.ords[addr.segment_ord as usize].get_val(addr.doc_id))
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        found.sort_unstable();
+        Ok(found)
+    }
+
     /// Number of chunks that contain `term` (an analyzed term).
     ///
     /// # Errors
@@ -533,6 +564,16 @@ mod tests {
                 chunks.into_iter().take(1).try_for_each(add)
             });
         assert!(result.is_err_and(|e| format!("{e:?}").contains("does not hold the 2 chunks")));
+    }
+
+    #[test]
+    fn containing_all_finds_the_chunks_with_every_term() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = build_index(dir.path(), &["quota error", "quota", "error quota full", "full"]);
+        let terms = |s: &str| index.analyzer().terms(s);
+        assert_eq!(index.containing_all(&terms("quota error"), 5).unwrap_or_default(), [0, 2]);
+        assert_eq!(index.containing_all(&terms("full error"), 5).unwrap_or_default(), [2]);
+        assert!(index.containing_all(&[], 5).unwrap_or_default().is_empty());
     }
 
     #[test]

@@ -34,6 +34,25 @@ impl Segmenter {
     }
 }
 
+impl Segmenter {
+    /// The dictionary words of the Chinese runs of `text` (jieba's default mode with HMM for
+    /// unknown words); `None` for [`Segmenter::Bigram`], which has no words.
+    #[must_use]
+    pub fn dictionary_words(self, text: &str) -> Option<std::collections::HashSet<String>> {
+        match self {
+            Self::Bigram => None,
+            Self::Jieba => Some(
+                runs(text)
+                    .into_iter()
+                    .filter(|(_, _, kind)| *kind == Kind::Cjk)
+                    .flat_map(|(_, run, _)| JIEBA.cut(run, true))
+                    .map(|token| token.word.to_owned())
+                    .collect(),
+            ),
+        }
+    }
+}
+
 /// The tokenizer.
 #[derive(Debug, Clone, Copy)]
 pub struct MixedTokenizer(pub Segmenter);

@@ -130,13 +130,16 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
         let grade = match (c.query_type, judged.query_type()) {
             (_, QueryType::NoAnswer) => continue,
             (QueryType::NoAnswer, _) => None,
+            _ if c.topic.is_some() => Some(grade::TOPIC),
             (QueryType::MultiHop, _) => Some(grade::HOP),
             (QueryType::Direct | QueryType::Paraphrase, _) => Some(grade::SOURCE),
         };
+        let topic = c.topic.iter().flatten().map(|chunk| (chunk, grade::TOPIC, Provenance::Topic));
         let sources = grade.into_iter().flat_map(|g| {
             let sources = c.sources.iter().map(move |chunk| (chunk, g, Provenance::Source));
             sources.chain(v.copies.iter().map(move |chunk| (chunk, g, Provenance::Duplicate)))
         });
+        let sources = sources.chain(topic);
         // Grade 0 too: "judged not relevant" is not "never judged" ([`write_qrels`] keeps it in
         // the provenance file only).
         let judged = v.pool.iter().filter_map(|p| p.grade.map(|g| (&p.chunk_id, g, Provenance::Judge)));
@@ -178,6 +181,31 @@ pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()>
     })?;
     super::write_atomic(&path(QRELS_TREC), |w| {
         relevant.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
+    })
+}
+
+/// The judging pools of a set built with `--pool-run`, relative to the output folder.
+pub const POOL_TSV: &str = "qrels/pool.tsv";
+
+/// Writes `qrels/pool.tsv`: one row per pooled chunk of each query in the set and per source
+/// that pooled it (`round_trip` for the round trip's own top hits, else the run's name), with the
+/// chunk's rank there, and its grade once judged (empty until then).
+///
+/// # Errors
+/// [`Error::Output`] naming the file.
+pub fn write_pool(path: &std::path::Path, set: &[&Judged]) -> Result<()> {
+    super::write_atomic(path, |w| {
+        writeln!(w, "query-id\tcorpus-id\tpooled-by\trank\tgrade")?;
+        for judged in set {
+            for pooled in &judged.verdict.pool {
+                for source in &pooled.pooled_by {
+                    let (by, rank) = source.rsplit_once(':').unwrap_or((source, ""));
+                    let grade = pooled.grade.map(|g| g.to_string()).unwrap_or_default();
+                    writeln!(w, "{}\t{}\t{by}\t{rank}\t{grade}", judged.candidate.id, pooled.chunk_id)?;
+                }
+            }
+        }
+        Ok(())
     })
 }
 

@@ -14,14 +14,17 @@
 mod beir;
 mod folder;
 mod manifest;
+mod measures;
 pub(crate) mod report;
 mod report_html;
 
 pub use beir::{
-    PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line, write_qrels,
+    POOL_TSV, PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line,
+    write_pool, write_qrels,
 };
 pub use folder::{BUILD_FILES, Occupant, inspect, list};
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
+pub use measures::Measures;
 pub use report::{Summary, TypeCounts, render_report};
 pub use report_html::render_report_html;
 

@@ -79,6 +79,8 @@ pub struct Summary<'a> {
     pub skipped: &'a [Skipped],
     /// Groups of near-identical chunks.
     pub chunk_groups: &'a [Vec<ChunkId>],
+    /// What the set measures.
+    pub measures: &'a super::Measures,
 }
 
 /// Renders `report.md`.
@@ -87,6 +89,7 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     let mut out = String::new();
     header(&mut out, summary.manifest);
     counts_table(&mut out, summary.manifest);
+    summary.measures.render(&mut out);
     llm_section(&mut out, summary.manifest, summary.judged);
     styles_table(&mut out, summary.judged);
     reasons_table(&mut out, summary.manifest);
@@ -357,7 +360,7 @@ impl Control {
     /// The control that gives `reason`; `None` for the reasons of a pass.
     fn of(reason: Reason) -> Option<Self> {
         match reason {
-            Reason::SourceInTopN | Reason::NoAnswerConfirmed => None,
+            Reason::SourceInTopN | Reason::TopicInTopN | Reason::NoAnswerConfirmed => None,
             Reason::Duplicate => Some(Self::Repeat),
             Reason::EvidenceNotInSource => Some(Self::Evidence),
             Reason::WrongLanguage => Some(Self::Language),

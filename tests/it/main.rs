@@ -8,6 +8,7 @@ mod corpus;
 mod eval;
 mod llm;
 mod mock;
+mod pooling;
 mod readme;
 mod rebuild;
 mod review;

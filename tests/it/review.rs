@@ -203,7 +203,7 @@ fn csv_round_trip_applies_every_kind_of_decision() {
     assert_eq!(graded(d2, "pool_1_id"), Some(2));
     assert_eq!(row(m1, "source_2_id"), Some((0, "human".into())), "grade 0 is kept in provenance.tsv");
     assert_eq!(graded(m1, "source_2_id"), None, "and leaves the qrels");
-    assert_eq!(row(m1, "source_1_id"), Some((2, "source".into())), "the other hop is untouched");
+    assert_eq!(row(m1, "source_1_id"), Some((1, "source".into())), "the other hop is untouched");
     assert_eq!(row(n1, "source_1_id"), Some((3, "human".into())), "the no_answer query is answerable");
     assert_eq!(rows.get(&(id(&csv, d3, "query_id"), added.clone())), Some(&(1, "human".into())));
     let other_no_answer = csv.find("no_answer", 1, "source_1_id");

@@ -1,0 +1,493 @@
+//! Corpus-wide term statistics and a latent topic space over the chunks.
+//!
+//! One pass over every chunk's stored text gives each term its document frequency, its
+//! collection frequency and its most common written form, and each chunk a weighted term
+//! vector. Latent semantic analysis (Deerwester et al. 1990) reduces those vectors to
+//! [`DIMENSIONS`] dimensions by a randomized truncated SVD (Halko, Martinsson & Tropp 2011):
+//! chunks about the same topic end up close even when they share few words, because the
+//! space is built from which words occur together across the whole corpus.
+//!
+//! Used by the offline generator: residual IDF ([`CorpusTerms::residual_idf`], Church & Gale
+//! 1995) tells topical words from words spread evenly like function words, the common written
+//! form is the one a query uses, and [`TopicSpace::neighbours`] finds the chunks that share a
+//! source's topic (its co-relevant chunks). Everything here is deterministic: sorted walks, a
+//! fixed random stream, single-threaded arithmetic in a fixed order.
+
+use super::ChunkIndex;
+use crate::error::Result;
+use crate::rng::stream;
+use rand::Rng as _;
+use std::collections::HashMap;
+
+/// Dimensions of the topic space: the 50–100 that LSA studies found best on small test
+/// collections (Deerwester et al. 1990; Dumais 1991), at the low end so the space stays topical.
+pub const DIMENSIONS: usize = 50;
+/// Extra random directions of the randomized SVD (Halko et al.: 5–10 suffice).
+const OVERSAMPLING: usize = 10;
+/// Power iterations of the randomized SVD (sharpens the spectrum of slowly decaying text data).
+const POWER_ITERATIONS: usize = 2;
+/// At most this many chunks are used to fit the space; the rest are projected into it.
+const FIT_SAMPLE: usize = 20_000;
+
+/// How the corpus uses one term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TermUsage {
+    /// Chunks that contain it.
+    pub df: u32,
+    /// Occurrences in the whole corpus.
+    pub cf: u64,
+    /// Its most common written form (lower-cased; ties: the first in sort order).
+    pub surface: String,
+}
+
+/// Term statistics of the whole corpus.
+#[derive(Debug, Default)]
+pub struct CorpusTerms {
+    chunks: usize,
+    usage: HashMap<String, TermUsage>,
+}
+
+impl CorpusTerms {
+    /// Number of chunks counted.
+    #[must_use]
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// How the corpus uses `term` (an analyzed term), if it occurs.
+    #[must_use]
+    pub fn usage(&self, term: &str) -> Option<&TermUsage> {
+        self.usage.get(term)
+    }
+
+    /// Residual IDF (Church & Gale 1995): the term's IDF minus the IDF a Poisson distribution
+    /// with the same collection frequency predicts, in bits. Near 0 for words spread evenly over
+    /// the chunks (function words, filler verbs, numbers), high for words that concentrate in a
+    /// few chunks, as topical words do. 0 for an unknown term.
+    #[must_use]
+    pub fn residual_idf(&self, term: &str) -> f64 {
+        let Some(usage) = self.usage.get(term) else { return 0.0 };
+        residual_idf(f64::from(usage.df), usage.cf as f64, self.chunks as f64)
+    }
+}
+
+/// Residual IDF of a term in `df` of `n` chunks with `cf` occurrences.
+fn residual_idf(df: f64, cf: f64, n: f64) -> f64 {
+    if df <= 0.0 || n <= 0.0 {
+        return 0.0;
+    }
+    let observed = -(df / n).log2();
+    let poisson = -(1.0 - (-cf / n).exp()).log2();
+    observed - poisson
+}
+
+/// The chunks in a latent topic space: one unit vector per chunk (all zeros for a chunk with
+/// no term shared with another chunk).
+#[derive(Debug, Clone, Default)]
+pub struct TopicSpace {
+    dim: usize,
+    vectors: Vec<f32>,
+}
+
+impl TopicSpace {
+    /// Number of dimensions (fewer than [`DIMENSIONS`] for a tiny corpus).
+    #[must_use]
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Cosine similarity of two chunks in the space.
+    #[must_use]
+    pub fn cosine(&self, a: usize, b: usize) -> f32 {
+        dot(self.vector(a), self.vector(b))
+    }
+
+    fn vector(&self, chunk: usize) -> &[f32] {
+        self.vectors.get(chunk * self.dim..(chunk + 1) * self.dim).unwrap_or(&[])
+    }
+
+    /// The chunks whose cosine with `chunk` is at least `min_cosine`, most similar first (ties
+    /// by position), at most `cap`, `chunk` itself left out.
+    #[must_use]
+    pub fn neighbours(&self, chunk: usize, min_cosine: f32, cap: usize) -> Vec<(usize, f32)> {
+        let own = self.vector(chunk);
+        if own.iter().all(|&x| x == 0.0) {
+            return Vec::new();
+        }
+        let mut near: Vec<(usize, f32)> = self
+            .vectors
+            .chunks_exact(self.dim.max(1))
+            .enumerate()
+            .filter(|&(other, _)| other != chunk)
+            .map(|(other, v)| (other, dot(own, v)))
+            .filter(|&(_, cosine)| cosine >= min_cosine)
+            .collect();
+        let closer = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if near.len() > cap {
+            near.select_nth_unstable_by(cap, closer);
+            near.truncate(cap);
+        }
+        near.sort_by(closer);
+        near
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The corpus's term statistics and topic space, from one pass over the chunk texts.
+#[derive(Debug, Default)]
+pub struct CorpusModel {
+    /// Term statistics.
+    pub terms: CorpusTerms,
+    /// The topic space.
+    pub space: TopicSpace,
+}
+
+impl CorpusModel {
+    /// Reads every chunk of `index` once and builds both.
+    ///
+    /// # Errors
+    /// [`crate::Error::Index`] when a chunk text cannot be read.
+    pub fn build(index: &ChunkIndex) -> Result<Self> {
+        let mut ids: HashMap<String, u32> = HashMap::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut surfaces: Vec<HashMap<String, u32>> = Vec::new();
+        let mut rows: Vec<Vec<(u32, u32)>> = Vec::with_capacity(index.len());
+        for position in 0..index.len() {
+            let stored = index.stored(position)?;
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for text in [&stored.title, &stored.text] {
+                for token in index.analyzer().tokens(text) {
+                    let id = *ids.entry(token.term.clone()).or_insert_with(|| {
+                        names.push(token.term.clone());
+                        surfaces.push(HashMap::new());
+                        (names.len() - 1) as u32
+                    });
+                    *counts.entry(id).or_default() += 1;
+                    *surfaces[id as usize].entry(token.surface).or_default() += 1;
+                }
+            }
+            let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
+            row.sort_unstable();
+            rows.push(row);
+        }
+        let mut df = vec![0u32; names.len()];
+        let mut cf = vec![0u64; names.len()];
+        for (term, tf) in rows.iter().flatten() {
+            df[*term as usize] += 1;
+            cf[*term as usize] += u64::from(*tf);
+        }
+        let usage = names
+            .iter()
+            .zip(surfaces)
+            .enumerate()
+            .map(|(id, (name, forms))| {
+                let surface = most_common(forms);
+                (name.clone(), TermUsage { df: df[id], cf: cf[id], surface })
+            })
+            .collect();
+        let terms = CorpusTerms { chunks: rows.len(), usage };
+        let space = topic_space(&weighted(&rows, &df), names.len(), DIMENSIONS);
+        Ok(Self { terms, space })
+    }
+}
+
+/// The most frequent form; ties go to the first in sort order.
+fn most_common(forms: HashMap<String, u32>) -> String {
+    let mut forms: Vec<(String, u32)> = forms.into_iter().collect();
+    forms.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    forms.into_iter().next().map(|(form, _)| form).unwrap_or_default()
+}
+
+/// A sparse row: (term, weight), by term.
+type Row = Vec<(u32, f64)>;
+
+/// Log-scaled tf × smoothed idf, each row of unit length; terms in a single chunk are left
+/// out (they relate the chunk to no other).
+fn weighted(rows: &[Vec<(u32, u32)>], df: &[u32]) -> Vec<Row> {
+    let n = rows.len() as f64;
+    rows.iter()
+        .map(|row| {
+            let mut weighted: Row = row
+                .iter()
+                .filter(|(term, _)| df[*term as usize] >= 2)
+                .map(|&(term, tf)| {
+                    let idf = ((1.0 + n) / (1.0 + f64::from(df[term as usize]))).ln() + 1.0;
+                    (term, (1.0 + f64::from(tf).ln()) * idf)
+                })
+                .collect();
+            let norm = weighted.iter().map(|(_, w)| w * w).sum::<f64>().sqrt();
+            if norm > 0.0 {
+                for (_, w) in &mut weighted {
+                    *w /= norm;
+                }
+            }
+            weighted
+        })
+        .collect()
+}
+
+/// The rows projected on the top `wanted` right singular vectors of the matrix of `fit` rows
+/// (a randomized truncated SVD), each of unit length.
+fn topic_space(rows: &[Row], vocabulary: usize, wanted: usize) -> TopicSpace {
+    let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
+    let fit: Vec<&Row> = rows.iter().step_by(step).collect();
+    let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
+    if width == 0 {
+        return TopicSpace::default();
+    }
+    let mut rng = stream(0, "topics/omega");
+    let omega: Vec<f64> =
+        (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
+    // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
+    let mut y = times(&fit, &omega, width);
+    for _ in 0..POWER_ITERATIONS {
+        orthonormalize(&mut y, width);
+        let mut z = transposed_times(&fit, &y, vocabulary, width);
+        orthonormalize(&mut z, width);
+        y = times(&fit, &z, width);
+    }
+    orthonormalize(&mut y, width);
+    // B = Qᵀ A (stored transposed, vocabulary × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
+    let b = transposed_times(&fit, &y, vocabulary, width);
+    let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
+    let top = values.first().copied().unwrap_or(0.0);
+    let kept: Vec<usize> =
+        (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
+    let dim = kept.len();
+    let mut v = vec![0.0; vocabulary * dim];
+    for t in 0..vocabulary {
+        let bt = &b[t * width..(t + 1) * width];
+        for (k, &c) in kept.iter().enumerate() {
+            let sigma = values[c].sqrt();
+            v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+        }
+    }
+    let projected = times(&rows.iter().collect::<Vec<_>>(), &v, dim);
+    let mut vectors = Vec::with_capacity(projected.len());
+    for row in projected.chunks_exact(dim.max(1)) {
+        let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
+        vectors.extend(row.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }));
+    }
+    TopicSpace { dim, vectors }
+}
+
+/// Sparse rows × a dense (vocabulary × width) matrix: rows.len() × width, row-major.
+fn times(rows: &[&Row], dense: &[f64], width: usize) -> Vec<f64> {
+    let mut out = vec![0.0; rows.len() * width];
+    for (i, row) in rows.iter().enumerate() {
+        let target = &mut out[i * width..(i + 1) * width];
+        for &(term, w) in *row {
+            let source = &dense[term as usize * width..(term as usize + 1) * width];
+            target.iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
+        }
+    }
+    out
+}
+
+/// Transposed sparse rows × a dense (rows × width) matrix: vocabulary × width, row-major.
+fn transposed_times(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usize) -> Vec<f64> {
+    let mut out = vec![0.0; vocabulary * width];
+    for (i, row) in rows.iter().enumerate() {
+        let source = &dense[i * width..(i + 1) * width];
+        for &(term, w) in *row {
+            let target = &mut out[term as usize * width..(term as usize + 1) * width];
+            target.iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
+        }
+    }
+    out
+}
+
+/// Makes the columns of a row-major (n × width) matrix orthonormal (modified Gram–Schmidt,
+/// twice for stability, on the columns copied out contiguously); a column that depends on the
+/// earlier ones becomes zero.
+fn orthonormalize(m: &mut [f64], width: usize) {
+    let n = m.len() / width.max(1);
+    let mut columns: Vec<Vec<f64>> =
+        (0..width).map(|j| (0..n).map(|row| m[row * width + j]).collect()).collect();
+    for j in 0..width {
+        let (done, rest) = columns.split_at_mut(j);
+        let column = &mut rest[0];
+        for _ in 0..2 {
+            for earlier in done.iter() {
+                let r: f64 = earlier.iter().zip(column.iter()).map(|(a, b)| a * b).sum();
+                column.iter_mut().zip(earlier).for_each(|(c, e)| *c -= r * e);
+            }
+        }
+        let norm = column.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let scale = if norm > 1e-10 { 1.0 / norm } else { 0.0 };
+        for x in column.iter_mut() {
+            *x *= scale;
+        }
+    }
+    for (j, column) in columns.iter().enumerate() {
+        for (row, x) in column.iter().enumerate() {
+            m[row * width + j] = *x;
+        }
+    }
+}
+
+/// Bᵀ B of a row-major (vocabulary × width) matrix: width × width.
+fn gram(b: &[f64], width: usize) -> Vec<f64> {
+    let mut g = vec![0.0; width * width];
+    for row in b.chunks_exact(width) {
+        for a in 0..width {
+            for c in a..width {
+                g[a * width + c] += row[a] * row[c];
+            }
+        }
+    }
+    for a in 0..width {
+        for c in 0..a {
+            g[a * width + c] = g[c * width + a];
+        }
+    }
+    g
+}
+
+/// Eigenvalues (descending) and eigenvectors (columns of a row-major matrix, in the same
+/// order) of a symmetric matrix, by cyclic Jacobi rotations.
+fn symmetric_eigen(matrix: &[f64], size: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut work = matrix.to_vec();
+    let mut rotations = vec![0.0; size * size];
+    (0..size).for_each(|i| rotations[i * size + i] = 1.0);
+    let scale: f64 = work.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+    for _ in 0..100 {
+        let off: f64 = (0..size)
+            .flat_map(|p| (0..size).filter(move |&q| q != p).map(move |q| (p, q)))
+            .map(|(p, q)| work[p * size + q].powi(2))
+            .sum();
+        if off.sqrt() <= 1e-13 * scale {
+            break;
+        }
+        for p in 0..size {
+            for q in p + 1..size {
+                let apq = work[p * size + q];
+                if apq.abs() <= f64::MIN_POSITIVE {
+                    continue;
+                }
+                let theta = (work[q * size + q] - work[p * size + p]) / (2.0 * apq);
+                let direction = if theta >= 0.0 { 1.0 } else { -1.0 };
+                let tan = direction / (theta.abs() + theta.mul_add(theta, 1.0).sqrt());
+                let cos = 1.0 / tan.mul_add(tan, 1.0).sqrt();
+                let sin = tan * cos;
+                rotate_columns(&mut work, size, (p, q), (cos, sin));
+                rotate_rows(&mut work, size, (p, q), (cos, sin));
+                rotate_columns(&mut rotations, size, (p, q), (cos, sin));
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..size).collect();
+    order.sort_by(|&x, &y| work[y * size + y].total_cmp(&work[x * size + x]).then(x.cmp(&y)));
+    let values = order.iter().map(|&i| work[i * size + i]).collect();
+    let mut vectors = vec![0.0; size * size];
+    for (new, &old) in order.iter().enumerate() {
+        (0..size).for_each(|k| vectors[k * size + new] = rotations[k * size + old]);
+    }
+    (values, vectors)
+}
+
+/// Columns `p` and `q` of a row-major square matrix, rotated by the angle with this cosine and
+/// sine.
+fn rotate_columns(m: &mut [f64], size: usize, (p, q): (usize, usize), (cos, sin): (f64, f64)) {
+    for k in 0..size {
+        let (kp, kq) = (m[k * size + p], m[k * size + q]);
+        m[k * size + p] = cos * kp - sin * kq;
+        m[k * size + q] = sin * kp + cos * kq;
+    }
+}
+
+/// Rows `p` and `q` of a row-major square matrix, rotated likewise.
+fn rotate_rows(m: &mut [f64], size: usize, (p, q): (usize, usize), (cos, sin): (f64, f64)) {
+    for k in 0..size {
+        let (pk, qk) = (m[p * size + k], m[q * size + k]);
+        m[p * size + k] = cos * pk - sin * qk;
+        m[q * size + k] = sin * pk + cos * qk;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::{from_chunks, test_chunks};
+
+    #[test]
+    fn residual_idf_is_low_for_evenly_spread_terms_and_high_for_bursty_ones() {
+        // 100 chunks, 50 occurrences. A Poisson with mean 0.5 puts a word in 39 % of the
+        // chunks (IDF 1.3456 bits): spread over 50 chunks the word is even less concentrated
+        // (IDF 1, residual −0.3456); packed into 5 chunks it is bursty (IDF 4.3219, residual
+        // 2.9763).
+        let spread = residual_idf(50.0, 50.0, 100.0);
+        let bursty = residual_idf(5.0, 50.0, 100.0);
+        assert!((spread + 0.3456).abs() < 1e-3, "{spread}");
+        assert!((bursty - 2.9763).abs() < 1e-3, "{bursty}");
+        assert!(residual_idf(0.0, 0.0, 100.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn jacobi_finds_the_eigenpairs_of_a_small_symmetric_matrix() {
+        // [[2, 1], [1, 2]]: eigenvalues 3 and 1, eigenvectors (1, 1)/√2 and (1, −1)/√2.
+        let (values, vectors) = symmetric_eigen(&[2.0, 1.0, 1.0, 2.0], 2);
+        assert!((values[0] - 3.0).abs() < 1e-12 && (values[1] - 1.0).abs() < 1e-12, "{values:?}");
+        let half = std::f64::consts::FRAC_1_SQRT_2;
+        assert!((vectors[0].abs() - half).abs() < 1e-12 && (vectors[2].abs() - half).abs() < 1e-12);
+        assert!((vectors[0] * vectors[2]) > 0.0, "first eigenvector has equal signs: {vectors:?}");
+    }
+
+    #[test]
+    fn orthonormalize_makes_unit_orthogonal_columns() {
+        let mut m = vec![3.0, 1.0, 4.0, 1.0, 0.0, 2.0];
+        orthonormalize(&mut m, 2);
+        let col = |j: usize| [m[j], m[2 + j], m[4 + j]];
+        let (a, b) = (col(0), col(1));
+        let d = |x: [f64; 3], y: [f64; 3]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+        assert!((d(a, a) - 1.0).abs() < 1e-12 && (d(b, b) - 1.0).abs() < 1e-12 && d(a, b).abs() < 1e-12);
+    }
+
+    #[test]
+    fn chunks_on_one_topic_are_close_even_without_a_shared_word() {
+        // Terms 0–3 are one topic, 4–7 another. Chunks 0 and 2 share no term, but chunk 1
+        // links their words: two dimensions put them together and apart from the other topic.
+        let raw: [&[(u32, u32)]; 6] = [
+            &[(0, 1), (1, 1)],
+            &[(0, 1), (1, 1), (2, 1), (3, 1)],
+            &[(2, 1), (3, 1)],
+            &[(4, 1), (5, 1)],
+            &[(4, 1), (5, 1), (6, 1), (7, 1)],
+            &[(6, 1), (7, 1)],
+        ];
+        let rows: Vec<Vec<(u32, u32)>> = raw.iter().map(|r| r.to_vec()).collect();
+        let space = topic_space(&weighted(&rows, &[2; 8]), 8, 2);
+        assert_eq!(space.dim(), 2);
+        assert!(space.cosine(0, 2) > 0.9, "{}", space.cosine(0, 2));
+        assert!(space.cosine(0, 3).abs() < 0.1, "{}", space.cosine(0, 3));
+        let near: Vec<usize> = space.neighbours(0, 0.5, 10).into_iter().map(|(c, _)| c).collect();
+        assert_eq!(near, [1, 2]);
+        assert_eq!(space.neighbours(0, 0.5, 1).len(), 1, "capped");
+    }
+
+    #[test]
+    fn the_corpus_pass_counts_terms_and_their_written_forms() {
+        let texts = ["Kidney infections", "kidney infection and renal infections", "guitar"];
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = from_chunks(dir.path(), &test_chunks(&texts));
+        let model = CorpusModel::build(&index).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(model.terms.chunks(), 3);
+        let infection = model.terms.usage("infect").cloned();
+        assert_eq!(infection, Some(TermUsage { df: 2, cf: 3, surface: "infections".into() }));
+        assert_eq!(model.terms.usage("kidney").map(|u| (u.df, u.cf)), Some((2, 2)));
+        assert!(model.terms.usage("and").is_none(), "stop words are not terms");
+        assert!(model.space.neighbours(2, 0.1, 5).is_empty(), "a chunk sharing no term has no neighbour");
+    }
+
+    #[test]
+    fn the_common_written_form_wins() {
+        let mut forms = HashMap::new();
+        forms.insert("infections".to_owned(), 3);
+        forms.insert("infection".to_owned(), 5);
+        forms.insert("infect".to_owned(), 5);
+        assert_eq!(most_common(forms), "infect");
+    }
+}
