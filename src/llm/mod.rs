@@ -288,7 +288,8 @@ impl Llm {
             .with_api_key(config.endpoint.api_key.clone().unwrap_or_default())
             .with_org_id("")
             .with_project_id("");
-        let client = Client::with_config(openai).with_http_service(transport::service(http));
+        let keyed = config.endpoint.api_key.as_deref().is_some_and(|k| !k.is_empty());
+        let client = Client::with_config(openai).with_http_service(transport::service(http, keyed));
         let limits = Limits::new(config.limits);
         Ok(Self {
             client,

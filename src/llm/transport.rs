@@ -23,9 +23,12 @@ pub struct HttpFailure {
     pub retry_after: Option<Duration>,
 }
 
-/// A tower service that sends each request once over `client`.
+/// A tower service that sends each request once over `client`. Without a key (`keyed` false)
+/// the request carries no `Authorization` header at all (async-openai would send an empty
+/// bearer token).
 pub fn service(
     client: reqwest::Client,
+    keyed: bool,
 ) -> impl tower::Service<
     HttpRequestFactory,
     Response = reqwest::Response,
@@ -38,7 +41,10 @@ pub fn service(
     tower::service_fn(move |factory: HttpRequestFactory| {
         let client = client.clone();
         async move {
-            let request = factory.build().await?;
+            let mut request = factory.build().await?;
+            if !keyed {
+                request.headers_mut().remove(reqwest::header::AUTHORIZATION);
+            }
             let response = client.execute(request).await.map_err(OpenAIError::Reqwest)?;
             if response.status().is_success() {
                 return Ok(response);

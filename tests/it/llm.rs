@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 const SECRET: &str = "sk-test-SECRET-never-written-7f3a";
 
 /// Runs `build` on the sample corpus (unless `args` name another `--corpus`) with the LLM
-/// generator pointed at `server`.
-fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
+/// generator pointed at `server`, and `key` (if any) in `OPENAI_API_KEY`.
+fn llm_build(out: &Path, server: &str, args: &[&str], key: Option<&str>) -> Run {
     let base_url = format!("{server}/v1");
     let corpus = sample_corpus();
     let mut all = vec!["build"];
@@ -35,7 +35,8 @@ fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
         all.extend_from_slice(&["--queries", "12"]);
     }
     all.extend_from_slice(args);
-    let output = qrelgen_with_env(&all, &[("OPENAI_API_KEY", SECRET)]);
+    let env: Vec<(&str, &str)> = key.map(|k| ("OPENAI_API_KEY", k)).into_iter().collect();
+    let output = qrelgen_with_env(&all, &env);
     Run {
         out: out.to_owned(),
         code: output.status.code(),
@@ -53,11 +54,17 @@ pub(super) async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
 /// Runs a build against a running mock (the base URL is part of the cache key, so reruns that
 /// should hit the cache use the same server).
 async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
+    run_keyed(server, out, args, Some(SECRET)).await
+}
+
+/// As [`run_on`], with `key` (or none) in `OPENAI_API_KEY`.
+async fn run_keyed(server: &wiremock::MockServer, out: &Path, args: &[&str], key: Option<&str>) -> Run {
     let (uri, out, args): (String, std::path::PathBuf, Vec<String>) =
         (server.uri(), out.to_owned(), args.iter().map(|a| (*a).to_owned()).collect());
+    let key = key.map(str::to_owned);
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        llm_build(&out, &uri, &args)
+        llm_build(&out, &uri, &args, key.as_deref())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"))
@@ -110,6 +117,33 @@ async fn a_good_model_fills_the_set_and_the_key_never_reaches_a_file() {
         assert!(!leaked, "the API key is in {}", entry.path().display());
     }
     assert!(!run.stderr.contains(SECRET) && !run.stdout.contains(SECRET));
+}
+
+/// The `Authorization` header of every request the server received.
+async fn authorization_headers(server: &wiremock::MockServer) -> Vec<Option<String>> {
+    let requests = server.received_requests().await.unwrap_or_default();
+    requests
+        .iter()
+        .map(|r| r.headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_key_is_sent_as_a_bearer_token_and_no_key_sends_no_authorization_header() {
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let keyed = tempdir();
+    run_keyed(&server, keyed.path(), &["--queries", "4"], Some(SECRET)).await.assert_code(0);
+    let sent = authorization_headers(&server).await;
+    assert!(!sent.is_empty() && sent.iter().all(|h| h.as_deref() == Some(&format!("Bearer {SECRET}"))));
+
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let keyless = tempdir();
+    run_keyed(&server, keyless.path(), &["--queries", "4"], None).await.assert_code(0);
+    let sent = authorization_headers(&server).await;
+    assert!(!sent.is_empty());
+    assert!(sent.iter().all(Option::is_none), "without a key: {sent:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
