@@ -224,8 +224,8 @@ fn make_generator<'a>(
             let llm =
                 Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
                     url: setup.llm.endpoint.base_url.clone(),
-                    message: e.to_string(),
-                    hint: "check --base-url",
+                    message: e.chain(),
+                    hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
                 })?;
             let generator = LlmGenerator::new(
                 index,

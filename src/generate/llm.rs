@@ -12,7 +12,7 @@ use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
 use crate::judge::{Ask, Grade, Judge, Ungraded};
-use crate::llm::{Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
+use crate::llm::{ConnectKind, Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
 use crate::record::QueryType;
 use crate::rng::stream;
@@ -251,10 +251,17 @@ impl<'a> LlmGenerator<'a> {
                         "check --model and --base-url (it usually ends in /v1)",
                     ));
                 }
-                Err(error @ (LlmError::Connect(_) | LlmError::Timeout(_))) => {
+                Err(error @ LlmError::Connect { kind: ConnectKind::RefusedLocally, .. }) => {
                     return Err(endpoint_error(
                         &self.llm,
-                        format!("does not answer: {error}"),
+                        format!("does not answer: {}", error.chain()),
+                        "start the server, or check --base-url (a refusal on this machine is not retried)",
+                    ));
+                }
+                Err(error @ (LlmError::Connect { .. } | LlmError::Timeout(_))) => {
+                    return Err(endpoint_error(
+                        &self.llm,
+                        format!("does not answer: {}", error.chain()),
                         "is the server running? check --base-url",
                     ));
                 }
@@ -506,7 +513,7 @@ impl<'a> LlmGenerator<'a> {
             LlmError::Http { status: 404, .. } => "check --model and --base-url (it usually ends in /v1)",
             _ => "is the server running? replies so far are cached and a rerun resumes",
         };
-        endpoint_error(&self.llm, format!("failed: {error}"), hint)
+        endpoint_error(&self.llm, format!("failed: {}", error.chain()), hint)
     }
 
     /// Resolves once no call has finished for `stall_after`.
@@ -525,7 +532,8 @@ impl<'a> LlmGenerator<'a> {
 fn is_fatal(error: &LlmError) -> bool {
     matches!(
         error,
-        LlmError::Connect(_)
+        LlmError::Connect { .. }
+            | LlmError::BaseUrl(_)
             | LlmError::Timeout(_)
             | LlmError::Budget(_)
             | LlmError::Http { status: 401 | 403 | 404, .. }

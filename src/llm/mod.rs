@@ -13,7 +13,7 @@ mod retry;
 mod transport;
 
 pub use cache::{Cache, CacheError, CachedReply};
-pub use error::LlmError;
+pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
 
@@ -270,18 +270,35 @@ pub struct Llm {
     cache: Cache,
     totals: Mutex<Totals>,
     last_completion: Mutex<Instant>,
+    /// The base URL names this machine: a refused connection means nothing listens.
+    loopback: bool,
+}
+
+/// Checks that `base_url` is an http(s) URL with a host; `Ok(true)` if the host is this
+/// machine (a loopback address or `localhost`).
+fn check_base_url(base_url: &str) -> Result<bool, LlmError> {
+    let url = reqwest::Url::parse(base_url).map_err(|e| LlmError::BaseUrl(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(LlmError::BaseUrl(format!("the scheme is {:?}, not http or https", url.scheme())));
+    }
+    let host = url.host_str().ok_or_else(|| LlmError::BaseUrl("it names no host".to_owned()))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
 impl Llm {
     /// A client for `config`, caching replies in `cache`.
     ///
     /// # Errors
-    /// [`LlmError::Connect`] if the HTTP client cannot be built.
+    /// [`LlmError::BaseUrl`] if the base URL is not an http(s) URL; [`LlmError::Connect`] if
+    /// the HTTP client cannot be built.
     pub fn new(config: LlmConfig, cache: Cache) -> Result<Self, LlmError> {
+        let loopback = check_base_url(&config.endpoint.base_url)?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|e| LlmError::Connect(e.to_string()))?;
+            .map_err(|e| LlmError::connect(e, loopback))?;
         // Every field set explicitly: OpenAIConfig::default() would read OPENAI_* variables.
         let openai = OpenAIConfig::new()
             .with_api_base(config.endpoint.base_url.trim_end_matches('/'))
@@ -298,6 +315,7 @@ impl Llm {
             cache,
             totals: Mutex::new(Totals::default()),
             last_completion: Mutex::new(Instant::now()),
+            loopback,
         })
     }
 
@@ -415,14 +433,8 @@ impl Llm {
         }
         let tokens = estimate_tokens(messages) + self.config.max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
-        let mut last_error = None;
-        for attempt in 0..attempts {
-            if attempt > 0 {
-                let retry_after = last_error.as_ref().and_then(LlmError::retry_after);
-                let jitter = rand::rng().random::<f64>();
-                tokio::time::sleep(self.config.retry.delay(attempt - 1, jitter, retry_after)).await;
-                self.update(|t| t.network.retries += 1);
-            }
+        let mut attempt = 0;
+        loop {
             self.reserve(tokens)?;
             let outcome = self.attempt(&request, tokens).await;
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
@@ -436,10 +448,14 @@ impl Llm {
                     return Ok(completion(&reply));
                 }
                 Err(error)
-                    if error.is_retryable()
+                    if attempt + 1 < attempts
+                        && error.is_retryable()
                         && (retry_on == RetryOn::Transient || !error.is_server_error()) =>
                 {
-                    last_error = Some(error);
+                    let jitter = rand::rng().random::<f64>();
+                    tokio::time::sleep(self.config.retry.delay(attempt, jitter, error.retry_after())).await;
+                    self.update(|t| t.network.retries += 1);
+                    attempt += 1;
                 }
                 Err(error) => {
                     self.update(|t| t.network.failures += 1);
@@ -447,8 +463,6 @@ impl Llm {
                 }
             }
         }
-        self.update(|t| t.network.failures += 1);
-        Err(last_error.unwrap_or_else(|| LlmError::Connect("no attempt made".to_owned())))
     }
 
     /// One network attempt, within the limits and the timeout.
@@ -465,7 +479,7 @@ impl Llm {
                 return Err(LlmError::Timeout(self.config.timeout));
             }
             Ok(Err(error)) => {
-                let error = match classify(error) {
+                let error = match classify(error, self.loopback) {
                     LlmError::Http { status, message, retry_after } => {
                         LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
                     }
@@ -532,8 +546,8 @@ fn completion(reply: &CachedReply) -> Completion {
     Completion { content: reply.content.clone(), truncated: reply.finish_reason.as_deref() == Some("length") }
 }
 
-/// Maps async-openai's error onto ours.
-fn classify(error: OpenAIError) -> LlmError {
+/// Maps async-openai's error onto ours (`loopback`: the endpoint is on this machine).
+fn classify(error: OpenAIError, loopback: bool) -> LlmError {
     match error {
         OpenAIError::Boxed(boxed) => match boxed.downcast::<transport::HttpFailure>() {
             Ok(failure) => LlmError::Http {
@@ -541,9 +555,12 @@ fn classify(error: OpenAIError) -> LlmError {
                 message: failure.message,
                 retry_after: failure.retry_after,
             },
-            Err(other) => LlmError::Connect(other.to_string()),
+            Err(other) => {
+                let kind = ConnectKind::of(other.as_ref(), loopback);
+                LlmError::Connect { kind, source: std::sync::Arc::from(other) }
+            }
         },
-        OpenAIError::Reqwest(e) => LlmError::Connect(e.to_string()),
+        OpenAIError::Reqwest(e) => LlmError::connect(e, loopback),
         OpenAIError::ApiError(e) => {
             LlmError::Http { status: e.status_code.as_u16(), message: e.api_error.message, retry_after: None }
         }

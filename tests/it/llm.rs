@@ -477,3 +477,47 @@ async fn a_dead_server_stops_the_run_and_keeps_the_previous_set() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("cannot reach the server"));
     assert_eq!(first.file("queries.jsonl"), before, "the previous set was overwritten");
 }
+
+/// Runs a build with the LLM generator at `base_url` (no server behind it), with `args`.
+async fn run_unserved(base_url: &str, args: &[&str]) -> std::process::Output {
+    let dir = tempdir();
+    let (out, base_url) = (dir.path().join("out"), base_url.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let corpus = sample_corpus();
+        let mut all =
+            vec!["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--generator", "llm"];
+        all.extend_from_slice(&["--base-url", &base_url, "--model", "mock-model"]);
+        all.extend(args.iter().map(String::as_str));
+        qrelgen_with_env(&all, &[])
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base_url_that_is_not_a_url_or_refuses_locally_fails_at_once_naming_the_cause() {
+    for (url, expected) in [
+        ("not a url", "is not an http(s) URL: relative URL without a base"),
+        ("localhost:8080/v1", "is not an http(s) URL: the scheme is \"localhost\""),
+    ] {
+        let run = run_unserved(url, &[]).await;
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(stderr.contains("hint: check --base-url"), "{stderr}");
+    }
+    // A port nobody listens on: refused at once, and not retried (--attempts would allow 6).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or_else(|e| panic!("{e}"), |a| a.port());
+    let run = run_unserved(&format!("http://127.0.0.1:{port}/v1"), &["--attempts", "6"]).await;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the server: connection refused: nothing listens at that address"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(os error"), "the cause is kept: {stderr}");
+    assert!(stderr.contains("not retried"), "{stderr}");
+}
