@@ -405,12 +405,12 @@ impl Rounds {
         let generated = generator.generate(requests, stage)?;
         for failure in generated.failures {
             let request = &requests[failure.request];
-            *self.count(request.query_type).generation_failures.entry(failure.reason.clone()).or_default() +=
-                1;
+            *self.count(request.query_type).generation_failures.entry(failure.kind).or_default() += 1;
             self.rejects.push(Reject {
                 query_type: request.query_type,
                 sources: request.sources.iter().map(|&c| index.meta(c).id.clone()).collect(),
                 round: request.round,
+                kind: failure.kind,
                 reason: failure.reason,
                 reply: failure.reply,
             });
@@ -484,6 +484,7 @@ impl Rounds {
                 query_type: candidate.query_type,
                 sources: vec![index.meta(ask.chunk).id.clone()],
                 round: candidate.round,
+                kind: ungraded.kind,
                 reason: format!(
                     "the judge gave no grade for {} against this chunk: {}",
                     candidate.id, ungraded.reason

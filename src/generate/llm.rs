@@ -14,7 +14,7 @@ use crate::index::ChunkIndex;
 use crate::judge::{Ask, Grade, Judge, Ungraded};
 use crate::llm::{ConnectKind, Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
-use crate::record::QueryType;
+use crate::record::{FailureKind, QueryType};
 use crate::rng::stream;
 use futures::StreamExt as _;
 use rand::distr::{Distribution, weighted::WeightedIndex};
@@ -110,12 +110,24 @@ struct Task {
     style: String,
 }
 
-/// What asking for a call's queries produced.
-enum Answer {
-    /// Validated queries.
-    Queries(Vec<ReplyQuery>),
-    /// No usable reply, and why (with the last reply, if any).
-    Unusable { reason: String, reply: Option<String> },
+/// Why no usable reply came back: the kind, the words, and the last reply (if any).
+struct Unusable {
+    kind: FailureKind,
+    reason: String,
+    reply: Option<String>,
+}
+
+impl Unusable {
+    /// The failure of a call that got no reply at all.
+    fn of(error: &LlmError) -> Self {
+        let kind = match error {
+            LlmError::Timeout(_) => FailureKind::Timeout,
+            LlmError::Http { .. } => FailureKind::HttpError,
+            LlmError::Connect { .. } | LlmError::BaseUrl(_) => FailureKind::Connection,
+            LlmError::Body(_) | LlmError::Budget(_) => FailureKind::BadResponse,
+        };
+        Self { kind, reason: error.chain(), reply: None }
+    }
 }
 
 /// Queries written by a chat model.
@@ -355,15 +367,18 @@ impl<'a> LlmGenerator<'a> {
         ));
         progress.inc(call.tasks.len() as u64);
         match answer {
-            Ok(Answer::Queries(queries)) => Ok(assign(call, queries)),
-            Ok(Answer::Unusable { reason, reply }) => Ok(fail_all(call, &reason, reply.as_deref())),
+            Ok(Ok(queries)) => Ok(assign(call, queries)),
+            Ok(Err(unusable)) => Ok(fail_all(call, &unusable)),
             Err(error) if is_fatal(&error) => Err(error),
-            Err(error) => Ok(fail_all(call, &error.to_string(), None)),
+            Err(error) => Ok(fail_all(call, &Unusable::of(&error))),
         }
     }
 
     /// Asks for a call's queries until a reply parses (or the repairs run out).
-    async fn ask(&self, call: &Call) -> std::result::Result<Answer, LlmError> {
+    async fn ask(
+        &self,
+        call: &Call,
+    ) -> std::result::Result<std::result::Result<Vec<ReplyQuery>, Unusable>, LlmError> {
         let messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
         let format = self.response_format(self.mode);
         let parse = |content: &str| match parse_reply(content) {
@@ -372,16 +387,11 @@ impl<'a> LlmGenerator<'a> {
             Err(error) => Err(error),
         };
         let temperature = self.llm.config().temperature;
-        Ok(
-            match self.ask_until(messages, format.as_ref(), temperature, &self.prompts.repair, parse).await? {
-                Ok(queries) => Answer::Queries(queries),
-                Err((reason, reply)) => Answer::Unusable { reason, reply },
-            },
-        )
+        self.ask_until(messages, format.as_ref(), temperature, &self.prompts.repair, parse).await
     }
 
     /// Sends `messages` and re-asks with `repair` until `parse` accepts the reply, at most
-    /// `repairs` times. `Err((reason, last reply))` when no reply was usable.
+    /// `repairs` times. `Err(Unusable)` when no reply was usable.
     async fn ask_until<T>(
         &self,
         mut messages: Vec<Message>,
@@ -389,13 +399,14 @@ impl<'a> LlmGenerator<'a> {
         temperature: f32,
         repair: &Template,
         parse: impl Fn(&str) -> std::result::Result<T, String>,
-    ) -> std::result::Result<std::result::Result<T, (String, Option<String>)>, LlmError> {
+    ) -> std::result::Result<std::result::Result<T, Unusable>, LlmError> {
         let mut attempt = 0;
         loop {
             let completion = self.llm.complete_at(&messages, format, RetryOn::Transient, temperature).await?;
             if completion.truncated {
                 let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
-                return Ok(Err((reason, Some(excerpt(&completion.content)))));
+                let reply = Some(excerpt(&completion.content));
+                return Ok(Err(Unusable { kind: FailureKind::Truncated, reason, reply }));
             }
             let error = match parse(&completion.content) {
                 Ok(value) => return Ok(Ok(value)),
@@ -403,7 +414,8 @@ impl<'a> LlmGenerator<'a> {
             };
             if attempt == self.settings.repairs {
                 let reason = format!("unusable reply after {attempt} repair(s): {error}");
-                return Ok(Err((reason, Some(excerpt(&completion.content)))));
+                let reply = Some(excerpt(&completion.content));
+                return Ok(Err(Unusable { kind: FailureKind::UnusableReply, reason, reply }));
             }
             attempt += 1;
             let again = repair.render(&[("error", &error)]).map_err(|e| LlmError::Body(e.to_string()))?;
@@ -425,11 +437,12 @@ impl<'a> LlmGenerator<'a> {
         let repair = &self.prompts.judge_repair;
         let answer = self.ask_until(messages, format.as_ref(), 0.0, repair, parse_grade).await;
         progress.inc(1);
+        let ungraded = |u: Unusable| Ungraded { kind: u.kind, reason: u.reason, reply: u.reply };
         match answer {
             Ok(Ok(grade)) => Ok(Ok(grade.grade)),
-            Ok(Err((reason, reply))) => Ok(Err(Ungraded { reason, reply })),
+            Ok(Err(unusable)) => Ok(Err(ungraded(unusable))),
             Err(error) if is_fatal(&error) => Err(error),
-            Err(error) => Ok(Err(Ungraded { reason: error.to_string(), reply: None })),
+            Err(error) => Ok(Err(ungraded(Unusable::of(&error)))),
         }
     }
 
@@ -548,11 +561,16 @@ fn endpoint_error(llm: &Llm, message: String, hint: &'static str) -> Error {
     Error::Endpoint { url: llm.config().endpoint.base_url.clone(), message, hint }
 }
 
-fn fail_all(call: &Call, reason: &str, reply: Option<&str>) -> Generated {
+fn fail_all(call: &Call, unusable: &Unusable) -> Generated {
     let failures = call
         .tasks
         .iter()
-        .map(|t| Failure { request: t.request, reason: reason.to_owned(), reply: reply.map(str::to_owned) })
+        .map(|t| Failure {
+            request: t.request,
+            kind: unusable.kind,
+            reason: unusable.reason.clone(),
+            reply: unusable.reply.clone(),
+        })
         .collect();
     Generated { drafts: Vec::new(), failures }
 }
@@ -579,6 +597,7 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
             }
             None => generated.failures.push(Failure {
                 request: task.request,
+                kind: FailureKind::MissingQuery,
                 reason: format!("the reply has no {} query for this request", task.query_type),
                 reply: None,
             }),

@@ -21,7 +21,7 @@ pub(crate) use terms::is_query_word;
 use crate::error::Result;
 use crate::judge::Judge;
 use crate::progress::Stage;
-use crate::record::QueryType;
+use crate::record::{FailureKind, QueryType};
 
 /// One planned query: its type and the chunks to write it from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,9 @@ pub struct Draft {
 pub struct Failure {
     /// Index of the request.
     pub request: usize,
-    /// Why.
+    /// What kind of failure (what the report counts).
+    pub kind: FailureKind,
+    /// Why, in words (for `rejects.jsonl`).
     pub reason: String,
     /// The unusable reply, if there was one.
     pub reply: Option<String>,

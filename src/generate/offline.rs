@@ -16,7 +16,7 @@ use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
 use crate::index::{ChunkIndex, TermStat};
 use crate::progress::Stage;
-use crate::record::QueryType;
+use crate::record::{FailureKind, QueryType};
 use crate::rng::{Rng, stream};
 use crate::text::{Language, is_cjk};
 use rand::Rng as _;
@@ -230,7 +230,12 @@ impl Generator for OfflineGenerator<'_> {
                     evidence: Vec::new(),
                     answer: None,
                 }),
-                Err(reason) => generated.failures.push(Failure { request: i, reason, reply: None }),
+                Err(reason) => generated.failures.push(Failure {
+                    request: i,
+                    kind: FailureKind::TooFewTerms,
+                    reason,
+                    reply: None,
+                }),
             }
             progress.inc(1);
         }

@@ -5,7 +5,7 @@ use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
 use crate::id::ChunkId;
-use crate::record::{Difficulty, Judged, QueryType, Reason, Status};
+use crate::record::{Difficulty, FailureKind, Judged, QueryType, Reason, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,8 +37,9 @@ pub struct TypeCounts {
     pub beyond_quota: usize,
     /// Left out, by reason.
     pub dropped_by_reason: BTreeMap<String, usize>,
-    /// Requests the generator could not serve, by reason.
-    pub generation_failures: BTreeMap<String, usize>,
+    /// Requests the generator could not serve, by kind of failure (the messages are in
+    /// `rejects.jsonl`).
+    pub generation_failures: BTreeMap<FailureKind, usize>,
 }
 
 impl TypeCounts {
@@ -209,12 +210,13 @@ fn styles_table(out: &mut String, judged: &[Judged]) {
 }
 
 fn reasons_table(out: &mut String, m: &Manifest<'_>) {
-    let rows: Vec<(QueryType, &str, &String, usize)> = m
+    let rows: Vec<(QueryType, &str, &str, usize)> = m
         .counts
         .iter()
         .flat_map(|(t, c)| {
-            let dropped = c.dropped_by_reason.iter().map(move |(r, n)| (*t, "dropped", r, *n));
-            let failed = c.generation_failures.iter().map(move |(r, n)| (*t, "not generated", r, *n));
+            let dropped = c.dropped_by_reason.iter().map(move |(r, n)| (*t, "dropped", r.as_str(), *n));
+            let failed =
+                c.generation_failures.iter().map(move |(kind, n)| (*t, "not generated", kind.label(), *n));
             dropped.chain(failed)
         })
         .collect();
@@ -224,10 +226,18 @@ fn reasons_table(out: &mut String, m: &Manifest<'_>) {
         return;
     }
     let _ = writeln!(out, "| type | outcome | reason | count |\n|---|---|---|---:|");
+    let not_generated = rows.iter().any(|r| r.1 == "not generated");
     for (t, outcome, reason, n) in rows {
         let _ = writeln!(out, "| {t} | {outcome} | {reason} | {n} |");
     }
     out.push('\n');
+    if not_generated {
+        let _ = writeln!(
+            out,
+            "Requests not generated are counted by kind of failure; each one's message (and reply) is in \
+             `rejects.jsonl`.\n"
+        );
+    }
 }
 
 fn bucket(rank: Option<u32>) -> usize {

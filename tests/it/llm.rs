@@ -521,3 +521,41 @@ async fn a_base_url_that_is_not_a_url_or_refuses_locally_fails_at_once_naming_th
     assert!(stderr.contains("(os error"), "the cause is kept: {stderr}");
     assert!(stderr.contains("not retried"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_are_counted_by_kind_and_their_messages_kept_in_rejects() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.fail_generation = Some(400);
+    let run = run_with(model, dir.path(), &["--max-rounds", "1", "--allow-shortfall"]).await;
+    run.assert_code(1);
+    let rejects = run.jsonl("rejects.jsonl");
+    assert!(rejects.len() >= 3, "{} rejects", rejects.len());
+    for r in &rejects {
+        assert_eq!(str_field(r, "/kind"), "http_error", "{r}");
+        let reason = str_field(r, "/reason");
+        assert!(
+            reason.starts_with("HTTP 400: request ") && reason.ends_with(" refused | try again\nor not"),
+            "{r}"
+        );
+    }
+    let m = manifest(&run);
+    let failed: u64 = m["counts"].as_object().map_or(0, |counts| {
+        counts.values().filter_map(|c| c["generation_failures"]["http_error"].as_u64()).sum()
+    });
+    assert_eq!(failed, 12, "every request of the 12 failed, counted by kind: {}", m["counts"]);
+    let report = run.file("report.md");
+    let section: Vec<&str> = report
+        .lines()
+        .skip_while(|l| !l.starts_with("## Dropped and not generated"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with('|'))
+        .collect();
+    let rows: Vec<&&str> = section.iter().filter(|l| l.contains("not generated")).collect();
+    assert_eq!(rows.len(), 4, "one row per type, not per message: {section:#?}");
+    for row in &rows {
+        assert_eq!(row.matches('|').count(), 5, "a broken row: {row}");
+        assert!(row.contains("| http_error |"), "{row}");
+    }
+}

@@ -87,6 +87,9 @@ pub struct Model {
     pub retry_after: Option<String>,
     /// At most this many requests per rolling window; more get 429.
     pub rate_limit: Option<(usize, Duration)>,
+    /// Generation calls (not the preflight, not the judge) get this status, with a message that
+    /// differs per request and holds a `|` and a line break.
+    pub fail_generation: Option<u16>,
     pub counters: Arc<Counters>,
 }
 
@@ -135,6 +138,10 @@ impl Model {
             return completion(&grade, "stop", prompt_chars);
         }
         let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
+        if let Some(status) = self.fail_generation.filter(|_| !user.contains("{\"queries\": []}")) {
+            let message = format!("request {n} refused | try again\nor not");
+            return ResponseTemplate::new(status).set_body_json(json!({"error": {"message": message}}));
+        }
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
             _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
@@ -308,6 +315,7 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         fail_status: 200,
         retry_after: None,
         rate_limit: None,
+        fail_generation: None,
         counters: Arc::clone(&counters),
     };
     (model, counters)
