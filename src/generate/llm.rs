@@ -541,13 +541,14 @@ impl<'a> LlmGenerator<'a> {
 }
 
 /// Failures that no other call will escape either: the server is unreachable, or refuses the
-/// key or the model.
+/// key or the model, or the budget is spent. A call that times out on every attempt is not one
+/// of them (one slow prompt fails alone); a server that answers nothing at all is stopped by the
+/// watchdog.
 fn is_fatal(error: &LlmError) -> bool {
     matches!(
         error,
         LlmError::Connect { .. }
             | LlmError::BaseUrl(_)
-            | LlmError::Timeout(_)
             | LlmError::Budget(_)
             | LlmError::Http { status: 401 | 403 | 404, .. }
     )

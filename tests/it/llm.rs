@@ -559,3 +559,20 @@ async fn failures_are_counted_by_kind_and_their_messages_kept_in_rejects() {
         assert!(row.contains("| http_error |"), "{row}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_that_times_out_on_every_attempt_fails_alone() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.slow_first_call = Some(Duration::from_secs(5));
+    let args = ["--timeout", "1", "--attempts", "2", "--concurrency", "2", "--allow-shortfall"];
+    let run = run_with(model, dir.path(), &args).await;
+    run.assert_code(0);
+    let timeouts: Vec<Value> =
+        run.jsonl("rejects.jsonl").into_iter().filter(|r| str_field(r, "/kind") == "timeout").collect();
+    assert!(!timeouts.is_empty(), "the slow call is a failure in rejects.jsonl");
+    for r in &timeouts {
+        assert_eq!(str_field(r, "/reason"), "no reply within 1 s (--timeout)");
+    }
+    assert!(!run.jsonl("queries.jsonl").is_empty(), "the other calls made the set");
+}

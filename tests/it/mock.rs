@@ -49,6 +49,8 @@ pub struct Counters {
     pub rate_limited: AtomicUsize,
     /// Requests that asked the judge for a grade.
     pub judge: AtomicUsize,
+    /// The prompt of the first generation call.
+    pub first_call: Mutex<Option<String>>,
 }
 
 impl Counters {
@@ -90,16 +92,34 @@ pub struct Model {
     /// Generation calls (not the preflight, not the judge) get this status, with a message that
     /// differs per request and holds a `|` and a line break.
     pub fail_generation: Option<u16>,
+    /// The first generation call, and every request with the same prompt, is answered this
+    /// late (one slow prompt among quick ones).
+    pub slow_first_call: Option<Duration>,
     pub counters: Arc<Counters>,
 }
 
 impl Respond for Model {
     fn respond(&self, request: &Request) -> ResponseTemplate {
-        self.answer(request).set_delay(self.delay)
+        let delay = match self.slow_first_call {
+            Some(slow) if self.is_first_call(request) => slow,
+            _ => self.delay,
+        };
+        self.answer(request).set_delay(delay)
     }
 }
 
 impl Model {
+    /// Whether `request` is the first generation call the mock saw (or a retry of it).
+    fn is_first_call(&self, request: &Request) -> bool {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let user = body.pointer("/messages/1/content").and_then(Value::as_str).unwrap_or("");
+        if user.is_empty() || user.contains("{\"queries\": []}") {
+            return false;
+        }
+        let Ok(mut first) = self.counters.first_call.lock() else { return false };
+        first.get_or_insert_with(|| user.to_owned()) == user
+    }
+
     fn answer(&self, request: &Request) -> ResponseTemplate {
         let c = &self.counters;
         let n = c.requests.fetch_add(1, Ordering::SeqCst);
@@ -316,6 +336,7 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         retry_after: None,
         rate_limit: None,
         fail_generation: None,
+        slow_first_call: None,
         counters: Arc::clone(&counters),
     };
     (model, counters)
