@@ -185,6 +185,7 @@ impl<'a> LlmGenerator<'a> {
             seed,
         };
         if preflight {
+            generator.llm.begin_batch();
             let checked = async {
                 tokio::select! {
                     mode = generator.preflight() => mode,
@@ -483,6 +484,7 @@ impl<'a> LlmGenerator<'a> {
         Fut: Future<Output = std::result::Result<T, LlmError>>,
     {
         let concurrency = self.llm.config().limits.concurrency.max(1);
+        self.llm.begin_batch();
         let all = async {
             let mut stream = futures::stream::iter(items.iter().enumerate())
                 .map(|(i, item)| {
@@ -529,11 +531,11 @@ impl<'a> LlmGenerator<'a> {
         endpoint_error(&self.llm, format!("failed: {}", error.chain()), hint)
     }
 
-    /// Resolves once no call has finished for `stall_after`.
+    /// Resolves once the server kept us waiting for `stall_after` without finishing a call.
     async fn watchdog(&self) {
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            if self.llm.idle_for() >= self.settings.stall_after {
+            if self.llm.silent_for() >= self.settings.stall_after {
                 return;
             }
         }

@@ -10,12 +10,14 @@ mod cache;
 mod error;
 mod limits;
 mod retry;
+mod stall;
 mod transport;
 
 pub use cache::{Cache, CacheError, CachedReply};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
+pub use stall::StallClock;
 
 use crate::id::ContentHasher;
 use async_openai::Client;
@@ -24,7 +26,7 @@ use async_openai::error::OpenAIError;
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where to send calls. The key is never serialized, printed or stored.
 #[derive(Clone, Serialize)]
@@ -269,7 +271,7 @@ pub struct Llm {
     limits: Limits,
     cache: Cache,
     totals: Mutex<Totals>,
-    last_completion: Mutex<Instant>,
+    stall: StallClock,
     /// The base URL names this machine: a refused connection means nothing listens.
     loopback: bool,
 }
@@ -314,7 +316,7 @@ impl Llm {
             limits,
             cache,
             totals: Mutex::new(Totals::default()),
-            last_completion: Mutex::new(Instant::now()),
+            stall: StallClock::default(),
             loopback,
         })
     }
@@ -346,11 +348,17 @@ impl Llm {
         self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).network
     }
 
-    /// Time since the server last answered (for the watchdog; timeouts and refused connections
-    /// are not answers).
+    /// Time spent waiting on the server since it last finished a call (for the watchdog; see
+    /// [`StallClock`]).
     #[must_use]
-    pub fn idle_for(&self) -> Duration {
-        self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed()
+    pub fn silent_for(&self) -> Duration {
+        self.stall.silent_for()
+    }
+
+    /// A batch of calls starts: the stall clock restarts, whatever happened on our side since
+    /// the last call.
+    pub fn begin_batch(&self) {
+        self.stall.progress();
     }
 
     /// A note remembered in the cache under `name` for this endpoint and model.
@@ -429,6 +437,7 @@ impl Llm {
                 t.network.cache_hits += 1;
                 t.used.add(&reply);
             });
+            self.stall.progress();
             return Ok(completion(&reply));
         }
         let tokens = estimate_tokens(messages) + self.config.max_tokens;
@@ -440,6 +449,7 @@ impl Llm {
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
             match outcome {
                 Ok(reply) => {
+                    self.stall.progress();
                     self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
                     self.update(|t| {
                         t.used.add(&reply);
@@ -453,11 +463,18 @@ impl Llm {
                         && (retry_on == RetryOn::Transient || !error.is_server_error()) =>
                 {
                     let jitter = rand::rng().random::<f64>();
+                    // Backing off after the server failed us is waiting on the server.
+                    let waiting = self.stall.wait();
                     tokio::time::sleep(self.config.retry.delay(attempt, jitter, error.retry_after())).await;
+                    drop(waiting);
                     self.update(|t| t.network.retries += 1);
                     attempt += 1;
                 }
                 Err(error) => {
+                    if matches!(error, LlmError::Http { .. }) && !error.is_retryable() {
+                        // A definite refusal finishes the call: the server is alive.
+                        self.stall.progress();
+                    }
                     self.update(|t| t.network.failures += 1);
                     return Err(error);
                 }
@@ -470,9 +487,10 @@ impl Llm {
         let _permit = self.limits.acquire(tokens).await;
         self.update(|t| t.network.requests += 1);
         let chat = self.client.chat();
+        let waiting = self.stall.wait();
         let outcome =
             tokio::time::timeout(self.config.timeout, chat.create_byot::<_, ChatResponse>(request)).await;
-        *self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        drop(waiting);
         let response = match outcome {
             Err(_) => return Err(LlmError::Timeout(self.config.timeout)),
             Ok(Err(OpenAIError::Reqwest(e))) if e.is_timeout() => {

@@ -454,6 +454,37 @@ async fn the_watchdog_stops_a_run_where_nothing_finishes() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn time_spent_on_our_side_is_not_server_silence() {
+    // --rpm 30 holds each request about 2 s in our own limiter: longer than --stall-timeout,
+    // but the server answers every request at once.
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::Good);
+    let args = ["--queries", "4", "--rpm", "30", "--stall-timeout", "1"];
+    let run = run_with(model, dir.path(), &args).await;
+    run.assert_code(0);
+    assert!(counters.requests() >= 3, "{} requests", counters.requests());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_that_time_out_do_not_reset_the_stall_clock() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    run_on(&server, dir.path(), &["--queries", "4"]).await.assert_code(0);
+    server.reset().await;
+    let (mut hanging, counters) = mock::model(Behaviour::Good);
+    hanging.delay = Duration::from_secs(30);
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(hanging).mount(&server).await;
+    let args = ["--queries", "12", "--timeout", "1", "--stall-timeout", "3", "--attempts", "20"];
+    let run = run_on(&server, dir.path(), &[&args[..], &["--concurrency", "1"]].concat()).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("no LLM call finished in 3 s"), "{}", run.stderr);
+    // Three attempts of 1 s each (and the backoff between them) are 3 s without an answer.
+    let requests = counters.requests();
+    assert!((1..=3).contains(&requests), "{requests} attempts of 1 s before the stall was noticed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_dead_server_stops_the_run_and_keeps_the_previous_set() {
     let dir = tempdir();
     let (model, _) = mock::model(Behaviour::Good);
