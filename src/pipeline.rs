@@ -243,10 +243,11 @@ fn make_generator<'a>(
 fn generator_line(generator: &dyn Generator, language: Language) -> String {
     match generator.llm_report() {
         Some(report) => format!(
-            "{} at {}, {} output, queries in {}",
+            "{} at {}, {} output ({}), queries in {}",
             report.summary.model,
             report.summary.base_url,
             report.summary.json_mode.label(),
+            report.mode_reason,
             language.name()
         ),
         None => format!("offline generator, queries in {}", language.name()),

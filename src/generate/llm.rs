@@ -7,12 +7,12 @@
 //! `buffered`, so results keep the plan's order whatever order the server answers in.
 
 use super::prompt::{Prompts, Template};
-use super::reply::{ReplyQuery, parse_grade, parse_reply};
+use super::reply::{ReplyQuery, holds_object, parse_grade, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
 use crate::judge::{Ask, Grade, Judge, Ungraded};
-use crate::llm::{ConnectKind, Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
+use crate::llm::{ConnectKind, Llm, LlmError, Message, NetworkStats, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
 use crate::record::{FailureKind, QueryType};
 use crate::rng::stream;
@@ -24,6 +24,9 @@ use std::time::Duration;
 
 /// Cache note holding the response format a preflight chose.
 const PREFLIGHT_NOTE: &str = "preflight-json-mode";
+/// Cache note holding the response format that gave a usable reply: only a mode that did is
+/// trusted by a later run without probing again.
+const USABLE_NOTE: &str = "preflight-json-mode-usable";
 
 /// Characters of a bad reply kept in `rejects.jsonl`.
 const REPLY_EXCERPT: usize = 600;
@@ -92,6 +95,8 @@ pub struct LlmSummary {
 pub struct LlmReport {
     /// The deterministic part.
     pub summary: LlmSummary,
+    /// Why the response format was chosen (for the `connect:` line).
+    pub mode_reason: String,
     /// This run's network statistics.
     pub network: NetworkStats,
 }
@@ -137,6 +142,10 @@ pub struct LlmGenerator<'a> {
     prompts: Prompts,
     settings: LlmGeneration,
     mode: JsonMode,
+    /// Why `mode` was chosen.
+    mode_reason: String,
+    /// A reply in `mode` was usable (and the cache knows it).
+    mode_usable: std::sync::atomic::AtomicBool,
     runtime: tokio::runtime::Runtime,
     name: String,
     seed: u64,
@@ -179,6 +188,8 @@ impl<'a> LlmGenerator<'a> {
             llm,
             prompts,
             mode: settings.json_mode.unwrap_or(JsonMode::Schema),
+            mode_reason: if settings.json_mode.is_some() { "--json-mode" } else { "not probed" }.to_owned(),
+            mode_usable: std::sync::atomic::AtomicBool::new(false),
             settings,
             runtime,
             name,
@@ -192,17 +203,29 @@ impl<'a> LlmGenerator<'a> {
                     () = generator.watchdog() => Err(generator.stalled()),
                 }
             };
-            generator.mode = generator.runtime.block_on(checked)?;
+            (generator.mode, generator.mode_reason) = generator.runtime.block_on(checked)?;
             generator.llm.forget_usage();
         }
         Ok(generator)
     }
 
-    /// The mode chosen by an earlier preflight against this endpoint and model, if any: a rerun
-    /// does not probe again.
+    /// The mode chosen by an earlier preflight against this endpoint and model, if a reply in
+    /// it was usable: a rerun does not probe again (but a mode that gave nothing usable is
+    /// probed again).
     fn remembered_mode(&self) -> Option<JsonMode> {
         let label = self.llm.note(PREFLIGHT_NOTE).ok().flatten()?;
-        JsonMode::FALLBACK_ORDER.into_iter().find(|m| m.label() == label)
+        let usable = self.llm.note(USABLE_NOTE).ok().flatten()?;
+        JsonMode::FALLBACK_ORDER.into_iter().find(|m| m.label() == label && usable == label)
+    }
+
+    /// Notes that a reply in the mode in use was usable, once per run.
+    fn mode_worked(&self) {
+        if self.settings.json_mode.is_none()
+            && !self.mode_usable.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Only saves a later run a probe: if the note cannot be written, that run probes.
+            let _ = self.llm.remember(USABLE_NOTE, self.mode.label());
+        }
     }
 
     /// The response format in use.
@@ -217,24 +240,28 @@ impl<'a> LlmGenerator<'a> {
         &self.llm
     }
 
-    /// Tries the response formats in turn with one small call each; the first the server
-    /// accepts wins. Connection failures and refusals of the model are fatal.
-    async fn preflight(&self) -> Result<JsonMode> {
+    /// Picks the response format: the one a usable earlier run chose, or the first the server
+    /// follows when probed (unless `--json-mode` fixes it). Returns the mode and why.
+    /// Connection failures and refusals of the key or the model are fatal.
+    async fn preflight(&self) -> Result<(JsonMode, String)> {
         if self.settings.json_mode.is_none()
             && let Some(mode) = self.remembered_mode()
         {
-            return Ok(mode);
+            return Ok((mode, "chosen by an earlier run against this endpoint and model".to_owned()));
         }
-        let mode = self.probe().await?;
+        let chosen = self.probe().await?;
         if self.settings.json_mode.is_none() {
             self.llm
-                .remember(PREFLIGHT_NOTE, mode.label())
+                .remember(PREFLIGHT_NOTE, chosen.0.label())
                 .map_err(|e| endpoint_error(&self.llm, e.to_string(), "check --cache"))?;
         }
-        Ok(mode)
+        Ok(chosen)
     }
 
-    async fn probe(&self) -> Result<JsonMode> {
+    /// Tries the response formats in turn with one small call each (retried like any call).
+    /// Only a definite "unsupported" passes on to the next: an error answer naming the
+    /// response format, or a reply that ignores it. Returns the mode and why it was chosen.
+    async fn probe(&self) -> Result<(JsonMode, String)> {
         let messages = vec![
             Message::new("system", self.system_message()?),
             Message::new("user", self.prompts.preflight.render(&[])?),
@@ -243,45 +270,78 @@ impl<'a> LlmGenerator<'a> {
             Some(mode) => vec![mode],
             None => JsonMode::FALLBACK_ORDER.to_vec(),
         };
-        let mut last = String::new();
-        for (i, mode) in modes.iter().enumerate() {
-            let retry_on =
-                if i + 1 == modes.len() { RetryOn::Transient } else { RetryOn::RateLimitsAndNetwork };
-            match self.llm.complete(&messages, self.response_format(*mode).as_ref(), retry_on).await {
-                Ok(_) => return Ok(*mode),
-                Err(LlmError::Budget(message)) => return Err(Error::Budget(message)),
-                Err(LlmError::Http { status: 401 | 403, message, .. }) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("refused the API key: {message}"),
-                        "set OPENAI_API_KEY",
-                    ));
+        let mut passed_over = Vec::new();
+        for (i, &mode) in modes.iter().enumerate() {
+            let last = i + 1 == modes.len();
+            let error = match self.llm.probe(&messages, self.response_format(mode).as_ref()).await {
+                Ok(reply) => match ignored(mode, &reply.content) {
+                    Some(problem) if !last => {
+                        passed_over.push(format!("{} ignored: {problem}", mode.label()));
+                        continue;
+                    }
+                    _ => return Ok((mode, self.why(mode, &passed_over))),
+                },
+                Err(error) => error,
+            };
+            match error {
+                LlmError::Http { .. } if error.names_response_format() && !last => {
+                    passed_over.push(format!("{} refused: {error}", mode.label()));
                 }
-                Err(LlmError::Http { status: 404, message, .. }) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("does not serve model {:?}: {message}", self.llm.config().endpoint.model),
-                        "check --model and --base-url (it usually ends in /v1)",
-                    ));
-                }
-                Err(error @ LlmError::Connect { kind: ConnectKind::RefusedLocally, .. }) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("does not answer: {}", error.chain()),
-                        "start the server, or check --base-url (a refusal on this machine is not retried)",
-                    ));
-                }
-                Err(error @ (LlmError::Connect { .. } | LlmError::Timeout(_))) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("does not answer: {}", error.chain()),
-                        "is the server running? check --base-url",
-                    ));
-                }
-                Err(error) => last = format!("rejected {}: {error}", mode.label()),
+                error => return Err(self.probe_failed(mode, &error)),
             }
         }
-        Err(endpoint_error(&self.llm, last, "try --json-mode plain, or check the server's log"))
+        Err(endpoint_error(&self.llm, "offers no response format".to_owned(), "report this"))
+    }
+
+    /// Why the preflight chose `mode`, after passing over the modes in `passed_over`.
+    fn why(&self, mode: JsonMode, passed_over: &[String]) -> String {
+        if self.settings.json_mode.is_some() {
+            "--json-mode".to_owned()
+        } else if passed_over.is_empty() {
+            match mode {
+                JsonMode::Schema => "the server follows the schema",
+                JsonMode::Object => "the server answers in JSON",
+                JsonMode::Plain => "the prompt asks for JSON",
+            }
+            .to_owned()
+        } else {
+            passed_over.join("; ")
+        }
+    }
+
+    /// The error that stops the run when probing `mode` failed with `error`.
+    fn probe_failed(&self, mode: JsonMode, error: &LlmError) -> Error {
+        match error {
+            LlmError::Budget(message) => Error::Budget(message.clone()),
+            LlmError::Http { status: 401 | 403, message, .. } => {
+                endpoint_error(&self.llm, format!("refused the API key: {message}"), "set OPENAI_API_KEY")
+            }
+            LlmError::Http { status: 404, message, .. } => endpoint_error(
+                &self.llm,
+                format!("does not serve model {:?}: {message}", self.llm.config().endpoint.model),
+                "check --model and --base-url (it usually ends in /v1)",
+            ),
+            LlmError::Connect { kind: ConnectKind::RefusedLocally, .. } => endpoint_error(
+                &self.llm,
+                format!("does not answer: {}", error.chain()),
+                "start the server, or check --base-url (a refusal on this machine is not retried)",
+            ),
+            LlmError::Connect { .. } | LlmError::Timeout(_) => endpoint_error(
+                &self.llm,
+                format!("does not answer: {}", error.chain()),
+                "is the server running? check --base-url",
+            ),
+            LlmError::Body(_) | LlmError::BaseUrl(_) => endpoint_error(
+                &self.llm,
+                format!("does not answer as a chat endpoint: {}", error.chain()),
+                "check --base-url (it usually ends in /v1)",
+            ),
+            LlmError::Http { .. } => endpoint_error(
+                &self.llm,
+                format!("rejected {}: {}", mode.label(), error.chain()),
+                "try another --json-mode (json_object, plain), or check the server's log",
+            ),
+        }
     }
 
     fn system_message(&self) -> Result<String> {
@@ -403,14 +463,17 @@ impl<'a> LlmGenerator<'a> {
     ) -> std::result::Result<std::result::Result<T, Unusable>, LlmError> {
         let mut attempt = 0;
         loop {
-            let completion = self.llm.complete_at(&messages, format, RetryOn::Transient, temperature).await?;
+            let completion = self.llm.complete_at(&messages, format, temperature).await?;
             if completion.truncated {
                 let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
                 let reply = Some(excerpt(&completion.content));
                 return Ok(Err(Unusable { kind: FailureKind::Truncated, reason, reply }));
             }
             let error = match parse(&completion.content) {
-                Ok(value) => return Ok(Ok(value)),
+                Ok(value) => {
+                    self.mode_worked();
+                    return Ok(Ok(value));
+                }
                 Err(error) => error,
             };
             if attempt == self.settings.repairs {
@@ -556,6 +619,14 @@ fn is_fatal(error: &LlmError) -> bool {
     )
 }
 
+/// Why a probe's reply shows the server ignored `mode`, if it does: in `json_schema` and
+/// `json_object` the reply must be the JSON object the preflight asks for.
+fn ignored(mode: JsonMode, reply: &str) -> Option<&'static str> {
+    let structured = matches!(mode, JsonMode::Schema | JsonMode::Object);
+    (structured && !holds_object(reply, "queries"))
+        .then_some("the reply holds no JSON object with \"queries\"")
+}
+
 fn excerpt(reply: &str) -> String {
     reply.chars().take(REPLY_EXCERPT).collect()
 }
@@ -644,6 +715,7 @@ impl Generator for LlmGenerator<'_> {
                 usage,
                 cost: config.budget.price.map(|p| usage.cost(p)),
             },
+            mode_reason: self.mode_reason.clone(),
             network: self.llm.network(),
         })
     }

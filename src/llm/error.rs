@@ -125,6 +125,17 @@ impl LlmError {
         matches!(self, Self::Http { status, .. } if *status >= 500)
     }
 
+    /// Whether the server's error message names the response format (`response_format`,
+    /// `json_schema`, `json_object`): its way of saying it does not support the one asked for.
+    #[must_use]
+    pub fn names_response_format(&self) -> bool {
+        let Self::Http { message, .. } = self else { return false };
+        let message = message.to_ascii_lowercase();
+        ["response_format", "response format", "json_schema", "json_object"]
+            .iter()
+            .any(|n| message.contains(n))
+    }
+
     /// The wait the server asked for.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
@@ -179,6 +190,17 @@ mod tests {
         assert!(!io(std::io::ErrorKind::ConnectionRefused, true).is_retryable());
         assert!(!LlmError::Body("x".into()).is_retryable());
         assert!(!LlmError::BaseUrl("x".into()).is_retryable());
+    }
+
+    #[test]
+    fn knows_a_refusal_of_the_response_format() {
+        let says =
+            |status, message: &str| LlmError::Http { status, message: message.into(), retry_after: None };
+        assert!(says(500, "json_schema is not supported").names_response_format());
+        assert!(says(400, "Unknown parameter: 'response_format.json_schema'").names_response_format());
+        assert!(says(422, "Response format json_object not allowed").names_response_format());
+        assert!(!says(500, "Internal Server Error").names_response_format());
+        assert!(!LlmError::Timeout(Duration::from_secs(1)).names_response_format());
     }
 
     /// A real refused connection: nothing listens on a port that was just released.

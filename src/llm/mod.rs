@@ -195,11 +195,11 @@ struct Usage {
 
 /// Which failures a call retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryOn {
+enum RetryOn {
     /// 429, 5xx, connection errors and timeouts.
     Transient,
-    /// 429, connection errors and timeouts, but not 5xx: for probing what a server supports.
-    RateLimitsAndNetwork,
+    /// The same, but an error answer that names the response format is final.
+    Probe,
 }
 
 /// A reply.
@@ -406,9 +406,8 @@ impl Llm {
         &self,
         messages: &[Message],
         response_format: Option<&serde_json::Value>,
-        retry_on: RetryOn,
     ) -> Result<Completion, LlmError> {
-        self.complete_at(messages, response_format, retry_on, self.config.temperature).await
+        self.complete_at(messages, response_format, self.config.temperature).await
     }
 
     /// As [`Llm::complete`], at a temperature of its own (the judge grades at 0).
@@ -419,18 +418,9 @@ impl Llm {
         &self,
         messages: &[Message],
         response_format: Option<&serde_json::Value>,
-        retry_on: RetryOn,
         temperature: f32,
     ) -> Result<Completion, LlmError> {
-        let request = ChatRequest {
-            model: &self.config.endpoint.model,
-            messages,
-            temperature,
-            max_tokens: self.config.max_tokens,
-            seed: self.config.seed,
-            response_format,
-            stream: false,
-        };
+        let request = self.request(messages, response_format, temperature);
         let key = self.key(&request);
         if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
             self.update(|t| {
@@ -440,45 +430,80 @@ impl Llm {
             self.stall.progress();
             return Ok(completion(&reply));
         }
-        let tokens = estimate_tokens(messages) + self.config.max_tokens;
+        let reply = self.send(&request, RetryOn::Transient).await?;
+        self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
+        Ok(completion(&reply))
+    }
+
+    /// Asks the server itself, never the cache (a probe checks what the server does now):
+    /// retried like any call, except that an error answer naming the response format is final
+    /// (the server does not support it).
+    ///
+    /// # Errors
+    /// As for [`Llm::complete`].
+    pub async fn probe(
+        &self,
+        messages: &[Message],
+        response_format: Option<&serde_json::Value>,
+    ) -> Result<Completion, LlmError> {
+        let request = self.request(messages, response_format, self.config.temperature);
+        Ok(completion(&self.send(&request, RetryOn::Probe).await?))
+    }
+
+    fn request<'r>(
+        &'r self,
+        messages: &'r [Message],
+        response_format: Option<&'r serde_json::Value>,
+        temperature: f32,
+    ) -> ChatRequest<'r> {
+        ChatRequest {
+            model: &self.config.endpoint.model,
+            messages,
+            temperature,
+            max_tokens: self.config.max_tokens,
+            seed: self.config.seed,
+            response_format,
+            stream: false,
+        }
+    }
+
+    /// Sends `request` until it succeeds, fails for good or the attempts run out.
+    async fn send(&self, request: &ChatRequest<'_>, retry_on: RetryOn) -> Result<CachedReply, LlmError> {
+        let tokens = estimate_tokens(request.messages) + self.config.max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
         let mut attempt = 0;
         loop {
             self.reserve(tokens)?;
-            let outcome = self.attempt(&request, tokens).await;
+            let outcome = self.attempt(request, tokens).await;
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
-            match outcome {
+            let error = match outcome {
                 Ok(reply) => {
                     self.stall.progress();
-                    self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
                     self.update(|t| {
                         t.used.add(&reply);
                         t.network.paid.add(&reply);
                     });
-                    return Ok(completion(&reply));
+                    return Ok(reply);
                 }
-                Err(error)
-                    if attempt + 1 < attempts
-                        && error.is_retryable()
-                        && (retry_on == RetryOn::Transient || !error.is_server_error()) =>
-                {
-                    let jitter = rand::rng().random::<f64>();
-                    // Backing off after the server failed us is waiting on the server.
-                    let waiting = self.stall.wait();
-                    tokio::time::sleep(self.config.retry.delay(attempt, jitter, error.retry_after())).await;
-                    drop(waiting);
-                    self.update(|t| t.network.retries += 1);
-                    attempt += 1;
-                }
-                Err(error) => {
-                    if matches!(error, LlmError::Http { .. }) && !error.is_retryable() {
-                        // A definite refusal finishes the call: the server is alive.
-                        self.stall.progress();
-                    }
-                    self.update(|t| t.network.failures += 1);
-                    return Err(error);
-                }
+                Err(error) => error,
+            };
+            let unsupported = retry_on == RetryOn::Probe && error.names_response_format();
+            if attempt + 1 < attempts && error.is_retryable() && !unsupported {
+                let jitter = rand::rng().random::<f64>();
+                // Backing off after the server failed us is waiting on the server.
+                let waiting = self.stall.wait();
+                tokio::time::sleep(self.config.retry.delay(attempt, jitter, error.retry_after())).await;
+                drop(waiting);
+                self.update(|t| t.network.retries += 1);
+                attempt += 1;
+                continue;
             }
+            if matches!(error, LlmError::Http { .. }) && (!error.is_retryable() || unsupported) {
+                // A definite refusal finishes the call: the server is alive.
+                self.stall.progress();
+            }
+            self.update(|t| t.network.failures += 1);
+            return Err(error);
         }
     }
 

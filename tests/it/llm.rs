@@ -169,6 +169,81 @@ async fn a_server_rejecting_json_schema_falls_back_to_json_object() {
     assert_eq!(counters.requests(), first, "a warm rerun probes nothing and calls nothing");
 }
 
+/// The `connect:` line of a run's progress output.
+fn connect_line(run: &Run) -> &str {
+    run.stderr.lines().find(|l| l.trim_start().starts_with("connect:")).unwrap_or("")
+}
+
+/// Preflight probes the server received so far, by response format.
+async fn probes(server: &wiremock::MockServer) -> Vec<String> {
+    let requests = server.received_requests().await.unwrap_or_default();
+    requests
+        .iter()
+        .filter(|r| mock::is_preflight(&r.body))
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            body.pointer("/response_format/type").and_then(Value::as_str).unwrap_or("plain").to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transient_500_during_the_preflight_is_retried_and_keeps_json_schema() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    (model.fail_first, model.fail_status) = (1, 500);
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "schema");
+    assert_eq!(probes(&server).await, ["json_schema", "json_schema"], "the probe was retried");
+    let line = connect_line(&run);
+    assert!(line.contains("json_schema output (the server follows the schema)"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_ignores_the_schema_gets_json_object_and_the_connect_line_says_why() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.ignore_schema = true;
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
+    let line = connect_line(&run);
+    assert!(
+        line.contains("json_object output (json_schema ignored: the reply holds no JSON object"),
+        "{line}"
+    );
+    let rerun = run_on(&server, dir.path(), &[]).await;
+    assert!(
+        connect_line(&rerun).contains("json_object output (chosen by an earlier run"),
+        "{}",
+        rerun.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remembered_mode_that_gave_no_usable_reply_is_probed_again() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::WrongTypes);
+    let server = mock::start(model).await;
+    run_on(&server, dir.path(), &["--max-rounds", "1", "--repairs", "0"]).await.assert_code(1);
+    assert_eq!(probes(&server).await.len(), 1);
+    // The server is fixed; the mode remembered from the first run never produced a usable
+    // reply, so the next run probes again, and the one after that trusts it.
+    server.reset().await;
+    let (good, _) = mock::model(Behaviour::Good);
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(good).mount(&server).await;
+    run_on(&server, dir.path(), &[]).await.assert_code(0);
+    assert_eq!(probes(&server).await.len(), 1, "probed again");
+    server.reset().await;
+    let (good, _) = mock::model(Behaviour::Good);
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(good).mount(&server).await;
+    run_on(&server, dir.path(), &["--queries", "16"]).await.assert_code(0);
+    assert_eq!(probes(&server).await.len(), 0, "a mode that worked is trusted");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn fenced_replies_with_prose_are_accepted() {
     let dir = tempdir();
@@ -419,8 +494,8 @@ async fn a_run_killed_mid_way_resumes_without_paying_twice() {
     rerun.assert_code(0);
     assert_eq!(
         counters.requests() - before_rerun,
-        total_calls - paid,
-        "the rerun must make exactly the calls not yet paid"
+        total_calls - 1 - paid,
+        "the rerun must make exactly the calls not yet paid (the preflight's choice is remembered)"
     );
     assert_same(&outputs(&rerun), &outputs(&full));
 }

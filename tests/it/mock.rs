@@ -95,6 +95,9 @@ pub struct Model {
     /// The first generation call, and every request with the same prompt, is answered this
     /// late (one slow prompt among quick ones).
     pub slow_first_call: Option<Duration>,
+    /// Answer the preflight in prose when it asks for `json_schema` (a server that ignores the
+    /// schema).
+    pub ignore_schema: bool,
     pub counters: Arc<Counters>,
 }
 
@@ -164,6 +167,9 @@ impl Model {
         }
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
+            _ if user.contains("{\"queries\": []}") && self.ignore_schema && format == "json_schema" => {
+                "Sure! Here is what you asked for.".to_owned()
+            }
             _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
             Behaviour::InvalidThenRepaired if !repaired => "{\"queries\": [ oops".to_owned(),
             Behaviour::Truncated => {
@@ -317,6 +323,14 @@ fn wrong_types(user: &str) -> String {
         .to_string()
 }
 
+/// Whether a request body is the preflight's probe.
+pub fn is_preflight(body: &[u8]) -> bool {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    body.pointer("/messages/1/content")
+        .and_then(Value::as_str)
+        .is_some_and(|u| u.contains("{\"queries\": []}"))
+}
+
 /// Starts a mock serving `model` at `/v1/chat/completions`.
 pub async fn start(model: Model) -> MockServer {
     let server = MockServer::builder().start().await;
@@ -337,6 +351,7 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         rate_limit: None,
         fail_generation: None,
         slow_first_call: None,
+        ignore_schema: false,
         counters: Arc::clone(&counters),
     };
     (model, counters)
