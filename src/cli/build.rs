@@ -117,6 +117,13 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path) {
             n.rate_limited,
             n.cache_hits
         );
+        if n.paid.abandoned > 0 {
+            println!(
+                "llm: {} attempt(s) abandoned on a timeout, possibly billed: up to {} tokens (estimate)",
+                n.paid.abandoned,
+                n.paid.abandoned_prompt_tokens + n.paid.abandoned_completion_tokens
+            );
+        }
     }
     if !outcome.skipped.is_empty() {
         println!("{} input(s) skipped, listed in the report", outcome.skipped.len());

@@ -88,6 +88,10 @@ pub struct LlmSummary {
     /// Their cost, if prices are known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    /// What the abandoned attempts may have cost at worst (an estimate), if prices are known
+    /// and there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandoned_cost: Option<f64>,
 }
 
 /// The LLM generator's summary plus what this run sent over the network.
@@ -714,6 +718,11 @@ impl Generator for LlmGenerator<'_> {
                 json_mode: self.mode,
                 usage,
                 cost: config.budget.price.map(|p| usage.cost(p)),
+                abandoned_cost: config
+                    .budget
+                    .price
+                    .filter(|_| usage.abandoned > 0)
+                    .map(|p| usage.abandoned_cost(p)),
             },
             mode_reason: self.mode_reason.clone(),
             network: self.llm.network(),

@@ -212,7 +212,9 @@ pub struct Completion {
 }
 
 /// Tokens of the replies a run used, whether fresh or from the cache: the same for every run
-/// of the same build, so it belongs in the report.
+/// of the same build, so it belongs in the report. Attempts abandoned on a timeout are counted
+/// apart, as an estimate: the server may still have answered and billed them, but never said
+/// for how much.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TokenUsage {
     /// Replies used.
@@ -221,19 +223,60 @@ pub struct TokenUsage {
     pub prompt_tokens: u64,
     /// Their completion tokens, from the server's `usage`.
     pub completion_tokens: u64,
+    /// Attempts abandoned on a timeout.
+    pub abandoned: u64,
+    /// Their prompt tokens, estimated (cl100k).
+    pub abandoned_prompt_tokens: u64,
+    /// Their completion tokens at worst (`max_tokens` each).
+    pub abandoned_completion_tokens: u64,
 }
 
 impl TokenUsage {
-    /// Money at `price`.
+    /// Money for the replies at `price`.
     #[must_use]
     pub fn cost(&self, price: Price) -> f64 {
         (self.prompt_tokens as f64 * price.prompt + self.completion_tokens as f64 * price.completion) / 1e6
+    }
+
+    /// Money the abandoned attempts may have cost at `price`, at worst (an estimate).
+    #[must_use]
+    pub fn abandoned_cost(&self, price: Price) -> f64 {
+        (self.abandoned_prompt_tokens as f64 * price.prompt
+            + self.abandoned_completion_tokens as f64 * price.completion)
+            / 1e6
+    }
+
+    /// Tokens of the replies, plus the worst case of the abandoned attempts: what a budget
+    /// counts.
+    #[must_use]
+    pub fn worst_tokens(&self) -> u64 {
+        self.prompt_tokens
+            + self.completion_tokens
+            + self.abandoned_prompt_tokens
+            + self.abandoned_completion_tokens
     }
 
     fn add(&mut self, reply: &CachedReply) {
         self.replies += 1;
         self.prompt_tokens += reply.prompt_tokens;
         self.completion_tokens += reply.completion_tokens;
+    }
+
+    /// Counts `attempts` abandoned attempts of a request of about `prompt` prompt tokens and
+    /// `max_tokens`.
+    fn abandon(&mut self, attempts: u64, prompt: u32, max_tokens: u32) {
+        self.abandoned += attempts;
+        self.abandoned_prompt_tokens += attempts * u64::from(prompt);
+        self.abandoned_completion_tokens += attempts * u64::from(max_tokens);
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.replies += other.replies;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.abandoned += other.abandoned;
+        self.abandoned_prompt_tokens += other.abandoned_prompt_tokens;
+        self.abandoned_completion_tokens += other.abandoned_completion_tokens;
     }
 }
 
@@ -250,7 +293,7 @@ pub struct NetworkStats {
     pub rate_limited: u64,
     /// Calls that failed for good.
     pub failures: u64,
-    /// Tokens of the replies paid for in this run.
+    /// Tokens of the replies paid for in this run, and of the attempts it abandoned.
     pub paid: TokenUsage,
 }
 
@@ -262,6 +305,37 @@ struct Totals {
     /// Worst case of the requests in flight: prompt estimate + `max_tokens` each.
     reserved: u64,
     network: NetworkStats,
+}
+
+impl Totals {
+    /// Reserves the worst case of a request (`tokens` = prompt estimate + `max_tokens`), or
+    /// refuses it if that could take the spend over `budget`: the limits are hard caps, even
+    /// with requests in flight, and count abandoned attempts at their worst.
+    fn reserve(&mut self, budget: Budget, tokens: u32) -> Result<(), LlmError> {
+        let used = self.used.worst_tokens() + self.before.worst_tokens();
+        let worst = used + self.reserved + u64::from(tokens);
+        if let Some(limit) = budget.max_tokens_total.filter(|limit| worst > *limit) {
+            return Err(LlmError::Budget(format!(
+                "{used} tokens used (abandoned attempts at their worst included); the next call could \
+                 take up to {} more, over --max-tokens-total {limit}",
+                worst - used
+            )));
+        }
+        if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
+            let dearest = price.prompt.max(price.completion);
+            let spent = |u: &TokenUsage| u.cost(price) + u.abandoned_cost(price);
+            let cost = spent(&self.used)
+                + spent(&self.before)
+                + (self.reserved + u64::from(tokens)) as f64 * dearest / 1e6;
+            if cost > limit {
+                return Err(LlmError::Budget(format!(
+                    "the next call could bring the cost to {cost:.4}, over --max-cost {limit}"
+                )));
+            }
+        }
+        self.reserved += u64::from(tokens);
+        Ok(())
+    }
 }
 
 /// A client for one endpoint, with its cache and limits.
@@ -338,8 +412,7 @@ impl Llm {
     pub fn forget_usage(&self) {
         let mut totals = self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let used = std::mem::take(&mut totals.used);
-        totals.before.prompt_tokens += used.prompt_tokens;
-        totals.before.completion_tokens += used.completion_tokens;
+        totals.before.merge(&used);
     }
 
     /// What this run sent so far.
@@ -380,6 +453,7 @@ impl Llm {
             finish_reason: None,
             prompt_tokens: 0,
             completion_tokens: 0,
+            abandoned: 0,
         };
         self.cache.put(&self.note_key(name), &reply).map_err(|e| LlmError::Body(e.to_string()))
     }
@@ -423,9 +497,11 @@ impl Llm {
         let request = self.request(messages, response_format, temperature);
         let key = self.key(&request);
         if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
+            let prompt = estimate_tokens(messages);
             self.update(|t| {
                 t.network.cache_hits += 1;
                 t.used.add(&reply);
+                t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
             });
             self.stall.progress();
             return Ok(completion(&reply));
@@ -467,18 +543,23 @@ impl Llm {
         }
     }
 
-    /// Sends `request` until it succeeds, fails for good or the attempts run out.
+    /// Sends `request` until it succeeds, fails for good or the attempts run out. An attempt
+    /// abandoned on a timeout is counted at its worst (the server may still bill it), and the
+    /// reply remembers how many there were.
     async fn send(&self, request: &ChatRequest<'_>, retry_on: RetryOn) -> Result<CachedReply, LlmError> {
-        let tokens = estimate_tokens(request.messages) + self.config.max_tokens;
+        let (prompt, max_tokens) = (estimate_tokens(request.messages), self.config.max_tokens);
+        let tokens = prompt + max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
-        let mut attempt = 0;
+        let (mut attempt, mut abandoned) = (0, 0);
         loop {
-            self.reserve(tokens)?;
+            let budget = self.config.budget;
+            self.update(|t| t.reserve(budget, tokens))?;
             let outcome = self.attempt(request, tokens).await;
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
             let error = match outcome {
-                Ok(reply) => {
+                Ok(mut reply) => {
                     self.stall.progress();
+                    reply.abandoned = abandoned;
                     self.update(|t| {
                         t.used.add(&reply);
                         t.network.paid.add(&reply);
@@ -487,6 +568,13 @@ impl Llm {
                 }
                 Err(error) => error,
             };
+            if matches!(error, LlmError::Timeout(_)) {
+                abandoned += 1;
+                self.update(|t| {
+                    t.used.abandon(1, prompt, max_tokens);
+                    t.network.paid.abandon(1, prompt, max_tokens);
+                });
+            }
             let unsupported = retry_on == RetryOn::Probe && error.names_response_format();
             if attempt + 1 < attempts && error.is_retryable() && !unsupported {
                 let jitter = rand::rng().random::<f64>();
@@ -543,41 +631,12 @@ impl Llm {
             finish_reason: choice.finish_reason,
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            abandoned: 0,
         })
     }
 
-    /// Reserves the worst case of a request (`tokens` = prompt estimate + `max_tokens`), or
-    /// refuses it if that could take the spend over a budget: the limits are hard caps, even
-    /// with requests in flight.
-    fn reserve(&self, tokens: u32) -> Result<(), LlmError> {
-        let mut totals = self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let budget = self.config.budget;
-        let spent = |u: &TokenUsage| u.prompt_tokens + u.completion_tokens;
-        let worst = spent(&totals.used) + spent(&totals.before) + totals.reserved + u64::from(tokens);
-        if let Some(limit) = budget.max_tokens_total.filter(|limit| worst > *limit) {
-            let used = spent(&totals.used) + spent(&totals.before);
-            return Err(LlmError::Budget(format!(
-                "{used} tokens used; the next call could take up to {} more, over --max-tokens-total {limit}",
-                worst - used
-            )));
-        }
-        if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
-            let dearest = price.prompt.max(price.completion);
-            let cost = totals.used.cost(price)
-                + totals.before.cost(price)
-                + (totals.reserved + u64::from(tokens)) as f64 * dearest / 1e6;
-            if cost > limit {
-                return Err(LlmError::Budget(format!(
-                    "the next call could bring the cost to {cost:.4}, over --max-cost {limit}"
-                )));
-            }
-        }
-        totals.reserved += u64::from(tokens);
-        Ok(())
-    }
-
-    fn update(&self, change: impl FnOnce(&mut Totals)) {
-        change(&mut self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    fn update<T>(&self, change: impl FnOnce(&mut Totals) -> T) -> T {
+        change(&mut self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 }
 
@@ -623,6 +682,31 @@ pub fn estimate_tokens(messages: &[Message]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn budgets_count_abandoned_attempts_at_their_worst() {
+        let mut totals = Totals::default();
+        totals.used.prompt_tokens = 1_000;
+        let budget = Budget { max_tokens_total: Some(2_000), ..Budget::default() };
+        assert!(totals.reserve(budget, 200).is_ok(), "1,000 used + 200 fits in 2,000");
+        totals.reserved = 0;
+        totals.used.abandon(1, 500, 400);
+        let refused = totals.reserve(budget, 200);
+        assert!(
+            matches!(&refused, Err(LlmError::Budget(m)) if m.starts_with("1900 tokens used")),
+            "{refused:?}"
+        );
+
+        let price = Price { prompt: 1.0, completion: 2.0 };
+        let budget = Budget { max_cost: Some(0.0025), price: Some(price), ..Budget::default() };
+        let mut totals = Totals::default();
+        totals.used.prompt_tokens = 1_000;
+        totals.used.abandon(1, 500, 400);
+        // 1,000 × 1 + (500 × 1 + 400 × 2) = 2,300 per million, and the next call's 100 at 2.
+        assert!(totals.reserve(budget, 100).is_ok());
+        totals.reserved = 0;
+        assert!(totals.reserve(budget, 200).is_err(), "2,300 + 400 over 2,500");
+    }
 
     #[test]
     fn redacts_keys_bearer_tokens_and_url_credentials() {

@@ -182,8 +182,26 @@ fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
         u.replies as f64 / in_set,
         u.prompt_tokens as f64 / in_set
     );
-    if let Some(cost) = llm.cost {
-        let _ = writeln!(out, "- cost at the given prices: {cost:.4}");
+    if u.abandoned > 0 {
+        let attempts = if u.abandoned == 1 { "attempt" } else { "attempts" };
+        let _ = writeln!(
+            out,
+            "- {} {attempts} abandoned on a timeout (may still be billed): about {} prompt + at most {} \
+             completion tokens (estimate)",
+            u.abandoned, u.abandoned_prompt_tokens, u.abandoned_completion_tokens
+        );
+    }
+    match (llm.cost, llm.abandoned_cost) {
+        (Some(cost), Some(abandoned)) => {
+            let _ = writeln!(
+                out,
+                "- cost at the given prices: {cost:.4} (+ at most {abandoned:.4} for abandoned attempts, estimate)"
+            );
+        }
+        (Some(cost), None) => {
+            let _ = writeln!(out, "- cost at the given prices: {cost:.4}");
+        }
+        _ => {}
     }
     let _ =
         writeln!(out, "- requests sent, retries and 429s of each run: `manifest.json` → `run.llm_network`\n");

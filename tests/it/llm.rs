@@ -670,7 +670,7 @@ async fn failures_are_counted_by_kind_and_their_messages_kept_in_rejects() {
 async fn a_prompt_that_times_out_on_every_attempt_fails_alone() {
     let dir = tempdir();
     let (mut model, _) = mock::model(Behaviour::Good);
-    model.slow_first_call = Some(Duration::from_secs(5));
+    model.slow_first_call = Some((Duration::from_secs(5), usize::MAX));
     let args = ["--timeout", "1", "--attempts", "2", "--concurrency", "2", "--allow-shortfall"];
     let run = run_with(model, dir.path(), &args).await;
     run.assert_code(0);
@@ -681,4 +681,32 @@ async fn a_prompt_that_times_out_on_every_attempt_fails_alone() {
         assert_eq!(str_field(r, "/reason"), "no reply within 1 s (--timeout)");
     }
     assert!(!run.jsonl("queries.jsonl").is_empty(), "the other calls made the set");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_abandoned_on_a_timeout_is_counted_as_a_billing_estimate() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.slow_first_call = Some((Duration::from_secs(3), 1));
+    let server = mock::start(model).await;
+    let args = ["--timeout", "1", "--max-tokens", "400", "--concurrency", "1"];
+    let run = run_on(&server, dir.path(), &args).await;
+    run.assert_code(0);
+    let usage = &manifest(&run)["llm"]["usage"];
+    assert_eq!(usage["abandoned"], 1, "{usage}");
+    assert_eq!(usage["abandoned_completion_tokens"], 400, "max_tokens as the worst case: {usage}");
+    let prompt = usage["abandoned_prompt_tokens"].as_u64().unwrap_or(0);
+    assert!(prompt > 100, "the abandoned prompt is estimated: {usage}");
+    let report = run.file("report.md");
+    let line = report.lines().find(|l| l.contains("abandoned")).unwrap_or("");
+    assert!(
+        line.contains(&format!("1 attempt abandoned on a timeout (may still be billed): about {prompt} prompt + at most 400 completion tokens (estimate)")),
+        "{report}"
+    );
+    assert_eq!(manifest(&run)["run"]["llm_network"]["paid"]["abandoned"], 1);
+    // A warm rerun reports the same: the abandoned attempt is remembered with the reply.
+    let rerun = run_on(&server, dir.path(), &args).await;
+    rerun.assert_code(0);
+    assert_eq!(rerun.file("report.md"), report);
+    assert_eq!(manifest(&rerun)["run"]["llm_network"]["paid"]["abandoned"], 0);
 }

@@ -51,6 +51,8 @@ pub struct Counters {
     pub judge: AtomicUsize,
     /// The prompt of the first generation call.
     pub first_call: Mutex<Option<String>>,
+    /// Attempts of the first generation call answered late.
+    pub slow_served: AtomicUsize,
 }
 
 impl Counters {
@@ -92,9 +94,9 @@ pub struct Model {
     /// Generation calls (not the preflight, not the judge) get this status, with a message that
     /// differs per request and holds a `|` and a line break.
     pub fail_generation: Option<u16>,
-    /// The first generation call, and every request with the same prompt, is answered this
-    /// late (one slow prompt among quick ones).
-    pub slow_first_call: Option<Duration>,
+    /// The first generation call is answered this late, on its first this many attempts (one
+    /// slow prompt among quick ones).
+    pub slow_first_call: Option<(Duration, usize)>,
     /// Answer the preflight in prose when it asks for `json_schema` (a server that ignores the
     /// schema).
     pub ignore_schema: bool,
@@ -104,7 +106,12 @@ pub struct Model {
 impl Respond for Model {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let delay = match self.slow_first_call {
-            Some(slow) if self.is_first_call(request) => slow,
+            Some((slow, times))
+                if self.is_first_call(request)
+                    && self.counters.slow_served.fetch_add(1, Ordering::SeqCst) < times =>
+            {
+                slow
+            }
             _ => self.delay,
         };
         self.answer(request).set_delay(delay)
