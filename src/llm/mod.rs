@@ -1,5 +1,5 @@
 //! Talking to an OpenAI-compatible chat endpoint: the only module that imports async-openai,
-//! governor and rusqlite.
+//! reqwest and rusqlite.
 //!
 //! [`Llm::complete`] is the one place where a call is cached, rate-limited, timed out and
 //! retried. Input: chat messages and a response format. Output: a [`Completion`] or an
@@ -193,6 +193,10 @@ struct Usage {
     completion_tokens: u64,
 }
 
+/// A call answered 429 several times in a row backs off as after this many failures at most
+/// (the pace, not the backoff, is what finds the server's rate).
+const RATE_LIMITED_BACKOFF: u32 = 3;
+
 /// Which failures a call retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RetryOn {
@@ -342,7 +346,7 @@ impl Totals {
 pub struct Llm {
     client: Client<OpenAIConfig>,
     config: LlmConfig,
-    limits: Limits,
+    limits: std::sync::Arc<Limits>,
     cache: Cache,
     totals: Mutex<Totals>,
     stall: StallClock,
@@ -382,8 +386,9 @@ impl Llm {
             .with_org_id("")
             .with_project_id("");
         let keyed = config.endpoint.api_key.as_deref().is_some_and(|k| !k.is_empty());
-        let client = Client::with_config(openai).with_http_service(transport::service(http, keyed));
-        let limits = Limits::new(config.limits);
+        let limits = std::sync::Arc::new(Limits::new(config.limits));
+        let service = transport::service(http, keyed, std::sync::Arc::clone(&limits));
+        let client = Client::with_config(openai).with_http_service(service);
         Ok(Self {
             client,
             config,
@@ -550,11 +555,12 @@ impl Llm {
         let (prompt, max_tokens) = (estimate_tokens(request.messages), self.config.max_tokens);
         let tokens = prompt + max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
-        let (mut attempt, mut abandoned) = (0, 0);
+        // Attempts that failed (429s aside), abandoned on a timeout, and 429s in a row.
+        let (mut attempt, mut abandoned, mut limited) = (0, 0, 0);
         loop {
             let budget = self.config.budget;
             self.update(|t| t.reserve(budget, tokens))?;
-            let outcome = self.attempt(request, tokens).await;
+            let outcome = self.attempt(request, prompt, max_tokens).await;
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
             let error = match outcome {
                 Ok(mut reply) => {
@@ -575,15 +581,26 @@ impl Llm {
                     t.network.paid.abandon(1, prompt, max_tokens);
                 });
             }
+            // A 429 means "later", never "failed": it uses no attempt, and the watchdog and the
+            // budget still bound the run.
+            let rate_limited = matches!(error, LlmError::Http { status: 429, .. });
             let unsupported = retry_on == RetryOn::Probe && error.names_response_format();
-            if attempt + 1 < attempts && error.is_retryable() && !unsupported {
+            let backoff = if rate_limited {
+                limited += 1;
+                Some(limited.min(RATE_LIMITED_BACKOFF) - 1)
+            } else if attempt + 1 < attempts && error.is_retryable() && !unsupported {
+                attempt += 1;
+                Some(attempt - 1)
+            } else {
+                None
+            };
+            if let Some(retry) = backoff {
                 let jitter = rand::rng().random::<f64>();
                 // Backing off after the server failed us is waiting on the server.
                 let waiting = self.stall.wait();
-                tokio::time::sleep(self.config.retry.delay(attempt, jitter, error.retry_after())).await;
+                tokio::time::sleep(self.config.retry.delay(retry, jitter, error.retry_after())).await;
                 drop(waiting);
                 self.update(|t| t.network.retries += 1);
-                attempt += 1;
                 continue;
             }
             if matches!(error, LlmError::Http { .. }) && (!error.is_retryable() || unsupported) {
@@ -595,9 +612,27 @@ impl Llm {
         }
     }
 
-    /// One network attempt, within the limits and the timeout.
-    async fn attempt(&self, request: &ChatRequest<'_>, tokens: u32) -> Result<CachedReply, LlmError> {
-        let _permit = self.limits.acquire(tokens).await;
+    /// One network attempt, within the limits and the timeout; tells the limits how it went.
+    async fn attempt(
+        &self,
+        request: &ChatRequest<'_>,
+        prompt: u32,
+        max_tokens: u32,
+    ) -> Result<CachedReply, LlmError> {
+        let ticket = self.limits.acquire(prompt, max_tokens).await;
+        let Some(ticket) = ticket else { return Err(LlmError::Body("the rate limiter was closed".into())) };
+        let outcome = self.exchange(request).await;
+        match &outcome {
+            Ok(reply) => self.limits.succeeded(&ticket, Some((reply.prompt_tokens, reply.completion_tokens))),
+            Err(LlmError::Http { status: 429, .. }) => self.limits.rate_limited(&ticket),
+            Err(LlmError::Http { .. }) => self.limits.refused(&ticket),
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    /// Sends the request once and reads the reply, within the timeout.
+    async fn exchange(&self, request: &ChatRequest<'_>) -> Result<CachedReply, LlmError> {
         self.update(|t| t.network.requests += 1);
         let chat = self.client.chat();
         let waiting = self.stall.wait();

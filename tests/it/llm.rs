@@ -317,6 +317,35 @@ async fn rate_limits_are_retried_after_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_429_means_later_never_failed() {
+    // One request per rolling second, no --rpm, and only two attempts per call: every call
+    // still gets through, however many 429s it meets.
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.rate_limit = Some((1, Duration::from_secs(1)));
+    let run = run_with(model, dir.path(), &["--queries", "8", "--attempts", "2"]).await;
+    run.assert_code(0);
+    let network = &manifest(&run)["run"]["llm_network"];
+    assert_eq!(network["failures"], 0, "{network}");
+    assert!(counters.rate_limited.load(std::sync::atomic::Ordering::SeqCst) > 0, "the limit was met");
+    assert!(!run.file("rejects.jsonl").contains("HTTP 429"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_servers_rate_limit_headers_set_the_pace() {
+    // The server says 60 requests a minute and enforces one per rolling second; qrelgen, told
+    // no --rpm, paces itself by the header from the preflight's answer on.
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.rate_limit = Some((1, Duration::from_secs(1)));
+    model.rate_headers = Some(60);
+    let run = run_with(model, dir.path(), &["--queries", "8"]).await;
+    run.assert_code(0);
+    let limited = counters.rate_limited.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(limited <= 1, "{limited} answers 429 with the limit known from the first answer");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retried_and_other_4xx_fail_fast() {
     let dir = tempdir();
     let (mut model, _) = mock::model(Behaviour::Good);

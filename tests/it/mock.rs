@@ -100,11 +100,17 @@ pub struct Model {
     /// Answer the preflight in prose when it asks for `json_schema` (a server that ignores the
     /// schema).
     pub ignore_schema: bool,
+    /// Send `x-ratelimit-limit-requests: N` (per minute, as OpenAI does) with every answer.
+    pub rate_headers: Option<u32>,
     pub counters: Arc<Counters>,
 }
 
 impl Respond for Model {
     fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut answer = self.answer(request);
+        if let Some(rpm) = self.rate_headers {
+            answer = answer.insert_header("x-ratelimit-limit-requests", rpm.to_string().as_str());
+        }
         let delay = match self.slow_first_call {
             Some((slow, times))
                 if self.is_first_call(request)
@@ -114,7 +120,7 @@ impl Respond for Model {
             }
             _ => self.delay,
         };
-        self.answer(request).set_delay(delay)
+        answer.set_delay(delay)
     }
 }
 
@@ -359,6 +365,7 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         fail_generation: None,
         slow_first_call: None,
         ignore_schema: false,
+        rate_headers: None,
         counters: Arc::clone(&counters),
     };
     (model, counters)
