@@ -44,8 +44,8 @@ pub struct Outcome {
     pub in_set: usize,
     /// Queries in the review queue.
     pub review_items: usize,
-    /// With `--dry-run`: the first round's requests and what serving them would cost.
-    pub dry_run: Option<(usize, Estimate)>,
+    /// With `--dry-run`: what the run would cost.
+    pub dry_run: Option<DryRun>,
     /// The LLM generator's usage, when it was used.
     pub llm: Option<LlmReport>,
 }
@@ -69,12 +69,8 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
     let group = generator.queries_per_call();
     let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
-        let requests = planner.plan(&quotas, 1, group)?;
-        let mut estimate = generator.estimate(&requests)?;
-        if generator.judge().is_some() {
-            estimate.judge_calls = judge_calls(&requests, config);
-        }
-        return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
+        let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas, language)?;
+        return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
     }
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
@@ -116,6 +112,59 @@ pub fn build(config: &BuildConfig, out: &Path, progress: &Progress) -> Result<Ou
         dry_run: None,
         llm,
     })
+}
+
+/// Share of the planned queries assumed kept at the high end of a dry run's range.
+const DRY_RUN_LOW_YIELD: f64 = 0.5;
+
+/// What a whole run would cost, as a range: from every query kept (round 1 only) to half of the
+/// queries dropped in every round (the rounds that planning then needs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DryRun {
+    /// Queries planned in round 1.
+    pub queries: usize,
+    /// Round 1, if every query is kept.
+    pub low: Estimate,
+    /// Every round, if half the queries are dropped.
+    pub high: Estimate,
+    /// Rounds at the high end.
+    pub rounds: u32,
+    /// The share of queries kept at the high end, in percent.
+    pub low_yield_percent: u32,
+}
+
+/// Plans the rounds a run would go through, without sending anything: round 1 as planned, then
+/// the top-ups that a yield of [`DRY_RUN_LOW_YIELD`] would call for (planned by the same rules
+/// as a real run), and what each would cost.
+fn dry_run(
+    config: &BuildConfig,
+    generator: &mut dyn Generator,
+    planner: &mut Planner<'_>,
+    quotas: &Quotas,
+    language: Language,
+) -> Result<DryRun> {
+    let mut rounds = Rounds::new(quotas, language, config.dedup_threshold, config.judge);
+    let group = generator.queries_per_call();
+    let mut range =
+        DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
+    for round in 1..=config.max_rounds {
+        let wanted = rounds.to_plan();
+        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        if requests.is_empty() {
+            break;
+        }
+        let mut estimate = generator.estimate(&requests)?;
+        if generator.judge().is_some() {
+            estimate.judge_calls = judge_calls(&requests, config);
+        }
+        if round == 1 {
+            (range.queries, range.low) = (requests.len(), estimate);
+        }
+        range.high.add(&estimate);
+        range.rounds = round;
+        rounds.assume_kept(&requests, DRY_RUN_LOW_YIELD);
+    }
+    Ok(range)
 }
 
 /// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
@@ -369,6 +418,17 @@ impl Rounds {
             counts,
             seen: HashSet::new(),
             done: 0,
+        }
+    }
+
+    /// Counts `requests` as planned, and `share` of each type's planned queries so far as in
+    /// the set (for a dry run).
+    fn assume_kept(&mut self, requests: &[Request], share: f64) {
+        for r in requests {
+            self.count(r.query_type).planned += 1;
+        }
+        for counts in self.counts.values_mut() {
+            counts.filled = ((counts.planned as f64 * share).floor() as usize).min(counts.requested);
         }
     }
 

@@ -82,18 +82,34 @@ pub fn run(args: BuildArgs) -> anyhow::Result<u8> {
         }
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,
     };
-    if let Some((requests, estimate)) = outcome.dry_run {
-        println!(
-            "dry run: {requests} queries in {} calls, about {} prompt tokens and at most {} completion tokens; nothing sent",
-            estimate.calls, estimate.prompt_tokens, estimate.max_completion_tokens
-        );
-        if estimate.judge_calls > 0 {
-            println!("the judge: up to {} more calls, one chunk each", estimate.judge_calls);
-        }
+    if let Some(dry_run) = outcome.dry_run {
+        print_dry_run(&dry_run);
         return Ok(exit::OK);
     }
     print_summary(&outcome, out);
     Ok(exit_code(&outcome, args.allow_shortfall))
+}
+
+fn print_dry_run(dry_run: &pipeline::DryRun) {
+    let (low, high) = (&dry_run.low, &dry_run.high);
+    let range = |a: u64, b: u64| if a == b { a.to_string() } else { format!("{a}–{b}") };
+    let schema = if high.with_schema { " (response_format schema included)" } else { "" };
+    println!(
+        "dry run: {} queries, all rounds: {} calls, about {} prompt tokens{schema} and at most {} completion \
+         tokens; nothing sent",
+        dry_run.queries,
+        range(low.calls, high.calls),
+        range(low.prompt_tokens, high.prompt_tokens),
+        range(low.max_completion_tokens, high.max_completion_tokens),
+    );
+    println!(
+        "range: from every query kept (round 1 only) to half of them dropped ({} % kept in each of {} \
+         round(s), --max-rounds at most)",
+        dry_run.low_yield_percent, dry_run.rounds
+    );
+    if high.judge_calls > 0 {
+        println!("the judge: up to {} more calls, one chunk each", range(low.judge_calls, high.judge_calls));
+    }
 }
 
 fn print_summary(outcome: &Outcome, out: &std::path::Path) {

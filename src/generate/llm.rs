@@ -730,10 +730,12 @@ impl Generator for LlmGenerator<'_> {
     }
 
     fn estimate(&self, requests: &[Request]) -> Result<super::Estimate> {
-        let mut estimate = super::Estimate::default();
+        let format = self.response_format(self.mode);
+        let mut estimate =
+            super::Estimate { with_schema: self.mode == JsonMode::Schema, ..Default::default() };
         for call in self.calls(requests) {
             estimate.calls += 1;
-            estimate.prompt_tokens += u64::from(estimate_tokens(&self.messages(&call)?));
+            estimate.prompt_tokens += u64::from(estimate_tokens(&self.messages(&call)?, format.as_ref()));
             estimate.max_completion_tokens += u64::from(self.llm.config().max_tokens);
         }
         Ok(estimate)

@@ -76,6 +76,19 @@ pub struct Estimate {
     /// Judge calls at most, if every query passed the round trip (each is a short call with
     /// one chunk).
     pub judge_calls: u64,
+    /// The prompt tokens include a `response_format` JSON schema.
+    pub with_schema: bool,
+}
+
+impl Estimate {
+    /// Adds what `other` would cost.
+    pub fn add(&mut self, other: &Self) {
+        self.calls += other.calls;
+        self.prompt_tokens += other.prompt_tokens;
+        self.max_completion_tokens += other.max_completion_tokens;
+        self.judge_calls += other.judge_calls;
+        self.with_schema |= other.with_schema;
+    }
 }
 
 /// What a generator made of a batch of requests.

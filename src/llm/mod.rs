@@ -502,7 +502,7 @@ impl Llm {
         let request = self.request(messages, response_format, temperature);
         let key = self.key(&request);
         if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
-            let prompt = estimate_tokens(messages);
+            let prompt = estimate_tokens(messages, response_format);
             self.update(|t| {
                 t.network.cache_hits += 1;
                 t.used.add(&reply);
@@ -552,7 +552,8 @@ impl Llm {
     /// abandoned on a timeout is counted at its worst (the server may still bill it), and the
     /// reply remembers how many there were.
     async fn send(&self, request: &ChatRequest<'_>, retry_on: RetryOn) -> Result<CachedReply, LlmError> {
-        let (prompt, max_tokens) = (estimate_tokens(request.messages), self.config.max_tokens);
+        let prompt = estimate_tokens(request.messages, request.response_format);
+        let max_tokens = self.config.max_tokens;
         let tokens = prompt + max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
         // Attempts that failed (429s aside), abandoned on a timeout, and 429s in a row.
@@ -706,17 +707,29 @@ fn classify(error: OpenAIError, loopback: bool) -> LlmError {
     }
 }
 
-/// Prompt tokens of `messages`, as cl100k counts them, plus a few per message.
+/// Prompt tokens of a request, as cl100k counts them: the messages, a few per message, and the
+/// `response_format` (servers count a JSON schema as prompt).
 #[must_use]
-pub fn estimate_tokens(messages: &[Message]) -> u32 {
+pub fn estimate_tokens(messages: &[Message], response_format: Option<&serde_json::Value>) -> u32 {
     let bpe = tiktoken_rs::cl100k_base_singleton();
-    let tokens: usize = messages.iter().map(|m| bpe.encode_ordinary(&m.content).len() + 4).sum();
-    u32::try_from(tokens).unwrap_or(u32::MAX)
+    let text: usize = messages.iter().map(|m| bpe.encode_ordinary(&m.content).len() + 4).sum();
+    let format = response_format.map_or(0, |f| bpe.encode_ordinary(&f.to_string()).len());
+    u32::try_from(text + format).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_response_format_counts_as_prompt() {
+        let messages = [Message::new("user", "Reply with JSON.")];
+        let schema = serde_json::json!({"type": "json_schema", "json_schema": {"name": "queries", "schema": {
+            "type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"}}}}}});
+        let bare = estimate_tokens(&messages, None);
+        assert_eq!(bare, 4 + 4, "four tokens of text, four per message");
+        assert!(estimate_tokens(&messages, Some(&schema)) > bare + 20);
+    }
 
     #[test]
     fn budgets_count_abandoned_attempts_at_their_worst() {

@@ -397,10 +397,10 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
     let (model, counters) = mock::model(Behaviour::Good);
     let run = run_with(model, dir.path(), &["--dry-run"]).await;
     run.assert_code(0);
-    assert!(run.stdout.starts_with("dry run: 12 queries in "), "{}", run.stdout);
+    assert!(run.stdout.starts_with("dry run: 12 queries, all rounds: "), "{}", run.stdout);
     // 12 queries = 5 direct, 3 paraphrase, 2 multi_hop (2 hops each), 2 no_answer (5 pooled
-    // chunks each, --pool-depth): 2 × 2 + 2 × 5 judge calls.
-    assert!(run.stdout.contains("the judge: up to 14 more calls"), "{}", run.stdout);
+    // chunks each, --pool-depth): 2 × 2 + 2 × 5 judge calls in round 1.
+    assert!(run.stdout.contains("the judge: up to 14–"), "{}", run.stdout);
     assert_eq!(counters.requests(), 0);
     assert!(!dir.path().join("queries.jsonl").exists());
 
@@ -422,6 +422,43 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
         Some(paid as u64 - 1),
         "every paid call but the preflight is reused"
     );
+}
+
+/// The `low–high` range before `what` in a dry run's output (`3–6 calls`).
+fn range_before(stdout: &str, what: &str) -> (u64, u64) {
+    let at = stdout.find(what).unwrap_or_else(|| panic!("no {what:?} in {stdout}"));
+    let range = stdout[..at].trim_end().rsplit(' ').next().unwrap_or("");
+    let (low, high) = range.split_once('–').unwrap_or((range, range));
+    let number = |n: &str| n.replace(',', "").parse().unwrap_or_else(|e| panic!("{n:?} in {stdout}: {e}"));
+    (number(low), number(high))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_estimates_every_round_as_a_range_and_counts_the_schema() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let run = |args: &'static [&'static str]| {
+        let (server, dir) = (&server, dir.path());
+        async move {
+            let run = run_on(server, dir, &[&["--dry-run"][..], args].concat()).await;
+            run.assert_code(0);
+            run.stdout
+        }
+    };
+    let all = run(&["--json-mode", "json_schema"]).await;
+    assert!(all.contains("from every query kept (round 1 only) to half of them dropped"), "{all}");
+    let (low, high) = range_before(&all, "calls");
+    assert!(high > low, "more rounds cost more calls: {all}");
+    let (prompt_low, prompt_high) = range_before(&all, "prompt tokens");
+    assert!(prompt_high > prompt_low, "{all}");
+    assert!(all.contains("prompt tokens (response_format schema included)"), "{all}");
+    let one_round = run(&["--json-mode", "json_schema", "--max-rounds", "1"]).await;
+    assert_eq!(range_before(&one_round, "calls"), (low, low), "one round: no range: {one_round}");
+    let plain = run(&["--json-mode", "plain"]).await;
+    let (plain_low, _) = range_before(&plain, "prompt tokens");
+    // prompts/schema.json, in its response_format, is about 120 tokens, sent with every call.
+    assert!(prompt_low >= plain_low + 100 * low, "schema {prompt_low} vs plain {plain_low}, {low} calls");
 }
 
 /// Every output file but the run section of the manifest.
