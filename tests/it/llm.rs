@@ -146,29 +146,6 @@ async fn the_key_is_sent_as_a_bearer_token_and_no_key_sends_no_authorization_hea
     assert!(sent.iter().all(Option::is_none), "without a key: {sent:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_server_rejecting_json_schema_falls_back_to_json_object() {
-    let dir = tempdir();
-    let (mut model, counters) = mock::model(Behaviour::Good);
-    model.reject_json_schema = true;
-    let server = mock::start(model).await;
-    let run = run_on(&server, dir.path(), &[]).await;
-    run.assert_code(0);
-    assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
-    let bodies: Vec<Value> = server
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-        .collect();
-    let schema_probes = bodies.iter().filter(|b| b["response_format"]["type"] == "json_schema").count();
-    assert_eq!(schema_probes, 1, "the 500 to json_schema is not retried: one probe, then json_object");
-    let first = counters.requests();
-    run_on(&server, dir.path(), &[]).await.assert_code(0);
-    assert_eq!(counters.requests(), first, "a warm rerun probes nothing and calls nothing");
-}
-
 /// The `connect:` line of a run's progress output.
 fn connect_line(run: &Run) -> &str {
     run.stderr.lines().find(|l| l.trim_start().starts_with("connect:")).unwrap_or("")
@@ -185,6 +162,27 @@ async fn probes(server: &wiremock::MockServer) -> Vec<String> {
             body.pointer("/response_format/type").and_then(Value::as_str).unwrap_or("plain").to_owned()
         })
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_rejecting_json_schema_falls_back_to_json_object() {
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.reject_json_schema = true;
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
+    let probed = probes(&server).await;
+    assert_eq!(probed, ["json_schema", "json_object"], "a 500 naming json_schema is not retried");
+    let line = connect_line(&run);
+    assert!(
+        line.contains("json_object output (json_schema refused: HTTP 500: json_schema is not supported)"),
+        "{line}"
+    );
+    let first = counters.requests();
+    run_on(&server, dir.path(), &[]).await.assert_code(0);
+    assert_eq!(counters.requests(), first, "a warm rerun probes nothing and calls nothing");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -232,14 +230,10 @@ async fn a_remembered_mode_that_gave_no_usable_reply_is_probed_again() {
     assert_eq!(probes(&server).await.len(), 1);
     // The server is fixed; the mode remembered from the first run never produced a usable
     // reply, so the next run probes again, and the one after that trusts it.
-    server.reset().await;
-    let (good, _) = mock::model(Behaviour::Good);
-    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(good).mount(&server).await;
+    remount(&server, mock::model(Behaviour::Good).0).await;
     run_on(&server, dir.path(), &[]).await.assert_code(0);
     assert_eq!(probes(&server).await.len(), 1, "probed again");
-    server.reset().await;
-    let (good, _) = mock::model(Behaviour::Good);
-    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(good).mount(&server).await;
+    remount(&server, mock::model(Behaviour::Good).0).await;
     run_on(&server, dir.path(), &["--queries", "16"]).await.assert_code(0);
     assert_eq!(probes(&server).await.len(), 0, "a mode that worked is trusted");
 }
@@ -574,18 +568,28 @@ async fn wait_for(counters: &Arc<Counters>, requests: usize) {
     }
 }
 
+/// Replaces what `server` answers with `model` (same address, so the same cache keys).
+async fn remount(server: &wiremock::MockServer, model: mock::Model) {
+    server.reset().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(model).mount(server).await;
+}
+
+/// A server that served a first run into `out` (which leaves the preflight's choice in the
+/// cache), then hangs on every new call; and the counters of the hanging part.
+async fn hangs_after_a_good_run(out: &Path) -> (wiremock::MockServer, Arc<Counters>) {
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    run_on(&server, out, &["--queries", "4"]).await.assert_code(0);
+    let (mut hanging, counters) = mock::model(Behaviour::Good);
+    hanging.delay = Duration::from_secs(30);
+    remount(&server, hanging).await;
+    (server, counters)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_watchdog_stops_a_run_where_nothing_finishes() {
     let dir = tempdir();
-    // A first run against a healthy server leaves the preflight's choice in the cache.
-    let (model, _) = mock::model(Behaviour::Good);
-    let server = mock::start(model).await;
-    run_on(&server, dir.path(), &["--queries", "4"]).await.assert_code(0);
-    // Then the server hangs on every new call.
-    server.reset().await;
-    let (mut hanging, _) = mock::model(Behaviour::Good);
-    hanging.delay = Duration::from_secs(30);
-    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(hanging).mount(&server).await;
+    let (server, _) = hangs_after_a_good_run(dir.path()).await;
     let started = Instant::now();
     let run =
         run_on(&server, dir.path(), &["--queries", "12", "--stall-timeout", "2", "--timeout", "60"]).await;
@@ -609,13 +613,7 @@ async fn time_spent_on_our_side_is_not_server_silence() {
 #[tokio::test(flavor = "multi_thread")]
 async fn attempts_that_time_out_do_not_reset_the_stall_clock() {
     let dir = tempdir();
-    let (model, _) = mock::model(Behaviour::Good);
-    let server = mock::start(model).await;
-    run_on(&server, dir.path(), &["--queries", "4"]).await.assert_code(0);
-    server.reset().await;
-    let (mut hanging, counters) = mock::model(Behaviour::Good);
-    hanging.delay = Duration::from_secs(30);
-    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(hanging).mount(&server).await;
+    let (server, counters) = hangs_after_a_good_run(dir.path()).await;
     let args = ["--queries", "12", "--timeout", "1", "--stall-timeout", "3", "--attempts", "20"];
     let run = run_on(&server, dir.path(), &[&args[..], &["--concurrency", "1"]].concat()).await;
     run.assert_code(2);
