@@ -197,17 +197,16 @@ impl Reader<'_> {
             self.problem(number, format!("expected 6 fields (qid Q0 docid rank score tag), found {found}"));
             return;
         }
-        let rank = match self.ties {
-            Ties::TrecEval => 0,
-            Ties::RunOrder => match rank.parse::<u32>() {
-                Ok(rank) => rank,
-                Err(_) => {
-                    let message = format!(
-                        "rank {rank:?} is not a whole number (--ties run-order orders hits by the rank column)"
-                    );
-                    return self.problem(number, message);
-                }
-            },
+        // trec_eval ignores the rank column: it is read only for the run's own order.
+        let rank = if self.ties == Ties::TrecEval {
+            0
+        } else if let Ok(rank) = rank.parse::<u32>() {
+            rank
+        } else {
+            let message = format!(
+                "rank {rank:?} is not a whole number (--ties run-order orders hits by the rank column)"
+            );
+            return self.problem(number, message);
         };
         match score.parse::<f64>() {
             Ok(score) if score.is_finite() => self.add(number, qid, doc, score, rank),
