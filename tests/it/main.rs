@@ -1,6 +1,7 @@
 //! Integration tests: run the real `qrelgen` binary on small corpora in temporary folders and
 //! check the files it writes.
 
+mod batch;
 mod build;
 mod chinese;
 mod controls;
