@@ -9,10 +9,12 @@
 //! the analyzer) change.
 
 mod analyzer;
+mod retriever;
 mod segment;
 mod topics;
 
 pub use analyzer::{Analyzer, Token};
+pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 
