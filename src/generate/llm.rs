@@ -92,6 +92,10 @@ pub struct LlmSummary {
     /// and there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abandoned_cost: Option<f64>,
+    /// The price of a batch reply as a share of the online price, if any reply came through a
+    /// batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_discount: Option<f64>,
 }
 
 /// The LLM generator's summary plus what this run sent over the network.
@@ -767,6 +771,7 @@ impl Generator for LlmGenerator<'_> {
                     .price
                     .filter(|_| usage.abandoned > 0)
                     .map(|p| usage.abandoned_cost(p)),
+                batch_discount: (usage.batch_replies > 0).then_some(config.batch_discount),
             },
             mode_reason: self.mode_reason.clone(),
             network: self.llm.network(),

@@ -401,7 +401,11 @@ async fn submit_splits_by_the_request_limit_polls_and_prices_at_the_batch_rate()
     let full = (tokens("prompt_tokens") + 2.0 * tokens("completion_tokens")) / 1e6;
     let cost = manifest["llm"]["cost"].as_f64().unwrap_or(f64::NAN);
     assert!((cost - full * 0.5).abs() < 1e-9, "batch replies at half price: {cost} vs {full}");
-    assert!(run.file("report.md").contains(&format!("{cost:.4}")));
+    let report = run.file("report.md");
+    assert!(
+        report.contains(&format!("{cost:.4}")) && report.contains("priced at 0.5 × the online price"),
+        "{report}"
+    );
 
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&run.out)], &[]);
     let text = String::from_utf8_lossy(&status.stdout);
