@@ -52,7 +52,7 @@ pub(super) async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
 
 /// Runs a build against a running mock (the base URL is part of the cache key, so reruns that
 /// should hit the cache use the same server).
-async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
+pub(super) async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
     let (uri, out, args): (String, std::path::PathBuf, Vec<String>) =
         (server.uri(), out.to_owned(), args.iter().map(|a| (*a).to_owned()).collect());
     tokio::task::spawn_blocking(move || {
