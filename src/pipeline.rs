@@ -11,7 +11,7 @@ use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
-use crate::index::{Analyzer, ChunkIndex};
+use crate::index::{Analyzer, ChunkIndex, IndexError};
 use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::llm::{Cache, Llm};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, Summary, TypeCounts};
@@ -404,8 +404,8 @@ impl Languages {
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
-fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
-    let skipped = corpus::read_prechunked(corpus_file, add)?;
+fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>) -> Result<()> {
+    let skipped = corpus::read_prechunked(corpus_file, |chunk| Ok(add(chunk)?))?;
     match skipped.first() {
         None => Ok(()),
         Some(line) => Err(Error::Output {
