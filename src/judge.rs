@@ -16,7 +16,7 @@
 use crate::error::Result;
 use crate::index::ChunkIndex;
 use crate::progress::Stage;
-use crate::record::{Difficulty, Judged, Pooled, QueryType, Reason, Status, Verdict};
+use crate::record::{Difficulty, FailureKind, Judged, Pooled, QueryType, Reason, Status, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -37,7 +37,9 @@ pub struct Ask {
 /// A question the judge gave no usable grade for, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ungraded {
-    /// Why (an unusable reply after the repairs, a failed call).
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// Why (an unusable reply after the repairs, a failed call), in words.
     pub reason: String,
     /// The last reply, if there was one (truncated).
     pub reply: Option<String>,
@@ -284,7 +286,7 @@ mod tests {
     fn a_missing_pool_grade_of_an_answerable_query_only_leaves_the_chunk_ungraded() {
         let mut direct = item(QueryType::Direct, &["x", "y"]);
         let asks = Asks { asks: Vec::new(), plans: vec![vec![(Purpose::Pool(0), 0), (Purpose::Pool(1), 1)]] };
-        let failed = Ungraded { reason: "no JSON".into(), reply: None };
+        let failed = Ungraded { kind: FailureKind::UnusableReply, reason: "no JSON".into(), reply: None };
         asks.apply(std::slice::from_mut(&mut direct), &[Err(failed), Ok(2)], NO_POOL, Phase::Pool);
         assert_eq!(outcome(&direct), (Status::Kept, Reason::SourceInTopN, None));
         assert_eq!(direct.verdict.pool[1].grade, Some(2));

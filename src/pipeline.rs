@@ -45,8 +45,8 @@ pub struct Outcome {
     pub in_set: usize,
     /// Queries in the review queue.
     pub review_items: usize,
-    /// With `--dry-run`: the first round's requests and what serving them would cost.
-    pub dry_run: Option<(usize, Estimate)>,
+    /// With `--dry-run`: what the run would cost.
+    pub dry_run: Option<DryRun>,
     /// The LLM generator's usage, when it was used.
     pub llm: Option<LlmReport>,
     /// With `--force` into a reviewed set: the version of the set the build became.
@@ -89,12 +89,8 @@ pub fn build(
     let group = generator.queries_per_call();
     let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
-        let requests = planner.plan(&quotas, 1, group)?;
-        let mut estimate = generator.estimate(&requests)?;
-        if generator.judge().is_some() {
-            estimate.judge_calls = judge_calls(&requests, config);
-        }
-        return Ok(Outcome { dry_run: Some((requests.len(), estimate)), skipped, ..Outcome::default() });
+        let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas, language)?;
+        return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
     }
     let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
@@ -170,6 +166,59 @@ fn check_out(out: &Path, corpus: &Path, if_occupied: IfOccupied, progress: Progr
         }
     }
     Ok(occupant)
+}
+
+/// Share of the planned queries assumed kept at the high end of a dry run's range.
+const DRY_RUN_LOW_YIELD: f64 = 0.5;
+
+/// What a whole run would cost, as a range: from every query kept (round 1 only) to half of the
+/// queries dropped in every round (the rounds that planning then needs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DryRun {
+    /// Queries planned in round 1.
+    pub queries: usize,
+    /// Round 1, if every query is kept.
+    pub low: Estimate,
+    /// Every round, if half the queries are dropped.
+    pub high: Estimate,
+    /// Rounds at the high end.
+    pub rounds: u32,
+    /// The share of queries kept at the high end, in percent.
+    pub low_yield_percent: u32,
+}
+
+/// Plans the rounds a run would go through, without sending anything: round 1 as planned, then
+/// the top-ups that a yield of [`DRY_RUN_LOW_YIELD`] would call for (planned by the same rules
+/// as a real run), and what each would cost.
+fn dry_run(
+    config: &BuildConfig,
+    generator: &mut dyn Generator,
+    planner: &mut Planner<'_>,
+    quotas: &Quotas,
+    language: Language,
+) -> Result<DryRun> {
+    let mut rounds = Rounds::new(quotas, language, config.dedup_threshold, config.judge);
+    let group = generator.queries_per_call();
+    let mut range =
+        DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
+    for round in 1..=config.max_rounds {
+        let wanted = rounds.to_plan();
+        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        if requests.is_empty() {
+            break;
+        }
+        let mut estimate = generator.estimate(&requests)?;
+        if generator.judge().is_some() {
+            estimate.judge_calls = judge_calls(&requests, config);
+        }
+        if round == 1 {
+            (range.queries, range.low) = (requests.len(), estimate);
+        }
+        range.high.add(&estimate);
+        range.rounds = round;
+        rounds.assume_kept(&requests, DRY_RUN_LOW_YIELD);
+    }
+    Ok(range)
 }
 
 /// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
@@ -295,8 +344,8 @@ fn make_generator<'a>(
             let llm =
                 Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
                     url: setup.llm.endpoint.base_url.clone(),
-                    message: e.to_string(),
-                    hint: "check --base-url",
+                    message: e.chain(),
+                    hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
                 })?;
             let generator = LlmGenerator::new(
                 index,
@@ -314,10 +363,11 @@ fn make_generator<'a>(
 fn generator_line(generator: &dyn Generator, language: Language) -> String {
     match generator.llm_report() {
         Some(report) => format!(
-            "{} at {}, {} output, queries in {}",
+            "{} at {}, {} output ({}), queries in {}",
             report.summary.model,
             report.summary.base_url,
             report.summary.json_mode.label(),
+            report.mode_reason,
             language.name()
         ),
         None => format!("offline generator, queries in {}", language.name()),
@@ -445,6 +495,17 @@ impl Rounds {
         }
     }
 
+    /// Counts `requests` as planned, and `share` of each type's planned queries so far as in
+    /// the set (for a dry run).
+    fn assume_kept(&mut self, requests: &[Request], share: f64) {
+        for r in requests {
+            self.count(r.query_type).planned += 1;
+        }
+        for counts in self.counts.values_mut() {
+            counts.filled = ((counts.planned as f64 * share).floor() as usize).min(counts.requested);
+        }
+    }
+
     /// Queries still missing per type.
     fn deficit(counts: &TypeCounts) -> usize {
         counts.requested.saturating_sub(counts.filled)
@@ -479,12 +540,12 @@ impl Rounds {
         let generated = generator.generate(requests, stage)?;
         for failure in generated.failures {
             let request = &requests[failure.request];
-            *self.count(request.query_type).generation_failures.entry(failure.reason.clone()).or_default() +=
-                1;
+            *self.count(request.query_type).generation_failures.entry(failure.kind).or_default() += 1;
             self.rejects.push(Reject {
                 query_type: request.query_type,
                 sources: request.sources.iter().map(|&c| index.meta(c).id.clone()).collect(),
                 round: request.round,
+                kind: failure.kind,
                 reason: failure.reason,
                 reply: failure.reply,
             });
@@ -559,6 +620,7 @@ impl Rounds {
                 query_type: candidate.query_type,
                 sources: vec![index.meta(ask.chunk).id.clone()],
                 round: candidate.round,
+                kind: ungraded.kind,
                 reason: format!(
                     "the judge gave no grade for {} against this chunk: {}",
                     candidate.id, ungraded.reason

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Version of the output file formats, recorded in the manifest.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A source document, as read from the corpus. Lives only until it is chunked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -432,6 +432,41 @@ impl Judged {
     }
 }
 
+/// What kind of failure left a request without a query (or a question without a grade): what
+/// the report counts. The message that goes with it (a server's words, a parse error) is kept in
+/// `rejects.jsonl`, never used as a key.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum FailureKind {
+    /// The offline generator found too few usable terms in the chunk.
+    TooFewTerms,
+    /// No usable reply after the repair re-asks (invalid JSON, missing fields, wrong language).
+    UnusableReply,
+    /// The reply was cut off by `max_tokens`.
+    Truncated,
+    /// The reply held no query of the type asked for.
+    MissingQuery,
+    /// No reply within `--timeout`, on every attempt.
+    Timeout,
+    /// The server answered with an error status.
+    HttpError,
+    /// The connection failed.
+    Connection,
+    /// A success answer that is not a chat completion.
+    BadResponse,
+}
+
+impl FailureKind {
+    /// The label used in files and reports (`unusable_reply`, `timeout`, …).
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// A request a generator could not serve: one line of `rejects.jsonl`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reject {
@@ -442,7 +477,9 @@ pub struct Reject {
     pub sources: Vec<ChunkId>,
     /// Generation round.
     pub round: u32,
-    /// Why it failed.
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// Why it failed, in words (a server's message, a parse error).
     pub reason: String,
     /// The unusable reply, if there was one (truncated).
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -91,19 +91,41 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         }
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,
     };
-    if let Some((requests, estimate)) = outcome.dry_run {
-        writeln!(
-            stdout,
-            "dry run: {requests} queries in {} calls, about {} prompt tokens and at most {} completion tokens; nothing sent",
-            estimate.calls, estimate.prompt_tokens, estimate.max_completion_tokens
-        )?;
-        if estimate.judge_calls > 0 {
-            writeln!(stdout, "the judge: up to {} more calls, one chunk each", estimate.judge_calls)?;
-        }
+    if let Some(dry_run) = outcome.dry_run {
+        print_dry_run(&dry_run, stdout)?;
         return Ok(exit::OK);
     }
     print_summary(&outcome, out, stdout)?;
     Ok(exit_code(&outcome, args.allow_shortfall))
+}
+
+fn print_dry_run(dry_run: &pipeline::DryRun, w: &mut dyn Write) -> std::io::Result<()> {
+    let (low, high) = (&dry_run.low, &dry_run.high);
+    let range = |a: u64, b: u64| if a == b { a.to_string() } else { format!("{a}–{b}") };
+    let schema = if high.with_schema { " (response_format schema included)" } else { "" };
+    writeln!(
+        w,
+        "dry run: {} queries, all rounds: {} calls, about {} prompt tokens{schema} and at most {} completion \
+         tokens; nothing sent",
+        dry_run.queries,
+        range(low.calls, high.calls),
+        range(low.prompt_tokens, high.prompt_tokens),
+        range(low.max_completion_tokens, high.max_completion_tokens),
+    )?;
+    writeln!(
+        w,
+        "range: from every query kept (round 1 only) to half of them dropped ({} % kept in each of {} \
+         round(s), --max-rounds at most)",
+        dry_run.low_yield_percent, dry_run.rounds
+    )?;
+    if high.judge_calls > 0 {
+        writeln!(
+            w,
+            "the judge: up to {} more calls, one chunk each",
+            range(low.judge_calls, high.judge_calls)
+        )?;
+    }
+    Ok(())
 }
 
 fn print_summary(outcome: &Outcome, out: &std::path::Path, w: &mut dyn Write) -> std::io::Result<()> {
@@ -129,14 +151,23 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path, w: &mut dyn Write) ->
             n.rate_limited,
             n.cache_hits
         )?;
+        if n.paid.abandoned > 0 {
+            writeln!(
+                w,
+                "llm: {} attempt(s) abandoned on a timeout, possibly billed: up to {} tokens (estimate)",
+                n.paid.abandoned,
+                n.paid.abandoned_prompt_tokens + n.paid.abandoned_completion_tokens
+            )?;
+        }
     }
     if let Some(version) = outcome.version {
         let kept = qrelgen::review::version::version_dir(out, version - 1);
-        println!(
+        writeln!(
+            w,
             "the build is version {version} of the set; version {} is kept in {}",
             version - 1,
             kept.display()
-        );
+        )?;
     }
     if !outcome.skipped.is_empty() {
         writeln!(w, "{} input(s) skipped, listed in the report", outcome.skipped.len())?;

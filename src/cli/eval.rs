@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use qrelgen::eval::{
     self, Collection, Correction, EvalError, Gain, Inputs, Level, LooseFiles, Measure, Role, Settings,
-    StatSettings, files, html, report, unjudged,
+    StatSettings, Ties, files, html, report, unjudged,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -60,6 +60,9 @@ pub struct EvalArgs {
     /// not comparable.
     #[arg(long, value_enum, default_value_t = GainArg::Exponential)]
     gain: GainArg,
+    /// How a run's hits are ordered before scoring; the two differ only where scores tie.
+    #[arg(long, value_enum, default_value_t = TiesArg::TrecEval)]
+    ties: TiesArg,
     /// What the runs name: chunk ids (as the set's qrels) or document ids (a document takes the
     /// best grade of its chunks).
     #[arg(long, value_enum, default_value_t = LevelArg::Chunk)]
@@ -100,6 +103,17 @@ enum GainArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum TiesArg {
+    /// By score, then by document id in reverse byte order; the rank column is ignored (as
+    /// trec_eval, pytrec_eval and ir_measures' trec_eval provider).
+    TrecEval,
+    /// In the order the run lists its hits: TREC by the rank column, then file order; JSONL in
+    /// list order; scores do not reorder them (as the validity harness and tools that score a
+    /// ranked list).
+    RunOrder,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum LevelArg {
     Chunk,
     Doc,
@@ -132,7 +146,7 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if let Some(human) = &args.human_qrels {
         collection.add_human(human)?;
     }
-    let runs = read_runs(args, &collection)?;
+    let runs = read_runs(args, &collection, settings.ties)?;
     let inputs = Inputs { collection, runs };
     let evaluation = eval::evaluate(&inputs, &settings);
     let out = args.out.clone().unwrap_or_else(|| match &args.set {
@@ -170,6 +184,10 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
             GainArg::Exponential => Gain::Exponential,
             GainArg::Linear => Gain::Linear,
         },
+        ties: match args.ties {
+            TiesArg::TrecEval => Ties::TrecEval,
+            TiesArg::RunOrder => Ties::RunOrder,
+        },
         level: match args.level {
             LevelArg::Chunk => Level::Chunk,
             LevelArg::Doc => Level::Doc,
@@ -190,7 +208,7 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
 }
 
 /// Reads every run; the problems of all of them are reported together.
-fn read_runs(args: &EvalArgs, collection: &Collection) -> anyhow::Result<Vec<(eval::Run, Role)>> {
+fn read_runs(args: &EvalArgs, collection: &Collection, ties: Ties) -> anyhow::Result<Vec<(eval::Run, Role)>> {
     let mut files: Vec<(PathBuf, Role)> = args.runs.iter().map(|p| (p.clone(), Role::Run)).collect();
     files.extend(args.baseline.iter().map(|p| (p.clone(), Role::Baseline)));
     files.extend(args.candidates.iter().map(|p| (p.clone(), Role::Candidates)));
@@ -198,7 +216,7 @@ fn read_runs(args: &EvalArgs, collection: &Collection) -> anyhow::Result<Vec<(ev
     let mut runs = Vec::new();
     let mut problems = Vec::new();
     for ((path, role), name) in files.into_iter().zip(names) {
-        match eval::run::read(&path, &name, collection) {
+        match eval::run::read(&path, &name, collection, ties) {
             Ok(run) => runs.push((run, role)),
             Err(EvalError::Problems(mut found)) => problems.append(&mut found),
             Err(other) => return Err(other.into()),

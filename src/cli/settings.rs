@@ -173,16 +173,19 @@ settings! {
     /// Requests in flight at most, retries included [default: 4].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     concurrency: usize,
-    /// Requests per minute at most (paced evenly) [default: no limit].
+    /// Requests per minute at most (paced evenly) [default: none; the pace adapts to the
+    /// server's rate-limit headers and 429s].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     rpm: u32,
-    /// Tokens (prompt + max completion) per minute at most [default: no limit].
+    /// Tokens (prompt + completion) per minute at most [default: none, or the server's
+    /// x-ratelimit-limit-tokens].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     tpm: u32,
     /// Seconds to wait for one reply before retrying [default: 300, for slow local models].
     #[arg(long, value_name = "SECONDS", help_heading = "LLM")]
     timeout: u64,
-    /// Attempts per call for 429, 5xx, timeouts and connection errors [default: 6].
+    /// Attempts per call for 5xx, timeouts and connection errors; 429s are retried without
+    /// limit [default: 6].
     #[arg(long, value_name = "N", help_heading = "LLM")]
     attempts: u32,
     /// Stop when no call has finished for this long [default: 3 × --timeout].

@@ -7,7 +7,7 @@
 //! the stdout table and `eval.html` are written. Invariants: per-query scores are kept whole;
 //! queries a run does not name count as empty results and are reported; no_answer queries are
 //! scored for abstention, never dropped; every random draw is seeded; ties in a run break as in
-//! trec_eval.
+//! trec_eval, or the run's own order decides (`--ties`), and every output says which.
 
 pub mod abstain;
 pub mod baseline;
@@ -32,15 +32,12 @@ pub use compare::{Correction, StatSettings};
 pub use error::{EvalError, Problem, Result};
 pub use metrics::{Gain, Measure};
 pub use report::{Evaluation, RunReport};
-pub use run::Run;
+pub use run::{Run, Ties};
 
 use score::Scores;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-/// How ties are broken, as every output says.
-pub const TIE_BREAKING: &str = "ties in a run's scores are broken as trec_eval does: by score, then by document id in reverse byte order; the rank column is ignored";
 
 /// Below this mean Judged@k (k: the compared measure's cut-off) a run's scores rest on few
 /// judgments and the outputs say so.
@@ -53,6 +50,8 @@ pub struct Settings {
     pub cutoffs: Vec<usize>,
     /// nDCG gain.
     pub gain: Gain,
+    /// How a run's hits are ordered (the runs are read with it).
+    pub ties: Ties,
     /// Chunk or document ids.
     pub level: Level,
     /// The measure runs are compared, ranked and layered on.

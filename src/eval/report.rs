@@ -8,10 +8,10 @@ use super::compare::{Correction, Multiple, Paired};
 use super::human::HumanAgreement;
 use super::layers::Layers;
 use super::metrics::{Gain, Measure};
-use super::run::Run;
+use super::run::{Run, Ties};
 use super::score::Scores;
 use super::stats::{self, Interval};
-use super::{JUDGED_LOW, Role, Settings, TIE_BREAKING};
+use super::{JUDGED_LOW, Role, Settings};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,7 +32,9 @@ pub struct SettingsReport {
     pub gain: Gain,
     /// The gain in words.
     pub gain_description: &'static str,
-    /// How ties in runs are broken.
+    /// How a run's hits are ordered (`--ties`).
+    pub ties: Ties,
+    /// The same in words.
     pub tie_breaking: &'static str,
     /// Chunk or document ids.
     pub level: Level,
@@ -165,7 +167,8 @@ impl Evaluation {
                 measures,
                 gain: settings.gain,
                 gain_description: settings.gain.describe(),
-                tie_breaking: TIE_BREAKING,
+                ties: settings.ties,
+                tie_breaking: settings.ties.describe(),
                 level: settings.level,
                 level_rule: (settings.level == Level::Doc).then_some(
                     "a document takes the best grade of its chunks and is judged when any of its chunks is",
@@ -290,7 +293,8 @@ pub fn render_table(evaluation: &Evaluation, k: usize) -> String {
             String::new()
         }
     );
-    let _ = writeln!(out, "nDCG with {}; {}", evaluation.settings.gain_description, TIE_BREAKING);
+    let s = &evaluation.settings;
+    let _ = writeln!(out, "nDCG with {}; {}", s.gain_description, s.tie_breaking);
     let columns = headline(evaluation, k);
     let width = evaluation.runs.iter().map(|r| r.name.chars().count()).max().unwrap_or(3).max(3);
     let _ = write!(out, "\n{:width$}  {:>7}", "run", "missing");

@@ -2,27 +2,62 @@
 //! (`{"qid": …, "hits": [{"id": …, "score": …}]}`, one query per line), told apart by the first
 //! character.
 //!
-//! Output: a [`Run`] with each query's hits in the order trec_eval scores them: by score,
-//! highest first, ties broken by document id in reverse byte order (the rank column is
-//! ignored, as trec_eval ignores it). Invariants: every problem is listed with its line: a line
-//! of the wrong shape, a score that is not a finite number, a (query, document) pair given
+//! Output: a [`Run`] with each query's hits in the order they are scored, by the [`Ties`]
+//! rule: as trec_eval (by score, highest first, ties broken by document id in reverse byte
+//! order; the rank column is ignored, as trec_eval ignores it), or in the order the run lists
+//! them (TREC: by the rank column, then file order; JSONL: list order). Invariants: every
+//! problem is listed with its line: a line of the wrong shape, a score that is not a finite
+//! number, a rank that is not a whole number (run order only), a (query, document) pair given
 //! twice, a query the collection does not know (once per query, with its row count), ids of
 //! the other level (once per run, with a hint); one problem and the run is refused. Queries the
 //! run does not name stay empty and are reported as missing, never dropped.
 
 use super::collection::{Collection, IdKind, Level};
 use super::error::{EvalError, Problem, Result, unreadable};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
+
+/// How a run's hits are ordered before they are scored (`--ties`). Every output states the
+/// rule in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ties {
+    /// As trec_eval: by score, then by document id in reverse byte order; the rank column is
+    /// ignored.
+    #[default]
+    TrecEval,
+    /// In the order the run lists its hits: TREC by the rank column, then file order; JSONL in
+    /// list order. Scores do not reorder them (as tools that score a ranked list, and the
+    /// validity harness, do).
+    RunOrder,
+}
+
+impl Ties {
+    /// The rule in words, as outputs state it.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::TrecEval => {
+                "ties in a run's scores are broken as trec_eval does: by score, then by document id in reverse byte order; the rank column is ignored"
+            }
+            Self::RunOrder => {
+                "hits are scored in the order the run lists them (--ties run-order): TREC runs by the rank column, then file order, JSONL runs in list order; scores do not reorder them"
+            }
+        }
+    }
+}
 
 /// One retrieved document.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit {
     /// The run's score.
     pub score: f64,
+    /// Its place in the run's own order: the rank column (TREC; read only for
+    /// [`Ties::RunOrder`]) or the position in the list (JSONL).
+    rank: u32,
     /// Where its id starts in the run's names.
     start: u32,
     /// Its id's length in bytes.
@@ -68,6 +103,7 @@ impl Run {
 struct Reader<'a> {
     path: &'a Path,
     collection: &'a Collection,
+    ties: Ties,
     hits: Vec<Vec<Hit>>,
     names: String,
     present: Vec<bool>,
@@ -81,11 +117,11 @@ struct Reader<'a> {
     last: Option<(String, usize)>,
 }
 
-/// Reads the run at `path`, named `name`, against `collection`.
+/// Reads the run at `path`, named `name`, against `collection`, its hits ordered by `ties`.
 ///
 /// # Errors
 /// [`EvalError::Set`] if the file cannot be read, [`EvalError::Problems`] listing every problem.
-pub fn read(path: &Path, name: &str, collection: &Collection) -> Result<Run> {
+pub fn read(path: &Path, name: &str, collection: &Collection, ties: Ties) -> Result<Run> {
     let file = fs_err::File::open(path).map_err(|e| unreadable(path, e))?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, file);
     let jsonl = input.fill_buf().map_err(|e| unreadable(path, e))?.iter().find(|b| !b.is_ascii_whitespace())
@@ -94,6 +130,7 @@ pub fn read(path: &Path, name: &str, collection: &Collection) -> Result<Run> {
     let mut reader = Reader {
         path,
         collection,
+        ties,
         hits: vec![Vec::new(); n],
         names: String::new(),
         present: vec![false; n],
@@ -154,14 +191,25 @@ impl Reader<'_> {
     fn trec_line(&mut self, number: usize, line: &str) {
         let mut fields = line.split_ascii_whitespace();
         let mut next = || fields.next().unwrap_or_default();
-        let [qid, _, doc, _, score, tag] = [next(), next(), next(), next(), next(), next()];
+        let [qid, _, doc, rank, score, tag] = [next(), next(), next(), next(), next(), next()];
         if tag.is_empty() || fields.next().is_some() {
             let found = line.split_ascii_whitespace().count();
             self.problem(number, format!("expected 6 fields (qid Q0 docid rank score tag), found {found}"));
             return;
         }
+        // trec_eval ignores the rank column: it is read only for the run's own order.
+        let rank = if self.ties == Ties::TrecEval {
+            0
+        } else if let Ok(rank) = rank.parse::<u32>() {
+            rank
+        } else {
+            let message = format!(
+                "rank {rank:?} is not a whole number (--ties run-order orders hits by the rank column)"
+            );
+            return self.problem(number, message);
+        };
         match score.parse::<f64>() {
-            Ok(score) if score.is_finite() => self.add(number, qid, doc, score),
+            Ok(score) if score.is_finite() => self.add(number, qid, doc, score, rank),
             _ => self.problem(number, format!("score {score:?} is not a number")),
         }
     }
@@ -182,8 +230,9 @@ impl Reader<'_> {
             return;
         }
         for (i, hit) in query.hits.iter().enumerate() {
+            let rank = u32::try_from(i).unwrap_or(u32::MAX);
             match hit.score.as_f64() {
-                Some(score) if score.is_finite() => self.add(number, &qid, &text(&hit.id), score),
+                Some(score) if score.is_finite() => self.add(number, &qid, &text(&hit.id), score, rank),
                 _ => self.problem(number, format!("hits[{i}].score {} is not a number", hit.score)),
             }
         }
@@ -208,7 +257,7 @@ impl Reader<'_> {
         Some(q)
     }
 
-    fn add(&mut self, number: usize, qid: &str, doc: &str, score: f64) {
+    fn add(&mut self, number: usize, qid: &str, doc: &str, score: f64, rank: u32) {
         self.rows += 1;
         let Some(q) = self.mark_present(number, qid) else { return };
         if self.collection.checks_ids() {
@@ -223,7 +272,8 @@ impl Reader<'_> {
         let start = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
         self.names.push_str(doc);
         let len = u32::try_from(doc.len()).unwrap_or(u32::MAX);
-        self.hits[q].push(Hit { score, start, len, line: u32::try_from(number).unwrap_or(u32::MAX) });
+        let line = u32::try_from(number).unwrap_or(u32::MAX);
+        self.hits[q].push(Hit { score, rank, start, len, line });
     }
 
     fn finish(mut self, name: &str) -> Result<Run> {
@@ -245,7 +295,10 @@ impl Reader<'_> {
         }
         for hits in &mut self.hits {
             duplicates(hits, self.path, &self.names, &mut self.problems);
-            hits.sort_unstable_by(|a, b| trec_order(a, b, &self.names));
+            match self.ties {
+                Ties::TrecEval => hits.sort_unstable_by(|a, b| trec_order(a, b, &self.names)),
+                Ties::RunOrder => hits.sort_unstable_by_key(|h| (h.rank, h.line)),
+            }
         }
         if self.rows == 0 && self.problems.is_empty() {
             self.problem(0, "no results in the file".to_owned());
@@ -309,12 +362,22 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn read_str(text: &str) -> std::result::Result<Vec<Vec<(String, f64)>>, Vec<String>> {
+    /// The run `text` read under `ties` against [`collection`] (q1 judges only a:1, grade 1).
+    fn read_with(text: &str, ties: Ties) -> (Collection, Result<Run>) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let c = collection(dir.path());
         let path = dir.path().join("a.run");
         fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
-        match read(&path, "a", &c) {
+        let run = read(&path, "a", &c, ties);
+        (c, run)
+    }
+
+    fn read_str(text: &str) -> std::result::Result<Vec<Vec<(String, f64)>>, Vec<String>> {
+        read_as(text, Ties::TrecEval)
+    }
+
+    fn read_as(text: &str, ties: Ties) -> std::result::Result<Vec<Vec<(String, f64)>>, Vec<String>> {
+        match read_with(text, ties).1 {
             Ok(run) => Ok(run
                 .rankings
                 .iter()
@@ -334,6 +397,44 @@ mod tests {
         let order: Vec<&str> = run[0].iter().map(|(d, _)| d.as_str()).collect();
         assert_eq!(order, ["c:3", "b:2", "a:10", "a:1"]);
         assert!(run[1].is_empty(), "q2 is missing: an empty ranking");
+    }
+
+    /// Worked example: the one relevant document, a:1, ties on score with x:1. trec_eval puts
+    /// x:1 first ("x" > "a" in reverse byte order) and the higher-scored c:3 before both, so
+    /// a:1 is 3rd: AP = RR = 1/3, nDCG@10 = (1/log2 4) / 1 = 0.5. In run order (rank column,
+    /// then file order for the two rank-2 lines) a:1 is 2nd: AP = RR = 1/2, nDCG@10 = 1/log2 3.
+    #[test]
+    fn run_order_follows_the_rank_column_then_the_file_and_scores_differently() {
+        use crate::eval::{Gain, Measure, score::Scores};
+        let text = "q1 Q0 c:3 3 0.9 t\nq1 Q0 x:1 1 0.5 t\nq1 Q0 a:1 2 0.5 t\nq1 Q0 b:2 2 0.4 t\n";
+        let measures = [Measure::Map(None), Measure::Mrr(10), Measure::Ndcg(10)];
+        let mut values = Vec::new();
+        for (ties, order) in
+            [(Ties::TrecEval, ["c:3", "x:1", "a:1", "b:2"]), (Ties::RunOrder, ["x:1", "a:1", "b:2", "c:3"])]
+        {
+            let (c, run) = read_with(text, ties);
+            let run = run.unwrap_or_else(|e| panic!("{e}"));
+            let got: Vec<&str> = run.rankings[0].iter().map(|h| run.doc(h)).collect();
+            assert_eq!(got, order, "{ties:?}");
+            values.push(Scores::of(&run, &c.qrels, &[0], &measures, Gain::Linear).row(0).to_vec());
+        }
+        let close = |got: &[f64], want: [f64; 3]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-12);
+        assert!(close(&values[0], [1.0 / 3.0, 1.0 / 3.0, 0.5]), "{:?}", values[0]);
+        assert!(close(&values[1], [0.5, 0.5, 1.0 / 3f64.log2()]), "{:?}", values[1]);
+    }
+
+    #[test]
+    fn run_order_keeps_a_jsonl_list_and_needs_whole_ranks_in_trec() {
+        let json =
+            "{\"qid\":\"q1\",\"hits\":[{\"id\":\"a:1\",\"score\":1},{\"id\":\"x:9\",\"score\":2.5}]}\n";
+        let listed = read_as(json, Ties::RunOrder).unwrap_or_default();
+        assert_eq!(listed[0], [("a:1".to_owned(), 1.0), ("x:9".to_owned(), 2.5)]);
+        let bad = "q1 Q0 a:1 1 0.5 t\nq1 Q0 b:1 two 0.4 t\n";
+        assert_eq!(
+            read_as(bad, Ties::RunOrder).err().unwrap_or_default(),
+            ["2: rank \"two\" is not a whole number (--ties run-order orders hits by the rank column)"]
+        );
+        assert!(read_as(bad, Ties::TrecEval).is_ok(), "trec_eval ignores the rank column");
     }
 
     #[test]

@@ -7,14 +7,14 @@
 //! `buffered`, so results keep the plan's order whatever order the server answers in.
 
 use super::prompt::{Prompts, Template};
-use super::reply::{ReplyQuery, parse_grade, parse_reply};
+use super::reply::{ReplyQuery, holds_object, parse_grade, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
 use crate::judge::{Ask, Grade, Judge, Ungraded};
-use crate::llm::{Llm, LlmError, Message, NetworkStats, RetryOn, TokenUsage, estimate_tokens};
+use crate::llm::{ConnectKind, Llm, LlmError, Message, NetworkStats, TokenUsage, estimate_tokens};
 use crate::progress::Stage;
-use crate::record::QueryType;
+use crate::record::{FailureKind, QueryType};
 use crate::rng::stream;
 use futures::StreamExt as _;
 use rand::distr::{Distribution, weighted::WeightedIndex};
@@ -24,6 +24,9 @@ use std::time::Duration;
 
 /// Cache note holding the response format a preflight chose.
 const PREFLIGHT_NOTE: &str = "preflight-json-mode";
+/// Cache note holding the response format that gave a usable reply: only a mode that did is
+/// trusted by a later run without probing again.
+const USABLE_NOTE: &str = "preflight-json-mode-usable";
 
 /// Characters of a bad reply kept in `rejects.jsonl`.
 const REPLY_EXCERPT: usize = 600;
@@ -85,6 +88,10 @@ pub struct LlmSummary {
     /// Their cost, if prices are known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    /// What the abandoned attempts may have cost at worst (an estimate), if prices are known
+    /// and there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandoned_cost: Option<f64>,
 }
 
 /// The LLM generator's summary plus what this run sent over the network.
@@ -92,6 +99,8 @@ pub struct LlmSummary {
 pub struct LlmReport {
     /// The deterministic part.
     pub summary: LlmSummary,
+    /// Why the response format was chosen (for the `connect:` line).
+    pub mode_reason: String,
     /// This run's network statistics.
     pub network: NetworkStats,
 }
@@ -110,12 +119,24 @@ struct Task {
     style: String,
 }
 
-/// What asking for a call's queries produced.
-enum Answer {
-    /// Validated queries.
-    Queries(Vec<ReplyQuery>),
-    /// No usable reply, and why (with the last reply, if any).
-    Unusable { reason: String, reply: Option<String> },
+/// Why no usable reply came back: the kind, the words, and the last reply (if any).
+struct Unusable {
+    kind: FailureKind,
+    reason: String,
+    reply: Option<String>,
+}
+
+impl Unusable {
+    /// The failure of a call that got no reply at all.
+    fn of(error: &LlmError) -> Self {
+        let kind = match error {
+            LlmError::Timeout(_) => FailureKind::Timeout,
+            LlmError::Http { .. } => FailureKind::HttpError,
+            LlmError::Connect { .. } | LlmError::BaseUrl(_) => FailureKind::Connection,
+            LlmError::Body(_) | LlmError::Budget(_) => FailureKind::BadResponse,
+        };
+        Self { kind, reason: error.chain(), reply: None }
+    }
 }
 
 /// Queries written by a chat model.
@@ -125,6 +146,10 @@ pub struct LlmGenerator<'a> {
     prompts: Prompts,
     settings: LlmGeneration,
     mode: JsonMode,
+    /// Why `mode` was chosen.
+    mode_reason: String,
+    /// A reply in `mode` was usable (and the cache knows it).
+    mode_usable: std::sync::atomic::AtomicBool,
     runtime: tokio::runtime::Runtime,
     name: String,
     seed: u64,
@@ -167,29 +192,44 @@ impl<'a> LlmGenerator<'a> {
             llm,
             prompts,
             mode: settings.json_mode.unwrap_or(JsonMode::Schema),
+            mode_reason: if settings.json_mode.is_some() { "--json-mode" } else { "not probed" }.to_owned(),
+            mode_usable: std::sync::atomic::AtomicBool::new(false),
             settings,
             runtime,
             name,
             seed,
         };
         if preflight {
+            generator.llm.begin_batch();
             let checked = async {
                 tokio::select! {
                     mode = generator.preflight() => mode,
                     () = generator.watchdog() => Err(generator.stalled()),
                 }
             };
-            generator.mode = generator.runtime.block_on(checked)?;
+            (generator.mode, generator.mode_reason) = generator.runtime.block_on(checked)?;
             generator.llm.forget_usage();
         }
         Ok(generator)
     }
 
-    /// The mode chosen by an earlier preflight against this endpoint and model, if any: a rerun
-    /// does not probe again.
+    /// The mode chosen by an earlier preflight against this endpoint and model, if a reply in
+    /// it was usable: a rerun does not probe again (but a mode that gave nothing usable is
+    /// probed again).
     fn remembered_mode(&self) -> Option<JsonMode> {
         let label = self.llm.note(PREFLIGHT_NOTE).ok().flatten()?;
-        JsonMode::FALLBACK_ORDER.into_iter().find(|m| m.label() == label)
+        let usable = self.llm.note(USABLE_NOTE).ok().flatten()?;
+        JsonMode::FALLBACK_ORDER.into_iter().find(|m| m.label() == label && usable == label)
+    }
+
+    /// Notes that a reply in the mode in use was usable, once per run.
+    fn mode_worked(&self) {
+        if self.settings.json_mode.is_none()
+            && !self.mode_usable.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Only saves a later run a probe: if the note cannot be written, that run probes.
+            let _ = self.llm.remember(USABLE_NOTE, self.mode.label());
+        }
     }
 
     /// The response format in use.
@@ -204,24 +244,28 @@ impl<'a> LlmGenerator<'a> {
         &self.llm
     }
 
-    /// Tries the response formats in turn with one small call each; the first the server
-    /// accepts wins. Connection failures and refusals of the model are fatal.
-    async fn preflight(&self) -> Result<JsonMode> {
+    /// Picks the response format: the one a usable earlier run chose, or the first the server
+    /// follows when probed (unless `--json-mode` fixes it). Returns the mode and why.
+    /// Connection failures and refusals of the key or the model are fatal.
+    async fn preflight(&self) -> Result<(JsonMode, String)> {
         if self.settings.json_mode.is_none()
             && let Some(mode) = self.remembered_mode()
         {
-            return Ok(mode);
+            return Ok((mode, "chosen by an earlier run against this endpoint and model".to_owned()));
         }
-        let mode = self.probe().await?;
+        let chosen = self.probe().await?;
         if self.settings.json_mode.is_none() {
             self.llm
-                .remember(PREFLIGHT_NOTE, mode.label())
+                .remember(PREFLIGHT_NOTE, chosen.0.label())
                 .map_err(|e| endpoint_error(&self.llm, e.to_string(), "check --cache"))?;
         }
-        Ok(mode)
+        Ok(chosen)
     }
 
-    async fn probe(&self) -> Result<JsonMode> {
+    /// Tries the response formats in turn with one small call each (retried like any call).
+    /// Only a definite "unsupported" passes on to the next: an error answer naming the
+    /// response format, or a reply that ignores it. Returns the mode and why it was chosen.
+    async fn probe(&self) -> Result<(JsonMode, String)> {
         let messages = vec![
             Message::new("system", self.system_message()?),
             Message::new("user", self.prompts.preflight.render(&[])?),
@@ -230,38 +274,78 @@ impl<'a> LlmGenerator<'a> {
             Some(mode) => vec![mode],
             None => JsonMode::FALLBACK_ORDER.to_vec(),
         };
-        let mut last = String::new();
-        for (i, mode) in modes.iter().enumerate() {
-            let retry_on =
-                if i + 1 == modes.len() { RetryOn::Transient } else { RetryOn::RateLimitsAndNetwork };
-            match self.llm.complete(&messages, self.response_format(*mode).as_ref(), retry_on).await {
-                Ok(_) => return Ok(*mode),
-                Err(LlmError::Budget(message)) => return Err(Error::Budget(message)),
-                Err(LlmError::Http { status: 401 | 403, message, .. }) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("refused the API key: {message}"),
-                        "set OPENAI_API_KEY",
-                    ));
+        let mut passed_over = Vec::new();
+        for (i, &mode) in modes.iter().enumerate() {
+            let last = i + 1 == modes.len();
+            let error = match self.llm.probe(&messages, self.response_format(mode).as_ref()).await {
+                Ok(reply) => match ignored(mode, &reply.content) {
+                    Some(problem) if !last => {
+                        passed_over.push(format!("{} ignored: {problem}", mode.label()));
+                        continue;
+                    }
+                    _ => return Ok((mode, self.why(mode, &passed_over))),
+                },
+                Err(error) => error,
+            };
+            match error {
+                LlmError::Http { .. } if error.names_response_format() && !last => {
+                    passed_over.push(format!("{} refused: {error}", mode.label()));
                 }
-                Err(LlmError::Http { status: 404, message, .. }) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("does not serve model {:?}: {message}", self.llm.config().endpoint.model),
-                        "check --model and --base-url (it usually ends in /v1)",
-                    ));
-                }
-                Err(error @ (LlmError::Connect(_) | LlmError::Timeout(_))) => {
-                    return Err(endpoint_error(
-                        &self.llm,
-                        format!("does not answer: {error}"),
-                        "is the server running? check --base-url",
-                    ));
-                }
-                Err(error) => last = format!("rejected {}: {error}", mode.label()),
+                error => return Err(self.probe_failed(mode, &error)),
             }
         }
-        Err(endpoint_error(&self.llm, last, "try --json-mode plain, or check the server's log"))
+        Err(endpoint_error(&self.llm, "offers no response format".to_owned(), "report this"))
+    }
+
+    /// Why the preflight chose `mode`, after passing over the modes in `passed_over`.
+    fn why(&self, mode: JsonMode, passed_over: &[String]) -> String {
+        if self.settings.json_mode.is_some() {
+            "--json-mode".to_owned()
+        } else if passed_over.is_empty() {
+            match mode {
+                JsonMode::Schema => "the server follows the schema",
+                JsonMode::Object => "the server answers in JSON",
+                JsonMode::Plain => "the prompt asks for JSON",
+            }
+            .to_owned()
+        } else {
+            passed_over.join("; ")
+        }
+    }
+
+    /// The error that stops the run when probing `mode` failed with `error`.
+    fn probe_failed(&self, mode: JsonMode, error: &LlmError) -> Error {
+        match error {
+            LlmError::Budget(message) => Error::Budget(message.clone()),
+            LlmError::Http { status: 401 | 403, message, .. } => {
+                endpoint_error(&self.llm, format!("refused the API key: {message}"), "set OPENAI_API_KEY")
+            }
+            LlmError::Http { status: 404, message, .. } => endpoint_error(
+                &self.llm,
+                format!("does not serve model {:?}: {message}", self.llm.config().endpoint.model),
+                "check --model and --base-url (it usually ends in /v1)",
+            ),
+            LlmError::Connect { kind: ConnectKind::RefusedLocally, .. } => endpoint_error(
+                &self.llm,
+                format!("does not answer: {}", error.chain()),
+                "start the server, or check --base-url (a refusal on this machine is not retried)",
+            ),
+            LlmError::Connect { .. } | LlmError::Timeout(_) => endpoint_error(
+                &self.llm,
+                format!("does not answer: {}", error.chain()),
+                "is the server running? check --base-url",
+            ),
+            LlmError::Body(_) | LlmError::BaseUrl(_) => endpoint_error(
+                &self.llm,
+                format!("does not answer as a chat endpoint: {}", error.chain()),
+                "check --base-url (it usually ends in /v1)",
+            ),
+            LlmError::Http { .. } => endpoint_error(
+                &self.llm,
+                format!("rejected {}: {}", mode.label(), error.chain()),
+                "try another --json-mode (json_object, plain), or check the server's log",
+            ),
+        }
     }
 
     fn system_message(&self) -> Result<String> {
@@ -348,15 +432,18 @@ impl<'a> LlmGenerator<'a> {
         ));
         progress.inc(call.tasks.len() as u64);
         match answer {
-            Ok(Answer::Queries(queries)) => Ok(assign(call, queries)),
-            Ok(Answer::Unusable { reason, reply }) => Ok(fail_all(call, &reason, reply.as_deref())),
+            Ok(Ok(queries)) => Ok(assign(call, queries)),
+            Ok(Err(unusable)) => Ok(fail_all(call, &unusable)),
             Err(error) if is_fatal(&error) => Err(error),
-            Err(error) => Ok(fail_all(call, &error.to_string(), None)),
+            Err(error) => Ok(fail_all(call, &Unusable::of(&error))),
         }
     }
 
     /// Asks for a call's queries until a reply parses (or the repairs run out).
-    async fn ask(&self, call: &Call) -> std::result::Result<Answer, LlmError> {
+    async fn ask(
+        &self,
+        call: &Call,
+    ) -> std::result::Result<std::result::Result<Vec<ReplyQuery>, Unusable>, LlmError> {
         let messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
         let format = self.response_format(self.mode);
         let parse = |content: &str| match parse_reply(content) {
@@ -365,16 +452,11 @@ impl<'a> LlmGenerator<'a> {
             Err(error) => Err(error),
         };
         let temperature = self.llm.config().temperature;
-        Ok(
-            match self.ask_until(messages, format.as_ref(), temperature, &self.prompts.repair, parse).await? {
-                Ok(queries) => Answer::Queries(queries),
-                Err((reason, reply)) => Answer::Unusable { reason, reply },
-            },
-        )
+        self.ask_until(messages, format.as_ref(), temperature, &self.prompts.repair, parse).await
     }
 
     /// Sends `messages` and re-asks with `repair` until `parse` accepts the reply, at most
-    /// `repairs` times. `Err((reason, last reply))` when no reply was usable.
+    /// `repairs` times. `Err(Unusable)` when no reply was usable.
     async fn ask_until<T>(
         &self,
         mut messages: Vec<Message>,
@@ -382,21 +464,26 @@ impl<'a> LlmGenerator<'a> {
         temperature: f32,
         repair: &Template,
         parse: impl Fn(&str) -> std::result::Result<T, String>,
-    ) -> std::result::Result<std::result::Result<T, (String, Option<String>)>, LlmError> {
+    ) -> std::result::Result<std::result::Result<T, Unusable>, LlmError> {
         let mut attempt = 0;
         loop {
-            let completion = self.llm.complete_at(&messages, format, RetryOn::Transient, temperature).await?;
+            let completion = self.llm.complete_at(&messages, format, temperature).await?;
             if completion.truncated {
                 let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
-                return Ok(Err((reason, Some(excerpt(&completion.content)))));
+                let reply = Some(excerpt(&completion.content));
+                return Ok(Err(Unusable { kind: FailureKind::Truncated, reason, reply }));
             }
             let error = match parse(&completion.content) {
-                Ok(value) => return Ok(Ok(value)),
+                Ok(value) => {
+                    self.mode_worked();
+                    return Ok(Ok(value));
+                }
                 Err(error) => error,
             };
             if attempt == self.settings.repairs {
                 let reason = format!("unusable reply after {attempt} repair(s): {error}");
-                return Ok(Err((reason, Some(excerpt(&completion.content)))));
+                let reply = Some(excerpt(&completion.content));
+                return Ok(Err(Unusable { kind: FailureKind::UnusableReply, reason, reply }));
             }
             attempt += 1;
             let again = repair.render(&[("error", &error)]).map_err(|e| LlmError::Body(e.to_string()))?;
@@ -418,11 +505,12 @@ impl<'a> LlmGenerator<'a> {
         let repair = &self.prompts.judge_repair;
         let answer = self.ask_until(messages, format.as_ref(), 0.0, repair, parse_grade).await;
         progress.inc(1);
+        let ungraded = |u: Unusable| Ungraded { kind: u.kind, reason: u.reason, reply: u.reply };
         match answer {
             Ok(Ok(grade)) => Ok(Ok(grade.grade)),
-            Ok(Err((reason, reply))) => Ok(Err(Ungraded { reason, reply })),
+            Ok(Err(unusable)) => Ok(Err(ungraded(unusable))),
             Err(error) if is_fatal(&error) => Err(error),
-            Err(error) => Ok(Err(Ungraded { reason: error.to_string(), reply: None })),
+            Err(error) => Ok(Err(ungraded(Unusable::of(&error)))),
         }
     }
 
@@ -463,6 +551,7 @@ impl<'a> LlmGenerator<'a> {
         Fut: Future<Output = std::result::Result<T, LlmError>>,
     {
         let concurrency = self.llm.config().limits.concurrency.max(1);
+        self.llm.begin_batch();
         let all = async {
             let mut stream = futures::stream::iter(items.iter().enumerate())
                 .map(|(i, item)| {
@@ -506,14 +595,14 @@ impl<'a> LlmGenerator<'a> {
             LlmError::Http { status: 404, .. } => "check --model and --base-url (it usually ends in /v1)",
             _ => "is the server running? replies so far are cached and a rerun resumes",
         };
-        endpoint_error(&self.llm, format!("failed: {error}"), hint)
+        endpoint_error(&self.llm, format!("failed: {}", error.chain()), hint)
     }
 
-    /// Resolves once no call has finished for `stall_after`.
+    /// Resolves once the server kept us waiting for `stall_after` without finishing a call.
     async fn watchdog(&self) {
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            if self.llm.idle_for() >= self.settings.stall_after {
+            if self.llm.silent_for() >= self.settings.stall_after {
                 return;
             }
         }
@@ -521,15 +610,25 @@ impl<'a> LlmGenerator<'a> {
 }
 
 /// Failures that no other call will escape either: the server is unreachable, or refuses the
-/// key or the model.
+/// key or the model, or the budget is spent. A call that times out on every attempt is not one
+/// of them (one slow prompt fails alone); a server that answers nothing at all is stopped by the
+/// watchdog.
 fn is_fatal(error: &LlmError) -> bool {
     matches!(
         error,
-        LlmError::Connect(_)
-            | LlmError::Timeout(_)
+        LlmError::Connect { .. }
+            | LlmError::BaseUrl(_)
             | LlmError::Budget(_)
             | LlmError::Http { status: 401 | 403 | 404, .. }
     )
+}
+
+/// Why a probe's reply shows the server ignored `mode`, if it does: in `json_schema` and
+/// `json_object` the reply must be the JSON object the preflight asks for.
+fn ignored(mode: JsonMode, reply: &str) -> Option<&'static str> {
+    let structured = matches!(mode, JsonMode::Schema | JsonMode::Object);
+    (structured && !holds_object(reply, "queries"))
+        .then_some("the reply holds no JSON object with \"queries\"")
 }
 
 fn excerpt(reply: &str) -> String {
@@ -540,11 +639,16 @@ fn endpoint_error(llm: &Llm, message: String, hint: &'static str) -> Error {
     Error::Endpoint { url: llm.config().endpoint.base_url.clone(), message, hint }
 }
 
-fn fail_all(call: &Call, reason: &str, reply: Option<&str>) -> Generated {
+fn fail_all(call: &Call, unusable: &Unusable) -> Generated {
     let failures = call
         .tasks
         .iter()
-        .map(|t| Failure { request: t.request, reason: reason.to_owned(), reply: reply.map(str::to_owned) })
+        .map(|t| Failure {
+            request: t.request,
+            kind: unusable.kind,
+            reason: unusable.reason.clone(),
+            reply: unusable.reply.clone(),
+        })
         .collect();
     Generated { drafts: Vec::new(), failures }
 }
@@ -572,6 +676,7 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
             }
             None => generated.failures.push(Failure {
                 request: task.request,
+                kind: FailureKind::MissingQuery,
                 reason: format!("the reply has no {} query for this request", task.query_type),
                 reply: None,
             }),
@@ -614,16 +719,24 @@ impl Generator for LlmGenerator<'_> {
                 json_mode: self.mode,
                 usage,
                 cost: config.budget.price.map(|p| usage.cost(p)),
+                abandoned_cost: config
+                    .budget
+                    .price
+                    .filter(|_| usage.abandoned > 0)
+                    .map(|p| usage.abandoned_cost(p)),
             },
+            mode_reason: self.mode_reason.clone(),
             network: self.llm.network(),
         })
     }
 
     fn estimate(&self, requests: &[Request]) -> Result<super::Estimate> {
-        let mut estimate = super::Estimate::default();
+        let format = self.response_format(self.mode);
+        let mut estimate =
+            super::Estimate { with_schema: self.mode == JsonMode::Schema, ..Default::default() };
         for call in self.calls(requests) {
             estimate.calls += 1;
-            estimate.prompt_tokens += u64::from(estimate_tokens(&self.messages(&call)?));
+            estimate.prompt_tokens += u64::from(estimate_tokens(&self.messages(&call)?, format.as_ref()));
             estimate.max_completion_tokens += u64::from(self.llm.config().max_tokens);
         }
         Ok(estimate)

@@ -21,7 +21,7 @@ pub(crate) use terms::is_query_word;
 use crate::error::Result;
 use crate::judge::Judge;
 use crate::progress::Stage;
-use crate::record::QueryType;
+use crate::record::{FailureKind, QueryType};
 
 /// One planned query: its type and the chunks to write it from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,9 @@ pub struct Draft {
 pub struct Failure {
     /// Index of the request.
     pub request: usize,
-    /// Why.
+    /// What kind of failure (what the report counts).
+    pub kind: FailureKind,
+    /// Why, in words (for `rejects.jsonl`).
     pub reason: String,
     /// The unusable reply, if there was one.
     pub reply: Option<String>,
@@ -77,6 +79,19 @@ pub struct Estimate {
     /// Judge calls at most, if every query passed the round trip (each is a short call with
     /// one chunk).
     pub judge_calls: u64,
+    /// The prompt tokens include a `response_format` JSON schema.
+    pub with_schema: bool,
+}
+
+impl Estimate {
+    /// Adds what `other` would cost.
+    pub fn add(&mut self, other: &Self) {
+        self.calls += other.calls;
+        self.prompt_tokens += other.prompt_tokens;
+        self.max_completion_tokens += other.max_completion_tokens;
+        self.judge_calls += other.judge_calls;
+        self.with_schema |= other.with_schema;
+    }
 }
 
 /// What a generator made of a batch of requests.

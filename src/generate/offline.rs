@@ -23,7 +23,7 @@ use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
 use crate::index::{ChunkIndex, CorpusModel, TermStat};
 use crate::progress::Stage;
-use crate::record::QueryType;
+use crate::record::{FailureKind, QueryType};
 use crate::rng::{Rng, stream};
 use crate::text::{Language, is_cjk};
 use rand::Rng as _;
@@ -314,7 +314,12 @@ impl Generator for OfflineGenerator<'_> {
                     evidence: Vec::new(),
                     answer: None,
                 }),
-                Err(reason) => generated.failures.push(Failure { request: i, reason, reply: None }),
+                Err(reason) => generated.failures.push(Failure {
+                    request: i,
+                    kind: FailureKind::TooFewTerms,
+                    reason,
+                    reply: None,
+                }),
             }
             progress.inc(1);
         }

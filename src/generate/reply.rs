@@ -92,6 +92,13 @@ pub fn parse_grade(content: &str) -> Result<ReplyGrade, String> {
     Ok(grade)
 }
 
+/// Whether the reply holds a JSON object with the key `key` (code fences and prose around it
+/// are fine).
+#[must_use]
+pub fn holds_object(content: &str, key: &str) -> bool {
+    extract_json(content, key).is_ok()
+}
+
 /// The JSON object in a reply: after dropping `<think>…</think>` reasoning, the first `{` that
 /// starts a complete JSON object with the key `key` (so prose with braces, code fences and
 /// text after the object are all fine).

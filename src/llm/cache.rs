@@ -16,6 +16,9 @@ pub struct CachedReply {
     pub prompt_tokens: u64,
     /// Completion tokens, from the server's `usage`.
     pub completion_tokens: u64,
+    /// Attempts of this call abandoned on a timeout before this reply (the server may have
+    /// billed them).
+    pub abandoned: u64,
 }
 
 /// A cache file could not be used.
@@ -50,10 +53,24 @@ impl Cache {
                  content TEXT NOT NULL,
                  finish_reason TEXT,
                  prompt_tokens INTEGER NOT NULL,
-                 completion_tokens INTEGER NOT NULL
+                 completion_tokens INTEGER NOT NULL,
+                 abandoned INTEGER NOT NULL DEFAULT 0
              );",
         )
         .map_err(err)?;
+        // Caches written before `abandoned` existed get the column, 0 for their replies.
+        let has_abandoned: bool = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('replies') WHERE name = 'abandoned'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(err)?;
+        if !has_abandoned {
+            conn.execute_batch("ALTER TABLE replies ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;")
+                .map_err(err)?;
+        }
         Ok(Self { path: path.to_owned(), conn: Mutex::new(conn) })
     }
 
@@ -64,7 +81,7 @@ impl Cache {
     pub fn get(&self, key: &str) -> Result<Option<CachedReply>, CacheError> {
         let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         conn.query_row(
-            "SELECT content, finish_reason, prompt_tokens, completion_tokens FROM replies WHERE key = ?1",
+            "SELECT content, finish_reason, prompt_tokens, completion_tokens, abandoned FROM replies WHERE key = ?1",
             params![key],
             |row| {
                 Ok(CachedReply {
@@ -72,6 +89,7 @@ impl Cache {
                     finish_reason: row.get(1)?,
                     prompt_tokens: row.get::<_, i64>(2)?.unsigned_abs(),
                     completion_tokens: row.get::<_, i64>(3)?.unsigned_abs(),
+                    abandoned: row.get::<_, i64>(4)?.unsigned_abs(),
                 })
             },
         )
@@ -86,13 +104,16 @@ impl Cache {
     pub fn put(&self, key: &str, reply: &CachedReply) -> Result<(), CacheError> {
         let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         conn.execute(
-            "INSERT OR REPLACE INTO replies VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT OR REPLACE INTO replies \
+             (key, content, finish_reason, prompt_tokens, completion_tokens, abandoned) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 key,
                 reply.content,
                 reply.finish_reason,
                 i64::try_from(reply.prompt_tokens).unwrap_or(i64::MAX),
-                i64::try_from(reply.completion_tokens).unwrap_or(i64::MAX)
+                i64::try_from(reply.completion_tokens).unwrap_or(i64::MAX),
+                i64::try_from(reply.abandoned).unwrap_or(i64::MAX)
             ],
         )
         .map(drop)
@@ -113,6 +134,7 @@ mod tests {
             finish_reason: Some("stop".into()),
             prompt_tokens: 12,
             completion_tokens: 3,
+            abandoned: 1,
         };
         {
             let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -121,6 +143,24 @@ mod tests {
         }
         let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(cache.get("k").unwrap_or_else(|e| panic!("{e}")), Some(reply));
+    }
+
+    #[test]
+    fn a_cache_from_before_abandoned_counts_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("cache.sqlite");
+        {
+            let conn = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            conn.execute_batch(
+                "CREATE TABLE replies (key TEXT PRIMARY KEY, content TEXT NOT NULL, finish_reason TEXT,
+                   prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL);
+                 INSERT INTO replies VALUES ('old', 'x', 'stop', 5, 6);",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let old = cache.get("old").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(old.map(|r| (r.prompt_tokens, r.abandoned)), Some((5, 0)));
     }
 
     #[test]

@@ -1,9 +1,68 @@
 //! What can go wrong talking to an endpoint, classified once: retryable or not.
 
+use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::Duration;
 
+/// The underlying cause of a failed connection, kept whole (shared, so the error stays cheap to
+/// clone).
+pub type Cause = Arc<dyn StdError + Send + Sync>;
+
+/// What kind of connection failure it was: decides whether trying again may help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectKind {
+    /// The request could not even be built (the URL cannot be requested): never retried.
+    InvalidUrl,
+    /// A loopback address refused the connection: nothing listens there, so it is not retried.
+    RefusedLocally,
+    /// Another host refused the connection (a proxy or balancer may let the next one through).
+    Refused,
+    /// The connection was reset or cut off.
+    Reset,
+    /// Anything else: DNS, TLS, a proxy.
+    Other,
+}
+
+impl ConnectKind {
+    /// Classifies `error` by walking its source chain: the first `reqwest` builder error or
+    /// `io::Error` with a telling kind decides (`loopback`: the base URL names this machine).
+    #[must_use]
+    pub fn of(error: &(dyn StdError + 'static), loopback: bool) -> Self {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_builder) {
+                return Self::InvalidUrl;
+            }
+            if let Some(io) = error.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind;
+                match io.kind() {
+                    ErrorKind::ConnectionRefused if loopback => return Self::RefusedLocally,
+                    ErrorKind::ConnectionRefused => return Self::Refused,
+                    ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::UnexpectedEof => return Self::Reset,
+                    _ => {}
+                }
+            }
+            next = error.source();
+        }
+        Self::Other
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::InvalidUrl => "the request cannot be built for this URL",
+            Self::RefusedLocally => "connection refused: nothing listens at that address",
+            Self::Refused => "connection refused",
+            Self::Reset => "the connection was reset",
+            Self::Other => "the connection failed",
+        }
+    }
+}
+
 /// A failed call to the chat endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LlmError {
     /// The server answered with a non-success status.
     #[error("HTTP {status}: {message}")]
@@ -15,9 +74,18 @@ pub enum LlmError {
         /// The server's `Retry-After`, if any.
         retry_after: Option<Duration>,
     },
-    /// The connection failed (refused, reset, DNS).
-    #[error("cannot reach the server: {0}")]
-    Connect(String),
+    /// The base URL is not an http(s) URL.
+    #[error("is not an http(s) URL: {0}")]
+    BaseUrl(String),
+    /// The connection failed (refused, reset, DNS, TLS).
+    #[error("cannot reach the server: {}", .kind.describe())]
+    Connect {
+        /// What kind of failure.
+        kind: ConnectKind,
+        /// The error underneath.
+        #[source]
+        source: Cause,
+    },
     /// No answer within `--timeout`.
     #[error("no reply within {} s (--timeout)", .0.as_secs())]
     Timeout(Duration),
@@ -30,13 +98,24 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    /// Whether trying again may succeed: 429, 5xx, connection errors and timeouts.
+    /// A connection failure caused by `source`, classified by its source chain.
+    #[must_use]
+    pub fn connect(source: impl StdError + Send + Sync + 'static, loopback: bool) -> Self {
+        let kind = ConnectKind::of(&source, loopback);
+        Self::Connect { kind, source: Arc::new(source) }
+    }
+
+    /// Whether trying again may succeed: 429, 5xx, timeouts and connection errors other than
+    /// an unusable URL or a refusal on this machine.
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Http { status, .. } => *status == 429 || *status >= 500,
-            Self::Connect(_) | Self::Timeout(_) => true,
-            Self::Body(_) | Self::Budget(_) => false,
+            Self::Connect { kind, .. } => {
+                matches!(kind, ConnectKind::Refused | ConnectKind::Reset | ConnectKind::Other)
+            }
+            Self::Timeout(_) => true,
+            Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) => false,
         }
     }
 
@@ -46,6 +125,17 @@ impl LlmError {
         matches!(self, Self::Http { status, .. } if *status >= 500)
     }
 
+    /// Whether the server's error message names the response format (`response_format`,
+    /// `json_schema`, `json_object`): its way of saying it does not support the one asked for.
+    #[must_use]
+    pub fn names_response_format(&self) -> bool {
+        let Self::Http { message, .. } = self else { return false };
+        let message = message.to_ascii_lowercase();
+        ["response_format", "response format", "json_schema", "json_object"]
+            .iter()
+            .any(|n| message.contains(n))
+    }
+
     /// The wait the server asked for.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
@@ -53,6 +143,24 @@ impl LlmError {
             Self::Http { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+
+    /// The message with every cause underneath it, for people: `cannot reach the server:
+    /// connection refused: … : Connection refused (os error 111)` (a cause already contained in
+    /// the text before it is left out).
+    #[must_use]
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut next = self.source();
+        while let Some(cause) = next {
+            let line = cause.to_string();
+            if !text.contains(&line) {
+                text.push_str(": ");
+                text.push_str(&line);
+            }
+            next = cause.source();
+        }
+        text
     }
 }
 
@@ -64,6 +172,10 @@ mod tests {
         LlmError::Http { status, message: String::new(), retry_after: None }
     }
 
+    fn io(kind: std::io::ErrorKind, loopback: bool) -> LlmError {
+        LlmError::connect(std::io::Error::new(kind, "from the OS"), loopback)
+    }
+
     #[test]
     fn classifies_retryable_failures() {
         for status in [429, 500, 502, 503] {
@@ -73,7 +185,49 @@ mod tests {
             assert!(!http(status).is_retryable(), "{status}");
         }
         assert!(LlmError::Timeout(Duration::from_secs(1)).is_retryable());
-        assert!(LlmError::Connect("refused".into()).is_retryable());
+        assert!(io(std::io::ErrorKind::ConnectionRefused, false).is_retryable());
+        assert!(io(std::io::ErrorKind::ConnectionReset, true).is_retryable());
+        assert!(!io(std::io::ErrorKind::ConnectionRefused, true).is_retryable());
         assert!(!LlmError::Body("x".into()).is_retryable());
+        assert!(!LlmError::BaseUrl("x".into()).is_retryable());
+    }
+
+    #[test]
+    fn knows_a_refusal_of_the_response_format() {
+        let says =
+            |status, message: &str| LlmError::Http { status, message: message.into(), retry_after: None };
+        assert!(says(500, "json_schema is not supported").names_response_format());
+        assert!(says(400, "Unknown parameter: 'response_format.json_schema'").names_response_format());
+        assert!(says(422, "Response format json_object not allowed").names_response_format());
+        assert!(!says(500, "Internal Server Error").names_response_format());
+        assert!(!LlmError::Timeout(Duration::from_secs(1)).names_response_format());
+    }
+
+    /// A real refused connection: nothing listens on a port that was just released.
+    #[tokio::test]
+    async fn a_refused_connection_on_loopback_is_classified_through_the_source_chain() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_or_else(|e| panic!("{e}"), |a| a.port());
+        let client = reqwest::Client::new();
+        let Err(error) = client.get(format!("http://127.0.0.1:{port}/v1")).send().await else {
+            panic!("something answered on port {port}");
+        };
+        let error = LlmError::connect(error, true);
+        assert!(matches!(error, LlmError::Connect { kind: ConnectKind::RefusedLocally, .. }), "{error:?}");
+        assert!(!error.is_retryable());
+        let chain = error.chain();
+        assert!(chain.starts_with("cannot reach the server: connection refused"), "{chain}");
+        assert!(chain.contains("(os error"), "the OS error is kept: {chain}");
+    }
+
+    #[test]
+    fn a_request_that_cannot_be_built_is_an_invalid_url() {
+        let Err(error) = reqwest::Client::new().get("http://[not-a-host/v1").build() else {
+            panic!("the request was built");
+        };
+        let error = LlmError::connect(error, false);
+        assert!(matches!(error, LlmError::Connect { kind: ConnectKind::InvalidUrl, .. }), "{error:?}");
+        assert!(!error.is_retryable());
     }
 }

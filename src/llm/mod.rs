@@ -1,5 +1,5 @@
 //! Talking to an OpenAI-compatible chat endpoint: the only module that imports async-openai,
-//! governor and rusqlite.
+//! reqwest and rusqlite.
 //!
 //! [`Llm::complete`] is the one place where a call is cached, rate-limited, timed out and
 //! retried. Input: chat messages and a response format. Output: a [`Completion`] or an
@@ -10,12 +10,14 @@ mod cache;
 mod error;
 mod limits;
 mod retry;
+mod stall;
 mod transport;
 
 pub use cache::{Cache, CacheError, CachedReply};
-pub use error::LlmError;
+pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
+pub use stall::StallClock;
 
 use crate::id::ContentHasher;
 use async_openai::Client;
@@ -24,7 +26,7 @@ use async_openai::error::OpenAIError;
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where to send calls. The key is never serialized, printed or stored.
 #[derive(Clone, Serialize)]
@@ -191,13 +193,17 @@ struct Usage {
     completion_tokens: u64,
 }
 
+/// A call answered 429 several times in a row backs off as after this many failures at most
+/// (the pace, not the backoff, is what finds the server's rate).
+const RATE_LIMITED_BACKOFF: u32 = 3;
+
 /// Which failures a call retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryOn {
+enum RetryOn {
     /// 429, 5xx, connection errors and timeouts.
     Transient,
-    /// 429, connection errors and timeouts, but not 5xx: for probing what a server supports.
-    RateLimitsAndNetwork,
+    /// The same, but an error answer that names the response format is final.
+    Probe,
 }
 
 /// A reply.
@@ -210,7 +216,9 @@ pub struct Completion {
 }
 
 /// Tokens of the replies a run used, whether fresh or from the cache: the same for every run
-/// of the same build, so it belongs in the report.
+/// of the same build, so it belongs in the report. Attempts abandoned on a timeout are counted
+/// apart, as an estimate: the server may still have answered and billed them, but never said
+/// for how much.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TokenUsage {
     /// Replies used.
@@ -219,19 +227,60 @@ pub struct TokenUsage {
     pub prompt_tokens: u64,
     /// Their completion tokens, from the server's `usage`.
     pub completion_tokens: u64,
+    /// Attempts abandoned on a timeout.
+    pub abandoned: u64,
+    /// Their prompt tokens, estimated (cl100k).
+    pub abandoned_prompt_tokens: u64,
+    /// Their completion tokens at worst (`max_tokens` each).
+    pub abandoned_completion_tokens: u64,
 }
 
 impl TokenUsage {
-    /// Money at `price`.
+    /// Money for the replies at `price`.
     #[must_use]
     pub fn cost(&self, price: Price) -> f64 {
         (self.prompt_tokens as f64 * price.prompt + self.completion_tokens as f64 * price.completion) / 1e6
+    }
+
+    /// Money the abandoned attempts may have cost at `price`, at worst (an estimate).
+    #[must_use]
+    pub fn abandoned_cost(&self, price: Price) -> f64 {
+        (self.abandoned_prompt_tokens as f64 * price.prompt
+            + self.abandoned_completion_tokens as f64 * price.completion)
+            / 1e6
+    }
+
+    /// Tokens of the replies, plus the worst case of the abandoned attempts: what a budget
+    /// counts.
+    #[must_use]
+    pub fn worst_tokens(&self) -> u64 {
+        self.prompt_tokens
+            + self.completion_tokens
+            + self.abandoned_prompt_tokens
+            + self.abandoned_completion_tokens
     }
 
     fn add(&mut self, reply: &CachedReply) {
         self.replies += 1;
         self.prompt_tokens += reply.prompt_tokens;
         self.completion_tokens += reply.completion_tokens;
+    }
+
+    /// Counts `attempts` abandoned attempts of a request of about `prompt` prompt tokens and
+    /// `max_tokens`.
+    fn abandon(&mut self, attempts: u64, prompt: u32, max_tokens: u32) {
+        self.abandoned += attempts;
+        self.abandoned_prompt_tokens += attempts * u64::from(prompt);
+        self.abandoned_completion_tokens += attempts * u64::from(max_tokens);
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.replies += other.replies;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.abandoned += other.abandoned;
+        self.abandoned_prompt_tokens += other.abandoned_prompt_tokens;
+        self.abandoned_completion_tokens += other.abandoned_completion_tokens;
     }
 }
 
@@ -248,7 +297,7 @@ pub struct NetworkStats {
     pub rate_limited: u64,
     /// Calls that failed for good.
     pub failures: u64,
-    /// Tokens of the replies paid for in this run.
+    /// Tokens of the replies paid for in this run, and of the attempts it abandoned.
     pub paid: TokenUsage,
 }
 
@@ -262,41 +311,92 @@ struct Totals {
     network: NetworkStats,
 }
 
+impl Totals {
+    /// Reserves the worst case of a request (`tokens` = prompt estimate + `max_tokens`), or
+    /// refuses it if that could take the spend over `budget`: the limits are hard caps, even
+    /// with requests in flight, and count abandoned attempts at their worst.
+    fn reserve(&mut self, budget: Budget, tokens: u32) -> Result<(), LlmError> {
+        let used = self.used.worst_tokens() + self.before.worst_tokens();
+        let worst = used + self.reserved + u64::from(tokens);
+        if let Some(limit) = budget.max_tokens_total.filter(|limit| worst > *limit) {
+            return Err(LlmError::Budget(format!(
+                "{used} tokens used (abandoned attempts at their worst included); the next call could \
+                 take up to {} more, over --max-tokens-total {limit}",
+                worst - used
+            )));
+        }
+        if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
+            let dearest = price.prompt.max(price.completion);
+            let spent = |u: &TokenUsage| u.cost(price) + u.abandoned_cost(price);
+            let cost = spent(&self.used)
+                + spent(&self.before)
+                + (self.reserved + u64::from(tokens)) as f64 * dearest / 1e6;
+            if cost > limit {
+                return Err(LlmError::Budget(format!(
+                    "the next call could bring the cost to {cost:.4}, over --max-cost {limit}"
+                )));
+            }
+        }
+        self.reserved += u64::from(tokens);
+        Ok(())
+    }
+}
+
 /// A client for one endpoint, with its cache and limits.
 pub struct Llm {
     client: Client<OpenAIConfig>,
     config: LlmConfig,
-    limits: Limits,
+    limits: std::sync::Arc<Limits>,
     cache: Cache,
     totals: Mutex<Totals>,
-    last_completion: Mutex<Instant>,
+    stall: StallClock,
+    /// The base URL names this machine: a refused connection means nothing listens.
+    loopback: bool,
+}
+
+/// Checks that `base_url` is an http(s) URL with a host; `Ok(true)` if the host is this
+/// machine (a loopback address or `localhost`).
+fn check_base_url(base_url: &str) -> Result<bool, LlmError> {
+    let url = reqwest::Url::parse(base_url).map_err(|e| LlmError::BaseUrl(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(LlmError::BaseUrl(format!("the scheme is {:?}, not http or https", url.scheme())));
+    }
+    let host = url.host_str().ok_or_else(|| LlmError::BaseUrl("it names no host".to_owned()))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
 impl Llm {
     /// A client for `config`, caching replies in `cache`.
     ///
     /// # Errors
-    /// [`LlmError::Connect`] if the HTTP client cannot be built.
+    /// [`LlmError::BaseUrl`] if the base URL is not an http(s) URL; [`LlmError::Connect`] if
+    /// the HTTP client cannot be built.
     pub fn new(config: LlmConfig, cache: Cache) -> Result<Self, LlmError> {
+        let loopback = check_base_url(&config.endpoint.base_url)?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|e| LlmError::Connect(e.to_string()))?;
+            .map_err(|e| LlmError::connect(e, loopback))?;
         // Every field set explicitly: OpenAIConfig::default() would read OPENAI_* variables.
         let openai = OpenAIConfig::new()
             .with_api_base(config.endpoint.base_url.trim_end_matches('/'))
             .with_api_key(config.endpoint.api_key.clone().unwrap_or_default())
             .with_org_id("")
             .with_project_id("");
-        let client = Client::with_config(openai).with_http_service(transport::service(http));
-        let limits = Limits::new(config.limits);
+        let keyed = config.endpoint.api_key.as_deref().is_some_and(|k| !k.is_empty());
+        let limits = std::sync::Arc::new(Limits::new(config.limits));
+        let service = transport::service(http, keyed, std::sync::Arc::clone(&limits));
+        let client = Client::with_config(openai).with_http_service(service);
         Ok(Self {
             client,
             config,
             limits,
             cache,
             totals: Mutex::new(Totals::default()),
-            last_completion: Mutex::new(Instant::now()),
+            stall: StallClock::default(),
+            loopback,
         })
     }
 
@@ -317,8 +417,7 @@ impl Llm {
     pub fn forget_usage(&self) {
         let mut totals = self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let used = std::mem::take(&mut totals.used);
-        totals.before.prompt_tokens += used.prompt_tokens;
-        totals.before.completion_tokens += used.completion_tokens;
+        totals.before.merge(&used);
     }
 
     /// What this run sent so far.
@@ -327,11 +426,17 @@ impl Llm {
         self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).network
     }
 
-    /// Time since the server last answered (for the watchdog; timeouts and refused connections
-    /// are not answers).
+    /// Time spent waiting on the server since it last finished a call (for the watchdog; see
+    /// [`StallClock`]).
     #[must_use]
-    pub fn idle_for(&self) -> Duration {
-        self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed()
+    pub fn silent_for(&self) -> Duration {
+        self.stall.silent_for()
+    }
+
+    /// A batch of calls starts: the stall clock restarts, whatever happened on our side since
+    /// the last call.
+    pub fn begin_batch(&self) {
+        self.stall.progress();
     }
 
     /// A note remembered in the cache under `name` for this endpoint and model.
@@ -353,6 +458,7 @@ impl Llm {
             finish_reason: None,
             prompt_tokens: 0,
             completion_tokens: 0,
+            abandoned: 0,
         };
         self.cache.put(&self.note_key(name), &reply).map_err(|e| LlmError::Body(e.to_string()))
     }
@@ -379,9 +485,8 @@ impl Llm {
         &self,
         messages: &[Message],
         response_format: Option<&serde_json::Value>,
-        retry_on: RetryOn,
     ) -> Result<Completion, LlmError> {
-        self.complete_at(messages, response_format, retry_on, self.config.temperature).await
+        self.complete_at(messages, response_format, self.config.temperature).await
     }
 
     /// As [`Llm::complete`], at a temperature of its own (the judge grades at 0).
@@ -392,10 +497,47 @@ impl Llm {
         &self,
         messages: &[Message],
         response_format: Option<&serde_json::Value>,
-        retry_on: RetryOn,
         temperature: f32,
     ) -> Result<Completion, LlmError> {
-        let request = ChatRequest {
+        let request = self.request(messages, response_format, temperature);
+        let key = self.key(&request);
+        if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
+            let prompt = estimate_tokens(messages, response_format);
+            self.update(|t| {
+                t.network.cache_hits += 1;
+                t.used.add(&reply);
+                t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
+            });
+            self.stall.progress();
+            return Ok(completion(&reply));
+        }
+        let reply = self.send(&request, RetryOn::Transient).await?;
+        self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
+        Ok(completion(&reply))
+    }
+
+    /// Asks the server itself, never the cache (a probe checks what the server does now):
+    /// retried like any call, except that an error answer naming the response format is final
+    /// (the server does not support it).
+    ///
+    /// # Errors
+    /// As for [`Llm::complete`].
+    pub async fn probe(
+        &self,
+        messages: &[Message],
+        response_format: Option<&serde_json::Value>,
+    ) -> Result<Completion, LlmError> {
+        let request = self.request(messages, response_format, self.config.temperature);
+        Ok(completion(&self.send(&request, RetryOn::Probe).await?))
+    }
+
+    fn request<'r>(
+        &'r self,
+        messages: &'r [Message],
+        response_format: Option<&'r serde_json::Value>,
+        temperature: f32,
+    ) -> ChatRequest<'r> {
+        ChatRequest {
             model: &self.config.endpoint.model,
             messages,
             temperature,
@@ -403,68 +545,108 @@ impl Llm {
             seed: self.config.seed,
             response_format,
             stream: false,
-        };
-        let key = self.key(&request);
-        if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
-            self.update(|t| {
-                t.network.cache_hits += 1;
-                t.used.add(&reply);
-            });
-            return Ok(completion(&reply));
         }
-        let tokens = estimate_tokens(messages) + self.config.max_tokens;
+    }
+
+    /// Sends `request` until it succeeds, fails for good or the attempts run out. An attempt
+    /// abandoned on a timeout is counted at its worst (the server may still bill it), and the
+    /// reply remembers how many there were.
+    async fn send(&self, request: &ChatRequest<'_>, retry_on: RetryOn) -> Result<CachedReply, LlmError> {
+        let prompt = estimate_tokens(request.messages, request.response_format);
+        let max_tokens = self.config.max_tokens;
+        let tokens = prompt + max_tokens;
         let attempts = self.config.retry.max_attempts.max(1);
-        let mut last_error = None;
-        for attempt in 0..attempts {
-            if attempt > 0 {
-                let retry_after = last_error.as_ref().and_then(LlmError::retry_after);
-                let jitter = rand::rng().random::<f64>();
-                tokio::time::sleep(self.config.retry.delay(attempt - 1, jitter, retry_after)).await;
-                self.update(|t| t.network.retries += 1);
-            }
-            self.reserve(tokens)?;
-            let outcome = self.attempt(&request, tokens).await;
+        // Attempts that failed (429s aside), abandoned on a timeout, and 429s in a row.
+        let (mut attempt, mut abandoned, mut limited) = (0, 0, 0);
+        loop {
+            let budget = self.config.budget;
+            self.update(|t| t.reserve(budget, tokens))?;
+            let outcome = self.attempt(request, prompt, max_tokens).await;
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
-            match outcome {
-                Ok(reply) => {
-                    self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
+            let error = match outcome {
+                Ok(mut reply) => {
+                    self.stall.progress();
+                    reply.abandoned = abandoned;
                     self.update(|t| {
                         t.used.add(&reply);
                         t.network.paid.add(&reply);
                     });
-                    return Ok(completion(&reply));
+                    return Ok(reply);
                 }
-                Err(error)
-                    if error.is_retryable()
-                        && (retry_on == RetryOn::Transient || !error.is_server_error()) =>
-                {
-                    last_error = Some(error);
-                }
-                Err(error) => {
-                    self.update(|t| t.network.failures += 1);
-                    return Err(error);
-                }
+                Err(error) => error,
+            };
+            if matches!(error, LlmError::Timeout(_)) {
+                abandoned += 1;
+                self.update(|t| {
+                    t.used.abandon(1, prompt, max_tokens);
+                    t.network.paid.abandon(1, prompt, max_tokens);
+                });
             }
+            // A 429 means "later", never "failed": it uses no attempt, and the watchdog and the
+            // budget still bound the run.
+            let rate_limited = matches!(error, LlmError::Http { status: 429, .. });
+            let unsupported = retry_on == RetryOn::Probe && error.names_response_format();
+            let backoff = if rate_limited {
+                limited += 1;
+                Some(limited.min(RATE_LIMITED_BACKOFF) - 1)
+            } else if attempt + 1 < attempts && error.is_retryable() && !unsupported {
+                attempt += 1;
+                Some(attempt - 1)
+            } else {
+                None
+            };
+            if let Some(retry) = backoff {
+                let jitter = rand::rng().random::<f64>();
+                // Backing off after the server failed us is waiting on the server.
+                let waiting = self.stall.wait();
+                tokio::time::sleep(self.config.retry.delay(retry, jitter, error.retry_after())).await;
+                drop(waiting);
+                self.update(|t| t.network.retries += 1);
+                continue;
+            }
+            if matches!(error, LlmError::Http { .. }) && (!error.is_retryable() || unsupported) {
+                // A definite refusal finishes the call: the server is alive.
+                self.stall.progress();
+            }
+            self.update(|t| t.network.failures += 1);
+            return Err(error);
         }
-        self.update(|t| t.network.failures += 1);
-        Err(last_error.unwrap_or_else(|| LlmError::Connect("no attempt made".to_owned())))
     }
 
-    /// One network attempt, within the limits and the timeout.
-    async fn attempt(&self, request: &ChatRequest<'_>, tokens: u32) -> Result<CachedReply, LlmError> {
-        let _permit = self.limits.acquire(tokens).await;
+    /// One network attempt, within the limits and the timeout; tells the limits how it went.
+    async fn attempt(
+        &self,
+        request: &ChatRequest<'_>,
+        prompt: u32,
+        max_tokens: u32,
+    ) -> Result<CachedReply, LlmError> {
+        let ticket = self.limits.acquire(prompt, max_tokens).await;
+        let Some(ticket) = ticket else { return Err(LlmError::Body("the rate limiter was closed".into())) };
+        let outcome = self.exchange(request).await;
+        match &outcome {
+            Ok(reply) => self.limits.succeeded(&ticket, Some((reply.prompt_tokens, reply.completion_tokens))),
+            Err(LlmError::Http { status: 429, .. }) => self.limits.rate_limited(&ticket),
+            Err(LlmError::Http { .. }) => self.limits.refused(&ticket),
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    /// Sends the request once and reads the reply, within the timeout.
+    async fn exchange(&self, request: &ChatRequest<'_>) -> Result<CachedReply, LlmError> {
         self.update(|t| t.network.requests += 1);
         let chat = self.client.chat();
+        let waiting = self.stall.wait();
         let outcome =
             tokio::time::timeout(self.config.timeout, chat.create_byot::<_, ChatResponse>(request)).await;
-        *self.last_completion.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        drop(waiting);
         let response = match outcome {
             Err(_) => return Err(LlmError::Timeout(self.config.timeout)),
             Ok(Err(OpenAIError::Reqwest(e))) if e.is_timeout() => {
                 return Err(LlmError::Timeout(self.config.timeout));
             }
             Ok(Err(error)) => {
-                let error = match classify(error) {
+                let error = match classify(error, self.loopback) {
                     LlmError::Http { status, message, retry_after } => {
                         LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
                     }
@@ -485,41 +667,12 @@ impl Llm {
             finish_reason: choice.finish_reason,
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            abandoned: 0,
         })
     }
 
-    /// Reserves the worst case of a request (`tokens` = prompt estimate + `max_tokens`), or
-    /// refuses it if that could take the spend over a budget: the limits are hard caps, even
-    /// with requests in flight.
-    fn reserve(&self, tokens: u32) -> Result<(), LlmError> {
-        let mut totals = self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let budget = self.config.budget;
-        let spent = |u: &TokenUsage| u.prompt_tokens + u.completion_tokens;
-        let worst = spent(&totals.used) + spent(&totals.before) + totals.reserved + u64::from(tokens);
-        if let Some(limit) = budget.max_tokens_total.filter(|limit| worst > *limit) {
-            let used = spent(&totals.used) + spent(&totals.before);
-            return Err(LlmError::Budget(format!(
-                "{used} tokens used; the next call could take up to {} more, over --max-tokens-total {limit}",
-                worst - used
-            )));
-        }
-        if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
-            let dearest = price.prompt.max(price.completion);
-            let cost = totals.used.cost(price)
-                + totals.before.cost(price)
-                + (totals.reserved + u64::from(tokens)) as f64 * dearest / 1e6;
-            if cost > limit {
-                return Err(LlmError::Budget(format!(
-                    "the next call could bring the cost to {cost:.4}, over --max-cost {limit}"
-                )));
-            }
-        }
-        totals.reserved += u64::from(tokens);
-        Ok(())
-    }
-
-    fn update(&self, change: impl FnOnce(&mut Totals)) {
-        change(&mut self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    fn update<T>(&self, change: impl FnOnce(&mut Totals) -> T) -> T {
+        change(&mut self.totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 }
 
@@ -531,8 +684,8 @@ fn completion(reply: &CachedReply) -> Completion {
     Completion { content: reply.content.clone(), truncated: reply.finish_reason.as_deref() == Some("length") }
 }
 
-/// Maps async-openai's error onto ours.
-fn classify(error: OpenAIError) -> LlmError {
+/// Maps async-openai's error onto ours (`loopback`: the endpoint is on this machine).
+fn classify(error: OpenAIError, loopback: bool) -> LlmError {
     match error {
         OpenAIError::Boxed(boxed) => match boxed.downcast::<transport::HttpFailure>() {
             Ok(failure) => LlmError::Http {
@@ -540,9 +693,12 @@ fn classify(error: OpenAIError) -> LlmError {
                 message: failure.message,
                 retry_after: failure.retry_after,
             },
-            Err(other) => LlmError::Connect(other.to_string()),
+            Err(other) => {
+                let kind = ConnectKind::of(other.as_ref(), loopback);
+                LlmError::Connect { kind, source: std::sync::Arc::from(other) }
+            }
         },
-        OpenAIError::Reqwest(e) => LlmError::Connect(e.to_string()),
+        OpenAIError::Reqwest(e) => LlmError::connect(e, loopback),
         OpenAIError::ApiError(e) => {
             LlmError::Http { status: e.status_code.as_u16(), message: e.api_error.message, retry_after: None }
         }
@@ -551,17 +707,54 @@ fn classify(error: OpenAIError) -> LlmError {
     }
 }
 
-/// Prompt tokens of `messages`, as cl100k counts them, plus a few per message.
+/// Prompt tokens of a request, as cl100k counts them: the messages, a few per message, and the
+/// `response_format` (servers count a JSON schema as prompt).
 #[must_use]
-pub fn estimate_tokens(messages: &[Message]) -> u32 {
+pub fn estimate_tokens(messages: &[Message], response_format: Option<&serde_json::Value>) -> u32 {
     let bpe = tiktoken_rs::cl100k_base_singleton();
-    let tokens: usize = messages.iter().map(|m| bpe.encode_ordinary(&m.content).len() + 4).sum();
-    u32::try_from(tokens).unwrap_or(u32::MAX)
+    let text: usize = messages.iter().map(|m| bpe.encode_ordinary(&m.content).len() + 4).sum();
+    let format = response_format.map_or(0, |f| bpe.encode_ordinary(&f.to_string()).len());
+    u32::try_from(text + format).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_response_format_counts_as_prompt() {
+        let messages = [Message::new("user", "Reply with JSON.")];
+        let schema = serde_json::json!({"type": "json_schema", "json_schema": {"name": "queries", "schema": {
+            "type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"}}}}}});
+        let bare = estimate_tokens(&messages, None);
+        assert_eq!(bare, 4 + 4, "four tokens of text, four per message");
+        assert!(estimate_tokens(&messages, Some(&schema)) > bare + 20);
+    }
+
+    #[test]
+    fn budgets_count_abandoned_attempts_at_their_worst() {
+        let mut totals = Totals::default();
+        totals.used.prompt_tokens = 1_000;
+        let budget = Budget { max_tokens_total: Some(2_000), ..Budget::default() };
+        assert!(totals.reserve(budget, 200).is_ok(), "1,000 used + 200 fits in 2,000");
+        totals.reserved = 0;
+        totals.used.abandon(1, 500, 400);
+        let refused = totals.reserve(budget, 200);
+        assert!(
+            matches!(&refused, Err(LlmError::Budget(m)) if m.starts_with("1900 tokens used")),
+            "{refused:?}"
+        );
+
+        let price = Price { prompt: 1.0, completion: 2.0 };
+        let budget = Budget { max_cost: Some(0.0025), price: Some(price), ..Budget::default() };
+        let mut totals = Totals::default();
+        totals.used.prompt_tokens = 1_000;
+        totals.used.abandon(1, 500, 400);
+        // 1,000 × 1 + (500 × 1 + 400 × 2) = 2,300 per million, and the next call's 100 at 2.
+        assert!(totals.reserve(budget, 100).is_ok());
+        totals.reserved = 0;
+        assert!(totals.reserve(budget, 200).is_err(), "2,300 + 400 over 2,500");
+    }
 
     #[test]
     fn redacts_keys_bearer_tokens_and_url_credentials() {

@@ -3,6 +3,7 @@
 //! `Retry-After`. async-openai's own retry layer is not used: retries happen in one place,
 //! [`super::Llm`], where the rate limits also apply to them.
 
+use super::limits::Limits;
 use super::retry::parse_retry_after;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
@@ -23,9 +24,13 @@ pub struct HttpFailure {
     pub retry_after: Option<Duration>,
 }
 
-/// A tower service that sends each request once over `client`.
+/// A tower service that sends each request once over `client`. Without a key (`keyed` false)
+/// the request carries no `Authorization` header at all (async-openai would send an empty
+/// bearer token). Every answer's rate-limit headers go to `limits`.
 pub fn service(
     client: reqwest::Client,
+    keyed: bool,
+    limits: std::sync::Arc<Limits>,
 ) -> impl tower::Service<
     HttpRequestFactory,
     Response = reqwest::Response,
@@ -37,9 +42,14 @@ pub fn service(
 + 'static {
     tower::service_fn(move |factory: HttpRequestFactory| {
         let client = client.clone();
+        let limits = std::sync::Arc::clone(&limits);
         async move {
-            let request = factory.build().await?;
+            let mut request = factory.build().await?;
+            if !keyed {
+                request.headers_mut().remove(reqwest::header::AUTHORIZATION);
+            }
             let response = client.execute(request).await.map_err(OpenAIError::Reqwest)?;
+            limits.observe(response.headers());
             if response.status().is_success() {
                 return Ok(response);
             }

@@ -5,7 +5,7 @@ use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
 use crate::id::ChunkId;
-use crate::record::{Difficulty, Judged, QueryType, Reason, Status};
+use crate::record::{Difficulty, FailureKind, Judged, QueryType, Reason, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,8 +37,9 @@ pub struct TypeCounts {
     pub beyond_quota: usize,
     /// Left out, by reason.
     pub dropped_by_reason: BTreeMap<String, usize>,
-    /// Requests the generator could not serve, by reason.
-    pub generation_failures: BTreeMap<String, usize>,
+    /// Requests the generator could not serve, by kind of failure (the messages are in
+    /// `rejects.jsonl`).
+    pub generation_failures: BTreeMap<FailureKind, usize>,
 }
 
 impl TypeCounts {
@@ -184,8 +185,26 @@ fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
         u.replies as f64 / in_set,
         u.prompt_tokens as f64 / in_set
     );
-    if let Some(cost) = llm.cost {
-        let _ = writeln!(out, "- cost at the given prices: {cost:.4}");
+    if u.abandoned > 0 {
+        let attempts = if u.abandoned == 1 { "attempt" } else { "attempts" };
+        let _ = writeln!(
+            out,
+            "- {} {attempts} abandoned on a timeout (may still be billed): about {} prompt + at most {} \
+             completion tokens (estimate)",
+            u.abandoned, u.abandoned_prompt_tokens, u.abandoned_completion_tokens
+        );
+    }
+    match (llm.cost, llm.abandoned_cost) {
+        (Some(cost), Some(abandoned)) => {
+            let _ = writeln!(
+                out,
+                "- cost at the given prices: {cost:.4} (+ at most {abandoned:.4} for abandoned attempts, estimate)"
+            );
+        }
+        (Some(cost), None) => {
+            let _ = writeln!(out, "- cost at the given prices: {cost:.4}");
+        }
+        _ => {}
     }
     let _ =
         writeln!(out, "- requests sent, retries and 429s of each run: `manifest.json` → `run.llm_network`\n");
@@ -212,12 +231,13 @@ fn styles_table(out: &mut String, judged: &[Judged]) {
 }
 
 fn reasons_table(out: &mut String, m: &Manifest<'_>) {
-    let rows: Vec<(QueryType, &str, &String, usize)> = m
+    let rows: Vec<(QueryType, &str, &str, usize)> = m
         .counts
         .iter()
         .flat_map(|(t, c)| {
-            let dropped = c.dropped_by_reason.iter().map(move |(r, n)| (*t, "dropped", r, *n));
-            let failed = c.generation_failures.iter().map(move |(r, n)| (*t, "not generated", r, *n));
+            let dropped = c.dropped_by_reason.iter().map(move |(r, n)| (*t, "dropped", r.as_str(), *n));
+            let failed =
+                c.generation_failures.iter().map(move |(kind, n)| (*t, "not generated", kind.label(), *n));
             dropped.chain(failed)
         })
         .collect();
@@ -227,10 +247,18 @@ fn reasons_table(out: &mut String, m: &Manifest<'_>) {
         return;
     }
     let _ = writeln!(out, "| type | outcome | reason | count |\n|---|---|---|---:|");
+    let not_generated = rows.iter().any(|r| r.1 == "not generated");
     for (t, outcome, reason, n) in rows {
         let _ = writeln!(out, "| {t} | {outcome} | {reason} | {n} |");
     }
     out.push('\n');
+    if not_generated {
+        let _ = writeln!(
+            out,
+            "Requests not generated are counted by kind of failure; each one's message (and reply) is in \
+             `rejects.jsonl`.\n"
+        );
+    }
 }
 
 /// The rank histogram's column of a source rank (1, 2, 3, 4–5, 6–10, 11–N, not in the top N).

@@ -55,7 +55,7 @@ fn per_query(path: &Path) -> BTreeMap<String, BTreeMap<String, BTreeMap<String, 
     all
 }
 
-fn eval_fixture(out: &Path, gain: &str) -> Output {
+fn eval_fixture(out: &Path, gain: &str, ties: &str) -> Output {
     let (a, b, c) = (fixture("a.run"), fixture("b.run"), fixture("c.run"));
     let (qrels, queries, no_answer) =
         (fixture("qrels.trec"), fixture("queries.jsonl"), fixture("no_answer.txt"));
@@ -75,6 +75,8 @@ fn eval_fixture(out: &Path, gain: &str) -> Output {
         path_str(&c),
         "--gain",
         gain,
+        "--ties",
+        ties,
         "--resamples",
         "1000",
         "--out",
@@ -86,12 +88,36 @@ fn eval_fixture(out: &Path, gain: &str) -> Output {
 /// ir_measures; see `reference.py`) matches to 1e-4, under both gains.
 #[test]
 fn metrics_match_the_reference_tools() {
-    let expected = json(&fixture("expected.json"));
+    let stdout = matches_reference("expected.json", "trec-eval");
+    assert!(stdout.contains("broken as trec_eval does"), "{stdout}");
+}
+
+/// The same with `--ties run-order` against `expected_run_order.json`: pytrec_eval on the runs
+/// with scores replaced by -rank, as the validity harness scores them. The fixture's runs tie
+/// often, so 252 of its 1,860 values differ from trec_eval's order.
+#[test]
+fn run_order_matches_the_reference_tools_on_minus_rank_scores() {
+    let rule = "hits are scored in the order the run lists them (--ties run-order)";
+    let stdout = matches_reference("expected_run_order.json", "run-order");
+    assert!(stdout.contains(rule), "{stdout}");
+    let dir = tempdir();
+    ok(&eval_fixture(dir.path(), "linear", "run-order"));
+    let settings = &json(&dir.path().join("eval.json"))["settings"];
+    assert_eq!(settings["ties"], "run_order");
+    assert!(settings["tie_breaking"].as_str().unwrap_or_default().starts_with(rule), "{settings}");
+    assert!(read(&dir.path().join("eval.html")).contains(rule), "eval.html states the rule");
+}
+
+/// Checks every value of the fixture `expected` under `--ties ties`; the stdout of the last
+/// evaluation.
+fn matches_reference(expected: &str, ties: &str) -> String {
+    let expected = json(&fixture(expected));
     let runs = expected["runs"].as_object().unwrap_or_else(|| panic!("no runs"));
     let mut checked = 0;
+    let mut stdout = String::new();
     for gain in ["linear", "exponential"] {
         let dir = tempdir();
-        let stdout = ok(&eval_fixture(dir.path(), gain));
+        stdout = ok(&eval_fixture(dir.path(), gain, ties));
         assert!(stdout.contains(&format!("nDCG with {gain} gain")), "{stdout}");
         let ours = per_query(&dir.path().join("per_query.tsv"));
         for (run, queries) in runs {
@@ -106,19 +132,23 @@ fn metrics_match_the_reference_tools() {
                     };
                     let want = want.as_f64().unwrap_or(f64::NAN);
                     let got = ours[run][query][measure];
-                    assert!((got - want).abs() < 1e-4, "{gain} {run} {query} {measure}: {got} != {want}");
+                    assert!(
+                        (got - want).abs() < 1e-4,
+                        "{ties} {gain} {run} {query} {measure}: {got} != {want}"
+                    );
                     checked += 1;
                 }
             }
         }
     }
     assert_eq!(checked, 3000, "{checked} values checked");
+    stdout
 }
 
 #[test]
 fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     let dir = tempdir();
-    let stdout = ok(&eval_fixture(dir.path(), "exponential"));
+    let stdout = ok(&eval_fixture(dir.path(), "exponential", "trec-eval"));
     // Run a has no line for q3; c none for q7 and the no_answer query q11.
     assert!(
         stdout.contains(
@@ -142,6 +172,7 @@ fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     assert!(per_query.lines().any(|l| l.starts_with("a\tq3\tanswerable\t") && l.ends_with("\t0.000000")));
     assert_eq!(eval["settings"]["gain_description"], "exponential gain (2^grade − 1)");
     assert!(eval["settings"]["tie_breaking"].as_str().unwrap_or_default().contains("trec_eval"));
+    assert_eq!(eval["settings"]["ties"], "trec_eval");
 }
 
 /// A set built from the sample, its BM25 run, and the run's path.

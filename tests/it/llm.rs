@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 const SECRET: &str = "sk-test-SECRET-never-written-7f3a";
 
 /// Runs `build` on the sample corpus (unless `args` name another `--corpus`) with the LLM
-/// generator pointed at `server`.
-fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
+/// generator pointed at `server`, and `key` (if any) in `OPENAI_API_KEY`.
+fn llm_build(out: &Path, server: &str, args: &[&str], key: Option<&str>) -> Run {
     let base_url = format!("{server}/v1");
     let corpus = sample_corpus();
     let mut all = vec!["build"];
@@ -35,7 +35,8 @@ fn llm_build(out: &Path, server: &str, args: &[&str]) -> Run {
         all.extend_from_slice(&["--queries", "12"]);
     }
     all.extend_from_slice(args);
-    let output = qrelgen_with_env(&all, &[("OPENAI_API_KEY", SECRET)]);
+    let env: Vec<(&str, &str)> = key.map(|k| ("OPENAI_API_KEY", k)).into_iter().collect();
+    let output = qrelgen_with_env(&all, &env);
     Run {
         out: out.to_owned(),
         code: output.status.code(),
@@ -53,11 +54,17 @@ pub(super) async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
 /// Runs a build against a running mock (the base URL is part of the cache key, so reruns that
 /// should hit the cache use the same server).
 pub(super) async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
+    run_keyed(server, out, args, Some(SECRET)).await
+}
+
+/// As [`run_on`], with `key` (or none) in `OPENAI_API_KEY`.
+async fn run_keyed(server: &wiremock::MockServer, out: &Path, args: &[&str], key: Option<&str>) -> Run {
     let (uri, out, args): (String, std::path::PathBuf, Vec<String>) =
         (server.uri(), out.to_owned(), args.iter().map(|a| (*a).to_owned()).collect());
+    let key = key.map(str::to_owned);
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        llm_build(&out, &uri, &args)
+        llm_build(&out, &uri, &args, key.as_deref())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"))
@@ -112,6 +119,51 @@ async fn a_good_model_fills_the_set_and_the_key_never_reaches_a_file() {
     assert!(!run.stderr.contains(SECRET) && !run.stdout.contains(SECRET));
 }
 
+/// The `Authorization` header of every request the server received.
+async fn authorization_headers(server: &wiremock::MockServer) -> Vec<Option<String>> {
+    let requests = server.received_requests().await.unwrap_or_default();
+    requests
+        .iter()
+        .map(|r| r.headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_key_is_sent_as_a_bearer_token_and_no_key_sends_no_authorization_header() {
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let keyed = tempdir();
+    run_keyed(&server, keyed.path(), &["--queries", "4"], Some(SECRET)).await.assert_code(0);
+    let sent = authorization_headers(&server).await;
+    assert!(!sent.is_empty() && sent.iter().all(|h| h.as_deref() == Some(&format!("Bearer {SECRET}"))));
+
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let keyless = tempdir();
+    run_keyed(&server, keyless.path(), &["--queries", "4"], None).await.assert_code(0);
+    let sent = authorization_headers(&server).await;
+    assert!(!sent.is_empty());
+    assert!(sent.iter().all(Option::is_none), "without a key: {sent:?}");
+}
+
+/// The `connect:` line of a run's progress output.
+fn connect_line(run: &Run) -> &str {
+    run.stderr.lines().find(|l| l.trim_start().starts_with("connect:")).unwrap_or("")
+}
+
+/// Preflight probes the server received so far, by response format.
+async fn probes(server: &wiremock::MockServer) -> Vec<String> {
+    let requests = server.received_requests().await.unwrap_or_default();
+    requests
+        .iter()
+        .filter(|r| mock::is_preflight(&r.body))
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            body.pointer("/response_format/type").and_then(Value::as_str).unwrap_or("plain").to_owned()
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_rejecting_json_schema_falls_back_to_json_object() {
     let dir = tempdir();
@@ -121,18 +173,69 @@ async fn a_server_rejecting_json_schema_falls_back_to_json_object() {
     let run = run_on(&server, dir.path(), &[]).await;
     run.assert_code(0);
     assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
-    let bodies: Vec<Value> = server
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .map(|r| serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-        .collect();
-    let schema_probes = bodies.iter().filter(|b| b["response_format"]["type"] == "json_schema").count();
-    assert_eq!(schema_probes, 1, "the 500 to json_schema is not retried: one probe, then json_object");
+    let probed = probes(&server).await;
+    assert_eq!(probed, ["json_schema", "json_object"], "a 500 naming json_schema is not retried");
+    let line = connect_line(&run);
+    assert!(
+        line.contains("json_object output (json_schema refused: HTTP 500: json_schema is not supported)"),
+        "{line}"
+    );
     let first = counters.requests();
     run_on(&server, dir.path(), &[]).await.assert_code(0);
     assert_eq!(counters.requests(), first, "a warm rerun probes nothing and calls nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transient_500_during_the_preflight_is_retried_and_keeps_json_schema() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    (model.fail_first, model.fail_status) = (1, 500);
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "schema");
+    assert_eq!(probes(&server).await, ["json_schema", "json_schema"], "the probe was retried");
+    let line = connect_line(&run);
+    assert!(line.contains("json_schema output (the server follows the schema)"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_ignores_the_schema_gets_json_object_and_the_connect_line_says_why() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.ignore_schema = true;
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
+    let line = connect_line(&run);
+    assert!(
+        line.contains("json_object output (json_schema ignored: the reply holds no JSON object"),
+        "{line}"
+    );
+    let rerun = run_on(&server, dir.path(), &[]).await;
+    assert!(
+        connect_line(&rerun).contains("json_object output (chosen by an earlier run"),
+        "{}",
+        rerun.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remembered_mode_that_gave_no_usable_reply_is_probed_again() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::WrongTypes);
+    let server = mock::start(model).await;
+    run_on(&server, dir.path(), &["--max-rounds", "1", "--repairs", "0"]).await.assert_code(1);
+    assert_eq!(probes(&server).await.len(), 1);
+    // The server is fixed; the mode remembered from the first run never produced a usable
+    // reply, so the next run probes again, and the one after that trusts it.
+    remount(&server, mock::model(Behaviour::Good).0).await;
+    run_on(&server, dir.path(), &[]).await.assert_code(0);
+    assert_eq!(probes(&server).await.len(), 1, "probed again");
+    remount(&server, mock::model(Behaviour::Good).0).await;
+    run_on(&server, dir.path(), &["--queries", "16"]).await.assert_code(0);
+    assert_eq!(probes(&server).await.len(), 0, "a mode that worked is trusted");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,6 +311,35 @@ async fn rate_limits_are_retried_after_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_429_means_later_never_failed() {
+    // One request per rolling second, no --rpm, and only two attempts per call: every call
+    // still gets through, however many 429s it meets.
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.rate_limit = Some((1, Duration::from_secs(1)));
+    let run = run_with(model, dir.path(), &["--queries", "8", "--attempts", "2"]).await;
+    run.assert_code(0);
+    let network = &manifest(&run)["run"]["llm_network"];
+    assert_eq!(network["failures"], 0, "{network}");
+    assert!(counters.rate_limited.load(std::sync::atomic::Ordering::SeqCst) > 0, "the limit was met");
+    assert!(!run.file("rejects.jsonl").contains("HTTP 429"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_servers_rate_limit_headers_set_the_pace() {
+    // The server says 60 requests a minute and enforces one per rolling second; qrelgen, told
+    // no --rpm, paces itself by the header from the preflight's answer on.
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.rate_limit = Some((1, Duration::from_secs(1)));
+    model.rate_headers = Some(60);
+    let run = run_with(model, dir.path(), &["--queries", "8"]).await;
+    run.assert_code(0);
+    let limited = counters.rate_limited.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(limited <= 1, "{limited} answers 429 with the limit known from the first answer");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retried_and_other_4xx_fail_fast() {
     let dir = tempdir();
     let (mut model, _) = mock::model(Behaviour::Good);
@@ -259,10 +391,10 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
     let (model, counters) = mock::model(Behaviour::Good);
     let run = run_with(model, dir.path(), &["--dry-run"]).await;
     run.assert_code(0);
-    assert!(run.stdout.starts_with("dry run: 12 queries in "), "{}", run.stdout);
+    assert!(run.stdout.starts_with("dry run: 12 queries, all rounds: "), "{}", run.stdout);
     // 12 queries = 5 direct, 3 paraphrase, 2 multi_hop (2 hops each), 2 no_answer (5 pooled
-    // chunks each, --pool-depth): 2 × 2 + 2 × 5 judge calls.
-    assert!(run.stdout.contains("the judge: up to 14 more calls"), "{}", run.stdout);
+    // chunks each, --pool-depth): 2 × 2 + 2 × 5 judge calls in round 1.
+    assert!(run.stdout.contains("the judge: up to 14–"), "{}", run.stdout);
     assert_eq!(counters.requests(), 0);
     assert!(!dir.path().join("queries.jsonl").exists());
 
@@ -284,6 +416,43 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
         Some(paid as u64 - 1),
         "every paid call but the preflight is reused"
     );
+}
+
+/// The `low–high` range before `what` in a dry run's output (`3–6 calls`).
+fn range_before(stdout: &str, what: &str) -> (u64, u64) {
+    let at = stdout.find(what).unwrap_or_else(|| panic!("no {what:?} in {stdout}"));
+    let range = stdout[..at].trim_end().rsplit(' ').next().unwrap_or("");
+    let (low, high) = range.split_once('–').unwrap_or((range, range));
+    let number = |n: &str| n.replace(',', "").parse().unwrap_or_else(|e| panic!("{n:?} in {stdout}: {e}"));
+    (number(low), number(high))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_estimates_every_round_as_a_range_and_counts_the_schema() {
+    let dir = tempdir();
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let run = |args: &'static [&'static str]| {
+        let (server, dir) = (&server, dir.path());
+        async move {
+            let run = run_on(server, dir, &[&["--dry-run"][..], args].concat()).await;
+            run.assert_code(0);
+            run.stdout
+        }
+    };
+    let all = run(&["--json-mode", "json_schema"]).await;
+    assert!(all.contains("from every query kept (round 1 only) to half of them dropped"), "{all}");
+    let (low, high) = range_before(&all, "calls");
+    assert!(high > low, "more rounds cost more calls: {all}");
+    let (prompt_low, prompt_high) = range_before(&all, "prompt tokens");
+    assert!(prompt_high > prompt_low, "{all}");
+    assert!(all.contains("prompt tokens (response_format schema included)"), "{all}");
+    let one_round = run(&["--json-mode", "json_schema", "--max-rounds", "1"]).await;
+    assert_eq!(range_before(&one_round, "calls"), (low, low), "one round: no range: {one_round}");
+    let plain = run(&["--json-mode", "plain"]).await;
+    let (plain_low, _) = range_before(&plain, "prompt tokens");
+    // prompts/schema.json, in its response_format, is about 120 tokens, sent with every call.
+    assert!(prompt_low >= plain_low + 100 * low, "schema {prompt_low} vs plain {plain_low}, {low} calls");
 }
 
 /// Every output file but the run section of the manifest.
@@ -385,8 +554,8 @@ async fn a_run_killed_mid_way_resumes_without_paying_twice() {
     rerun.assert_code(0);
     assert_eq!(
         counters.requests() - before_rerun,
-        total_calls - paid,
-        "the rerun must make exactly the calls not yet paid"
+        total_calls - 1 - paid,
+        "the rerun must make exactly the calls not yet paid (the preflight's choice is remembered)"
     );
     assert_same(&outputs(&rerun), &outputs(&full));
 }
@@ -399,24 +568,59 @@ async fn wait_for(counters: &Arc<Counters>, requests: usize) {
     }
 }
 
+/// Replaces what `server` answers with `model` (same address, so the same cache keys).
+async fn remount(server: &wiremock::MockServer, model: mock::Model) {
+    server.reset().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(model).mount(server).await;
+}
+
+/// A server that served a first run into `out` (which leaves the preflight's choice in the
+/// cache), then hangs on every new call; and the counters of the hanging part.
+async fn hangs_after_a_good_run(out: &Path) -> (wiremock::MockServer, Arc<Counters>) {
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    run_on(&server, out, &["--queries", "4"]).await.assert_code(0);
+    let (mut hanging, counters) = mock::model(Behaviour::Good);
+    hanging.delay = Duration::from_secs(30);
+    remount(&server, hanging).await;
+    (server, counters)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_watchdog_stops_a_run_where_nothing_finishes() {
     let dir = tempdir();
-    // A first run against a healthy server leaves the preflight's choice in the cache.
-    let (model, _) = mock::model(Behaviour::Good);
-    let server = mock::start(model).await;
-    run_on(&server, dir.path(), &["--queries", "4"]).await.assert_code(0);
-    // Then the server hangs on every new call.
-    server.reset().await;
-    let (mut hanging, _) = mock::model(Behaviour::Good);
-    hanging.delay = Duration::from_secs(30);
-    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(hanging).mount(&server).await;
+    let (server, _) = hangs_after_a_good_run(dir.path()).await;
     let started = Instant::now();
     let run =
         run_on(&server, dir.path(), &["--queries", "12", "--stall-timeout", "2", "--timeout", "60"]).await;
     run.assert_code(2);
     assert!(run.stderr.contains("no LLM call finished in 2 s"), "{}", run.stderr);
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn time_spent_on_our_side_is_not_server_silence() {
+    // --rpm 30 holds each request about 2 s in our own limiter: longer than --stall-timeout,
+    // but the server answers every request at once.
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::Good);
+    let args = ["--queries", "4", "--rpm", "30", "--stall-timeout", "1"];
+    let run = run_with(model, dir.path(), &args).await;
+    run.assert_code(0);
+    assert!(counters.requests() >= 3, "{} requests", counters.requests());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_that_time_out_do_not_reset_the_stall_clock() {
+    let dir = tempdir();
+    let (server, counters) = hangs_after_a_good_run(dir.path()).await;
+    let args = ["--queries", "12", "--timeout", "1", "--stall-timeout", "3", "--attempts", "20"];
+    let run = run_on(&server, dir.path(), &[&args[..], &["--concurrency", "1"]].concat()).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("no LLM call finished in 3 s"), "{}", run.stderr);
+    // Three attempts of 1 s each (and the backoff between them) are 3 s without an answer.
+    let requests = counters.requests();
+    assert!((1..=3).contains(&requests), "{requests} attempts of 1 s before the stall was noticed");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -442,4 +646,131 @@ async fn a_dead_server_stops_the_run_and_keeps_the_previous_set() {
     assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stderr).contains("cannot reach the server"));
     assert_eq!(first.file("queries.jsonl"), before, "the previous set was overwritten");
+}
+
+/// Runs a build with the LLM generator at `base_url` (no server behind it), with `args`.
+async fn run_unserved(base_url: &str, args: &[&str]) -> std::process::Output {
+    let dir = tempdir();
+    let (out, base_url) = (dir.path().join("out"), base_url.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let corpus = sample_corpus();
+        let mut all =
+            vec!["build", "--corpus", path_str(&corpus), "--out", path_str(&out), "--generator", "llm"];
+        all.extend_from_slice(&["--base-url", &base_url, "--model", "mock-model"]);
+        all.extend(args.iter().map(String::as_str));
+        qrelgen_with_env(&all, &[])
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base_url_that_is_not_a_url_or_refuses_locally_fails_at_once_naming_the_cause() {
+    for (url, expected) in [
+        ("not a url", "is not an http(s) URL: relative URL without a base"),
+        ("localhost:8080/v1", "is not an http(s) URL: the scheme is \"localhost\""),
+    ] {
+        let run = run_unserved(url, &[]).await;
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(stderr.contains("hint: check --base-url"), "{stderr}");
+    }
+    // A port nobody listens on: refused at once, and not retried (--attempts would allow 6).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or_else(|e| panic!("{e}"), |a| a.port());
+    let run = run_unserved(&format!("http://127.0.0.1:{port}/v1"), &["--attempts", "6"]).await;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the server: connection refused: nothing listens at that address"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(os error"), "the cause is kept: {stderr}");
+    assert!(stderr.contains("not retried"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_are_counted_by_kind_and_their_messages_kept_in_rejects() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.fail_generation = Some(400);
+    let run = run_with(model, dir.path(), &["--max-rounds", "1", "--allow-shortfall"]).await;
+    run.assert_code(1);
+    let rejects = run.jsonl("rejects.jsonl");
+    assert!(rejects.len() >= 3, "{} rejects", rejects.len());
+    for r in &rejects {
+        assert_eq!(str_field(r, "/kind"), "http_error", "{r}");
+        let reason = str_field(r, "/reason");
+        assert!(
+            reason.starts_with("HTTP 400: request ") && reason.ends_with(" refused | try again\nor not"),
+            "{r}"
+        );
+    }
+    let m = manifest(&run);
+    let failed: u64 = m["counts"].as_object().map_or(0, |counts| {
+        counts.values().filter_map(|c| c["generation_failures"]["http_error"].as_u64()).sum()
+    });
+    assert_eq!(failed, 12, "every request of the 12 failed, counted by kind: {}", m["counts"]);
+    let report = run.file("report.md");
+    let section: Vec<&str> = report
+        .lines()
+        .skip_while(|l| !l.starts_with("## Dropped and not generated"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with('|'))
+        .collect();
+    let rows: Vec<&&str> = section.iter().filter(|l| l.contains("not generated")).collect();
+    assert_eq!(rows.len(), 4, "one row per type, not per message: {section:#?}");
+    for row in &rows {
+        assert_eq!(row.matches('|').count(), 5, "a broken row: {row}");
+        assert!(row.contains("| http_error |"), "{row}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_that_times_out_on_every_attempt_fails_alone() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.slow_first_call = Some((Duration::from_secs(5), usize::MAX));
+    let args = ["--timeout", "1", "--attempts", "2", "--concurrency", "2", "--allow-shortfall"];
+    let run = run_with(model, dir.path(), &args).await;
+    run.assert_code(0);
+    let timeouts: Vec<Value> =
+        run.jsonl("rejects.jsonl").into_iter().filter(|r| str_field(r, "/kind") == "timeout").collect();
+    assert!(!timeouts.is_empty(), "the slow call is a failure in rejects.jsonl");
+    for r in &timeouts {
+        assert_eq!(str_field(r, "/reason"), "no reply within 1 s (--timeout)");
+    }
+    assert!(!run.jsonl("queries.jsonl").is_empty(), "the other calls made the set");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_abandoned_on_a_timeout_is_counted_as_a_billing_estimate() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.slow_first_call = Some((Duration::from_secs(3), 1));
+    let server = mock::start(model).await;
+    let args = ["--timeout", "1", "--max-tokens", "400", "--concurrency", "1"];
+    let run = run_on(&server, dir.path(), &args).await;
+    run.assert_code(0);
+    let usage = &manifest(&run)["llm"]["usage"];
+    assert_eq!(usage["abandoned"], 1, "{usage}");
+    assert_eq!(usage["abandoned_completion_tokens"], 400, "max_tokens as the worst case: {usage}");
+    let prompt = usage["abandoned_prompt_tokens"].as_u64().unwrap_or(0);
+    assert!(prompt > 100, "the abandoned prompt is estimated: {usage}");
+    let report = run.file("report.md");
+    let line = report.lines().find(|l| l.contains("abandoned")).unwrap_or("");
+    assert!(
+        line.contains(&format!("1 attempt abandoned on a timeout (may still be billed): about {prompt} prompt + at most 400 completion tokens (estimate)")),
+        "{report}"
+    );
+    assert_eq!(manifest(&run)["run"]["llm_network"]["paid"]["abandoned"], 1);
+    // A warm rerun reports the same: the abandoned attempt is remembered with the reply.
+    let rerun = run_on(&server, dir.path(), &args).await;
+    rerun.assert_code(0);
+    assert_eq!(rerun.file("report.md"), report);
+    assert_eq!(manifest(&rerun)["run"]["llm_network"]["paid"]["abandoned"], 0);
 }

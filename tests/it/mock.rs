@@ -49,6 +49,10 @@ pub struct Counters {
     pub rate_limited: AtomicUsize,
     /// Requests that asked the judge for a grade.
     pub judge: AtomicUsize,
+    /// The prompt of the first generation call.
+    pub first_call: Mutex<Option<String>>,
+    /// Attempts of the first generation call answered late.
+    pub slow_served: AtomicUsize,
 }
 
 impl Counters {
@@ -87,16 +91,51 @@ pub struct Model {
     pub retry_after: Option<String>,
     /// At most this many requests per rolling window; more get 429.
     pub rate_limit: Option<(usize, Duration)>,
+    /// Generation calls (not the preflight, not the judge) get this status, with a message that
+    /// differs per request and holds a `|` and a line break.
+    pub fail_generation: Option<u16>,
+    /// The first generation call is answered this late, on its first this many attempts (one
+    /// slow prompt among quick ones).
+    pub slow_first_call: Option<(Duration, usize)>,
+    /// Answer the preflight in prose when it asks for `json_schema` (a server that ignores the
+    /// schema).
+    pub ignore_schema: bool,
+    /// Send `x-ratelimit-limit-requests: N` (per minute, as OpenAI does) with every answer.
+    pub rate_headers: Option<u32>,
     pub counters: Arc<Counters>,
 }
 
 impl Respond for Model {
     fn respond(&self, request: &Request) -> ResponseTemplate {
-        self.answer(request).set_delay(self.delay)
+        let mut answer = self.answer(request);
+        if let Some(rpm) = self.rate_headers {
+            answer = answer.insert_header("x-ratelimit-limit-requests", rpm.to_string().as_str());
+        }
+        let delay = match self.slow_first_call {
+            Some((slow, times))
+                if self.is_first_call(request)
+                    && self.counters.slow_served.fetch_add(1, Ordering::SeqCst) < times =>
+            {
+                slow
+            }
+            _ => self.delay,
+        };
+        answer.set_delay(delay)
     }
 }
 
 impl Model {
+    /// Whether `request` is the first generation call the mock saw (or a retry of it).
+    fn is_first_call(&self, request: &Request) -> bool {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let user = body.pointer("/messages/1/content").and_then(Value::as_str).unwrap_or("");
+        if user.is_empty() || user.contains("{\"queries\": []}") {
+            return false;
+        }
+        let Ok(mut first) = self.counters.first_call.lock() else { return false };
+        first.get_or_insert_with(|| user.to_owned()) == user
+    }
+
     fn answer(&self, request: &Request) -> ResponseTemplate {
         let c = &self.counters;
         let n = c.requests.fetch_add(1, Ordering::SeqCst);
@@ -135,8 +174,15 @@ impl Model {
             return completion(&grade, "stop", prompt_chars);
         }
         let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
+        if let Some(status) = self.fail_generation.filter(|_| !user.contains("{\"queries\": []}")) {
+            let message = format!("request {n} refused | try again\nor not");
+            return ResponseTemplate::new(status).set_body_json(json!({"error": {"message": message}}));
+        }
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
+            _ if user.contains("{\"queries\": []}") && self.ignore_schema && format == "json_schema" => {
+                "Sure! Here is what you asked for.".to_owned()
+            }
             _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
             Behaviour::InvalidThenRepaired if !repaired => "{\"queries\": [ oops".to_owned(),
             Behaviour::Truncated => {
@@ -290,6 +336,14 @@ fn wrong_types(user: &str) -> String {
         .to_string()
 }
 
+/// Whether a request body is the preflight's probe.
+pub fn is_preflight(body: &[u8]) -> bool {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    body.pointer("/messages/1/content")
+        .and_then(Value::as_str)
+        .is_some_and(|u| u.contains("{\"queries\": []}"))
+}
+
 /// Starts a mock serving `model` at `/v1/chat/completions`.
 pub async fn start(model: Model) -> MockServer {
     let server = MockServer::builder().start().await;
@@ -308,6 +362,10 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         fail_status: 200,
         retry_after: None,
         rate_limit: None,
+        fail_generation: None,
+        slow_first_call: None,
+        ignore_schema: false,
+        rate_headers: None,
         counters: Arc::clone(&counters),
     };
     (model, counters)
