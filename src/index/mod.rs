@@ -18,10 +18,10 @@ pub use error::IndexError;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 
-use error::Result;
 use crate::id::ChunkId;
 use crate::progress::Stage;
 use crate::record::{Chunk, ChunkMeta};
+use error::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -559,7 +559,10 @@ mod tests {
             ChunkIndex::open_or_build(dir.path(), metas, "f", Analyzer::default(), &Stage::hidden(), |add| {
                 chunks.into_iter().take(1).try_for_each(add)
             });
-        assert!(result.is_err_and(|e| format!("{e:?}").contains("does not hold the 2 chunks")));
+        assert!(result.is_err_and(|e| {
+            matches!(e, IndexError::Mismatch { chunks: 2, .. })
+                && e.to_string().contains("does not hold the 2 chunks")
+        }));
     }
 
     #[test]

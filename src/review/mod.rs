@@ -21,8 +21,8 @@ pub mod status;
 pub mod version;
 
 pub use crate::error::Problem;
-pub use crate::record::Location;
 use crate::id::{ChunkId, QueryId};
+pub use crate::record::Location;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;

@@ -11,6 +11,7 @@ mod eval;
 mod golden;
 mod llm;
 mod mock;
+mod modules;
 mod pooling;
 mod readme;
 mod rebuild;
