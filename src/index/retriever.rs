@@ -4,8 +4,10 @@
 //! take its place behind the same trait (BM25 is the same model; one `_msearch` request per
 //! batch of queries, which is what [`Retriever::search_many`] is for).
 
-use super::{ChunkIndex, Hit};
-use crate::error::Result;
+use super::{ChunkIndex, Hit, IndexError};
+
+/// A retriever's answer.
+type Result<T> = std::result::Result<T, IndexError>;
 
 /// A BM25 engine over the chunks, addressed by their positions in the chunk list.
 pub trait Retriever {
