@@ -10,6 +10,7 @@ mod llm;
 mod mock;
 mod pooling;
 mod readme;
+mod refresh;
 mod rebuild;
 mod review;
 
