@@ -5,7 +5,8 @@
 //! 3-token shingles (words; each CJK character a token): an old chunk that holds two or more new
 //! chunks (each at least [`PART_MIN`] inside it, together covering that share of it) was split;
 //! one with a new chunk at least [`PART_MIN`] alike (Jaccard) was edited; one that lies that much inside a new chunk was merged into
-//! it; one at least [`EDIT_MIN`] alike to a new chunk was edited too; any other was deleted. New chunks nothing maps to were added.
+//! it (edited, when no other old chunk joined that one); one at least [`EDIT_MIN`] alike to a new
+//! chunk was edited too; any other was deleted. New chunks nothing maps to were added.
 
 use crate::id::ChunkId;
 use crate::text::is_cjk;
@@ -119,9 +120,13 @@ impl ChunkMap {
                 postings.entry(s).or_default().push(j);
             }
         }
+        let mut merged_jaccard: HashMap<usize, f64> = HashMap::new();
         for (i, o) in old.iter().enumerate() {
             if mapped[i].is_none() {
-                let m = match_edited(o, new, &shingled, &postings);
+                let (m, jaccard) = match_edited(o, new, &shingled, &postings);
+                if let Some(jaccard) = jaccard {
+                    merged_jaccard.insert(i, jaccard);
+                }
                 for (id, _) in &m.targets {
                     if let Some(&j) = new_at.get(id) {
                         used[j] = true;
@@ -130,7 +135,18 @@ impl ChunkMap {
                 mapped[i] = Some(m);
             }
         }
-        let old: Vec<Mapping> = mapped.into_iter().flatten().collect();
+        let mut old: Vec<Mapping> = mapped.into_iter().flatten().collect();
+        // A chunk "merged" into a new one no other old chunk joined was edited (text added).
+        let mut joined: HashMap<ChunkId, usize> = HashMap::new();
+        for m in old.iter().filter(|m| m.change == ChunkChange::Merged) {
+            *joined.entry(m.targets[0].0.clone()).or_default() += 1;
+        }
+        for (i, m) in old.iter_mut().enumerate() {
+            if m.change == ChunkChange::Merged && joined[&m.targets[0].0] == 1 {
+                m.change = ChunkChange::Edited;
+                m.targets[0].1 = merged_jaccard.get(&i).copied().unwrap_or(m.targets[0].1);
+            }
+        }
         let added = (0..new.len()).filter(|&j| !used[j]).map(|j| new[j].id.clone()).collect();
         let by_id = old.iter().enumerate().map(|(i, m)| (m.old.clone(), i)).collect();
         Self { old, added, by_id }
@@ -185,13 +201,14 @@ fn one(old: &Piece, change: ChunkChange, new: &ChunkId, similarity: f64) -> Mapp
     Mapping { old: old.id.clone(), change, targets: vec![(new.clone(), similarity)] }
 }
 
-/// Edited, split, merged or deleted, by the shingles `old` shares with the new chunks left.
+/// Edited, split, merged or deleted, by the shingles `old` shares with the new chunks left; for a
+/// merge, also the Jaccard similarity (in case no other chunk joined it: then it was edited).
 fn match_edited(
     old: &Piece,
     new: &[Piece],
     shingled: &HashMap<usize, HashSet<u64>>,
     postings: &HashMap<u64, Vec<usize>>,
-) -> Mapping {
+) -> (Mapping, Option<f64>) {
     let mine = shingles(&old.text);
     let mut shared: HashMap<usize, usize> = HashMap::new();
     for s in &mine {
@@ -216,19 +233,19 @@ fn match_edited(
     let mut parts: Vec<&(usize, f64, f64, f64, usize)> = overlaps.iter().filter(|o| o.2 >= PART_MIN).collect();
     if parts.len() >= 2 && parts.iter().map(|o| o.3).sum::<f64>() >= PART_MIN {
         parts.sort_by(|a, b| b.4.cmp(&a.4).then(a.0.cmp(&b.0)));
-        return mapping(ChunkChange::Split, parts.into_iter().map(|o| target(o.0, o.2)).collect());
+        return (mapping(ChunkChange::Split, parts.into_iter().map(|o| target(o.0, o.2)).collect()), None);
     }
     let best = overlaps.first().copied();
     if let Some((j, jaccard, ..)) = best.filter(|o| o.1 >= PART_MIN) {
-        return mapping(ChunkChange::Edited, vec![target(j, jaccard)]);
+        return (mapping(ChunkChange::Edited, vec![target(j, jaccard)]), None);
     }
     let into = overlaps.iter().filter(|o| o.3 >= PART_MIN).max_by(|a, b| a.3.total_cmp(&b.3).then(b.0.cmp(&a.0)));
-    if let Some(&(j, _, _, inside, _)) = into {
-        return mapping(ChunkChange::Merged, vec![target(j, inside)]);
+    if let Some(&(j, jaccard, _, inside, _)) = into {
+        return (mapping(ChunkChange::Merged, vec![target(j, inside)]), Some(jaccard));
     }
     match best.filter(|o| o.1 >= EDIT_MIN) {
-        Some((j, jaccard, ..)) => mapping(ChunkChange::Edited, vec![target(j, jaccard)]),
-        None => mapping(ChunkChange::Deleted, Vec::new()),
+        Some((j, jaccard, ..)) => (mapping(ChunkChange::Edited, vec![target(j, jaccard)]), None),
+        None => (mapping(ChunkChange::Deleted, Vec::new()), None),
     }
 }
 
@@ -313,6 +330,26 @@ mod tests {
         let map = ChunkMap::build(&old, &old);
         assert!(map.is_identity());
         assert_eq!(map.tsv().lines().count(), 3);
+    }
+
+    proptest::proptest! {
+        /// The same corpus maps onto itself unchanged; the same texts under other ids are moved,
+        /// each to its own text.
+        #[test]
+        fn same_texts_are_unchanged_or_moved(texts in proptest::collection::vec("[a-z]{1,6}( [a-z]{1,6}){0,12}", 1..12)) {
+            let old: Vec<Piece> = texts.iter().enumerate().map(|(i, t)| piece(&format!("a.md:{i}"), t)).collect();
+            let map = ChunkMap::build(&old, &old);
+            proptest::prop_assert!(map.is_identity());
+            let renamed: Vec<Piece> = texts.iter().enumerate().map(|(i, t)| piece(&format!("b.md:{i}"), t)).collect();
+            let map = ChunkMap::build(&old, &renamed);
+            proptest::prop_assert!(map.added.is_empty());
+            for m in &map.old {
+                proptest::prop_assert_eq!(m.change, ChunkChange::Moved);
+                let at = renamed.iter().position(|p| p.id == m.targets[0].0).unwrap_or(usize::MAX);
+                let old_text = &old.iter().find(|p| p.id == m.old).map(|p| p.text.clone());
+                proptest::prop_assert_eq!(Some(renamed[at].text.clone()), old_text.clone());
+            }
+        }
     }
 
     #[test]

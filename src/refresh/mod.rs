@@ -110,7 +110,7 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
         change: String,
     }
     let entries: Vec<Entry> = read_all(&set.join(CHANGELOG))?;
-    let unqueued = [QueryChange::Kept.label(), QueryChange::Retired.label()];
+    let unqueued = [QueryChange::Kept, QueryChange::Remapped, QueryChange::Retired].map(QueryChange::label);
     Ok(entries.into_iter().filter(|e| !unqueued.contains(&e.change.as_str())).filter_map(|e| e.query_id).collect())
 }
 

@@ -11,7 +11,9 @@
 //! - a `no_answer` query is re-verified by the round trip (its absent term); one the new corpus
 //!   may answer is flagged `may_be_answerable`.
 //!
-//! Changed queries are flagged; moved machine labels get provenance `refresh`. A human label is
+//! A query whose sources are unchanged but some derived rows (topic, duplicate, judge) moved or
+//! went with their chunks keeps its line and is not queued (`remapped`). Other changed queries
+//! are flagged; moved machine labels get provenance `refresh`. A human label is
 //! carried when its chunk is unchanged, moved, or mapped with the evidence found; otherwise the
 //! reason it no longer applies is recorded.
 
@@ -43,6 +45,9 @@ pub enum QueryChange {
     Relabelled,
     /// Labels kept; chunks new to the corpus entered its pool (listed for review).
     Pool,
+    /// Its sources unchanged; only derived rows (topic, duplicate, judge) moved to new ids or
+    /// went with their deleted chunks. Not flagged, not queued.
+    Remapped,
     /// Written for a new document.
     New,
     /// Kept as it was.
@@ -60,6 +65,7 @@ impl QueryChange {
             Self::Retargeted => "retargeted",
             Self::Relabelled => "relabelled",
             Self::Pool => "pool",
+            Self::Remapped => "remapped",
             Self::New => "new",
             Self::Kept => "kept",
             Self::Retired => "retired",
@@ -69,7 +75,7 @@ impl QueryChange {
     /// Whether it goes to the review queue.
     #[must_use]
     pub fn queued(self) -> bool {
-        !matches!(self, Self::Kept | Self::Retired)
+        !matches!(self, Self::Kept | Self::Remapped | Self::Retired)
     }
 }
 
@@ -218,6 +224,7 @@ impl<'a> Recheck<'a> {
             new_pool: Vec::new(),
         };
         let mut confirmed = true;
+        let mut sources_same = true;
         let mut retire: Option<String> = None;
         let mut sources = Vec::with_capacity(candidate.sources.len());
         for source in &candidate.sources {
@@ -225,6 +232,7 @@ impl<'a> Recheck<'a> {
                 Target::Same => sources.push(source.clone()),
                 Target::To(new, sure) => {
                     confirmed &= sure;
+                    sources_same = false;
                     sources.push(new);
                 }
                 Target::Gone(reason) => retire = Some(reason),
@@ -247,6 +255,13 @@ impl<'a> Recheck<'a> {
         }
         if let Some(reason) = retire {
             return Ok(retired(checked, reason));
+        }
+        if sources_same && checked.lost.is_empty() {
+            checked.change = QueryChange::Remapped;
+            checked.reason = "its sources are unchanged; derived labels moved or went with their chunks".to_owned();
+            checked.line = Some(line.raw.clone());
+            dedup_rows(&mut checked.qrels);
+            return Ok(checked);
         }
         let old_sources = std::mem::replace(&mut candidate.sources, sources);
         candidate.topic = candidate.topic.take().map(|topic| self.remap(&topic));

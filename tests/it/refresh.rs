@@ -165,9 +165,14 @@ fn assert_refreshed(after: &Run, before: (&BTreeMap<String, String>, &Rows), mov
             assert!(!str_field(log, "/reason").is_empty());
             continue;
         }
-        let line = parse(&new_lines[id]);
-        assert_eq!(str_field(&line, "/metadata/status"), "flagged", "{id}");
-        assert_eq!(str_field(&line, "/metadata/refresh/change"), change, "{id}");
+        if change == "remapped" {
+            assert_eq!(&new_lines[id], line, "{id}: its sources are unchanged");
+            assert!(old.iter().all(|r| !sources(line).contains(&r.1) || !(moved.contains_key(&r.1) || gone.contains(&r.1))));
+        } else {
+            let line = parse(&new_lines[id]);
+            assert_eq!(str_field(&line, "/metadata/status"), "flagged", "{id}");
+            assert_eq!(str_field(&line, "/metadata/refresh/change"), change, "{id}");
+        }
         let expected: Vec<(String, String, String, String)> = old
             .iter()
             .filter(|r| !gone.contains(&r.1))
@@ -212,7 +217,7 @@ fn assert_refreshed(after: &Run, before: (&BTreeMap<String, String>, &Rows), mov
         after.jsonl("review_queue.jsonl").iter().map(|i| str_field(i, "/query_id").to_owned()).collect();
     let queued: BTreeSet<String> = changes
         .iter()
-        .filter(|(_, (c, _))| !["kept", "retired"].contains(&c.as_str()))
+        .filter(|(_, (c, _))| !["kept", "remapped", "retired"].contains(&c.as_str()))
         .map(|(id, _)| id.clone())
         .collect();
     assert_eq!(queue, queued, "the queue holds exactly what changed");
@@ -232,13 +237,14 @@ fn editing_a_sentence_retargets_the_queries_of_its_chunk() {
     let moved = BTreeMap::from([(old.clone(), new)]);
     assert_refreshed(&run, (&before.0, &before.1), &moved, &BTreeSet::new());
     // The offline generator writes no evidence quotes: a query whose source changed is decided
-    // by the round trip (retargeted), one whose topic chunk changed keeps its sources (relabelled).
+    // by the round trip (retargeted), one whose topic chunk changed keeps its sources and its line
+    // (remapped).
     let changes = query_changes(&run);
     let mut touched = 0;
     for (id, line) in &before.0 {
         if rows_of(&before.1, id).iter().any(|r| r.1 == old) && changes[id].0 != "retired" {
             touched += 1;
-            let expected = if sources(line).contains(&old) { "retargeted" } else { "relabelled" };
+            let expected = if sources(line).contains(&old) { "retargeted" } else { "remapped" };
             assert_eq!(changes[id].0, expected, "{id}");
         }
     }
@@ -282,6 +288,8 @@ fn deleting_a_document_retires_its_queries_with_a_reason() {
             retired += 1;
             assert_eq!(changes[id].0, "retired", "{id}");
             assert!(str_field(&changes[id].1, "/reason").contains("was deleted"), "{id}");
+        } else if rows_of(&before.1, id).iter().any(|r| doc_chunks.contains(&r.1)) {
+            assert_eq!(changes[id].0, "remapped", "{id}: only its topic rows went");
         }
     }
     assert!(retired > 0);
@@ -307,6 +315,12 @@ fn renaming_a_document_relabels_every_label_and_retires_nothing() {
     assert_refreshed(&run, (&before.0, &before.1), &moved, &BTreeSet::new());
     let query_changes = query_changes(&run);
     assert!(query_changes.values().all(|c| c.0 != "retired" && c.0 != "retargeted"));
+    for (id, (change, _)) in &query_changes {
+        let moved_source = sources(&before.0[id]).iter().any(|s| moved.contains_key(s));
+        if ["relabelled", "remapped"].contains(&change.as_str()) {
+            assert_eq!(change == "relabelled", moved_source, "{id}: relabelled iff a source moved");
+        }
+    }
     assert!(query_changes.values().any(|c| c.0 == "relabelled"));
     assert_eq!(rows(&run).len(), before.1.len(), "every row kept");
     let validate = qrelgen(&["validate", "--set", path_str(&run.out)]);
