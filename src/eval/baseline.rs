@@ -82,7 +82,7 @@ pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun
         &fingerprint,
         Analyzer::new(segmenter),
         &stage,
-        |add| corpus::read_prechunked(&corpus_file, add).map(drop),
+        |add| corpus::read_prechunked(&corpus_file, |c| Ok(add(c)?)).map(drop),
     )?;
     stage.finish(&format!("{} chunks, index {provenance}", index.len()));
     let mut queries = Vec::new();

@@ -23,8 +23,9 @@ use crate::output::{self, Staging};
 use crate::pipeline::{self, Rounds, Timings};
 use crate::progress::Progress;
 use crate::record::{Judged, Provenance, Qrel, QueryType};
-use crate::review::set::{CORPUS, QUERIES, QUEUE, SetManifest, Version, read_all, read_manifest};
-use crate::review::version::{self, MadeBy, NO_ANSWER};
+use crate::output::layout::{CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, QUERIES, QUEUE, REJECTS};
+use crate::review::set::{SetManifest, Version, read_all, read_manifest};
+use crate::review::version::{self, MadeBy};
 use crate::runs::PoolRuns;
 use map::{ChunkChange, ChunkMap, Piece};
 use recheck::{Checked, QueryChange, Recheck};
@@ -36,8 +37,6 @@ use std::path::Path;
 pub const CHUNK_MAP: &str = "refresh/chunk_map.tsv";
 /// One line per chunk change and per query.
 pub const CHANGELOG: &str = "refresh/changelog.jsonl";
-const CANDIDATES: &str = "candidates.jsonl";
-const REJECTS: &str = "rejects.jsonl";
 
 /// How many new queries to write for the new chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +184,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     outcome.version = Some(current_version(&manifest) + 1);
     update_manifest(&mut manifest, config, &corpus, &outcome)?;
     report::stage(&staging, set, &outcome, &config.corpus)?;
-    output::write_json(&staging.path(version::MANIFEST), &manifest)?;
+    output::write_json(&staging.path(MANIFEST), &manifest)?;
     version::stage_rebuild(set, &mut staging, MadeBy::Refresh)?;
     staging.publish(&[])?;
     Ok(outcome)
@@ -371,7 +370,7 @@ impl Written<'_> {
         output::write_jsonl(&staging.path(REJECTS), &rejects)?;
         let chunk_groups: Vec<Vec<&ChunkId>> =
             groups.groups().iter().map(|g| g.iter().map(|&c| &self.index.meta(c).id).collect()).collect();
-        output::write_jsonl(&staging.path("chunk_groups.jsonl"), &chunk_groups)?;
+        output::write_jsonl(&staging.path(CHUNK_GROUPS), &chunk_groups)?;
         output::write_text(&staging.path(CHUNK_MAP), &self.map.tsv())?;
         output::write_jsonl(&staging.path(CHANGELOG), report::changelog(self.map, self.checked, self.new_set()))?;
         Ok(queue.len())
@@ -404,7 +403,7 @@ impl Written<'_> {
 /// did (the review log is added when the version is staged).
 fn update_manifest(manifest: &mut SetManifest, config: &BuildConfig, corpus: &output::CorpusSummary, outcome: &Outcome) -> Result<()> {
     let value = |v: std::result::Result<serde_json::Value, serde_json::Error>| {
-        v.map_err(|e| Error::Output { path: version::MANIFEST.into(), source: e.into() })
+        v.map_err(|e| Error::Output { path: MANIFEST.into(), source: e.into() })
     };
     manifest.rest.insert("corpus".to_owned(), value(serde_json::to_value(corpus))?);
     manifest.rest.insert("config".to_owned(), value(serde_json::to_value(config))?);

@@ -420,7 +420,7 @@ fn rewrite(
     change: QueryChange,
 ) -> Result<String> {
     let malformed = |message: String| Error::Malformed {
-        path: super::QUERIES.into(),
+        path: crate::output::layout::QUERIES.into(),
         line: line.line,
         message,
     };

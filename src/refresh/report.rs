@@ -6,9 +6,10 @@ use super::recheck::{Checked, Lost, Moved, QueryChange};
 use super::Outcome;
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
+use crate::output::layout::{REPORT_HTML, REPORT_MD};
 use crate::output::{self, Staging};
 use crate::record::{Judged, QueryType};
-use crate::review::export::escape_html;
+use crate::html::escape as escape_html;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -102,10 +103,10 @@ const HTML_END: &str = "</section>";
 /// Stages `report.md` and `report.html` with the refresh's section in place of an earlier one.
 pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) -> Result<()> {
     let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_default();
-    let md = read("report.md");
+    let md = read(REPORT_MD);
     let md = md.split(MD_HEADING).next().unwrap_or_default().trim_end().to_owned();
-    output::write_text(&staging.path("report.md"), &format!("{md}\n{MD_HEADING}\n{}", markdown(outcome, corpus)))?;
-    let html = read("report.html");
+    output::write_text(&staging.path(REPORT_MD), &format!("{md}\n{MD_HEADING}\n{}", markdown(outcome, corpus)))?;
+    let html = read(REPORT_HTML);
     if html.is_empty() {
         return Ok(());
     }
@@ -114,12 +115,12 @@ pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) ->
         _ => html,
     };
     let at = html.rfind("</body>").ok_or_else(|| Error::Malformed {
-        path: set.join("report.html"),
+        path: set.join(REPORT_HTML),
         line: 0,
         message: "no </body>".to_owned(),
     })?;
     let page = format!("{}{}{}", &html[..at], section_html(outcome, corpus), &html[at..]);
-    output::write_text(&staging.path("report.html"), &page)
+    output::write_text(&staging.path(REPORT_HTML), &page)
 }
 
 fn rows(outcome: &Outcome) -> Vec<(String, String)> {
