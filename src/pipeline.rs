@@ -124,7 +124,11 @@ pub fn build(
     let review_items =
         stage_set(config, &staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
     let version = match occupant {
-        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(out, &mut staging, crate::review::version::MadeBy::Build)?),
+        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(
+            out,
+            &mut staging,
+            crate::review::version::MadeBy::Build,
+        )?),
         Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => None,
     };
     staging.publish(&[])?;

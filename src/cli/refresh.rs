@@ -101,8 +101,10 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
 /// The settings `manifest.json` records, as if given in a config file.
 fn recorded_settings(set: &Path) -> anyhow::Result<Settings> {
     let path = set.join("manifest.json");
-    let text = fs_err::read_to_string(&path).with_context(|| format!("{} is not a set folder", set.display()))?;
-    let manifest: Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let text =
+        fs_err::read_to_string(&path).with_context(|| format!("{} is not a set folder", set.display()))?;
+    let manifest: Value =
+        serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     let config = manifest.get("config").with_context(|| format!("{} records no config", path.display()))?;
     serde_json::from_value(Value::Object(settings_of(config)))
         .with_context(|| format!("{}: the recorded config cannot be read", path.display()))
@@ -110,7 +112,10 @@ fn recorded_settings(set: &Path) -> anyhow::Result<Settings> {
 
 fn recorded_prechunked(set: &Path) -> bool {
     let text = fs_err::read_to_string(set.join("manifest.json")).unwrap_or_default();
-    serde_json::from_str::<Value>(&text).ok().and_then(|m| m.pointer("/config/prechunked")?.as_bool()).unwrap_or(false)
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|m| m.pointer("/config/prechunked")?.as_bool())
+        .unwrap_or(false)
 }
 
 /// The recorded config (`BuildConfig` as serialized) as settings keys.

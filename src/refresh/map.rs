@@ -11,6 +11,7 @@
 use crate::id::ChunkId;
 use crate::text::is_cjk;
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// An edited chunk shares at least this share of its shingles (Jaccard) with its new version.
@@ -113,7 +114,8 @@ impl ChunkMap {
             }
         }
         let open: Vec<usize> = (0..new.len()).filter(|&j| !used[j]).collect();
-        let shingled: HashMap<usize, HashSet<u64>> = open.iter().map(|&j| (j, shingles(&new[j].text))).collect();
+        let shingled: HashMap<usize, HashSet<u64>> =
+            open.iter().map(|&j| (j, shingles(&new[j].text))).collect();
         let mut postings: HashMap<u64, Vec<usize>> = HashMap::new();
         for &j in &open {
             for &s in &shingled[&j] {
@@ -184,14 +186,14 @@ impl ChunkMap {
         let mut out = String::from("old-id\tnew-id\tchange\tsimilarity\n");
         for m in &self.old {
             if m.targets.is_empty() {
-                out.push_str(&format!("{}\t-\t{}\t0.000\n", m.old, m.change.label()));
+                let _ = writeln!(out, "{}\t-\t{}\t0.000", m.old, m.change.label());
             }
             for (id, similarity) in &m.targets {
-                out.push_str(&format!("{}\t{id}\t{}\t{similarity:.3}\n", m.old, m.change.label()));
+                let _ = writeln!(out, "{}\t{id}\t{}\t{similarity:.3}", m.old, m.change.label());
             }
         }
         for id in &self.added {
-            out.push_str(&format!("-\t{id}\tadded\t0.000\n"));
+            let _ = writeln!(out, "-\t{id}\tadded\t0.000");
         }
         out
     }
@@ -230,7 +232,8 @@ fn match_edited(
     let target = |j: usize, similarity: f64| (new[j].id.clone(), similarity);
     let mapping = |change, targets| Mapping { old: old.id.clone(), change, targets };
     // Two or more new chunks that lie inside the old one: a split, its biggest share first.
-    let mut parts: Vec<&(usize, f64, f64, f64, usize)> = overlaps.iter().filter(|o| o.2 >= PART_MIN).collect();
+    let mut parts: Vec<&(usize, f64, f64, f64, usize)> =
+        overlaps.iter().filter(|o| o.2 >= PART_MIN).collect();
     if parts.len() >= 2 && parts.iter().map(|o| o.3).sum::<f64>() >= PART_MIN {
         parts.sort_by(|a, b| b.4.cmp(&a.4).then(a.0.cmp(&b.0)));
         return (mapping(ChunkChange::Split, parts.into_iter().map(|o| target(o.0, o.2)).collect()), None);
@@ -239,7 +242,8 @@ fn match_edited(
     if let Some((j, jaccard, ..)) = best.filter(|o| o.1 >= PART_MIN) {
         return (mapping(ChunkChange::Edited, vec![target(j, jaccard)]), None);
     }
-    let into = overlaps.iter().filter(|o| o.3 >= PART_MIN).max_by(|a, b| a.3.total_cmp(&b.3).then(b.0.cmp(&a.0)));
+    let into =
+        overlaps.iter().filter(|o| o.3 >= PART_MIN).max_by(|a, b| a.3.total_cmp(&b.3).then(b.0.cmp(&a.0)));
     if let Some(&(j, jaccard, _, inside, _)) = into {
         return (mapping(ChunkChange::Merged, vec![target(j, inside)]), Some(jaccard));
     }
@@ -294,7 +298,11 @@ mod tests {
 
     #[test]
     fn unchanged_moved_edited_deleted_added() {
-        let old = [piece("a.md:1", A), piece("b.md:2", B), piece("c.md:3", "Gone forever, never to be seen again.")];
+        let old = [
+            piece("a.md:1", A),
+            piece("b.md:2", B),
+            piece("c.md:3", "Gone forever, never to be seen again."),
+        ];
         let edited = A.replace("admin actions", "administrator actions and exports");
         let new = [
             piece("a.md:9", &edited),

@@ -19,11 +19,11 @@ use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
+use crate::output::layout::{CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, QUERIES, QUEUE, REJECTS};
 use crate::output::{self, Staging};
 use crate::pipeline::{self, Rounds, Timings};
 use crate::progress::Progress;
 use crate::record::{Judged, Provenance, Qrel, QueryType};
-use crate::output::layout::{CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, QUERIES, QUEUE, REJECTS};
 use crate::review::set::{SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
 use crate::runs::PoolRuns;
@@ -110,7 +110,11 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
     }
     let entries: Vec<Entry> = read_all(&set.join(CHANGELOG))?;
     let unqueued = [QueryChange::Kept, QueryChange::Remapped, QueryChange::Retired].map(QueryChange::label);
-    Ok(entries.into_iter().filter(|e| !unqueued.contains(&e.change.as_str())).filter_map(|e| e.query_id).collect())
+    Ok(entries
+        .into_iter()
+        .filter(|e| !unqueued.contains(&e.change.as_str()))
+        .filter_map(|e| e.query_id)
+        .collect())
 }
 
 /// Refreshes the set in `set` from `config.corpus` (`config` is the set's recorded settings, with
@@ -121,12 +125,16 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
 /// unusable endpoint.
 pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Progress) -> Result<Outcome> {
     if output::recover(set)? {
-        progress.warn(&format!("a publish into {} was cut short; its previous files were put back", set.display()));
+        progress.warn(&format!(
+            "a publish into {} was cut short; its previous files were put back",
+            set.display()
+        ));
     }
     let manifest = read_manifest(set)?;
     let current = Version::read(set)?;
     let old = read_pieces(&set.join(CORPUS))?;
-    let scratch = tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
+    let scratch =
+        tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
     let mut timings = Timings::default();
@@ -143,11 +151,13 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         return Ok(outcome);
     }
     let language = config.language.unwrap_or(corpus.language);
-    let checks = Checks { language: Some(language), hop_terms: matches!(config.generator, GeneratorConfig::Offline) };
+    let checks =
+        Checks { language: Some(language), hop_terms: matches!(config.generator, GeneratorConfig::Offline) };
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
     let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
     let candidates_path = set.join(CANDIDATES);
-    let candidates: Vec<Judged> = if candidates_path.is_file() { read_all(&candidates_path)? } else { Vec::new() };
+    let candidates: Vec<Judged> =
+        if candidates_path.is_file() { read_all(&candidates_path)? } else { Vec::new() };
     let stage = progress.stage("recheck", current.queries.len() as u64);
     let checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
     stage.finish(&format!("{} queries re-checked", checked.len()));
@@ -247,7 +257,13 @@ struct Fresh<'a> {
 type Generated = (Rounds, Option<crate::generate::LlmReport>);
 
 impl Fresh<'_> {
-    fn planner<'g>(&self, groups: &'g crate::dedup::ChunkGroups, added: &HashSet<usize>, n: usize, group: usize) -> Planner<'g>
+    fn planner<'g>(
+        &self,
+        groups: &'g crate::dedup::ChunkGroups,
+        added: &HashSet<usize>,
+        n: usize,
+        group: usize,
+    ) -> Planner<'g>
     where
         Self: 'g,
     {
@@ -256,7 +272,12 @@ impl Fresh<'_> {
         Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
     }
 
-    fn estimate(&mut self, groups: &crate::dedup::ChunkGroups, added: &HashSet<usize>, n: usize) -> Result<Option<Estimate>> {
+    fn estimate(
+        &mut self,
+        groups: &crate::dedup::ChunkGroups,
+        added: &HashSet<usize>,
+        n: usize,
+    ) -> Result<Option<Estimate>> {
         if n == 0 || added.is_empty() {
             return Ok(None);
         }
@@ -291,11 +312,20 @@ impl Fresh<'_> {
         let mut planner = self.planner(groups, added, n, group);
         for round in 1..=self.config.max_rounds {
             let wanted = rounds.to_plan();
-            let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+            let requests =
+                if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
             if requests.is_empty() {
                 break;
             }
-            rounds.run(round, generator.as_mut(), self.filter, self.index, &requests, self.progress, timings)?;
+            rounds.run(
+                round,
+                generator.as_mut(),
+                self.filter,
+                self.index,
+                &requests,
+                self.progress,
+                timings,
+            )?;
         }
         let llm = generator.llm_report();
         Ok((rounds, llm))
@@ -323,8 +353,13 @@ impl Written<'_> {
     }
 
     fn human_share(&self) -> f64 {
-        let human: HashSet<&QueryId> =
-            self.checked.iter().flat_map(|c| &c.qrels).filter(|q| q.provenance == Provenance::Human).map(|q| &q.query_id).collect();
+        let human: HashSet<&QueryId> = self
+            .checked
+            .iter()
+            .flat_map(|c| &c.qrels)
+            .filter(|q| q.provenance == Provenance::Human)
+            .map(|q| &q.query_id)
+            .collect();
         let total = self.checked.iter().filter(|c| c.line.is_some()).count() + self.new_set().count();
         if total == 0 { 0.0 } else { human.len() as f64 / total as f64 }
     }
@@ -356,7 +391,8 @@ impl Written<'_> {
             .map(|j| serde_json::to_string(&output::query_line(j, self.language)))
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| Error::Output { path: staging.path(QUERIES), source: e.into() })?;
-        let lines = self.checked.iter().filter_map(|c| c.line.as_deref()).chain(new_lines.iter().map(String::as_str));
+        let lines =
+            self.checked.iter().filter_map(|c| c.line.as_deref()).chain(new_lines.iter().map(String::as_str));
         output::write_text(&staging.path(QUERIES), &lines.flat_map(|l| [l, "\n"]).collect::<String>())?;
         let qrels = self.qrels();
         output::write_qrels(|name| staging.path(name), &qrels)?;
@@ -372,12 +408,16 @@ impl Written<'_> {
             groups.groups().iter().map(|g| g.iter().map(|&c| &self.index.meta(c).id).collect()).collect();
         output::write_jsonl(&staging.path(CHUNK_GROUPS), &chunk_groups)?;
         output::write_text(&staging.path(CHUNK_MAP), &self.map.tsv())?;
-        output::write_jsonl(&staging.path(CHANGELOG), report::changelog(self.map, self.checked, self.new_set()))?;
+        output::write_jsonl(
+            &staging.path(CHANGELOG),
+            report::changelog(self.map, self.checked, self.new_set()),
+        )?;
         Ok(queue.len())
     }
 
     fn no_answer(&self, qrels: &[Qrel]) -> String {
-        let answered: HashSet<&QueryId> = qrels.iter().filter(|q| q.grade >= 1).map(|q| &q.query_id).collect();
+        let answered: HashSet<&QueryId> =
+            qrels.iter().filter(|q| q.grade >= 1).map(|q| &q.query_id).collect();
         let ids = self
             .checked
             .iter()
@@ -395,13 +435,20 @@ impl Written<'_> {
             .filter(|c| matches!(c.change, QueryChange::Relabelled | QueryChange::Retargeted))
             .filter_map(|c| c.judged.as_ref().map(|j| (&j.candidate.id, j)))
             .collect();
-        old.iter().map(move |j| changed.get(&j.candidate.id).copied().unwrap_or(j)).chain(self.rounds.judged.iter())
+        old.iter()
+            .map(move |j| changed.get(&j.candidate.id).copied().unwrap_or(j))
+            .chain(self.rounds.judged.iter())
     }
 }
 
 /// The manifest of the new version: the new corpus, the settings the refresh ran with, what it
 /// did (the review log is added when the version is staged).
-fn update_manifest(manifest: &mut SetManifest, config: &BuildConfig, corpus: &output::CorpusSummary, outcome: &Outcome) -> Result<()> {
+fn update_manifest(
+    manifest: &mut SetManifest,
+    config: &BuildConfig,
+    corpus: &output::CorpusSummary,
+    outcome: &Outcome,
+) -> Result<()> {
     let value = |v: std::result::Result<serde_json::Value, serde_json::Error>| {
         v.map_err(|e| Error::Output { path: MANIFEST.into(), source: e.into() })
     };

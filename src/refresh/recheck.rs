@@ -188,7 +188,8 @@ impl<'a> Recheck<'a> {
             let mut verdict = self.filter.judge(&candidate)?;
             let mut judged_ids: HashSet<&ChunkId> = rows.iter().map(|r| &r.chunk_id).collect();
             // The new version of a chunk that was in the old pool has not newly entered it.
-            let old_pool = judged.into_iter().flat_map(|j| &j.verdict.pool).filter_map(|p| self.map.get(&p.chunk_id));
+            let old_pool =
+                judged.into_iter().flat_map(|j| &j.verdict.pool).filter_map(|p| self.map.get(&p.chunk_id));
             judged_ids.extend(old_pool.flat_map(|m| m.targets.iter().map(|(id, _)| id)));
             let new_pool: Vec<ChunkId> = verdict
                 .pool
@@ -202,7 +203,8 @@ impl<'a> Recheck<'a> {
             }
             verdict.status = Status::Flagged;
             let mut checked = kept(QueryChange::Pool, Some(Judged { candidate, verdict }));
-            checked.reason = format!("{} chunk(s) new to the corpus entered its pool, unjudged", new_pool.len());
+            checked.reason =
+                format!("{} chunk(s) new to the corpus entered its pool, unjudged", new_pool.len());
             checked.new_pool = new_pool;
             return Ok(checked);
         }
@@ -258,7 +260,8 @@ impl<'a> Recheck<'a> {
         }
         if sources_same && checked.lost.is_empty() {
             checked.change = QueryChange::Remapped;
-            checked.reason = "its sources are unchanged; derived labels moved or went with their chunks".to_owned();
+            "its sources are unchanged; derived labels moved or went with their chunks"
+                .clone_into(&mut checked.reason);
             checked.line = Some(line.raw.clone());
             dedup_rows(&mut checked.qrels);
             return Ok(checked);
@@ -274,11 +277,15 @@ impl<'a> Recheck<'a> {
         checked.reason = if confirmed {
             "its chunks moved or changed, and still hold its text or evidence".to_owned()
         } else {
-            format!("its chunks changed; the round trip on the new corpus kept it ({})", verdict.reason.label())
+            format!(
+                "its chunks changed; the round trip on the new corpus kept it ({})",
+                verdict.reason.label()
+            )
         };
         verdict.status = Status::Flagged;
         dedup_rows(&mut checked.qrels);
-        checked.line = Some(rewrite(line, Some((&candidate.sources, &verdict)), &old_sources, checked.change)?);
+        checked.line =
+            Some(rewrite(line, Some((&candidate.sources, &verdict)), &old_sources, checked.change)?);
         checked.judged = Some(Judged { candidate, verdict });
         Ok(checked)
     }
@@ -362,7 +369,11 @@ fn relabel(checked: &mut Checked, row: Qrel, new: ChunkId, sure: bool) -> Qrel {
 
 fn retired(mut checked: Checked, reason: String) -> Checked {
     for row in checked.qrels.drain(..).filter(|r| r.provenance == Provenance::Human) {
-        checked.lost.push(Lost { chunk: row.chunk_id, grade: row.grade, reason: format!("query retired: {reason}") });
+        checked.lost.push(Lost {
+            chunk: row.chunk_id,
+            grade: row.grade,
+            reason: format!("query retired: {reason}"),
+        });
     }
     checked.change = QueryChange::Retired;
     checked.reason = reason;

@@ -1,15 +1,15 @@
 //! What a refresh tells: `refresh/changelog.jsonl` (a line per chunk change and per query) and
 //! its section in `report.md` and `report.html` (replacing an earlier refresh's).
 
+use super::Outcome;
 use super::map::{ChunkChange, ChunkMap};
 use super::recheck::{Checked, Lost, Moved, QueryChange};
-use super::Outcome;
 use crate::error::{Error, Result};
+use crate::html::escape as escape_html;
 use crate::id::{ChunkId, QueryId};
 use crate::output::layout::{REPORT_HTML, REPORT_MD};
 use crate::output::{self, Staging};
 use crate::record::{Judged, QueryType};
-use crate::html::escape as escape_html;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -64,7 +64,11 @@ pub fn changelog<'a>(
         old: Some(&m.old),
         new: m.targets.iter().map(|(id, s)| (id, *s)).collect(),
     });
-    let added = map.added.iter().map(|id| Line::Chunk { change: ChunkChange::Added, old: None, new: vec![(id, 1.0)] });
+    let added = map.added.iter().map(|id| Line::Chunk {
+        change: ChunkChange::Added,
+        old: None,
+        new: vec![(id, 1.0)],
+    });
     let queries = checked.iter().map(|c| Line::Query {
         query_id: &c.id,
         query_type: c.query_type,
@@ -105,13 +109,18 @@ pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) ->
     let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_default();
     let md = read(REPORT_MD);
     let md = md.split(MD_HEADING).next().unwrap_or_default().trim_end().to_owned();
-    output::write_text(&staging.path(REPORT_MD), &format!("{md}\n{MD_HEADING}\n{}", markdown(outcome, corpus)))?;
+    output::write_text(
+        &staging.path(REPORT_MD),
+        &format!("{md}\n{MD_HEADING}\n{}", markdown(outcome, corpus)),
+    )?;
     let html = read(REPORT_HTML);
     if html.is_empty() {
         return Ok(());
     }
     let html = match (html.find(HTML_START), html.find(HTML_END)) {
-        (Some(start), Some(end)) if end > start => format!("{}{}", &html[..start], &html[end + HTML_END.len()..]),
+        (Some(start), Some(end)) if end > start => {
+            format!("{}{}", &html[..start], &html[end + HTML_END.len()..])
+        }
         _ => html,
     };
     let at = html.rfind("</body>").ok_or_else(|| Error::Malformed {
@@ -129,10 +138,16 @@ fn rows(outcome: &Outcome) -> Vec<(String, String)> {
         ("chunks".to_owned(), chunk_line(&outcome.chunks)),
         ("queries".to_owned(), query_line(&outcome.queries)),
         ("new queries asked for".to_owned(), outcome.new_wanted.to_string()),
-        ("LLM calls".to_owned(), format!("{} sent, {} from the cache", outcome.llm_calls, outcome.llm_cache_hits)),
+        (
+            "LLM calls".to_owned(),
+            format!("{} sent, {} from the cache", outcome.llm_calls, outcome.llm_cache_hits),
+        ),
         ("queries in the set".to_owned(), outcome.in_set.to_string()),
         ("human-verified".to_owned(), format!("{:.1} %", outcome.human_share * 100.0)),
-        ("review queue".to_owned(), format!("{} queries (`review export --only changed`)", outcome.review_items)),
+        (
+            "review queue".to_owned(),
+            format!("{} queries (`review export --only changed`)", outcome.review_items),
+        ),
     ]
 }
 

@@ -14,8 +14,8 @@ mod mock;
 mod modules;
 mod pooling;
 mod readme;
-mod refresh;
 mod rebuild;
+mod refresh;
 mod review;
 
 use serde_json::Value;

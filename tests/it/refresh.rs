@@ -39,7 +39,8 @@ fn copy_tree(from: &Path, to: &Path) {
 
 impl Fixture {
     fn refresh(&self, extra: &[&str]) -> Run {
-        let mut args = vec!["refresh", "--set", path_str(&self.set.out), "--corpus", path_str(&self.corpus), "-q"];
+        let mut args =
+            vec!["refresh", "--set", path_str(&self.set.out), "--corpus", path_str(&self.corpus), "-q"];
         args.extend_from_slice(extra);
         let output = qrelgen(&args);
         Run {
@@ -67,7 +68,12 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .into_iter()
         .flatten()
         .filter(|e| e.file_type().is_file())
-        .map(|e| (e.path().strip_prefix(dir).unwrap_or(e.path()).to_owned(), fs_err::read(e.path()).unwrap_or_default()))
+        .map(|e| {
+            (
+                e.path().strip_prefix(dir).unwrap_or(e.path()).to_owned(),
+                fs_err::read(e.path()).unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
@@ -143,7 +149,12 @@ fn sources(line: &str) -> Vec<String> {
 /// chunk ids: queries that touch no changed chunk keep their line and rows byte for byte; the
 /// others are retired (gone, with a reason) or flagged with rows moved to the new ids
 /// (provenance `refresh`, human rows carried) and their old ids in the changelog.
-fn assert_refreshed(after: &Run, before: (&BTreeMap<String, String>, &Rows), moved: &BTreeMap<String, String>, gone: &BTreeSet<String>) {
+fn assert_refreshed(
+    after: &Run,
+    before: (&BTreeMap<String, String>, &Rows),
+    moved: &BTreeMap<String, String>,
+    gone: &BTreeSet<String>,
+) {
     let (old_lines, old_rows) = before;
     let (new_lines, new_rows) = (lines(after), rows(after));
     let changes = query_changes(after);
@@ -167,7 +178,11 @@ fn assert_refreshed(after: &Run, before: (&BTreeMap<String, String>, &Rows), mov
         }
         if change == "remapped" {
             assert_eq!(&new_lines[id], line, "{id}: its sources are unchanged");
-            assert!(old.iter().all(|r| !sources(line).contains(&r.1) || !(moved.contains_key(&r.1) || gone.contains(&r.1))));
+            assert!(
+                old.iter()
+                    .all(|r| !sources(line).contains(&r.1)
+                        || !(moved.contains_key(&r.1) || gone.contains(&r.1)))
+            );
         } else {
             let line = parse(&new_lines[id]);
             assert_eq!(str_field(&line, "/metadata/status"), "flagged", "{id}");
@@ -197,7 +212,7 @@ fn assert_refreshed(after: &Run, before: (&BTreeMap<String, String>, &Rows), mov
             .map(|mut r| {
                 let old_id = moved.iter().find(|(_, n)| **n == r.1).map(|(o, _)| o.as_str());
                 if old_id.is_some_and(|o| lost.contains(o)) {
-                    r.3 = "refresh".to_owned();
+                    "refresh".clone_into(&mut r.3);
                 }
                 r
             })
@@ -229,7 +244,11 @@ fn editing_a_sentence_retargets_the_queries_of_its_chunk() {
     let before = (lines(&f.set), rows(&f.set));
     let kept = snapshot(&f.set.out);
     let old = chunk_with(&f.set, "events are kept for 90 days");
-    f.edit("admin/audit-log.md", "events are kept for 90 days", "events are kept for 120 days, then archived");
+    f.edit(
+        "admin/audit-log.md",
+        "events are kept for 90 days",
+        "events are kept for 120 days, then archived",
+    );
     let run = f.refresh(&[]);
     run.assert_code(0);
     let new = chunk_with(&run, "events are kept for 120 days, then archived");
@@ -250,8 +269,19 @@ fn editing_a_sentence_retargets_the_queries_of_its_chunk() {
     }
     assert!(touched > 0, "some query used the edited chunk");
     // The previous version is kept byte for byte.
-    for name in ["queries.jsonl", "qrels/provenance.tsv", "qrels/test.tsv", "qrels.trec", "corpus.jsonl", "manifest.json"] {
-        assert_eq!(fs_err::read(f.set.out.join("versions/v1").join(name)).ok().as_ref(), kept.get(Path::new(name)), "{name}");
+    for name in [
+        "queries.jsonl",
+        "qrels/provenance.tsv",
+        "qrels/test.tsv",
+        "qrels.trec",
+        "corpus.jsonl",
+        "manifest.json",
+    ] {
+        assert_eq!(
+            fs_err::read(f.set.out.join("versions/v1").join(name)).ok().as_ref(),
+            kept.get(Path::new(name)),
+            "{name}"
+        );
     }
     let manifest = parse(&run.file("manifest.json"));
     assert_eq!(manifest["review"]["version"], 2);
@@ -293,7 +323,10 @@ fn deleting_a_document_retires_its_queries_with_a_reason() {
         }
     }
     assert!(retired > 0);
-    assert_eq!(lines(&run).len(), before.0.len() - retired + changes.values().filter(|c| c.0 == "new").count());
+    assert_eq!(
+        lines(&run).len(),
+        before.0.len() - retired + changes.values().filter(|c| c.0 == "new").count()
+    );
 }
 
 #[test]
@@ -331,7 +364,8 @@ fn renaming_a_document_relabels_every_label_and_retires_nothing() {
 fn a_new_document_that_answers_a_no_answer_query_flags_it_first_and_gets_new_queries() {
     let f = fixture(&sample_corpus(), &[]);
     let before = (lines(&f.set), rows(&f.set));
-    let no_answer = f.set.file("no_answer.txt").lines().next().unwrap_or_else(|| panic!("a no_answer query")).to_owned();
+    let no_answer =
+        f.set.file("no_answer.txt").lines().next().unwrap_or_else(|| panic!("a no_answer query")).to_owned();
     let candidate = f
         .set
         .jsonl("candidates.jsonl")
@@ -350,8 +384,15 @@ fn a_new_document_that_answers_a_no_answer_query_flags_it_first_and_gets_new_que
     );
     let dry = f.refresh(&["--dry-run"]);
     dry.assert_code(0);
-    assert!(dry.stdout.contains("dry run, nothing written") && dry.stdout.contains("may_be_answerable 1"), "{}", dry.stdout);
-    assert!(!f.set.out.join("refresh").exists() && !f.set.out.join("versions").exists(), "a dry run writes nothing");
+    assert!(
+        dry.stdout.contains("dry run, nothing written") && dry.stdout.contains("may_be_answerable 1"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        !f.set.out.join("refresh").exists() && !f.set.out.join("versions").exists(),
+        "a dry run writes nothing"
+    );
 
     let run = f.refresh(&[]);
     run.assert_code(0);
@@ -369,7 +410,10 @@ fn a_new_document_that_answers_a_no_answer_query_flags_it_first_and_gets_new_que
     assert!(!new.is_empty(), "--new-queries auto writes queries for the new document");
     for id in new {
         let srcs = sources(&lines(&run)[id]);
-        assert!(!srcs.is_empty() && srcs.iter().all(|s| s.starts_with("admin/new-integrations.md:")), "{id}: {srcs:?}");
+        assert!(
+            !srcs.is_empty() && srcs.iter().all(|s| s.starts_with("admin/new-integrations.md:")),
+            "{id}: {srcs:?}"
+        );
     }
     let none = f.refresh(&[]);
     none.assert_code(0);
@@ -411,9 +455,11 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
     let out = path_str(&f.set.out).to_owned();
     let ran = qrelgen(&["review", "export", "--set", &out, "--format", "jsonl", "--to", path_str(&export)]);
     assert_eq!(ran.status.code(), Some(0));
-    let mut items: Vec<Value> = fs_err::read_to_string(&export).unwrap_or_default().lines().map(parse).collect();
+    let mut items: Vec<Value> =
+        fs_err::read_to_string(&export).unwrap_or_default().lines().map(parse).collect();
     // Three accepted direct queries from three documents: one renamed, one edited, one untouched.
-    let doc = |i: &Value| str_field(i, "/sources/0/chunk_id").split(':').next().unwrap_or_default().to_owned();
+    let doc =
+        |i: &Value| str_field(i, "/sources/0/chunk_id").split(':').next().unwrap_or_default().to_owned();
     let mut picked: Vec<usize> = Vec::new();
     for (at, item) in items.iter().enumerate() {
         let single = item["sources"].as_array().is_some_and(|s| s.len() == 1);
@@ -428,14 +474,17 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
     }
     let filled = f.set.out.join("../filled.jsonl");
     write(&filled, items.iter().map(|v| v.to_string() + "\n").collect::<String>());
-    let applied = qrelgen(&["review", "apply", "--set", &out, "--decisions", path_str(&filled), "--reviewer", "ann"]);
+    let applied =
+        qrelgen(&["review", "apply", "--set", &out, "--decisions", path_str(&filled), "--reviewer", "ann"]);
     assert_eq!(applied.status.code(), Some(0), "{}", String::from_utf8_lossy(&applied.stderr));
     let before = (lines(&f.set), rows(&f.set));
     let [renamed, edited, untouched] = [0, 1, 2].map(|i| &items[picked[i]]);
     let (renamed_id, edited_id, untouched_id) =
         (str_field(renamed, "/query_id"), str_field(edited, "/query_id"), str_field(untouched, "/query_id"));
     let edited_chunk = str_field(edited, "/sources/0/chunk_id").to_owned();
-    for (id, chunk) in [(renamed_id, str_field(renamed, "/sources/0/chunk_id")), (edited_id, edited_chunk.as_str())] {
+    for (id, chunk) in
+        [(renamed_id, str_field(renamed, "/sources/0/chunk_id")), (edited_id, edited_chunk.as_str())]
+    {
         assert!(before.1.contains(&(id.to_owned(), chunk.to_owned(), "2".to_owned(), "human".to_owned())));
     }
     // Rename the first document; add a sentence after the first paragraph of the second's chunk.
@@ -444,7 +493,10 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
     fs_err::remove_file(f.doc(&renamed_doc)).unwrap_or_else(|e| panic!("{e}"));
     write(&f.doc(&renamed_doc.replace(".md", "-renamed.md")), text);
     let chunk_text = str_field(edited, "/sources/0/text");
-    let sentence = chunk_text.split("\n\n").find(|p| !p.starts_with('#') && p.len() > 30).unwrap_or_else(|| panic!("a paragraph"));
+    let sentence = chunk_text
+        .split("\n\n")
+        .find(|p| !p.starts_with('#') && p.len() > 30)
+        .unwrap_or_else(|| panic!("a paragraph"));
     f.edit(&doc(edited), sentence, &format!("{sentence} This sentence is new."));
 
     let run = f.refresh(&["--new-queries", "0"]);
@@ -466,7 +518,10 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
     let manifest = parse(&run.file("manifest.json"));
     assert_eq!(manifest["review"]["version"], 3);
     assert!(manifest["refresh"]["human_share"].as_f64().is_some_and(|s| s > 0.0));
-    assert!(f.set.out.join("versions/v2/queries.jsonl").is_file() && f.set.out.join("review/decisions.jsonl").is_file());
+    assert!(
+        f.set.out.join("versions/v2/queries.jsonl").is_file()
+            && f.set.out.join("review/decisions.jsonl").is_file()
+    );
     // The refresh's queue is what `review export --only changed` gives.
     let only = qrelgen(&["review", "export", "--set", &out, "--format", "jsonl", "--only", "changed"]);
     assert_eq!(only.status.code(), Some(0));
@@ -502,7 +557,22 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
     let env = [("OPENAI_API_KEY", "sk-test")];
     let built = tokio::task::spawn_blocking(move || {
         qrelgen_with_env(
-            &["build", "--corpus", &c, "--out", &s, "--base-url", &u, "--model", "mock-model", "--queries", "12", "--review-size", "6", "-q"],
+            &[
+                "build",
+                "--corpus",
+                &c,
+                "--out",
+                &s,
+                "--base-url",
+                &u,
+                "--model",
+                "mock-model",
+                "--queries",
+                "12",
+                "--review-size",
+                "6",
+                "-q",
+            ],
             &env,
         )
     })
@@ -520,7 +590,10 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
     let refresh = |set: PathBuf| {
         let c = path_str(&corpus).to_owned();
         tokio::task::spawn_blocking(move || {
-            qrelgen_with_env(&["refresh", "--set", path_str(&set), "--corpus", &c, "--new-queries", "2", "-q"], &env)
+            qrelgen_with_env(
+                &["refresh", "--set", path_str(&set), "--corpus", &c, "--new-queries", "2", "-q"],
+                &env,
+            )
         })
     };
     let first = refresh(set.clone()).await.unwrap_or_else(|e| panic!("{e}"));
@@ -532,7 +605,8 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
     assert!(!new.is_empty(), "{changelog}");
     // A refresh killed after its calls (the cache holds them, nothing was published) resumes
     // without calling again.
-    fs_err::copy(set.join("llm-cache.sqlite"), spare.join("llm-cache.sqlite")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::copy(set.join("llm-cache.sqlite"), spare.join("llm-cache.sqlite"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let after_first = counters.requests();
     let resumed = refresh(spare.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
