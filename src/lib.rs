@@ -24,6 +24,7 @@ pub mod output;
 pub mod pipeline;
 pub mod progress;
 pub mod record;
+pub mod refresh;
 pub mod review;
 pub mod rng;
 pub mod runs;

@@ -128,7 +128,11 @@ pub fn build(
     let review_items =
         stage_set(config, &staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
     let version = match occupant {
-        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(out, &mut staging)?),
+        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(
+            out,
+            &mut staging,
+            crate::review::version::MadeBy::Build,
+        )?),
         Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => None,
     };
     staging.publish(&[])?;
@@ -288,17 +292,17 @@ fn judge_calls(requests: &[Request], config: &BuildConfig) -> u64 {
 
 /// Wall time per stage, summed over rounds.
 #[derive(Default)]
-struct Timings(BTreeMap<&'static str, u64>);
+pub(crate) struct Timings(pub(crate) BTreeMap<&'static str, u64>);
 
 impl Timings {
-    fn add(&mut self, stage: &'static str, elapsed: Duration) {
+    pub(crate) fn add(&mut self, stage: &'static str, elapsed: Duration) {
         *self.0.entry(stage).or_insert(0) += u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     }
 }
 
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
 /// near-identical chunks on the way), then builds (or reuses) the index.
-fn chunk_and_index(
+pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
@@ -382,7 +386,7 @@ fn stage_set(
 }
 
 /// The generator the config asks for.
-fn make_generator<'a>(
+pub(crate) fn make_generator<'a>(
     config: &BuildConfig,
     index: &'a ChunkIndex,
     out: &Path,
@@ -541,19 +545,19 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), In
 }
 
 /// The state carried across generation rounds.
-struct Rounds {
+pub(crate) struct Rounds {
     language: Language,
-    dedup: Dedup,
+    pub(crate) dedup: Dedup,
     judge: JudgeConfig,
-    judged: Vec<Judged>,
-    rejects: Vec<Reject>,
+    pub(crate) judged: Vec<Judged>,
+    pub(crate) rejects: Vec<Reject>,
     counts: BTreeMap<QueryType, TypeCounts>,
-    seen: HashSet<QueryId>,
+    pub(crate) seen: HashSet<QueryId>,
     done: u32,
 }
 
 impl Rounds {
-    fn new(quotas: &Quotas, language: Language, dedup_threshold: f64, judge: JudgeConfig) -> Self {
+    pub(crate) fn new(quotas: &Quotas, language: Language, dedup_threshold: f64, judge: JudgeConfig) -> Self {
         let counts = quotas
             .iter()
             .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
@@ -589,7 +593,7 @@ impl Rounds {
     /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
     /// deficit divided by the share of that type's planned requests that joined the set so far (at
     /// most [`MAX_TOP_UP_FACTOR`] times the deficit), so top-ups converge in a round or two.
-    fn to_plan(&self) -> Quotas {
+    pub(crate) fn to_plan(&self) -> Quotas {
         self.counts
             .iter()
             .filter(|(_, c)| Self::deficit(c) > 0)
@@ -754,7 +758,7 @@ impl Rounds {
     /// One round: generate the planned requests, filter, let the judge decide, admit, then let
     /// the judge grade the pools of the queries admitted.
     #[expect(clippy::too_many_arguments, reason = "a round touches every stage between plan and set")]
-    fn run(
+    pub(crate) fn run(
         &mut self,
         round: u32,
         generator: &mut dyn Generator,
@@ -823,7 +827,7 @@ fn shortfall_cause(counts: &TypeCounts) -> String {
     }
 }
 
-fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
+pub(crate) fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
     queue
         .iter()
         .map(|j| {

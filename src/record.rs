@@ -512,6 +512,8 @@ pub enum Provenance {
     Judge,
     /// Set by a human reviewer; overrides every other provenance.
     Human,
+    /// Moved to a new chunk id by `refresh` (the old id is in `refresh/changelog.jsonl`).
+    Refresh,
 }
 
 impl Provenance {
@@ -524,13 +526,14 @@ impl Provenance {
             Self::Topic => "topic",
             Self::Judge => "judge",
             Self::Human => "human",
+            Self::Refresh => "refresh",
         }
     }
 
     /// Parses a label as written by [`Provenance::label`].
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human]
+        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human, Self::Refresh]
             .into_iter()
             .find(|p| p.label() == label)
     }

@@ -4,6 +4,7 @@
 mod batch;
 mod build;
 mod eval;
+mod refresh;
 mod review;
 mod run;
 mod settings;
@@ -70,6 +71,19 @@ enum Command {
   qrelgen review apply --set out --decisions queue.csv --reviewer ann
   qrelgen review status --set out")]
     Review(review::ReviewArgs),
+    /// The next version of a set from a changed corpus: map old chunks to new ones, keep every
+    /// label that still holds, relabel or retire the rest, write queries for new documents, and
+    /// queue only what changed for review (refresh/changelog.jsonl says what and why).
+    #[command(
+        override_usage = "qrelgen refresh --set <DIR> --corpus <PATH> [--new-queries auto|N] [--dry-run] [OPTIONS]",
+        after_help = "Examples:
+  qrelgen refresh --set out/harbor-sync --corpus corpora/harbor-sync
+  # What would change, and the LLM calls it would make; nothing written:
+  qrelgen refresh --set out --corpus docs-v2 --dry-run
+  # Then review what changed first:
+  qrelgen review export --set out --only changed --format csv --to changed.csv"
+    )]
+    Refresh(Box<refresh::RefreshArgs>),
     /// Check a set folder or a qrels file: ids, duplicate pairs, dangling ids, grades; exit 1 and
     /// one line per problem.
     #[command(
@@ -115,6 +129,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Build(args) => build::run(*args, &mut out),
         Command::Review(args) => review::run(args, &mut out),
+        Command::Refresh(args) => refresh::run(*args, &mut out),
         Command::Validate(args) => validate::run(&args, &mut out),
         Command::Run(args) => run::run(&args, &mut out),
         Command::Eval(args) => eval::run(&args, &mut out),

@@ -104,6 +104,17 @@ struct ExportArgs {
     /// Where to write [default: stdout; label-studio: DIR/review/label-studio.json and .xml].
     #[arg(long, value_name = "FILE")]
     to: Option<PathBuf>,
+    /// `changed`: only the queries the last `qrelgen refresh` changed (refresh/changelog.jsonl)
+    /// [default: the whole queue].
+    #[arg(long, value_enum, value_name = "WHAT")]
+    only: Option<OnlyArg>,
+}
+
+/// A part of the review queue.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum OnlyArg {
+    /// What the last refresh changed.
+    Changed,
 }
 
 #[derive(Debug, Args)]
@@ -183,7 +194,11 @@ fn load(set: &Path) -> anyhow::Result<ReviewSet> {
 
 fn export(args: &ExportArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
-    let items = export::items(&set);
+    let mut items = export::items(&set);
+    if let Some(OnlyArg::Changed) = args.only {
+        let changed = qrelgen::refresh::changed_queries(&set.dir)?;
+        items.retain(|item| changed.contains(item.query_id.as_str()));
+    }
     let written = match args.format {
         FormatArg::Jsonl => write_to(args.to.as_deref(), stdout, |w| export::write_jsonl(&items, w))?,
         FormatArg::Csv => write_to(args.to.as_deref(), stdout, |w| export::write_csv(&items, w))?,

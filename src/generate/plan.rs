@@ -173,6 +173,18 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Plans only from the chunks at `positions` (a refresh's new chunks); documents without
+    /// one are left out.
+    #[must_use]
+    pub fn only(mut self, positions: &HashSet<usize>) -> Self {
+        for doc in &mut self.docs {
+            doc.retain(|c| positions.contains(c));
+        }
+        self.docs.retain(|doc| !doc.is_empty());
+        self.planned_per_doc = vec![0; self.docs.len()];
+        self
+    }
+
     /// The per-document cap in force.
     #[must_use]
     pub fn cap(&self) -> usize {

@@ -64,9 +64,21 @@ pub enum MadeBy {
     Review,
     /// A build into the reviewed set with `--force`.
     Build,
+    /// `qrelgen refresh` from a changed corpus.
+    Refresh,
 }
 
 impl MadeBy {
+    /// Its label in the manifest.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Review => "review",
+            Self::Build => "build",
+            Self::Refresh => "refresh",
+        }
+    }
+
     #[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
     fn is_review(&self) -> bool {
         *self == Self::Review
@@ -215,7 +227,7 @@ fn next_log(log: Option<ReviewLog>, record: VersionRecord) -> ReviewLog {
     let mut log = log.unwrap_or(ReviewLog { version: 1, parent: 0, base: 1, history: Vec::new() });
     log.parent = log.version;
     log.version = record.version;
-    if record.made_by == MadeBy::Build {
+    if record.made_by != MadeBy::Review {
         log.base = record.version;
     }
     log.history.push(record);
@@ -244,7 +256,7 @@ fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> 
 /// [`crate::Error::ReviewHistory`] if a `versions/v<N>/` that differs from the files in place is
 /// in the way; [`crate::Error::Input`]/[`crate::Error::Malformed`] for an unreadable manifest;
 /// [`crate::Error::Output`] naming the file that could not be staged or published.
-pub fn stage_rebuild(dir: &Path, staging: &mut Staging) -> Result<u32> {
+pub fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u32> {
     let log = read_manifest(dir)?.review;
     let current = log.as_ref().map_or(1, |log| log.version);
     check_kept(dir, current)?;
@@ -263,8 +275,8 @@ pub fn stage_rebuild(dir: &Path, staging: &mut Staging) -> Result<u32> {
     let record = VersionRecord {
         version: current + 1,
         parent: current,
-        made_by: MadeBy::Build,
-        key: format!("build:{}", blake3::hash(&bytes).to_hex()),
+        made_by,
+        key: format!("{}:{}", made_by.label(), blake3::hash(&bytes).to_hex()),
         inputs: Vec::new(),
         reviewers: Vec::new(),
         resolve: None,

@@ -16,6 +16,7 @@ mod modules;
 mod pooling;
 mod readme;
 mod rebuild;
+mod refresh;
 mod review;
 
 use serde_json::Value;

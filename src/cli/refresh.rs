@@ -1,0 +1,169 @@
+//! `qrelgen refresh`: the set's recorded settings (manifest.json), overridden by flags →
+//! [`qrelgen::BuildConfig`] → [`qrelgen::refresh::refresh`] → summary.
+
+use super::exit;
+use super::settings::{Inputs, Settings};
+use anyhow::Context as _;
+use clap::Args;
+use qrelgen::progress::Progress;
+use qrelgen::refresh::{self, NewQueries, Options, Outcome};
+use serde_json::{Map, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct RefreshArgs {
+    /// The set folder to refresh (the --out of qrelgen build).
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+
+    /// The changed corpus, in any form `build --corpus` reads.
+    #[arg(long, value_name = "PATH")]
+    corpus: PathBuf,
+
+    /// New queries for new documents: `auto` (the set's size times the share of the new
+    /// corpus's text that is new) or a number [default: auto].
+    #[arg(long, value_name = "auto|N", default_value = "auto", value_parser = parse_new_queries)]
+    new_queries: NewQueries,
+
+    /// Report what would change and the LLM calls it would make; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+
+    /// Settings that override the set's recorded ones (recorded in the new manifest).
+    #[command(flatten)]
+    settings: Settings,
+
+    /// No progress output (warnings and errors still go to stderr).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn parse_new_queries(value: &str) -> Result<NewQueries, String> {
+    if value == "auto" {
+        return Ok(NewQueries::Auto);
+    }
+    value.parse().map(NewQueries::Count).map_err(|_| format!("expected auto or a number, got {value:?}"))
+}
+
+/// Runs the refresh and returns the exit code.
+pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    let recorded = recorded_settings(&args.set)?;
+    let settings = std::mem::take(&mut args.settings).over(Some(recorded));
+    let api_key = std::env::var("OPENAI_API_KEY").ok();
+    let config = settings.resolve(Inputs {
+        corpus: &args.corpus,
+        prechunked: recorded_prechunked(&args.set),
+        dry_run: args.dry_run,
+        api_key,
+    })?;
+    let progress = Progress::stderr(args.quiet);
+    let options = Options { new_queries: args.new_queries, dry_run: args.dry_run };
+    let outcome = refresh::refresh(&config, &args.set, options, &progress)?;
+    summary(&outcome, &args, stdout)?;
+    Ok(exit::OK)
+}
+
+fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
+    if outcome.nothing_changed {
+        writeln!(stdout, "nothing changed: {} has the chunks of the set's corpus", args.corpus.display())?;
+        return Ok(());
+    }
+    let chunks = refresh::report_chunks(outcome);
+    let queries = refresh::report_queries(outcome);
+    if args.dry_run {
+        writeln!(stdout, "dry run, nothing written: chunks {chunks}; queries {queries}")?;
+        let estimate = outcome.estimate.unwrap_or_default();
+        writeln!(
+            stdout,
+            "{} new queries wanted; LLM calls it would make: {} ({} prompt tokens, at most {} completion tokens)",
+            outcome.new_wanted, outcome.llm_calls, estimate.prompt_tokens, estimate.max_completion_tokens
+        )?;
+        return Ok(());
+    }
+    writeln!(stdout, "chunks: {chunks}")?;
+    writeln!(stdout, "queries: {queries}")?;
+    writeln!(
+        stdout,
+        "version {} of {}: {} queries, {} to review (review export --only changed), {:.1} % human-verified, {} LLM calls ({} from the cache)",
+        outcome.version.unwrap_or(0),
+        args.set.display(),
+        outcome.in_set,
+        outcome.review_items,
+        outcome.human_share * 100.0,
+        outcome.llm_calls,
+        outcome.llm_cache_hits
+    )?;
+    writeln!(stdout, "changelog: {}", args.set.join(refresh::CHANGELOG).display())?;
+    Ok(())
+}
+
+/// The settings `manifest.json` records, as if given in a config file.
+fn recorded_settings(set: &Path) -> anyhow::Result<Settings> {
+    let path = set.join("manifest.json");
+    let text =
+        fs_err::read_to_string(&path).with_context(|| format!("{} is not a set folder", set.display()))?;
+    let manifest: Value =
+        serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let config = manifest.get("config").with_context(|| format!("{} records no config", path.display()))?;
+    serde_json::from_value(Value::Object(settings_of(config)))
+        .with_context(|| format!("{}: the recorded config cannot be read", path.display()))
+}
+
+fn recorded_prechunked(set: &Path) -> bool {
+    let text = fs_err::read_to_string(set.join("manifest.json")).unwrap_or_default();
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|m| m.pointer("/config/prechunked")?.as_bool())
+        .unwrap_or(false)
+}
+
+/// The recorded config (`BuildConfig` as serialized) as settings keys.
+fn settings_of(config: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    let mut put = |key: &str, value: Option<&Value>| {
+        if let Some(value) = value.filter(|v| !v.is_null()) {
+            out.insert(key.to_owned(), value.clone());
+        }
+    };
+    let at = |pointer: &str| config.pointer(pointer);
+    // One --chunk-size sets both sizes; two different sizes are the defaults.
+    if at("/chunking/size") == at("/chunking/size_zh") {
+        put("chunk_size", at("/chunking/size"));
+        put("chunk_overlap", at("/chunking/overlap"));
+    }
+    put("chunk_unit", at("/chunking/unit"));
+    put("cjk_segmenter", at("/segmenter"));
+    put("queries", at("/queries"));
+    put("per_doc_cap", at("/per_doc_cap"));
+    put("seed", at("/seed"));
+    put("max_rounds", at("/max_rounds"));
+    put("language", at("/language"));
+    for key in ["top_n", "on_miss", "multi_hop_rule", "pool_depth", "max_paraphrase_overlap", "on_copy"] {
+        put(key, at(&format!("/filter/{key}")));
+    }
+    put("dedup_threshold", at("/dedup_threshold"));
+    put("chunk_dup_threshold", at("/chunk_dup_threshold"));
+    put("judge_pool", at("/judge/pool"));
+    put("reclassify", at("/judge/reclassify"));
+    put("review_size", at("/review/size"));
+    put("review_min_per_type", at("/review/min_per_type"));
+    put("topic_labels", at("/topics/labels"));
+    put("topic_min_cosine", at("/topics/min_cosine"));
+    put("pool_run_depth", at("/pool_runs/depth"));
+    put("generator", at("/generator/kind"));
+    put("base_url", at("/generator/llm/endpoint/base_url"));
+    put("model", at("/generator/llm/endpoint/model"));
+    put("temperature", at("/generator/llm/temperature"));
+    put("max_tokens", at("/generator/llm/max_tokens"));
+    put("queries_per_call", at("/generator/generation/queries_per_call"));
+    put("repairs", at("/generator/generation/repairs"));
+    put("prompts", at("/generator/prompts"));
+    put("cache", at("/generator/cache"));
+    if let Some(Value::Object(mix)) = at("/mix") {
+        let spec: Vec<String> = mix.iter().map(|(t, share)| format!("{t}={share}")).collect();
+        out.insert("mix".to_owned(), Value::from(spec.join(",")));
+    }
+    out.insert("schema_version".to_owned(), Value::from(1));
+    out
+}

@@ -1,0 +1,368 @@
+//! Refresh stage 1: which chunk of the new corpus each old chunk became.
+//!
+//! Chunk ids come from the document id and the text, so an unchanged chunk keeps its id. The
+//! rest are matched, cheapest first: the same text under another document (moved), then by
+//! 3-token shingles (words; each CJK character a token): an old chunk that holds two or more new
+//! chunks (each at least [`PART_MIN`] inside it, together covering that share of it) was split;
+//! one with a new chunk at least [`PART_MIN`] alike (Jaccard) was edited; one that lies that much inside a new chunk was merged into
+//! it (edited, when no other old chunk joined that one); one at least [`EDIT_MIN`] alike to a new
+//! chunk was edited too; any other was deleted. New chunks nothing maps to were added.
+
+use crate::id::ChunkId;
+use crate::text::is_cjk;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+/// An edited chunk shares at least this share of its shingles (Jaccard) with its new version.
+pub const EDIT_MIN: f64 = 0.5;
+/// A part of a split (or a merged chunk) lies at least this much inside the other chunk.
+pub const PART_MIN: f64 = 0.8;
+
+/// What happened to a chunk between two corpora.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkChange {
+    /// Same id, so same document and text.
+    Unchanged,
+    /// The same text under another document (a renamed file).
+    Moved,
+    /// Edited in place: a new chunk at least [`EDIT_MIN`] alike.
+    Edited,
+    /// Cut into two or more new chunks.
+    Split,
+    /// Joined with others into one new chunk.
+    Merged,
+    /// Nothing in the new corpus resembles it.
+    Deleted,
+    /// A new chunk nothing old maps to.
+    Added,
+}
+
+impl ChunkChange {
+    /// The label in `refresh/chunk_map.tsv` and the changelog.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Unchanged => "unchanged",
+            Self::Moved => "moved",
+            Self::Edited => "edited",
+            Self::Split => "split",
+            Self::Merged => "merged",
+            Self::Deleted => "deleted",
+            Self::Added => "added",
+        }
+    }
+}
+
+/// A chunk's id and text, as either corpus has it.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// The chunk id.
+    pub id: ChunkId,
+    /// Its text.
+    pub text: String,
+}
+
+/// What one old chunk became: its change and the new chunks, each with its similarity
+/// (1 for unchanged and moved; Jaccard for edited; containment for split and merged).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mapping {
+    /// The old chunk.
+    pub old: ChunkId,
+    /// What happened to it.
+    pub change: ChunkChange,
+    /// The new chunks it became (empty when deleted), best first.
+    pub targets: Vec<(ChunkId, f64)>,
+}
+
+/// The mapping of a whole corpus: every old chunk in corpus order, then the added chunks.
+#[derive(Debug, Clone, Default)]
+pub struct ChunkMap {
+    /// One per old chunk, in the old corpus's order.
+    pub old: Vec<Mapping>,
+    /// New chunks nothing maps to, in the new corpus's order.
+    pub added: Vec<ChunkId>,
+    by_id: HashMap<ChunkId, usize>,
+}
+
+impl ChunkMap {
+    /// Matches `old` against `new` (see the module docs).
+    #[must_use]
+    pub fn build(old: &[Piece], new: &[Piece]) -> Self {
+        let new_at: HashMap<&ChunkId, usize> = new.iter().enumerate().map(|(i, p)| (&p.id, i)).collect();
+        let mut used = vec![false; new.len()];
+        let mut mapped: Vec<Option<Mapping>> = vec![None; old.len()];
+        for (i, o) in old.iter().enumerate() {
+            if let Some(&j) = new_at.get(&o.id) {
+                used[j] = true;
+                mapped[i] = Some(one(o, ChunkChange::Unchanged, &new[j].id, 1.0));
+            }
+        }
+        let mut by_text: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (j, n) in new.iter().enumerate().filter(|(j, _)| !used[*j]) {
+            by_text.entry(n.text.as_str()).or_default().push(j);
+        }
+        for (i, o) in old.iter().enumerate() {
+            if mapped[i].is_some() {
+                continue;
+            }
+            let same = by_text.get(o.text.as_str()).and_then(|js| js.iter().copied().find(|&j| !used[j]));
+            if let Some(j) = same {
+                used[j] = true;
+                mapped[i] = Some(one(o, ChunkChange::Moved, &new[j].id, 1.0));
+            }
+        }
+        let open: Vec<usize> = (0..new.len()).filter(|&j| !used[j]).collect();
+        let shingled: HashMap<usize, HashSet<u64>> =
+            open.iter().map(|&j| (j, shingles(&new[j].text))).collect();
+        let mut postings: HashMap<u64, Vec<usize>> = HashMap::new();
+        for &j in &open {
+            for &s in &shingled[&j] {
+                postings.entry(s).or_default().push(j);
+            }
+        }
+        let mut merged_jaccard: HashMap<usize, f64> = HashMap::new();
+        for (i, o) in old.iter().enumerate() {
+            if mapped[i].is_none() {
+                let (m, jaccard) = match_edited(o, new, &shingled, &postings);
+                if let Some(jaccard) = jaccard {
+                    merged_jaccard.insert(i, jaccard);
+                }
+                for (id, _) in &m.targets {
+                    if let Some(&j) = new_at.get(id) {
+                        used[j] = true;
+                    }
+                }
+                mapped[i] = Some(m);
+            }
+        }
+        let mut old: Vec<Mapping> = mapped.into_iter().flatten().collect();
+        // A chunk "merged" into a new one no other old chunk joined was edited (text added).
+        let mut joined: HashMap<ChunkId, usize> = HashMap::new();
+        for m in old.iter().filter(|m| m.change == ChunkChange::Merged) {
+            *joined.entry(m.targets[0].0.clone()).or_default() += 1;
+        }
+        for (i, m) in old.iter_mut().enumerate() {
+            if m.change == ChunkChange::Merged && joined[&m.targets[0].0] == 1 {
+                m.change = ChunkChange::Edited;
+                m.targets[0].1 = merged_jaccard.get(&i).copied().unwrap_or(m.targets[0].1);
+            }
+        }
+        let added = (0..new.len()).filter(|&j| !used[j]).map(|j| new[j].id.clone()).collect();
+        let by_id = old.iter().enumerate().map(|(i, m)| (m.old.clone(), i)).collect();
+        Self { old, added, by_id }
+    }
+
+    /// What the old chunk `id` became; `None` for an id the old corpus did not have.
+    #[must_use]
+    pub fn get(&self, id: &ChunkId) -> Option<&Mapping> {
+        self.by_id.get(id).map(|&i| &self.old[i])
+    }
+
+    /// Whether the new corpus is the old one: every chunk unchanged, none added.
+    #[must_use]
+    pub fn is_identity(&self) -> bool {
+        self.added.is_empty() && self.old.iter().all(|m| m.change == ChunkChange::Unchanged)
+    }
+
+    /// Old chunks per change, and the added ones.
+    #[must_use]
+    pub fn counts(&self) -> std::collections::BTreeMap<ChunkChange, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for m in &self.old {
+            *counts.entry(m.change).or_default() += 1;
+        }
+        if !self.added.is_empty() {
+            counts.insert(ChunkChange::Added, self.added.len());
+        }
+        counts
+    }
+
+    /// `refresh/chunk_map.tsv`: `old-id new-id change similarity`, a row per old chunk and
+    /// target (`-` for none), then one per added chunk.
+    #[must_use]
+    pub fn tsv(&self) -> String {
+        let mut out = String::from("old-id\tnew-id\tchange\tsimilarity\n");
+        for m in &self.old {
+            if m.targets.is_empty() {
+                let _ = writeln!(out, "{}\t-\t{}\t0.000", m.old, m.change.label());
+            }
+            for (id, similarity) in &m.targets {
+                let _ = writeln!(out, "{}\t{id}\t{}\t{similarity:.3}", m.old, m.change.label());
+            }
+        }
+        for id in &self.added {
+            let _ = writeln!(out, "-\t{id}\tadded\t0.000");
+        }
+        out
+    }
+}
+
+fn one(old: &Piece, change: ChunkChange, new: &ChunkId, similarity: f64) -> Mapping {
+    Mapping { old: old.id.clone(), change, targets: vec![(new.clone(), similarity)] }
+}
+
+/// Edited, split, merged or deleted, by the shingles `old` shares with the new chunks left; for a
+/// merge, also the Jaccard similarity (in case no other chunk joined it: then it was edited).
+fn match_edited(
+    old: &Piece,
+    new: &[Piece],
+    shingled: &HashMap<usize, HashSet<u64>>,
+    postings: &HashMap<u64, Vec<usize>>,
+) -> (Mapping, Option<f64>) {
+    let mine = shingles(&old.text);
+    let mut shared: HashMap<usize, usize> = HashMap::new();
+    for s in &mine {
+        for &j in postings.get(s).into_iter().flatten() {
+            *shared.entry(j).or_default() += 1;
+        }
+    }
+    // (new chunk, Jaccard, share of it inside the old one, share of the old one inside it, shared)
+    let mut overlaps: Vec<(usize, f64, f64, f64, usize)> = shared
+        .into_iter()
+        .map(|(j, both)| {
+            let theirs = shingled[&j].len();
+            let (both_f, mine_f, theirs_f) = (both as f64, mine.len() as f64, theirs as f64);
+            (j, both_f / (mine_f + theirs_f - both_f), both_f / theirs_f, both_f / mine_f, both)
+        })
+        .collect();
+    // Best first, ties by corpus order, so the mapping never depends on hash order.
+    overlaps.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let target = |j: usize, similarity: f64| (new[j].id.clone(), similarity);
+    let mapping = |change, targets| Mapping { old: old.id.clone(), change, targets };
+    // Two or more new chunks that lie inside the old one: a split, its biggest share first.
+    let mut parts: Vec<&(usize, f64, f64, f64, usize)> =
+        overlaps.iter().filter(|o| o.2 >= PART_MIN).collect();
+    if parts.len() >= 2 && parts.iter().map(|o| o.3).sum::<f64>() >= PART_MIN {
+        parts.sort_by(|a, b| b.4.cmp(&a.4).then(a.0.cmp(&b.0)));
+        return (mapping(ChunkChange::Split, parts.into_iter().map(|o| target(o.0, o.2)).collect()), None);
+    }
+    let best = overlaps.first().copied();
+    if let Some((j, jaccard, ..)) = best.filter(|o| o.1 >= PART_MIN) {
+        return (mapping(ChunkChange::Edited, vec![target(j, jaccard)]), None);
+    }
+    let into =
+        overlaps.iter().filter(|o| o.3 >= PART_MIN).max_by(|a, b| a.3.total_cmp(&b.3).then(b.0.cmp(&a.0)));
+    if let Some(&(j, jaccard, _, inside, _)) = into {
+        return (mapping(ChunkChange::Merged, vec![target(j, inside)]), Some(jaccard));
+    }
+    match best.filter(|o| o.1 >= EDIT_MIN) {
+        Some((j, jaccard, ..)) => (mapping(ChunkChange::Edited, vec![target(j, jaccard)]), None),
+        None => (mapping(ChunkChange::Deleted, Vec::new()), None),
+    }
+}
+
+/// The hashed 3-token shingles of `text`: words lowercased, each CJK character a token; a text
+/// of fewer than 3 tokens is one shingle.
+#[must_use]
+pub fn shingles(text: &str) -> HashSet<u64> {
+    let mut tokens: Vec<String> = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if is_cjk(c) || !c.is_alphanumeric() {
+            if !word.is_empty() {
+                tokens.push(std::mem::take(&mut word));
+            }
+            if is_cjk(c) {
+                tokens.push(c.to_string());
+            }
+        } else {
+            word.extend(c.to_lowercase());
+        }
+    }
+    if !word.is_empty() {
+        tokens.push(word);
+    }
+    let hash = |window: &[String]| {
+        let mut h = DefaultHasher::new();
+        window.hash(&mut h);
+        h.finish()
+    };
+    if tokens.len() < 3 {
+        return std::iter::once(hash(&tokens)).collect();
+    }
+    tokens.windows(3).map(hash).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(id: &str, text: &str) -> Piece {
+        Piece { id: ChunkId::parse(id).unwrap_or_else(|e| panic!("{e}")), text: text.to_owned() }
+    }
+
+    const A: &str = "The audit log records who did what in your workspace: sign-ins, sharing, permission changes and admin actions.";
+    const B: &str = "Links expire after thirty days unless an administrator sets a shorter expiry for the whole workspace.";
+
+    #[test]
+    fn unchanged_moved_edited_deleted_added() {
+        let old = [
+            piece("a.md:1", A),
+            piece("b.md:2", B),
+            piece("c.md:3", "Gone forever, never to be seen again."),
+        ];
+        let edited = A.replace("admin actions", "administrator actions and exports");
+        let new = [
+            piece("a.md:9", &edited),
+            piece("renamed.md:2", B),
+            piece("d.md:4", "A brand new page about something else entirely."),
+        ];
+        let map = ChunkMap::build(&old, &new);
+        let changes: Vec<ChunkChange> = map.old.iter().map(|m| m.change).collect();
+        assert_eq!(changes, [ChunkChange::Edited, ChunkChange::Moved, ChunkChange::Deleted]);
+        assert_eq!(map.old[0].targets[0].0.as_str(), "a.md:9");
+        assert!(map.old[0].targets[0].1 >= EDIT_MIN && map.old[0].targets[0].1 < 1.0);
+        assert_eq!(map.old[1].targets, [(new[1].id.clone(), 1.0)]);
+        assert_eq!(map.added, [new[2].id.clone()]);
+        assert!(!map.is_identity());
+    }
+
+    #[test]
+    fn split_and_merged() {
+        let whole = format!("{A} {B}");
+        let old = [piece("x.md:1", &whole)];
+        let new = [piece("x.md:2", A), piece("x.md:3", B)];
+        let map = ChunkMap::build(&old, &new);
+        assert_eq!(map.old[0].change, ChunkChange::Split);
+        assert_eq!(map.old[0].targets.len(), 2);
+        let map = ChunkMap::build(&new, &old);
+        assert!(map.old.iter().all(|m| m.change == ChunkChange::Merged), "{:?}", map.old);
+        assert!(map.added.is_empty());
+    }
+
+    #[test]
+    fn same_corpus_is_identity() {
+        let old = [piece("a.md:1", A), piece("b.md:2", B)];
+        let map = ChunkMap::build(&old, &old);
+        assert!(map.is_identity());
+        assert_eq!(map.tsv().lines().count(), 3);
+    }
+
+    proptest::proptest! {
+        /// The same corpus maps onto itself unchanged; the same texts under other ids are moved,
+        /// each to its own text.
+        #[test]
+        fn same_texts_are_unchanged_or_moved(texts in proptest::collection::vec("[a-z]{1,6}( [a-z]{1,6}){0,12}", 1..12)) {
+            let old: Vec<Piece> = texts.iter().enumerate().map(|(i, t)| piece(&format!("a.md:{i}"), t)).collect();
+            let map = ChunkMap::build(&old, &old);
+            proptest::prop_assert!(map.is_identity());
+            let renamed: Vec<Piece> = texts.iter().enumerate().map(|(i, t)| piece(&format!("b.md:{i}"), t)).collect();
+            let map = ChunkMap::build(&old, &renamed);
+            proptest::prop_assert!(map.added.is_empty());
+            for m in &map.old {
+                proptest::prop_assert_eq!(m.change, ChunkChange::Moved);
+                let at = renamed.iter().position(|p| p.id == m.targets[0].0).unwrap_or(usize::MAX);
+                let old_text = &old.iter().find(|p| p.id == m.old).map(|p| p.text.clone());
+                proptest::prop_assert_eq!(Some(renamed[at].text.clone()), old_text.clone());
+            }
+        }
+    }
+
+    #[test]
+    fn chinese_is_shingled_by_character() {
+        assert_eq!(shingles("同步文件夹").len(), 3);
+        assert_eq!(shingles("one two").len(), 1);
+    }
+}

@@ -1,0 +1,173 @@
+//! What a refresh tells: `refresh/changelog.jsonl` (a line per chunk change and per query) and
+//! its section in `report.md` and `report.html` (replacing an earlier refresh's).
+
+use super::Outcome;
+use super::map::{ChunkChange, ChunkMap};
+use super::recheck::{Checked, Lost, Moved, QueryChange};
+use crate::error::{Error, Result};
+use crate::html::escape as escape_html;
+use crate::id::{ChunkId, QueryId};
+use crate::output::layout::{REPORT_HTML, REPORT_MD};
+use crate::output::{self, Staging};
+use crate::record::{Judged, QueryType};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One line of `refresh/changelog.jsonl`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Line<'a> {
+    /// An old chunk that did not stay as it was, or an added one.
+    Chunk {
+        /// What happened.
+        change: ChunkChange,
+        /// The old id (none for an added chunk).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        old: Option<&'a ChunkId>,
+        /// The new ids, with their similarity.
+        new: Vec<(&'a ChunkId, f64)>,
+    },
+    /// A query of the set, old or new.
+    Query {
+        /// The query.
+        query_id: &'a QueryId,
+        /// Its type.
+        #[serde(rename = "type")]
+        query_type: QueryType,
+        /// What the refresh did.
+        change: QueryChange,
+        /// Why.
+        #[serde(skip_serializing_if = "str::is_empty")]
+        reason: &'a str,
+        /// Rows moved to new chunk ids (old id, new id, provenance).
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        moved: &'a [Moved],
+        /// Human labels that no longer apply.
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        human_not_carried: &'a [Lost],
+        /// Chunks new to the corpus in its pool, unjudged.
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        new_pool: &'a [ChunkId],
+    },
+}
+
+/// The changelog: chunk changes in corpus order, then every query in file order, then the new ones.
+pub fn changelog<'a>(
+    map: &'a ChunkMap,
+    checked: &'a [Checked],
+    new: impl Iterator<Item = &'a Judged> + 'a,
+) -> impl Iterator<Item = Line<'a>> + 'a {
+    let chunks = map.old.iter().filter(|m| m.change != ChunkChange::Unchanged).map(|m| Line::Chunk {
+        change: m.change,
+        old: Some(&m.old),
+        new: m.targets.iter().map(|(id, s)| (id, *s)).collect(),
+    });
+    let added = map.added.iter().map(|id| Line::Chunk {
+        change: ChunkChange::Added,
+        old: None,
+        new: vec![(id, 1.0)],
+    });
+    let queries = checked.iter().map(|c| Line::Query {
+        query_id: &c.id,
+        query_type: c.query_type,
+        change: c.change,
+        reason: &c.reason,
+        moved: &c.moved,
+        human_not_carried: &c.lost,
+        new_pool: &c.new_pool,
+    });
+    let fresh = new.map(|j| Line::Query {
+        query_id: &j.candidate.id,
+        query_type: j.query_type(),
+        change: QueryChange::New,
+        reason: "",
+        moved: &[],
+        human_not_carried: &[],
+        new_pool: &[],
+    });
+    chunks.chain(added).chain(queries).chain(fresh)
+}
+
+/// `edited 3, deleted 1, added 2` (unchanged first).
+pub fn chunk_line(counts: &BTreeMap<ChunkChange, usize>) -> String {
+    counts.iter().map(|(c, n)| format!("{} {n}", c.label())).collect::<Vec<_>>().join(", ")
+}
+
+/// `kept 90, relabelled 3, …`.
+pub fn query_line(counts: &BTreeMap<QueryChange, usize>) -> String {
+    counts.iter().map(|(c, n)| format!("{} {n}", c.label())).collect::<Vec<_>>().join(", ")
+}
+
+const MD_HEADING: &str = "\n## Refresh\n";
+const HTML_START: &str = "<section id=\"refresh\">";
+const HTML_END: &str = "</section>";
+
+/// Stages `report.md` and `report.html` with the refresh's section in place of an earlier one.
+pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) -> Result<()> {
+    let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_default();
+    let md = read(REPORT_MD);
+    let md = md.split(MD_HEADING).next().unwrap_or_default().trim_end().to_owned();
+    output::write_text(
+        &staging.path(REPORT_MD),
+        &format!("{md}\n{MD_HEADING}\n{}", markdown(outcome, corpus)),
+    )?;
+    let html = read(REPORT_HTML);
+    if html.is_empty() {
+        return Ok(());
+    }
+    let html = match (html.find(HTML_START), html.find(HTML_END)) {
+        (Some(start), Some(end)) if end > start => {
+            format!("{}{}", &html[..start], &html[end + HTML_END.len()..])
+        }
+        _ => html,
+    };
+    let at = html.rfind("</body>").ok_or_else(|| Error::Malformed {
+        path: set.join(REPORT_HTML),
+        line: 0,
+        message: "no </body>".to_owned(),
+    })?;
+    let page = format!("{}{}{}", &html[..at], section_html(outcome, corpus), &html[at..]);
+    output::write_text(&staging.path(REPORT_HTML), &page)
+}
+
+fn rows(outcome: &Outcome) -> Vec<(String, String)> {
+    vec![
+        ("new corpus".to_owned(), String::new()),
+        ("chunks".to_owned(), chunk_line(&outcome.chunks)),
+        ("queries".to_owned(), query_line(&outcome.queries)),
+        ("new queries asked for".to_owned(), outcome.new_wanted.to_string()),
+        (
+            "LLM calls".to_owned(),
+            format!("{} sent, {} from the cache", outcome.llm_calls, outcome.llm_cache_hits),
+        ),
+        ("queries in the set".to_owned(), outcome.in_set.to_string()),
+        ("human-verified".to_owned(), format!("{:.1} %", outcome.human_share * 100.0)),
+        (
+            "review queue".to_owned(),
+            format!("{} queries (`review export --only changed`)", outcome.review_items),
+        ),
+    ]
+}
+
+fn markdown(outcome: &Outcome, corpus: &Path) -> String {
+    let mut md = String::from("| | |\n|---|---|\n");
+    for (name, value) in rows(outcome) {
+        let value = if name == "new corpus" { format!("`{}`", corpus.display()) } else { value };
+        let _ = writeln!(md, "| {name} | {} |", value.replace('|', "\\|"));
+    }
+    md.push_str("\nEvery chunk change and every query's fate: `refresh/changelog.jsonl`; the chunk map: `refresh/chunk_map.tsv`.\n");
+    md
+}
+
+fn section_html(outcome: &Outcome, corpus: &Path) -> String {
+    let mut html = format!("{HTML_START}<h2>Refresh</h2><table>");
+    for (name, value) in rows(outcome) {
+        let value = if name == "new corpus" { corpus.display().to_string() } else { value };
+        let _ = write!(html, "<tr><th>{}</th><td>{}</td></tr>", escape_html(&name), escape_html(&value));
+    }
+    html.push_str("</table><p>Every chunk change and every query's fate: refresh/changelog.jsonl; the chunk map: refresh/chunk_map.tsv.</p>");
+    html.push_str(HTML_END);
+    html
+}

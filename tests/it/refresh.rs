@@ -1,0 +1,619 @@
+//! `qrelgen refresh`: scenario tests on a copy of the sample corpus (edit a sentence, delete a
+//! document, rename one, add one that answers a `no_answer` query, split a section, refresh after
+//! `review apply`), the identity on an unchanged corpus, `--dry-run`, and the LLM path against
+//! the mock server.
+
+use super::mock::{self, Behaviour};
+use super::{Run, build, path_str, qrelgen, qrelgen_with_env, sample_corpus, str_field, tempdir, write};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A set built from a copy of a corpus, and the copy, which tests change.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    corpus: PathBuf,
+    set: Run,
+}
+
+/// `(query, chunk, grade, provenance)` rows of `qrels/provenance.tsv`, in file order.
+type Rows = Vec<(String, String, String, String)>;
+
+fn fixture(source: &Path, args: &[&str]) -> Fixture {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_tree(source, &corpus);
+    let mut all = vec!["--quiet"];
+    all.extend_from_slice(args);
+    let set = build(dir.path(), &corpus, &all);
+    set.assert_code(0);
+    Fixture { _dir: dir, corpus, set }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in walkdir::WalkDir::new(from).into_iter().flatten().filter(|e| e.file_type().is_file()) {
+        let relative = entry.path().strip_prefix(from).unwrap_or_else(|e| panic!("{e}"));
+        write(&to.join(relative), fs_err::read(entry.path()).unwrap_or_else(|e| panic!("{e}")));
+    }
+}
+
+impl Fixture {
+    fn refresh(&self, extra: &[&str]) -> Run {
+        let mut args =
+            vec!["refresh", "--set", path_str(&self.set.out), "--corpus", path_str(&self.corpus), "-q"];
+        args.extend_from_slice(extra);
+        let output = qrelgen(&args);
+        Run {
+            out: self.set.out.clone(),
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    fn doc(&self, name: &str) -> PathBuf {
+        self.corpus.join(name)
+    }
+
+    fn edit(&self, name: &str, from: &str, to: &str) {
+        let text = fs_err::read_to_string(self.doc(name)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(text.contains(from), "{name} has no {from:?}");
+        write(&self.doc(name), text.replacen(from, to, 1));
+    }
+}
+
+/// Every file under `dir`, as bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            (
+                e.path().strip_prefix(dir).unwrap_or(e.path()).to_owned(),
+                fs_err::read(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn rows(run: &Run) -> Rows {
+    run.file("qrels/provenance.tsv")
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned())
+        })
+        .collect()
+}
+
+fn rows_of<'a>(rows: &'a Rows, query: &str) -> Vec<&'a (String, String, String, String)> {
+    rows.iter().filter(|r| r.0 == query).collect()
+}
+
+/// Query id → its line in `queries.jsonl`.
+fn lines(run: &Run) -> BTreeMap<String, String> {
+    run.file("queries.jsonl")
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}"));
+            (str_field(&v, "/_id").to_owned(), l.to_owned())
+        })
+        .collect()
+}
+
+fn parse(line: &str) -> Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Query id → (change, the changelog line).
+fn query_changes(run: &Run) -> BTreeMap<String, (String, Value)> {
+    run.jsonl("refresh/changelog.jsonl")
+        .into_iter()
+        .filter(|l| l["kind"] == "query")
+        .map(|l| (str_field(&l, "/query_id").to_owned(), (str_field(&l, "/change").to_owned(), l)))
+        .collect()
+}
+
+/// The rows of `refresh/chunk_map.tsv` that are not `unchanged`: (old, new, change).
+fn chunk_changes(run: &Run) -> Vec<(String, String, String)> {
+    run.file("refresh/chunk_map.tsv")
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].to_owned(), f[1].to_owned(), f[2].to_owned())
+        })
+        .filter(|r| r.2 != "unchanged")
+        .collect()
+}
+
+/// The id of the chunk of `corpus.jsonl` whose text contains `needle`.
+fn chunk_with(run: &Run, needle: &str) -> String {
+    let found: Vec<Value> =
+        run.jsonl("corpus.jsonl").into_iter().filter(|c| str_field(c, "/text").contains(needle)).collect();
+    assert_eq!(found.len(), 1, "chunks holding {needle:?}");
+    str_field(&found[0], "/_id").to_owned()
+}
+
+fn sources(line: &str) -> Vec<String> {
+    let v = parse(line);
+    v.pointer("/metadata/sources")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// The checks every refresh must pass, given the set before (`lines`, `rows`) and the old → new
+/// chunk ids: queries that touch no changed chunk keep their line and rows byte for byte; the
+/// others are retired (gone, with a reason) or flagged with rows moved to the new ids
+/// (provenance `refresh`, human rows carried) and their old ids in the changelog.
+fn assert_refreshed(
+    after: &Run,
+    before: (&BTreeMap<String, String>, &Rows),
+    moved: &BTreeMap<String, String>,
+    gone: &BTreeSet<String>,
+) {
+    let (old_lines, old_rows) = before;
+    let (new_lines, new_rows) = (lines(after), rows(after));
+    let changes = query_changes(after);
+    assert_eq!(changes.len(), new_lines.len() + changes.values().filter(|c| c.0 == "retired").count());
+    for (id, line) in old_lines {
+        let old = rows_of(old_rows, id);
+        let touched = old.iter().any(|r| moved.contains_key(&r.1) || gone.contains(&r.1));
+        let (change, log) = &changes[id];
+        if !touched {
+            assert!(["kept", "pool", "may_be_answerable"].contains(&change.as_str()), "{id}: {change}");
+            if change != "may_be_answerable" {
+                assert_eq!(&new_lines[id], line, "{id} is untouched");
+            }
+            assert_eq!(rows_of(&new_rows, id), old, "{id} is untouched");
+            continue;
+        }
+        if change == "retired" {
+            assert!(!new_lines.contains_key(id) && rows_of(&new_rows, id).is_empty(), "{id} retired");
+            assert!(!str_field(log, "/reason").is_empty());
+            continue;
+        }
+        if change == "remapped" {
+            assert_eq!(&new_lines[id], line, "{id}: its sources are unchanged");
+            assert!(
+                old.iter()
+                    .all(|r| !sources(line).contains(&r.1)
+                        || !(moved.contains_key(&r.1) || gone.contains(&r.1)))
+            );
+        } else {
+            let line = parse(&new_lines[id]);
+            assert_eq!(str_field(&line, "/metadata/status"), "flagged", "{id}");
+            assert_eq!(str_field(&line, "/metadata/refresh/change"), change, "{id}");
+        }
+        let expected: Vec<(String, String, String, String)> = old
+            .iter()
+            .filter(|r| !gone.contains(&r.1))
+            .map(|r| match moved.get(&r.1) {
+                Some(new) => {
+                    let provenance = if r.3 == "human" { "human" } else { "refresh" };
+                    (r.0.clone(), new.clone(), r.2.clone(), provenance.to_owned())
+                }
+                None => (*r).clone(),
+            })
+            .collect();
+        let got: Vec<_> = rows_of(&new_rows, id).into_iter().cloned().collect();
+        // A human row whose chunk changed without its evidence found turns `refresh`.
+        let lost: BTreeSet<&str> = log["human_not_carried"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["chunk"].as_str())
+            .collect();
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|mut r| {
+                let old_id = moved.iter().find(|(_, n)| **n == r.1).map(|(o, _)| o.as_str());
+                if old_id.is_some_and(|o| lost.contains(o)) {
+                    "refresh".clone_into(&mut r.3);
+                }
+                r
+            })
+            .collect();
+        assert_eq!(got, expected, "{id}: rows moved to the new ids");
+        let logged: BTreeSet<(String, String)> = log["moved"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| (str_field(m, "/old").to_owned(), str_field(m, "/new").to_owned()))
+            .collect();
+        let want: BTreeSet<(String, String)> =
+            old.iter().filter_map(|r| moved.get(&r.1).map(|n| (r.1.clone(), n.clone()))).collect();
+        assert_eq!(logged, want, "{id}: the changelog records the old ids");
+    }
+    let queue: BTreeSet<String> =
+        after.jsonl("review_queue.jsonl").iter().map(|i| str_field(i, "/query_id").to_owned()).collect();
+    let queued: BTreeSet<String> = changes
+        .iter()
+        .filter(|(_, (c, _))| !["kept", "remapped", "retired"].contains(&c.as_str()))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(queue, queued, "the queue holds exactly what changed");
+}
+
+#[test]
+fn editing_a_sentence_retargets_the_queries_of_its_chunk() {
+    let f = fixture(&sample_corpus(), &[]);
+    let before = (lines(&f.set), rows(&f.set));
+    let kept = snapshot(&f.set.out);
+    let old = chunk_with(&f.set, "events are kept for 90 days");
+    f.edit(
+        "admin/audit-log.md",
+        "events are kept for 90 days",
+        "events are kept for 120 days, then archived",
+    );
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    let new = chunk_with(&run, "events are kept for 120 days, then archived");
+    assert_eq!(chunk_changes(&run), [(old.clone(), new.clone(), "edited".to_owned())]);
+    let moved = BTreeMap::from([(old.clone(), new)]);
+    assert_refreshed(&run, (&before.0, &before.1), &moved, &BTreeSet::new());
+    // The offline generator writes no evidence quotes: a query whose source changed is decided
+    // by the round trip (retargeted), one whose topic chunk changed keeps its sources and its line
+    // (remapped).
+    let changes = query_changes(&run);
+    let mut touched = 0;
+    for (id, line) in &before.0 {
+        if rows_of(&before.1, id).iter().any(|r| r.1 == old) && changes[id].0 != "retired" {
+            touched += 1;
+            let expected = if sources(line).contains(&old) { "retargeted" } else { "remapped" };
+            assert_eq!(changes[id].0, expected, "{id}");
+        }
+    }
+    assert!(touched > 0, "some query used the edited chunk");
+    // The previous version is kept byte for byte.
+    for name in [
+        "queries.jsonl",
+        "qrels/provenance.tsv",
+        "qrels/test.tsv",
+        "qrels.trec",
+        "corpus.jsonl",
+        "manifest.json",
+    ] {
+        assert_eq!(
+            fs_err::read(f.set.out.join("versions/v1").join(name)).ok().as_ref(),
+            kept.get(Path::new(name)),
+            "{name}"
+        );
+    }
+    let manifest = parse(&run.file("manifest.json"));
+    assert_eq!(manifest["review"]["version"], 2);
+    assert_eq!(manifest["review"]["history"][0]["made_by"], "refresh");
+    assert!(run.file("report.md").contains("## Refresh"));
+    assert!(run.file("report.html").contains("<section id=\"refresh\">"));
+}
+
+#[test]
+fn deleting_a_document_retires_its_queries_with_a_reason() {
+    let f = fixture(&sample_corpus(), &[]);
+    let before = (lines(&f.set), rows(&f.set));
+    let doc = "billing/changing-your-plan.md";
+    let doc_chunks: BTreeSet<String> = f
+        .set
+        .jsonl("corpus.jsonl")
+        .iter()
+        .map(|c| str_field(c, "/_id").to_owned())
+        .filter(|id| id.starts_with(&format!("{doc}:")))
+        .collect();
+    fs_err::remove_file(f.doc(doc)).unwrap_or_else(|e| panic!("{e}"));
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    let expected: Vec<(String, String, String)> =
+        doc_chunks.iter().map(|c| (c.clone(), "-".to_owned(), "deleted".to_owned())).collect();
+    let mut got = chunk_changes(&run);
+    got.sort();
+    assert_eq!(got, expected);
+    assert_refreshed(&run, (&before.0, &before.1), &BTreeMap::new(), &doc_chunks);
+    let changes = query_changes(&run);
+    let mut retired = 0;
+    for (id, line) in &before.0 {
+        if sources(line).iter().any(|s| doc_chunks.contains(s)) {
+            retired += 1;
+            assert_eq!(changes[id].0, "retired", "{id}");
+            assert!(str_field(&changes[id].1, "/reason").contains("was deleted"), "{id}");
+        } else if rows_of(&before.1, id).iter().any(|r| doc_chunks.contains(&r.1)) {
+            assert_eq!(changes[id].0, "remapped", "{id}: only its topic rows went");
+        }
+    }
+    assert!(retired > 0);
+    assert_eq!(
+        lines(&run).len(),
+        before.0.len() - retired + changes.values().filter(|c| c.0 == "new").count()
+    );
+}
+
+#[test]
+fn renaming_a_document_relabels_every_label_and_retires_nothing() {
+    let f = fixture(&sample_corpus(), &[]);
+    let before = (lines(&f.set), rows(&f.set));
+    let text = fs_err::read(f.doc("sharing/guest-access.md")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_file(f.doc("sharing/guest-access.md")).unwrap_or_else(|e| panic!("{e}"));
+    write(&f.doc("sharing/guests.md"), text);
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    let changes = chunk_changes(&run);
+    assert!(!changes.is_empty());
+    for (old, new, change) in &changes {
+        assert_eq!(change, "moved");
+        assert_eq!(old.replacen("guest-access.md", "guests.md", 1).split(':').next(), new.split(':').next());
+    }
+    let moved: BTreeMap<String, String> = changes.into_iter().map(|(o, n, _)| (o, n)).collect();
+    assert_refreshed(&run, (&before.0, &before.1), &moved, &BTreeSet::new());
+    let query_changes = query_changes(&run);
+    assert!(query_changes.values().all(|c| c.0 != "retired" && c.0 != "retargeted"));
+    for (id, (change, _)) in &query_changes {
+        let moved_source = sources(&before.0[id]).iter().any(|s| moved.contains_key(s));
+        if ["relabelled", "remapped"].contains(&change.as_str()) {
+            assert_eq!(change == "relabelled", moved_source, "{id}: relabelled iff a source moved");
+        }
+    }
+    assert!(query_changes.values().any(|c| c.0 == "relabelled"));
+    assert_eq!(rows(&run).len(), before.1.len(), "every row kept");
+    let validate = qrelgen(&["validate", "--set", path_str(&run.out)]);
+    assert_eq!(validate.status.code(), Some(0), "{}", String::from_utf8_lossy(&validate.stdout));
+}
+
+#[test]
+fn a_new_document_that_answers_a_no_answer_query_flags_it_first_and_gets_new_queries() {
+    let f = fixture(&sample_corpus(), &[]);
+    let before = (lines(&f.set), rows(&f.set));
+    let no_answer =
+        f.set.file("no_answer.txt").lines().next().unwrap_or_else(|| panic!("a no_answer query")).to_owned();
+    let candidate = f
+        .set
+        .jsonl("candidates.jsonl")
+        .into_iter()
+        .find(|c| str_field(c, "/id") == no_answer)
+        .unwrap_or_else(|| panic!("{no_answer} in candidates.jsonl"));
+    let term = str_field(&candidate, "/absent_term");
+    let query = str_field(&candidate, "/text");
+    write(
+        &f.doc("admin/new-integrations.md"),
+        format!(
+            "# The {term} integration\n\nHarbor Sync now works with {term}: {query}. Administrators connect {term} \
+             from the admin console under Integrations, choose which shared folders it may read, and can revoke \
+             its access at any time. Every change {term} makes shows in the audit log.\n"
+        ),
+    );
+    let dry = f.refresh(&["--dry-run"]);
+    dry.assert_code(0);
+    assert!(
+        dry.stdout.contains("dry run, nothing written") && dry.stdout.contains("may_be_answerable 1"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        !f.set.out.join("refresh").exists() && !f.set.out.join("versions").exists(),
+        "a dry run writes nothing"
+    );
+
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    let added = chunk_changes(&run);
+    assert_eq!(added.len(), 1);
+    assert_eq!((added[0].0.as_str(), added[0].2.as_str()), ("-", "added"));
+    assert_refreshed(&run, (&before.0, &before.1), &BTreeMap::new(), &BTreeSet::new());
+    let changes = query_changes(&run);
+    assert_eq!(changes[&no_answer].0, "may_be_answerable");
+    let line = parse(&lines(&run)[&no_answer]);
+    assert_eq!(str_field(&line, "/metadata/status"), "flagged");
+    let queue = run.jsonl("review_queue.jsonl");
+    assert_eq!(str_field(&queue[0], "/query_id"), no_answer, "flagged first in the queue");
+    let new: Vec<&String> = changes.iter().filter(|(_, c)| c.0 == "new").map(|(id, _)| id).collect();
+    assert!(!new.is_empty(), "--new-queries auto writes queries for the new document");
+    for id in new {
+        let srcs = sources(&lines(&run)[id]);
+        assert!(
+            !srcs.is_empty() && srcs.iter().all(|s| s.starts_with("admin/new-integrations.md:")),
+            "{id}: {srcs:?}"
+        );
+    }
+    let none = f.refresh(&[]);
+    none.assert_code(0);
+    assert!(none.stdout.contains("nothing changed"), "{}", none.stdout);
+}
+
+#[test]
+fn splitting_a_section_maps_the_chunk_to_both_parts() {
+    let f = fixture(&sample_corpus(), &[]);
+    let before = (lines(&f.set), rows(&f.set));
+    let old = chunk_with(&f.set, "To delete the workspace immediately instead of waiting");
+    f.edit(
+        "billing/cancelling-your-subscription.md",
+        "\n\nTo delete the workspace immediately instead of waiting",
+        "\n\n## Deleting the workspace immediately\n\nTo delete the workspace immediately instead of waiting",
+    );
+    let run = f.refresh(&["--new-queries", "0"]);
+    run.assert_code(0);
+    let changes = chunk_changes(&run);
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(changes.iter().all(|c| c.0 == old && c.2 == "split"));
+    let first = chunk_with(&run, "Reactivate");
+    let second = chunk_with(&run, "## Deleting the workspace immediately");
+    assert_eq!(
+        changes.iter().map(|c| c.1.as_str()).collect::<Vec<_>>(),
+        [first.as_str(), second.as_str()],
+        "the biggest part first"
+    );
+    // Without evidence quotes a label goes to the biggest part.
+    let moved = BTreeMap::from([(old, first)]);
+    assert_refreshed(&run, (&before.0, &before.1), &moved, &BTreeSet::new());
+    assert!(query_changes(&run).values().all(|c| c.0 != "new"), "--new-queries 0");
+}
+
+#[test]
+fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
+    let f = fixture(&sample_corpus(), &[]);
+    let export = f.set.out.join("../queue.jsonl");
+    let out = path_str(&f.set.out).to_owned();
+    let ran = qrelgen(&["review", "export", "--set", &out, "--format", "jsonl", "--to", path_str(&export)]);
+    assert_eq!(ran.status.code(), Some(0));
+    let mut items: Vec<Value> =
+        fs_err::read_to_string(&export).unwrap_or_default().lines().map(parse).collect();
+    // Three accepted direct queries from three documents: one renamed, one edited, one untouched.
+    let doc =
+        |i: &Value| str_field(i, "/sources/0/chunk_id").split(':').next().unwrap_or_default().to_owned();
+    let mut picked: Vec<usize> = Vec::new();
+    for (at, item) in items.iter().enumerate() {
+        let single = item["sources"].as_array().is_some_and(|s| s.len() == 1);
+        if item["type"] == "direct" && single && picked.iter().all(|&p| doc(&items[p]) != doc(item)) {
+            picked.push(at);
+        }
+    }
+    assert!(picked.len() >= 3);
+    for &at in &picked[..3] {
+        items[at]["decision"] = json!("accept");
+        items[at]["sources"][0]["grade"] = json!(2);
+    }
+    let filled = f.set.out.join("../filled.jsonl");
+    write(&filled, items.iter().map(|v| v.to_string() + "\n").collect::<String>());
+    let applied =
+        qrelgen(&["review", "apply", "--set", &out, "--decisions", path_str(&filled), "--reviewer", "ann"]);
+    assert_eq!(applied.status.code(), Some(0), "{}", String::from_utf8_lossy(&applied.stderr));
+    let before = (lines(&f.set), rows(&f.set));
+    let [renamed, edited, untouched] = [0, 1, 2].map(|i| &items[picked[i]]);
+    let (renamed_id, edited_id, untouched_id) =
+        (str_field(renamed, "/query_id"), str_field(edited, "/query_id"), str_field(untouched, "/query_id"));
+    let edited_chunk = str_field(edited, "/sources/0/chunk_id").to_owned();
+    for (id, chunk) in
+        [(renamed_id, str_field(renamed, "/sources/0/chunk_id")), (edited_id, edited_chunk.as_str())]
+    {
+        assert!(before.1.contains(&(id.to_owned(), chunk.to_owned(), "2".to_owned(), "human".to_owned())));
+    }
+    // Rename the first document; add a sentence after the first paragraph of the second's chunk.
+    let renamed_doc = doc(renamed);
+    let text = fs_err::read(f.doc(&renamed_doc)).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_file(f.doc(&renamed_doc)).unwrap_or_else(|e| panic!("{e}"));
+    write(&f.doc(&renamed_doc.replace(".md", "-renamed.md")), text);
+    let chunk_text = str_field(edited, "/sources/0/text");
+    let sentence = chunk_text
+        .split("\n\n")
+        .find(|p| !p.starts_with('#') && p.len() > 30)
+        .unwrap_or_else(|| panic!("a paragraph"));
+    f.edit(&doc(edited), sentence, &format!("{sentence} This sentence is new."));
+
+    let run = f.refresh(&["--new-queries", "0"]);
+    run.assert_code(0);
+    let moved: BTreeMap<String, String> =
+        chunk_changes(&run).into_iter().filter(|c| c.1 != "-").map(|(o, n, _)| (o, n)).collect();
+    assert_refreshed(&run, (&before.0, &before.1), &moved, &BTreeSet::new());
+    let after = rows(&run);
+    let changes = query_changes(&run);
+    // Moved with the same text: the human grade is carried to the new id.
+    let new_id = &moved[str_field(renamed, "/sources/0/chunk_id")];
+    assert!(after.contains(&(renamed_id.to_owned(), new_id.clone(), "2".to_owned(), "human".to_owned())));
+    // Untouched: as it was.
+    assert_eq!(rows_of(&after, untouched_id), rows_of(&before.1, untouched_id));
+    // Edited, no evidence to look up (offline): the decision no longer applies, and says why.
+    let lost = &changes[edited_id].1["human_not_carried"];
+    assert_eq!(lost[0]["chunk"], edited_chunk.as_str(), "{}", changes[edited_id].1);
+    assert!(rows_of(&after, edited_id).iter().all(|r| r.3 != "human"));
+    let manifest = parse(&run.file("manifest.json"));
+    assert_eq!(manifest["review"]["version"], 3);
+    assert!(manifest["refresh"]["human_share"].as_f64().is_some_and(|s| s > 0.0));
+    assert!(
+        f.set.out.join("versions/v2/queries.jsonl").is_file()
+            && f.set.out.join("review/decisions.jsonl").is_file()
+    );
+    // The refresh's queue is what `review export --only changed` gives.
+    let only = qrelgen(&["review", "export", "--set", &out, "--format", "jsonl", "--only", "changed"]);
+    assert_eq!(only.status.code(), Some(0));
+    let exported = String::from_utf8_lossy(&only.stdout).lines().count();
+    assert_eq!(exported, run.jsonl("review_queue.jsonl").len());
+}
+
+#[test]
+fn an_unchanged_corpus_is_the_identity_on_every_file() {
+    for corpus in [sample_corpus(), sample_corpus().with_file_name("haigang-zh")] {
+        let f = fixture(&corpus, &[]);
+        let before = snapshot(&f.set.out);
+        let run = f.refresh(&[]);
+        run.assert_code(0);
+        assert!(run.stdout.starts_with("nothing changed"), "{}", run.stdout);
+        assert_eq!(snapshot(&f.set.out), before, "{}", corpus.display());
+        let dry = f.refresh(&["--dry-run"]);
+        dry.assert_code(0);
+        assert_eq!(snapshot(&f.set.out), before);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
+    let (model, counters) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let base_url = format!("{}/v1", server.uri());
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_tree(&sample_corpus(), &corpus);
+    let (set, spare) = (dir.path().join("set"), dir.path().join("spare"));
+    let (c, s, u) = (path_str(&corpus).to_owned(), path_str(&set).to_owned(), base_url.clone());
+    let env = [("OPENAI_API_KEY", "sk-test")];
+    let built = tokio::task::spawn_blocking(move || {
+        qrelgen_with_env(
+            &[
+                "build",
+                "--corpus",
+                &c,
+                "--out",
+                &s,
+                "--base-url",
+                &u,
+                "--model",
+                "mock-model",
+                "--queries",
+                "12",
+                "--review-size",
+                "6",
+                "-q",
+            ],
+            &env,
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(built.status.code(), Some(0), "{}", String::from_utf8_lossy(&built.stderr));
+    copy_tree(&set, &spare);
+    write(
+        &corpus.join("admin/kiosks.md"),
+        "# Kiosk mode\n\nKiosk mode locks the Harbor Sync desktop app to one shared folder and hides account \
+         settings from visitors. An administrator enables it in the admin console under Devices, then pairs the \
+         computer with a one-time code shown on its screen.\n",
+    );
+    let before = counters.requests();
+    let refresh = |set: PathBuf| {
+        let c = path_str(&corpus).to_owned();
+        tokio::task::spawn_blocking(move || {
+            qrelgen_with_env(
+                &["refresh", "--set", path_str(&set), "--corpus", &c, "--new-queries", "2", "-q"],
+                &env,
+            )
+        })
+    };
+    let first = refresh(set.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    let spent = counters.requests() - before;
+    assert!(spent > 0, "new queries for the new document are written by the LLM");
+    let changelog = fs_err::read_to_string(set.join("refresh/changelog.jsonl")).unwrap_or_default();
+    let new: Vec<Value> = changelog.lines().map(parse).filter(|l| l["change"] == "new").collect();
+    assert!(!new.is_empty(), "{changelog}");
+    // A refresh killed after its calls (the cache holds them, nothing was published) resumes
+    // without calling again.
+    fs_err::copy(set.join("llm-cache.sqlite"), spare.join("llm-cache.sqlite"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let after_first = counters.requests();
+    let resumed = refresh(spare.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert_eq!(counters.requests(), after_first, "every call came from the cache");
+    assert_eq!(
+        fs_err::read_to_string(spare.join("queries.jsonl")).ok(),
+        fs_err::read_to_string(set.join("queries.jsonl")).ok(),
+        "the resumed refresh writes the same set"
+    );
+}
