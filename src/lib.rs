@@ -26,6 +26,7 @@ pub mod progress;
 pub mod record;
 pub mod review;
 pub mod rng;
+pub mod rounds;
 pub mod runs;
 pub mod sample;
 pub mod text;

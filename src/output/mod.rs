@@ -18,13 +18,15 @@ mod manifest;
 mod measures;
 pub(crate) mod report;
 mod report_html;
+mod write;
 
 pub use beir::{corpus_line, qrels, query_line, write_pool, write_qrels};
 pub use folder::{Occupant, inspect, list};
-pub use manifest::{CorpusSummary, Manifest, RunInfo};
+pub use manifest::{CorpusSummary, Manifest, RunInfo, tool};
 pub use measures::Measures;
-pub use report::{Summary, TypeCounts, render_report};
+pub use report::{Summary, render_report};
 pub use report_html::render_report_html;
+pub use write::{SetFiles, write_set};
 
 use crate::error::{Error, Result};
 use layout::{JOURNAL, MANIFEST, REPLACED, ROLLBACK, STAGING};
