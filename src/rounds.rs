@@ -1,4 +1,4 @@
-//! Stage 6, admission: the rounds of a build. Each round generates the planned requests, runs
+//! Stage 5c, admission: the rounds of a build. Each round generates the planned requests, runs
 //! the round trip and the judge, and admits the survivors into the set by quota (queries of
 //! their generated type first, near-duplicates dropped, reclassified no_answer queries kept
 //! beyond the quotas); later rounds top up the types still short.
