@@ -102,6 +102,9 @@ pub enum Error {
     /// The reply cache cannot be used.
     #[error(transparent)]
     Cache(#[from] crate::llm::CacheError),
+    /// Batch mode stopped the run: calls were exported, are missing, or a batch failed.
+    #[error(transparent)]
+    Batch(#[from] crate::llm::BatchError),
     /// A file of a test set cannot be read.
     #[error("cannot read {path}")]
     Input {

@@ -9,7 +9,7 @@ use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::generate::is_query_word;
 use crate::id::ChunkId;
-use crate::index::{ChunkIndex, Hit, Token};
+use crate::index::{ChunkIndex, Hit, Retriever, Token};
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::runs::{PoolRuns, ROUND_TRIP_POOL};
 use crate::text::{Language, quote_in};
@@ -106,6 +106,8 @@ pub struct Checks {
 /// Judges candidates against the index.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
+    /// What the queries are searched in: the index itself unless [`RoundTrip::with_retriever`].
+    retriever: &'a dyn Retriever,
     groups: &'a ChunkGroups,
     config: FilterConfig,
     checks: Checks,
@@ -123,7 +125,7 @@ impl<'a> RoundTrip<'a> {
     /// as the source.
     #[must_use]
     pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig, checks: Checks) -> Self {
-        Self { index, groups, config, checks, runs: None }
+        Self { index, retriever: index, groups, config, checks, runs: None }
     }
 
     /// The checks this filter makes beyond its settings.
@@ -136,6 +138,13 @@ impl<'a> RoundTrip<'a> {
     #[must_use]
     pub fn with_runs(self, runs: &'a PoolRuns) -> Self {
         Self { runs: Some(runs).filter(|r| !r.is_empty()), ..self }
+    }
+
+    /// The same filter, searching `retriever` (an engine over the same chunks, by position)
+    /// instead of the index.
+    #[must_use]
+    pub fn with_retriever(self, retriever: &'a dyn Retriever) -> Self {
+        Self { retriever, ..self }
     }
 
     /// The verdict on one candidate.
@@ -154,7 +163,7 @@ impl<'a> RoundTrip<'a> {
         let query_terms: Vec<String> = tokens.iter().map(|t| t.term.clone()).collect();
         let depth =
             self.config.top_n.max(self.config.pool_depth + relevant.iter().map(Vec::len).sum::<usize>());
-        let hits = self.index.search_terms(&query_terms, depth)?;
+        let hits = self.retriever.search_terms(&query_terms, depth)?;
         let ranks = ranks(&relevant, &hits[..hits.len().min(self.config.top_n)]);
         // A no_answer query's sources are not relevant, so they belong in its pool.
         let excluded: BTreeSet<usize> =
@@ -583,5 +592,35 @@ mod tests {
             let verdict = f.judge(&c).unwrap();
             assert!((verdict.overlap - 0.5).abs() < 1e-9, "{}", verdict.overlap);
         });
+    }
+
+    /// A retriever that finds nothing: a round trip through it misses every source.
+    struct Blind;
+
+    impl Retriever for Blind {
+        fn name(&self) -> &'static str {
+            "blind"
+        }
+
+        fn search_terms(
+            &self,
+            _: &[String],
+            _: usize,
+        ) -> std::result::Result<Vec<Hit>, crate::index::IndexError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn the_round_trip_searches_through_its_retriever() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = from_chunks(dir.path(), &test_chunks(&TEXTS));
+        let groups = ChunkGroups::new(1.0);
+        let filter =
+            RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
+        let hit = candidate(QueryType::Direct, "quota exceeded", &[0], None);
+        check(&filter, &hit, Status::Kept, Reason::SourceInTopN, &[Some(1)]);
+        let blind = filter.with_retriever(&Blind);
+        check(&blind, &hit, Status::Dropped, Reason::SourceNotInTopN, &[None]);
     }
 }

@@ -12,7 +12,7 @@ use crate::generate::{
 };
 use crate::id::{ChunkId, ContentHasher};
 use crate::index::{Analyzer, ChunkIndex, IndexError};
-use crate::llm::{Cache, Llm};
+use crate::llm::{BatchMode, Cache, Llm};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
 use crate::progress::{Progress, Timings};
 use crate::record::{Chunk, ChunkMeta, FORMAT_VERSION, Judged, QueryType};
@@ -76,7 +76,7 @@ pub fn build(
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
-    let mut generator = make_generator(config, &index, out, language)?;
+    let mut generator = make_generator(config, &index, out, language, *progress)?;
     timings.add("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
     let group = generator.queries_per_call();
@@ -84,6 +84,10 @@ pub fn build(
     if config.dry_run {
         let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas)?;
         return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
+    }
+    if submits_batches(config) {
+        let mut fresh = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
+        check_batch_budget(config, &dry_run(config, generator.as_mut(), &mut fresh, &quotas)?)?;
     }
     let mut rounds = Rounds::new(&quotas, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
@@ -205,6 +209,10 @@ pub struct DryRun {
     pub rounds: u32,
     /// The share of queries kept at the high end, in percent.
     pub low_yield_percent: u32,
+    /// With `--batch`: batches of round 1, and of every round at the high end (one per
+    /// generation round and judge phase, more where a stage's calls exceed the requests per
+    /// batch; repairs of unusable replies add small ones).
+    pub batches: (u64, u64),
 }
 
 /// Plans the rounds a run would go through, without sending anything: round 1 as planned, then
@@ -230,14 +238,60 @@ fn dry_run(
         if generator.judge().is_some() {
             estimate.judge_calls = judge_calls(&requests, config);
         }
+        let batches = batches_of(config, &estimate);
         if round == 1 {
-            (range.queries, range.low) = (requests.len(), estimate);
+            (range.queries, range.low, range.batches.0) = (requests.len(), estimate, batches);
         }
+        range.batches.1 += batches;
         range.high.add(&estimate);
         range.rounds = round;
         rounds.assume_kept(&requests, DRY_RUN_LOW_YIELD);
     }
     Ok(range)
+}
+
+/// The batches a round of `estimate` makes with `--batch`: its generation calls split by the
+/// requests per batch, and one per judge phase that has calls (0 without `--batch`).
+fn batches_of(config: &BuildConfig, estimate: &Estimate) -> u64 {
+    let GeneratorConfig::Llm(setup) = &config.generator else { return 0 };
+    let Some(batch) = &setup.llm.batch else { return 0 };
+    let per = batch.max_requests.max(1) as u64;
+    let judge_phases = if estimate.judge_calls == 0 { 0 } else { 1 + u64::from(config.judge.pool > 0) };
+    estimate.calls.div_ceil(per) + judge_phases * estimate.judge_calls.div_ceil(per).max(1)
+}
+
+/// Before a batch run submits anything, refuses it when the whole run at the high end of its
+/// dry-run range could take the spend over `--max-tokens-total` or `--max-cost` (at the batch
+/// price): a submitted batch cannot be stopped half way. Judge calls are counted at the mean
+/// prompt of a generation call.
+fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
+    let GeneratorConfig::Llm(setup) = &config.generator else { return Ok(()) };
+    let (llm, high) = (&setup.llm, &range.high);
+    let mean_prompt = high.prompt_tokens / high.calls.max(1);
+    let prompt = high.prompt_tokens + high.judge_calls * mean_prompt;
+    let completion = high.max_completion_tokens + high.judge_calls * u64::from(llm.max_tokens);
+    if let Some(limit) = llm.budget.max_tokens_total.filter(|&limit| prompt + completion > limit) {
+        return Err(Error::Budget(format!(
+            "the whole batch run could take up to {} tokens ({} calls and {} judge calls in {} round(s)), over \
+             --max-tokens-total {limit}; nothing was submitted",
+            prompt + completion,
+            high.calls,
+            high.judge_calls,
+            range.rounds
+        )));
+    }
+    if let (Some(limit), Some(price)) = (llm.budget.max_cost, llm.budget.price) {
+        let cost =
+            (prompt as f64 * price.prompt + completion as f64 * price.completion) / 1e6 * llm.batch_discount;
+        if cost > limit {
+            return Err(Error::Budget(format!(
+                "the whole batch run could cost up to {cost:.4} at the batch price ({} × the given prices), over \
+                 --max-cost {limit}; nothing was submitted",
+                llm.batch_discount
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
@@ -300,6 +354,7 @@ fn make_generator<'a>(
     index: &'a ChunkIndex,
     out: &Path,
     language: Language,
+    progress: Progress,
 ) -> Result<Box<dyn Generator + 'a>> {
     match &config.generator {
         GeneratorConfig::Offline => {
@@ -314,17 +369,37 @@ fn make_generator<'a>(
                     message: e.chain(),
                     hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
                 })?;
+            if let Some(BatchMode::Import { from, .. }) = setup.llm.batch.as_ref().map(|b| &b.mode) {
+                let imported = llm.import(from)?;
+                progress.stage("batch", 0).finish(&format!(
+                    "imported {} replies from {} ({} failed, {} not run, {} unreadable lines)",
+                    imported.replies,
+                    from.display(),
+                    imported.failed,
+                    imported.not_run,
+                    imported.unreadable
+                ));
+            }
+            // A batch runner of the user's own may have no online endpoint to probe.
+            let offline_batch =
+                setup.llm.batch.as_ref().is_some_and(|b| !matches!(b.mode, BatchMode::Submit));
             let generator = LlmGenerator::new(
                 index,
                 llm,
                 prompts,
                 setup.generation.clone(),
                 config.seed,
-                !config.dry_run,
+                !config.dry_run && !offline_batch,
             )?;
             Ok(Box::new(generator))
         }
     }
+}
+
+/// Whether the run submits its calls as batches.
+fn submits_batches(config: &BuildConfig) -> bool {
+    matches!(&config.generator, GeneratorConfig::Llm(setup)
+        if setup.llm.batch.as_ref().is_some_and(|b| b.mode == BatchMode::Submit))
 }
 
 fn generator_line(generator: &dyn Generator, language: Language) -> String {

@@ -148,6 +148,15 @@ impl Stage {
         }
     }
 
+    /// Prints a line about the stage now (a batch submitted, polled, imported).
+    pub fn say(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(format!("{:>9}: {line}", self.name)),
+            None if self.mode == Mode::Lines => eprintln!("{:>9}: {line}", self.name),
+            None => {}
+        }
+    }
+
     /// Ends the stage with a one-line summary and returns its wall time.
     pub fn finish(&self, summary: &str) -> Duration {
         let elapsed = self.started.elapsed();

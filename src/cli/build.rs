@@ -6,6 +6,7 @@ use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::Args;
 use qrelgen::generate::Prompts;
+use qrelgen::llm::BatchError;
 use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
 use qrelgen::text::Language;
@@ -45,6 +46,9 @@ pub struct BuildArgs {
     #[command(flatten)]
     settings: Settings,
 
+    #[command(flatten)]
+    batch: super::batch::BatchArgs,
+
     /// Plan the calls and estimate their tokens; send nothing, write no test set.
     #[arg(long)]
     dry_run: bool,
@@ -75,8 +79,9 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         anyhow::bail!("--corpus and --out are required");
     };
     let api_key = std::env::var("OPENAI_API_KEY").ok();
-    let config =
+    let mut config =
         settings.resolve(Inputs { corpus, prechunked: args.prechunked, dry_run: args.dry_run, api_key })?;
+    args.batch.apply(&mut config)?;
     if matches!(config.generator, qrelgen::config::GeneratorConfig::Offline) && !args.quiet {
         eprintln!(
             "note: no LLM endpoint configured (--base-url), so the offline generator writes the queries"
@@ -85,9 +90,13 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let progress = Progress::stderr(args.quiet);
     let if_occupied = if args.force { IfOccupied::Force } else { IfOccupied::Refuse };
     let outcome = match pipeline::build(&config, out, if_occupied, &progress) {
-        Err(err @ qrelgen::Error::Budget(_)) => {
+        Err(err @ (qrelgen::Error::Budget(_) | qrelgen::Error::Batch(BatchError::Budget(_)))) => {
             eprintln!("error: {err}");
             return Ok(exit::BUDGET);
+        }
+        Err(qrelgen::Error::Batch(exported @ BatchError::Exported { .. })) => {
+            writeln!(stdout, "batch: {exported}")?;
+            return Ok(exit::OK);
         }
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,
     };
@@ -123,6 +132,13 @@ fn print_dry_run(dry_run: &pipeline::DryRun, w: &mut dyn Write) -> std::io::Resu
             w,
             "the judge: up to {} more calls, one chunk each",
             range(low.judge_calls, high.judge_calls)
+        )?;
+    }
+    if dry_run.batches.1 > 0 {
+        writeln!(
+            w,
+            "batch: {} batches (one per generation round and judge phase; a repair of an unusable reply adds one)",
+            range(dry_run.batches.0, dry_run.batches.1)
         )?;
     }
     Ok(())

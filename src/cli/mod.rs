@@ -1,6 +1,7 @@
 //! Command-line parsing (clap) and dispatch. The library never sees flags: each command maps its
 //! arguments onto the library's config structs.
 
+mod batch;
 mod build;
 mod eval;
 mod review;
@@ -98,6 +99,11 @@ enum Command {
   qrelgen eval --qrels qrels.trec --corpus corpus.jsonl --run dense.run --level doc"
     )]
     Eval(Box<eval::EvalArgs>),
+    /// Batch inference (`build --batch submit|export|import`): where a set's batches stand.
+    #[command(after_help = "Examples:
+  qrelgen batch status --set out
+  qrelgen batch status --set out --cache shared-cache.sqlite")]
+    Batch(batch::BatchCommand),
 }
 
 /// Parses the command line, runs the command and maps the outcome to an exit code. Every
@@ -112,6 +118,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args, &mut out),
         Command::Run(args) => run::run(&args, &mut out),
         Command::Eval(args) => eval::run(&args, &mut out),
+        Command::Batch(args) => batch::run(&args, &mut out),
     }
     .and_then(|code| {
         out.flush()?;

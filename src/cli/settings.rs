@@ -527,6 +527,8 @@ impl Settings {
                 max_tokens: self.max_tokens.unwrap_or(1500),
                 seed: self.seed.unwrap_or(42),
                 budget: Budget { max_tokens_total: self.max_tokens_total, max_cost: self.max_cost, price },
+                batch: None,
+                batch_discount: qrelgen::llm::DEFAULT_DISCOUNT,
             },
             generation: LlmGeneration {
                 json_mode: self.json_mode.map(|m| match m {

@@ -92,6 +92,10 @@ pub struct LlmSummary {
     /// and there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abandoned_cost: Option<f64>,
+    /// The price of a batch reply as a share of the online price, if any reply came through a
+    /// batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_discount: Option<f64>,
 }
 
 /// The LLM generator's summary plus what this run sent over the network.
@@ -133,7 +137,7 @@ impl Unusable {
             LlmError::Timeout(_) => FailureKind::Timeout,
             LlmError::Http { .. } => FailureKind::HttpError,
             LlmError::Connect { .. } | LlmError::BaseUrl(_) => FailureKind::Connection,
-            LlmError::Body(_) | LlmError::Budget(_) => FailureKind::BadResponse,
+            LlmError::Body(_) | LlmError::Budget(_) | LlmError::Deferred => FailureKind::BadResponse,
         };
         Self { kind, reason: error.chain(), reply: None }
     }
@@ -335,7 +339,7 @@ impl<'a> LlmGenerator<'a> {
                 format!("does not answer: {}", error.chain()),
                 "is the server running? check --base-url",
             ),
-            LlmError::Body(_) | LlmError::BaseUrl(_) => endpoint_error(
+            LlmError::Body(_) | LlmError::BaseUrl(_) | LlmError::Deferred => endpoint_error(
                 &self.llm,
                 format!("does not answer as a chat endpoint: {}", error.chain()),
                 "check --base-url (it usually ends in /v1)",
@@ -430,7 +434,9 @@ impl<'a> LlmGenerator<'a> {
             network.retries,
             network.failures
         ));
-        progress.inc(call.tasks.len() as u64);
+        if !matches!(answer, Err(LlmError::Deferred)) {
+            progress.inc(call.tasks.len() as u64);
+        }
         match answer {
             Ok(Ok(queries)) => Ok(assign(call, queries)),
             Ok(Err(unusable)) => Ok(fail_all(call, &unusable)),
@@ -504,7 +510,9 @@ impl<'a> LlmGenerator<'a> {
         let messages = vec![Message::new("user", user)];
         let repair = &self.prompts.judge_repair;
         let answer = self.ask_until(messages, format.as_ref(), 0.0, repair, parse_grade).await;
-        progress.inc(1);
+        if !matches!(answer, Err(LlmError::Deferred)) {
+            progress.inc(1);
+        }
         let ungraded = |u: Unusable| Ungraded { kind: u.kind, reason: u.reason, reply: u.reply };
         match answer {
             Ok(Ok(grade)) => Ok(Ok(grade.grade)),
@@ -532,8 +540,9 @@ impl<'a> LlmGenerator<'a> {
         (!wrong.is_empty()).then(|| format!("queries {wrong:?} are not written in {}", language.name()))
     }
 
-    async fn run_all(&self, calls: &[Call], progress: &Stage) -> Result<Generated> {
-        let parts = self.run_ordered(calls, |call| self.run_call(call, progress)).await?;
+    async fn run_all(&self, calls: &[Call], round: u32, progress: &Stage) -> Result<Generated> {
+        let stage = format!("generate, round {round}");
+        let parts = self.run_ordered(calls, &stage, progress, |call| self.run_call(call, progress)).await?;
         let mut generated = Generated::default();
         for part in parts {
             generated.drafts.extend(part.drafts);
@@ -544,8 +553,43 @@ impl<'a> LlmGenerator<'a> {
 
     /// Runs `work` on every item, `concurrency` at a time, in any order (a slow call does not
     /// hold the others back), and returns the results in the items' order. A spent budget lets
-    /// the calls in flight finish; an unusable endpoint stops at once, and so does a stall.
-    async fn run_ordered<'s, I, T, F, Fut>(&'s self, items: &'s [I], work: F) -> Result<Vec<T>>
+    /// the calls in flight finish; an unusable endpoint stops at once, and so does a stall. In
+    /// batch mode, the calls the cache cannot answer go to a batch (named after `stage`) and
+    /// the items that waited for them run again, until none waits.
+    async fn run_ordered<'s, I, T, F, Fut>(
+        &'s self,
+        items: &'s [I],
+        stage: &str,
+        progress: &Stage,
+        work: F,
+    ) -> Result<Vec<T>>
+    where
+        F: Fn(&'s I) -> Fut,
+        Fut: Future<Output = std::result::Result<T, LlmError>>,
+    {
+        self.llm.begin_stage();
+        let mut done: Vec<Option<T>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+        loop {
+            let todo: Vec<usize> = (0..items.len()).filter(|&i| done[i].is_none()).collect();
+            for (i, part) in self.run_some(items, &todo, &work).await? {
+                done[i] = Some(part);
+            }
+            if self.llm.pending() == 0 {
+                return Ok(done.into_iter().flatten().collect());
+            }
+            let say = |line: String| progress.say(&line);
+            self.llm.flush(stage, &say).await?;
+        }
+    }
+
+    /// Runs `work` on the items at `todo`; returns their results (by position), leaving out
+    /// those that wait for a batch.
+    async fn run_some<'s, I, T, F, Fut>(
+        &'s self,
+        items: &'s [I],
+        todo: &[usize],
+        work: &F,
+    ) -> Result<Vec<(usize, T)>>
     where
         F: Fn(&'s I) -> Fut,
         Fut: Future<Output = std::result::Result<T, LlmError>>,
@@ -553,17 +597,18 @@ impl<'a> LlmGenerator<'a> {
         let concurrency = self.llm.config().limits.concurrency.max(1);
         self.llm.begin_batch();
         let all = async {
-            let mut stream = futures::stream::iter(items.iter().enumerate())
+            let mut stream = futures::stream::iter(todo.iter().map(|&i| (i, &items[i])))
                 .map(|(i, item)| {
                     let running = work(item);
                     async move { (i, running.await) }
                 })
                 .buffer_unordered(concurrency);
-            let mut parts = Vec::with_capacity(items.len());
+            let mut parts = Vec::with_capacity(todo.len());
             let mut budget = None;
             while let Some((i, outcome)) = stream.next().await {
                 match outcome {
                     Ok(part) => parts.push((i, part)),
+                    Err(LlmError::Deferred) => {}
                     Err(LlmError::Budget(message)) => budget = Some(message),
                     Err(error) => return Err(self.fatal(&error)),
                 }
@@ -578,7 +623,7 @@ impl<'a> LlmGenerator<'a> {
             () = self.watchdog() => return Err(self.stalled()),
         };
         parts.sort_by_key(|(i, _)| *i);
-        Ok(parts.into_iter().map(|(_, part)| part).collect())
+        Ok(parts)
     }
 
     fn stalled(&self) -> Error {
@@ -619,6 +664,7 @@ fn is_fatal(error: &LlmError) -> bool {
         LlmError::Connect { .. }
             | LlmError::BaseUrl(_)
             | LlmError::Budget(_)
+            | LlmError::Deferred
             | LlmError::Http { status: 401 | 403 | 404, .. }
     )
 }
@@ -687,7 +733,7 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
 
 impl Judge for LlmGenerator<'_> {
     fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>> {
-        self.runtime.block_on(self.run_ordered(asks, |ask| self.grade_one(ask, progress)))
+        self.runtime.block_on(self.run_ordered(asks, "judge", progress, |ask| self.grade_one(ask, progress)))
     }
 }
 
@@ -706,7 +752,8 @@ impl Generator for LlmGenerator<'_> {
 
     fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated> {
         let calls = self.calls(requests);
-        self.runtime.block_on(self.run_all(&calls, progress))
+        let round = requests.first().map_or(0, |r| r.round);
+        self.runtime.block_on(self.run_all(&calls, round, progress))
     }
 
     fn llm_report(&self) -> Option<LlmReport> {
@@ -718,12 +765,13 @@ impl Generator for LlmGenerator<'_> {
                 model: config.endpoint.model.clone(),
                 json_mode: self.mode,
                 usage,
-                cost: config.budget.price.map(|p| usage.cost(p)),
+                cost: config.budget.price.map(|p| usage.cost_at(p, config.batch_discount)),
                 abandoned_cost: config
                     .budget
                     .price
                     .filter(|_| usage.abandoned > 0)
                     .map(|p| usage.abandoned_cost(p)),
+                batch_discount: (usage.batch_replies > 0).then_some(config.batch_discount),
             },
             mode_reason: self.mode_reason.clone(),
             network: self.llm.network(),

@@ -10,11 +10,13 @@
 
 mod analyzer;
 mod error;
+mod retriever;
 mod segment;
 mod topics;
 
 pub use analyzer::{Analyzer, Token};
 pub use error::IndexError;
+pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 

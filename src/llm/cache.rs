@@ -74,6 +74,15 @@ impl Cache {
         Ok(Self { path: path.to_owned(), conn: Mutex::new(conn) })
     }
 
+    /// Runs `query` on the connection (for the batch tables).
+    pub(super) fn with<T>(
+        &self,
+        query: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, CacheError> {
+        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        query(&conn).map_err(|source| CacheError { path: self.path.clone(), source })
+    }
+
     /// The reply stored under `key`.
     ///
     /// # Errors

@@ -95,6 +95,9 @@ pub enum LlmError {
     /// The token or cost budget is spent; nothing more is sent.
     #[error("budget reached: {0}")]
     Budget(String),
+    /// Batch mode: the call is not in the cache and waits for the next batch.
+    #[error("waiting for a batch")]
+    Deferred,
 }
 
 impl LlmError {
@@ -115,7 +118,7 @@ impl LlmError {
                 matches!(kind, ConnectKind::Refused | ConnectKind::Reset | ConnectKind::Other)
             }
             Self::Timeout(_) => true,
-            Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) => false,
+            Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) | Self::Deferred => false,
         }
     }
 

@@ -6,6 +6,7 @@
 //! [`LlmError`]. Invariants: a successful reply is in the cache before it is returned; cache
 //! hits skip the limiters; the API key is kept in memory only and never serialized or logged.
 
+mod batch;
 mod cache;
 mod error;
 mod limits;
@@ -13,6 +14,10 @@ mod retry;
 mod stall;
 mod transport;
 
+pub use batch::{
+    BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Imported, MAX_BYTES, MAX_REQUESTS,
+    request_line,
+};
 pub use cache::{Cache, CacheError, CachedReply};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
@@ -130,6 +135,17 @@ pub struct LlmConfig {
     pub seed: u64,
     /// Spending limits.
     pub budget: Budget,
+    /// Batch inference instead of online calls (`--batch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchConfig>,
+    /// Price of a reply that came through a batch, as a share of the online price.
+    #[serde(skip_serializing_if = "is_default_discount")]
+    pub batch_discount: f64,
+}
+
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_default_discount(discount: &f64) -> bool {
+    (*discount - DEFAULT_DISCOUNT).abs() < f64::EPSILON
 }
 
 /// A chat message.
@@ -233,6 +249,20 @@ pub struct TokenUsage {
     pub abandoned_prompt_tokens: u64,
     /// Their completion tokens at worst (`max_tokens` each).
     pub abandoned_completion_tokens: u64,
+    /// Of the replies, those that came through a batch (at the batch price).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub batch_replies: u64,
+    /// Their prompt tokens.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub batch_prompt_tokens: u64,
+    /// Their completion tokens.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub batch_completion_tokens: u64,
+}
+
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TokenUsage {
@@ -240,6 +270,16 @@ impl TokenUsage {
     #[must_use]
     pub fn cost(&self, price: Price) -> f64 {
         (self.prompt_tokens as f64 * price.prompt + self.completion_tokens as f64 * price.completion) / 1e6
+    }
+
+    /// Money for the replies at `price`, those that came through a batch at `discount` times
+    /// it.
+    #[must_use]
+    pub fn cost_at(&self, price: Price, discount: f64) -> f64 {
+        let batched = (self.batch_prompt_tokens as f64 * price.prompt
+            + self.batch_completion_tokens as f64 * price.completion)
+            / 1e6;
+        self.cost(price) - batched * (1.0 - discount)
     }
 
     /// Money the abandoned attempts may have cost at `price`, at worst (an estimate).
@@ -266,6 +306,12 @@ impl TokenUsage {
         self.completion_tokens += reply.completion_tokens;
     }
 
+    fn add_batched(&mut self, reply: &CachedReply) {
+        self.batch_replies += 1;
+        self.batch_prompt_tokens += reply.prompt_tokens;
+        self.batch_completion_tokens += reply.completion_tokens;
+    }
+
     /// Counts `attempts` abandoned attempts of a request of about `prompt` prompt tokens and
     /// `max_tokens`.
     fn abandon(&mut self, attempts: u64, prompt: u32, max_tokens: u32) {
@@ -281,6 +327,9 @@ impl TokenUsage {
         self.abandoned += other.abandoned;
         self.abandoned_prompt_tokens += other.abandoned_prompt_tokens;
         self.abandoned_completion_tokens += other.abandoned_completion_tokens;
+        self.batch_replies += other.batch_replies;
+        self.batch_prompt_tokens += other.batch_prompt_tokens;
+        self.batch_completion_tokens += other.batch_completion_tokens;
     }
 }
 
@@ -299,6 +348,9 @@ pub struct NetworkStats {
     pub failures: u64,
     /// Tokens of the replies paid for in this run, and of the attempts it abandoned.
     pub paid: TokenUsage,
+    /// Of the replies paid for, those that came through a batch.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub batched: u64,
 }
 
 #[derive(Debug, Default)]
@@ -352,6 +404,8 @@ pub struct Llm {
     stall: StallClock,
     /// The base URL names this machine: a refused connection means nothing listens.
     loopback: bool,
+    /// In batch mode, the calls waiting for a batch.
+    batch: Option<batch::Deferral>,
 }
 
 /// Checks that `base_url` is an http(s) URL with a host; `Ok(true)` if the host is this
@@ -389,6 +443,10 @@ impl Llm {
         let limits = std::sync::Arc::new(Limits::new(config.limits));
         let service = transport::service(http, keyed, std::sync::Arc::clone(&limits));
         let client = Client::with_config(openai).with_http_service(service);
+        let batch = config.batch.clone().map(batch::Deferral::new);
+        if batch.is_some() {
+            cache.batch_tables().map_err(|e| LlmError::Body(e.to_string()))?;
+        }
         Ok(Self {
             client,
             config,
@@ -397,6 +455,7 @@ impl Llm {
             totals: Mutex::new(Totals::default()),
             stall: StallClock::default(),
             loopback,
+            batch,
         })
     }
 
@@ -502,14 +561,26 @@ impl Llm {
         let request = self.request(messages, response_format, temperature);
         let key = self.key(&request);
         if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
+            if self.batch.as_ref().is_some_and(|b| !b.first_use(&key)) {
+                return Ok(completion(&reply));
+            }
             let prompt = estimate_tokens(messages, response_format);
+            let batched = self.cache.via_batch(&key);
             self.update(|t| {
                 t.network.cache_hits += 1;
                 t.used.add(&reply);
+                if batched {
+                    t.used.add_batched(&reply);
+                }
                 t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
             });
             self.stall.progress();
             return Ok(completion(&reply));
+        }
+        if let Some(batch) = &self.batch {
+            let body = serde_json::to_string(&request).unwrap_or_default();
+            let tokens = estimate_tokens(messages, response_format).saturating_add(self.config.max_tokens);
+            return Err(batch.defer(&key, &body, tokens));
         }
         let reply = self.send(&request, RetryOn::Transient).await?;
         self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
@@ -659,16 +730,7 @@ impl Llm {
             }
             Ok(Ok(response)) => response,
         };
-        let usage = response.usage.unwrap_or_default();
-        let choice =
-            response.choices.into_iter().next().ok_or_else(|| LlmError::Body("no choices".into()))?;
-        Ok(CachedReply {
-            content: choice.message.content.unwrap_or_default(),
-            finish_reason: choice.finish_reason,
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
-            abandoned: 0,
-        })
+        reply_from(response)
     }
 
     fn update<T>(&self, change: impl FnOnce(&mut Totals) -> T) -> T {
@@ -678,6 +740,25 @@ impl Llm {
 
 fn as_secs<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_u64(duration.as_secs())
+}
+
+/// The reply of a chat completion.
+fn reply_from(response: ChatResponse) -> Result<CachedReply, LlmError> {
+    let usage = response.usage.unwrap_or_default();
+    let choice = response.choices.into_iter().next().ok_or_else(|| LlmError::Body("no choices".into()))?;
+    Ok(CachedReply {
+        content: choice.message.content.unwrap_or_default(),
+        finish_reason: choice.finish_reason,
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        abandoned: 0,
+    })
+}
+
+/// The reply of a chat completion given as JSON (a batch result's body).
+fn reply_of(body: serde_json::Value) -> Result<CachedReply, LlmError> {
+    let response: ChatResponse = serde_json::from_value(body).map_err(|e| LlmError::Body(e.to_string()))?;
+    reply_from(response)
 }
 
 fn completion(reply: &CachedReply) -> Completion {

@@ -136,6 +136,15 @@ fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
             u.abandoned, u.abandoned_prompt_tokens, u.abandoned_completion_tokens
         );
     }
+    if u.batch_replies > 0 {
+        let discount = llm.batch_discount.unwrap_or(crate::llm::DEFAULT_DISCOUNT);
+        let _ = writeln!(
+            out,
+            "- through batch inference: {} replies, {} prompt + {} completion tokens, priced at {discount} × the \
+             online price (`--batch-discount`)",
+            u.batch_replies, u.batch_prompt_tokens, u.batch_completion_tokens
+        );
+    }
     match (llm.cost, llm.abandoned_cost) {
         (Some(cost), Some(abandoned)) => {
             let _ = writeln!(

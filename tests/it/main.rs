@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, reason = "a test that cannot unwrap has failed")]
 
+mod batch;
 mod build;
 mod chinese;
 mod controls;

@@ -160,9 +160,20 @@ impl Model {
             };
         }
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let (status, reply) = self.reply(&body, n);
+        match reply {
+            Value::String(text) => ResponseTemplate::new(status).set_body_string(text),
+            json => ResponseTemplate::new(status).set_body_json(json),
+        }
+    }
+
+    /// The status and body (JSON, or a string for a plain-text body) the model answers a chat
+    /// request body with, `n` being the request's number (the batch mock answers lines with it).
+    pub fn reply(&self, body: &Value, n: usize) -> (u16, Value) {
+        let c = &self.counters;
         let format = body.pointer("/response_format/type").and_then(Value::as_str).unwrap_or("");
         if self.reject_json_schema && format == "json_schema" {
-            return ResponseTemplate::new(500).set_body_string("json_schema is not supported");
+            return (500, Value::String("json_schema is not supported".to_owned()));
         }
         let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
         let prompt_chars: usize = messages.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum();
@@ -176,7 +187,7 @@ impl Model {
         let user = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
         if let Some(status) = self.fail_generation.filter(|_| !user.contains("{\"queries\": []}")) {
             let message = format!("request {n} refused | try again\nor not");
-            return ResponseTemplate::new(status).set_body_json(json!({"error": {"message": message}}));
+            return (status, json!({"error": {"message": message}}));
         }
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
@@ -203,14 +214,17 @@ impl Model {
 }
 
 /// A chat completion; token counts at about four characters a token.
-fn completion(content: &str, finish_reason: &str, prompt_chars: usize) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "chatcmpl-mock",
-        "object": "chat.completion",
-        "model": "mock-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": prompt_chars / 4, "completion_tokens": content.len() / 4}
-    }))
+fn completion(content: &str, finish_reason: &str, prompt_chars: usize) -> (u16, Value) {
+    (
+        200,
+        json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "model": "mock-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": prompt_chars / 4, "completion_tokens": content.len() / 4}
+        }),
+    )
 }
 
 /// The passages of a prompt: the text between `"""` fences.

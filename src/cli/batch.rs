@@ -1,0 +1,166 @@
+//! Batch inference on the command line: `build --batch submit|export|import` and
+//! `qrelgen batch status`.
+
+use super::exit;
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use qrelgen::config::{BuildConfig, GeneratorConfig};
+use qrelgen::llm::{BatchConfig, BatchMode, Cache, DEFAULT_DISCOUNT, MAX_BYTES, MAX_REQUESTS};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The batch flags of `build`.
+#[derive(Debug, Default, Args)]
+pub struct BatchArgs {
+    /// Run the LLM calls as batches instead of online: `submit` uploads each stage's calls to
+    /// the OpenAI Batch API (Files + Batches endpoints), waits and goes on; `export` writes
+    /// them to --to (OpenAI batch input format, for `vllm run-batch` or any runner) and stops;
+    /// `import FILE` reads a runner's output file into the cache and goes on, exporting what
+    /// the next stage needs to --to [default: online calls].
+    #[arg(long, num_args = 1..=2, value_names = ["MODE", "FILE"], help_heading = "Batch")]
+    batch: Vec<String>,
+    /// Request file that `--batch export` (and `--batch import` for the next stage) writes
+    /// [default: none; needed with export].
+    #[arg(long, value_name = "FILE", help_heading = "Batch")]
+    to: Option<PathBuf>,
+    /// Price of a batch reply, as a share of the online price (the report's cost and
+    /// --max-cost) [default: 0.5].
+    #[arg(long, value_name = "0..1", help_heading = "Batch")]
+    batch_discount: Option<f64>,
+    /// Seconds between polls of a submitted batch [default: 60].
+    #[arg(long, value_name = "SECONDS", help_heading = "Batch")]
+    batch_poll: Option<f64>,
+    /// Requests per batch at most; more are split into several batches [default: 50000].
+    #[arg(long, value_name = "N", help_heading = "Batch")]
+    batch_max_requests: Option<usize>,
+    /// Bytes per batch input file at most [default: 209715200, 200 MiB].
+    #[arg(long, value_name = "BYTES", help_heading = "Batch")]
+    batch_max_bytes: Option<u64>,
+}
+
+impl BatchArgs {
+    /// Puts the batch settings into `config`.
+    ///
+    /// # Errors
+    /// For an unknown mode, a missing file, or batch flags without the LLM generator.
+    pub fn apply(&self, config: &mut BuildConfig) -> anyhow::Result<()> {
+        let discount = self.batch_discount.unwrap_or(DEFAULT_DISCOUNT);
+        if !(0.0..=1.0).contains(&discount) {
+            bail!("invalid --batch-discount: must be between 0 and 1");
+        }
+        let poll = self.batch_poll.unwrap_or(60.0);
+        if !(poll.is_finite() && poll > 0.0) {
+            bail!("invalid --batch-poll: must be a number of seconds above 0");
+        }
+        let mode = self.mode()?;
+        let GeneratorConfig::Llm(setup) = &mut config.generator else {
+            if mode.is_some() {
+                bail!("--batch needs the LLM generator\nhint: pass --base-url and --model");
+            }
+            return Ok(());
+        };
+        setup.llm.batch_discount = discount;
+        setup.llm.batch = mode.map(|mode| BatchConfig {
+            mode,
+            poll: Duration::from_secs_f64(poll.min(86_400.0)),
+            max_requests: self.batch_max_requests.unwrap_or(MAX_REQUESTS).max(1),
+            max_bytes: self.batch_max_bytes.unwrap_or(MAX_BYTES).max(1),
+        });
+        Ok(())
+    }
+
+    fn mode(&self) -> anyhow::Result<Option<BatchMode>> {
+        let (mode, file) = match self.batch.as_slice() {
+            [] => return Ok(None),
+            [mode] => (mode.as_str(), None),
+            [mode, file] => (mode.as_str(), Some(PathBuf::from(file))),
+            _ => bail!("--batch takes a mode and at most one file"),
+        };
+        Ok(Some(match (mode, file) {
+            ("submit", None) => BatchMode::Submit,
+            ("export", None) => match &self.to {
+                Some(to) => BatchMode::Export { to: to.clone() },
+                None => bail!("--batch export needs --to FILE, the request file to write"),
+            },
+            ("import", Some(from)) => BatchMode::Import { from, to: self.to.clone() },
+            ("import", None) => bail!("--batch import needs the runner's output file: --batch import FILE"),
+            ("submit" | "export", Some(file)) => {
+                bail!("--batch {mode} takes no file (got {}); the request file is --to", file.display())
+            }
+            (other, _) => bail!("invalid --batch mode {other:?}: submit, export or import"),
+        }))
+    }
+}
+
+/// `qrelgen batch`.
+#[derive(Debug, Args)]
+pub struct BatchCommand {
+    #[command(subcommand)]
+    command: BatchSub,
+}
+
+#[derive(Debug, Subcommand)]
+enum BatchSub {
+    /// Where the batches of a set stand, as the last poll left them (sends nothing).
+    #[command(after_help = "Examples:
+  qrelgen batch status --set out
+  qrelgen batch status --set out --cache shared-cache.sqlite")]
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// The set's output folder (its cache is OUT/llm-cache.sqlite).
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+    /// The reply cache, if the build used --cache [default: SET/llm-cache.sqlite].
+    #[arg(long, value_name = "FILE")]
+    cache: Option<PathBuf>,
+}
+
+/// Runs `qrelgen batch …`.
+pub fn run(args: &BatchCommand, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    let BatchSub::Status(args) = &args.command;
+    let path = args.cache.clone().unwrap_or_else(|| args.set.join("llm-cache.sqlite"));
+    status(&path, stdout)
+}
+
+fn status(path: &Path, w: &mut dyn Write) -> anyhow::Result<u8> {
+    if !path.is_file() {
+        bail!("no reply cache at {}\nhint: pass the build's --cache, or check --set", path.display());
+    }
+    let cache = Cache::open(path)?;
+    let batches = cache.batches().with_context(|| format!("reading {}", path.display()))?;
+    if batches.is_empty() {
+        writeln!(w, "no batches recorded in {}", path.display())?;
+        return Ok(exit::OK);
+    }
+    writeln!(w, "{:<40} {:<22} {:<11} {:>9} {:>7} imported", "batch", "stage", "status", "done", "failed")?;
+    for b in &batches {
+        writeln!(
+            w,
+            "{:<40} {:<22} {:<11} {:>9} {:>7} {}",
+            b.id,
+            b.stage,
+            b.status,
+            format!("{}/{}", b.completed, b.total),
+            b.failed,
+            if b.imported { "yes" } else { "no" }
+        )?;
+    }
+    let open = batches.iter().filter(|b| !b.imported).count();
+    writeln!(
+        w,
+        "{} batch(es), {open} not imported yet; {} replies in the cache came through a batch",
+        batches.len(),
+        cache.batched_replies()?
+    )?;
+    if open > 0 {
+        writeln!(
+            w,
+            "rerun the same `build --batch submit` to poll and import them (nothing is submitted twice)"
+        )?;
+    }
+    Ok(exit::OK)
+}

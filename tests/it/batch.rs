@@ -1,0 +1,521 @@
+//! `build --batch submit|export|import` against a wiremock of the OpenAI Files and Batches
+//! endpoints (and of the chat endpoint, for the preflight and the online build compared with).
+
+use super::mock::{self, Behaviour, Model};
+use super::{Run, path_str, qrelgen_with_env, sample_corpus, tempdir};
+use serde_json::{Value, json};
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The files of a set that must not differ between an online and a batch build.
+const SET_FILES: [&str; 6] = [
+    "queries.jsonl",
+    "qrels.trec",
+    "candidates.jsonl",
+    "rejects.jsonl",
+    "review_queue.jsonl",
+    "corpus.jsonl",
+];
+
+/// How the batch mock treats the batches it is given.
+#[derive(Debug, Default, Clone)]
+struct Plan {
+    /// Polls before a batch ends.
+    polls: usize,
+    /// The first batch ends `expired` after running only this many lines.
+    expire_first_after: Option<usize>,
+    /// Lines (by their order across all batches) answered with HTTP 500 in the error file.
+    fail_lines: BTreeSet<usize>,
+    /// While set, batches stay `in_progress`.
+    hold: Arc<AtomicBool>,
+}
+
+#[derive(Debug, Clone)]
+struct MockBatch {
+    id: String,
+    input_file_id: String,
+    lines: Vec<Value>,
+    polls: usize,
+    status: String,
+    output_file_id: Option<String>,
+    error_file_id: Option<String>,
+    completed: usize,
+    failed: usize,
+}
+
+/// What the mock holds, shared with the test.
+#[derive(Debug, Default)]
+struct State {
+    files: HashMap<String, String>,
+    batches: Vec<MockBatch>,
+    polls: usize,
+    lines_answered: usize,
+}
+
+struct BatchApi {
+    model: Model,
+    plan: Plan,
+    state: Arc<Mutex<State>>,
+    ids: AtomicUsize,
+}
+
+impl Respond for BatchApi {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let Ok(mut state) = self.state.lock() else { return ResponseTemplate::new(500) };
+        let path = request.url.path().to_owned();
+        let id = |prefix: &str| format!("{prefix}-{}", self.ids.fetch_add(1, Ordering::SeqCst));
+        match (request.method.as_str(), path.as_str()) {
+            ("POST", "/v1/files") => {
+                let content = multipart_file(request);
+                let file_id = id("file");
+                let bytes = content.len();
+                state.files.insert(file_id.clone(), content);
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"id": file_id, "object": "file", "bytes": bytes,
+                    "created_at": 0, "filename": "qrelgen-requests.jsonl", "purpose": "batch"}))
+            }
+            ("POST", "/v1/batches") => {
+                let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                let input = body["input_file_id"].as_str().unwrap_or("").to_owned();
+                assert_eq!(body["endpoint"], "/v1/chat/completions");
+                let Some(content) = state.files.get(&input) else { return ResponseTemplate::new(404) };
+                let lines = content
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                    .collect();
+                let batch = MockBatch {
+                    id: id("batch"),
+                    input_file_id: input,
+                    lines,
+                    polls: 0,
+                    status: "validating".to_owned(),
+                    output_file_id: None,
+                    error_file_id: None,
+                    completed: 0,
+                    failed: 0,
+                };
+                let object = batch_object(&batch);
+                state.batches.push(batch);
+                ResponseTemplate::new(200).set_body_json(object)
+            }
+            ("GET", p) if p.starts_with("/v1/batches/") => {
+                state.polls += 1;
+                let batch_id = p.trim_start_matches("/v1/batches/").to_owned();
+                let Some(at) = state.batches.iter().position(|b| b.id == batch_id) else {
+                    return ResponseTemplate::new(404);
+                };
+                self.advance(&mut state, at);
+                ResponseTemplate::new(200).set_body_json(batch_object(&state.batches[at]))
+            }
+            ("GET", p) if p.starts_with("/v1/files/") && p.ends_with("/content") => {
+                let file_id = p.trim_start_matches("/v1/files/").trim_end_matches("/content");
+                match state.files.get(file_id) {
+                    Some(content) => ResponseTemplate::new(200).set_body_string(content.clone()),
+                    None => ResponseTemplate::new(404),
+                }
+            }
+            _ => ResponseTemplate::new(404),
+        }
+    }
+}
+
+impl BatchApi {
+    /// One poll of the batch at `at`: it runs after `plan.polls` polls (unless held), and then
+    /// writes its output and error files.
+    fn advance(&self, state: &mut State, at: usize) {
+        let first = at == 0;
+        let batch = &mut state.batches[at];
+        if batch.output_file_id.is_some() || batch.error_file_id.is_some() || batch.status == "expired" {
+            return;
+        }
+        batch.polls += 1;
+        if self.plan.hold.load(Ordering::SeqCst) || batch.polls < self.plan.polls {
+            "in_progress".clone_into(&mut batch.status);
+            return;
+        }
+        let lines = batch.lines.clone();
+        let run = match self.plan.expire_first_after {
+            Some(n) if first => n,
+            _ => lines.len(),
+        };
+        let (mut output, mut errors) = (String::new(), String::new());
+        for (i, line) in lines.iter().enumerate() {
+            let custom_id = line["custom_id"].clone();
+            let number = state.lines_answered;
+            if i >= run {
+                let error = json!({"code": "batch_expired", "message": "This request could not be executed before the completion window expired."});
+                errors.push_str(&json!({"id": format!("out-{number}"), "custom_id": custom_id, "response": null, "error": error}).to_string());
+                errors.push('\n');
+                continue;
+            }
+            state.lines_answered += 1;
+            let (status, body) = if self.plan.fail_lines.contains(&number) {
+                (500, json!({"error": {"message": format!("line {number} failed on the server")}}))
+            } else {
+                self.model.reply(&line["body"], number)
+            };
+            let result = json!({"id": format!("out-{number}"), "custom_id": custom_id,
+                "response": {"status_code": status, "request_id": format!("req-{number}"), "body": body}, "error": null});
+            let file = if status == 200 { &mut output } else { &mut errors };
+            file.push_str(&result.to_string());
+            file.push('\n');
+        }
+        let batch = &mut state.batches[at];
+        batch.completed = output.lines().count();
+        batch.failed = errors.lines().count() - (lines.len() - run);
+        if run < lines.len() { "expired" } else { "completed" }.clone_into(&mut batch.status);
+        let output_id = format!("{}-output", batch.id);
+        let error_id = format!("{}-errors", batch.id);
+        batch.output_file_id = Some(output_id.clone()).filter(|_| !output.is_empty());
+        batch.error_file_id = Some(error_id.clone()).filter(|_| !errors.is_empty());
+        state.files.insert(output_id, output);
+        state.files.insert(error_id, errors);
+    }
+}
+
+fn batch_object(b: &MockBatch) -> Value {
+    json!({"id": b.id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": null,
+        "input_file_id": b.input_file_id, "completion_window": "24h", "status": b.status,
+        "output_file_id": b.output_file_id, "error_file_id": b.error_file_id, "created_at": 0,
+        "request_counts": {"total": b.lines.len(), "completed": b.completed, "failed": b.failed}})
+}
+
+/// The content of the `file` part of a multipart upload.
+fn multipart_file(request: &Request) -> String {
+    let body = String::from_utf8_lossy(&request.body).into_owned();
+    let content_type = request.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let boundary = content_type.split("boundary=").nth(1).unwrap_or("").trim_matches('"');
+    let part = body
+        .split(&format!("--{boundary}"))
+        .find(|p| p.contains("name=\"file\""))
+        .unwrap_or_else(|| panic!("no file part in {body}"));
+    let (_, content) = part.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no part body in {part}"));
+    content.strip_suffix("\r\n").unwrap_or(content).to_owned()
+}
+
+/// A mock serving the chat endpoint and the Files and Batches endpoints.
+async fn start(plan: Plan) -> (MockServer, Arc<Mutex<State>>, Arc<mock::Counters>) {
+    let (chat, counters) = mock::model(Behaviour::Good);
+    let server = MockServer::builder().start().await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(chat).mount(&server).await;
+    let state = Arc::new(Mutex::new(State::default()));
+    let (model, _) = mock::model(Behaviour::Good);
+    let api = BatchApi { model, plan, state: Arc::clone(&state), ids: AtomicUsize::new(1) };
+    Mock::given(path_regex("^/v1/(files|batches)")).respond_with(api).mount(&server).await;
+    (server, state, counters)
+}
+
+fn args<'a>(out: &'a Path, base_url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let corpus = Box::leak(sample_corpus().into_boxed_path());
+    let mut all = vec![
+        "build",
+        "--corpus",
+        path_str(corpus),
+        "--out",
+        path_str(out),
+        "--generator",
+        "llm",
+        "--base-url",
+        base_url,
+        "--model",
+        "mock-model",
+        "--review-size",
+        "6",
+        "--queries",
+        "12",
+    ];
+    all.extend_from_slice(extra);
+    all
+}
+
+/// Runs `build` off the async runtime.
+async fn build(server: &MockServer, out: &Path, extra: &[&str]) -> Run {
+    let (base_url, out, extra): (String, PathBuf, Vec<String>) =
+        (format!("{}/v1", server.uri()), out.to_owned(), extra.iter().map(|a| (*a).to_owned()).collect());
+    tokio::task::spawn_blocking(move || {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let output = qrelgen_with_env(&args(&out, &base_url, &extra), &[("OPENAI_API_KEY", "sk-batch-test")]);
+        Run {
+            out,
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    fs_err::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// What a runner such as `vllm run-batch` writes for a request file: one result line per
+/// request, with the fields vLLM adds, in another order than the input.
+fn run_like_vllm(model: &Model, requests: &Path, results: &Path, keep: impl Fn(usize) -> bool) {
+    let mut out = String::new();
+    for (i, line) in read_jsonl(requests).iter().enumerate().rev().filter(|(i, _)| keep(*i)) {
+        let (status, mut body) = model.reply(&line["body"], i);
+        body["prompt_logprobs"] = Value::Null;
+        let result = json!({"id": format!("vllm-{i}"), "custom_id": line["custom_id"],
+            "response": {"status_code": status, "request_id": format!("vllm-batch-{i}"), "body": body}, "error": null});
+        out.push_str(&result.to_string());
+        out.push('\n');
+    }
+    fs_err::write(results, out).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn assert_same_set(online: &Run, batch: &Run) {
+    for file in SET_FILES {
+        assert_eq!(
+            online.file(file),
+            batch.file(file),
+            "{file} differs between the online and the batch build"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn export_run_elsewhere_and_import_builds_the_set_the_online_build_makes() {
+    let (server, _, counters) = start(Plan::default()).await;
+    let dir = tempdir();
+    let online = build(&server, &dir.path().join("online"), &["--judge-pool", "2"]).await;
+    online.assert_code(0);
+    let online_requests = counters.requests();
+
+    let out = dir.path().join("batch");
+    let requests = dir.path().join("requests-1.jsonl");
+    let exported =
+        build(&server, &out, &["--judge-pool", "2", "--batch", "export", "--to", path_str(&requests)]).await;
+    exported.assert_code(0);
+    assert!(exported.stdout.contains("generate, round 1: wrote"), "{}", exported.stdout);
+    let lines = read_jsonl(&requests);
+    let ids: BTreeSet<&str> = lines.iter().map(|l| l["custom_id"].as_str().unwrap_or("")).collect();
+    assert_eq!(ids.len(), lines.len(), "one line per call, each id once");
+    for line in &lines {
+        assert_eq!(
+            (line["method"].as_str(), line["url"].as_str()),
+            (Some("POST"), Some("/v1/chat/completions"))
+        );
+        assert_eq!(line["body"]["model"], "mock-model");
+        assert_eq!(line["body"]["seed"], 42);
+        assert_eq!(line["body"]["response_format"]["type"], "json_schema");
+        assert_eq!(line["custom_id"].as_str().map(str::len), Some(64), "a blake3 cache key");
+    }
+    assert_eq!(counters.requests(), online_requests, "export sends nothing, not even a preflight");
+
+    // The runner answers with the same model; each import exports what the next stage needs.
+    let (runner, _) = mock::model(Behaviour::Good);
+    let mut next = requests;
+    let mut imports = 0;
+    let last = loop {
+        let results = dir.path().join(format!("results-{imports}.jsonl"));
+        run_like_vllm(&runner, &next, &results, |_| true);
+        imports += 1;
+        let to = dir.path().join(format!("requests-{}.jsonl", imports + 1));
+        let run = build(
+            &server,
+            &out,
+            &["--judge-pool", "2", "--batch", "import", path_str(&results), "--to", path_str(&to)],
+        )
+        .await;
+        run.assert_code(0);
+        if !run.stdout.contains("wrote") {
+            break run;
+        }
+        assert!(imports < 12, "the imports never finish: {}", run.stdout);
+        next = to;
+    };
+    assert!(
+        imports >= 3,
+        "generation, the judge's decisions and its pools are batches of their own: {imports}"
+    );
+    assert_same_set(&online, &last);
+    assert_eq!(counters.requests(), online_requests, "the batch build sent no online call");
+    let manifest: Value = serde_json::from_str(&last.file("manifest.json")).unwrap_or_default();
+    let usage = &manifest["llm"]["usage"];
+    assert_eq!(usage["batch_replies"], usage["replies"], "every reply came through a batch: {usage}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_import_sends_only_the_missing_calls_in_the_next_file() {
+    let (server, _, _) = start(Plan::default()).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let first = dir.path().join("first.jsonl");
+    build(&server, &out, &["--batch", "export", "--to", path_str(&first)]).await.assert_code(0);
+    let lines = read_jsonl(&first);
+    assert!(lines.len() >= 4, "{} lines", lines.len());
+    let results = dir.path().join("half.jsonl");
+    let (runner, _) = mock::model(Behaviour::Good);
+    run_like_vllm(&runner, &first, &results, |i| i % 2 == 0);
+    let second = dir.path().join("second.jsonl");
+    let run =
+        build(&server, &out, &["--batch", "import", path_str(&results), "--to", path_str(&second)]).await;
+    run.assert_code(0);
+    assert!(run.stderr.contains(&format!("imported {} replies", lines.len().div_ceil(2))), "{}", run.stderr);
+    let missing: Vec<&Value> = lines.iter().enumerate().filter(|(i, _)| i % 2 == 1).map(|(_, l)| l).collect();
+    let again = read_jsonl(&second);
+    assert_eq!(again.iter().collect::<Vec<_>>(), missing, "exactly the lines without a result, as they were");
+
+    // Import without --to: the missing calls are named, nothing is written.
+    let run = build(&server, &out, &["--batch", "import", path_str(&results)]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains(&format!("{} call(s) are not answered", missing.len())), "{}", run.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn submit_splits_by_the_request_limit_polls_and_prices_at_the_batch_rate() {
+    let (server, state, counters) = start(Plan { polls: 2, ..Plan::default() }).await;
+    let dir = tempdir();
+    let online = build(&server, &dir.path().join("online"), &[]).await;
+    online.assert_code(0);
+    let online_requests = counters.requests();
+    let prices = ["--price-prompt", "1", "--price-completion", "2"];
+    let mut extra = vec!["--batch", "submit", "--batch-poll", "0.02", "--batch-max-requests", "3"];
+    extra.extend_from_slice(&prices);
+    let run = build(&server, &dir.path().join("batch"), &extra).await;
+    run.assert_code(0);
+    assert_same_set(&online, &run);
+    assert_eq!(counters.requests(), online_requests + 1, "online: only the preflight (a fresh cache)");
+    let state = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    assert!(state.len() >= 3, "{} batches", state.len());
+    assert!(state.iter().all(|b| b.lines.len() <= 3), "at most 3 requests a batch");
+    let ids: Vec<&str> =
+        state.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
+    assert_eq!(ids.len(), ids.iter().collect::<BTreeSet<_>>().len(), "no call submitted twice");
+    assert!(run.stderr.contains("in_progress (0 of 3 done"), "progress from request_counts: {}", run.stderr);
+
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_default();
+    let usage = &manifest["llm"]["usage"];
+    let tokens = |field: &str| usage[field].as_f64().unwrap_or(f64::NAN);
+    let full = (tokens("prompt_tokens") + 2.0 * tokens("completion_tokens")) / 1e6;
+    let cost = manifest["llm"]["cost"].as_f64().unwrap_or(f64::NAN);
+    assert!((cost - full * 0.5).abs() < 1e-9, "batch replies at half price: {cost} vs {full}");
+    let report = run.file("report.md");
+    assert!(
+        report.contains(&format!("{cost:.4}")) && report.contains("priced at 0.5 × the online price"),
+        "{report}"
+    );
+
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&run.out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success() && text.contains(&state[0].id) && text.contains("completed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_lines_go_to_rejects_and_an_expired_batch_is_resumed_with_its_missing_lines() {
+    let plan = Plan { expire_first_after: Some(1), fail_lines: BTreeSet::from([1]), ..Plan::default() };
+    let (server, state, _) = start(plan).await;
+    let dir = tempdir();
+    let run = build(
+        &server,
+        &dir.path().join("set"),
+        &["--batch", "submit", "--batch-poll", "0.02", "--allow-shortfall"],
+    )
+    .await;
+    run.assert_code(0);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let (first, second) = (&batches[0], &batches[1]);
+    assert_eq!(first.status, "expired");
+    assert_eq!(second.lines, first.lines[1..], "only the lines the expired batch did not run");
+    let rejects = run.jsonl("rejects.jsonl");
+    let failed: Vec<&Value> = rejects
+        .iter()
+        .filter(|r| r["reason"].as_str().is_some_and(|m| m.contains("line 1 failed on the server")))
+        .collect();
+    assert!(!failed.is_empty(), "{rejects:?}");
+    assert!(failed.iter().all(|r| r["kind"] == "http_error"), "{failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
+    let hold = Arc::new(AtomicBool::new(true));
+    let (server, state, _) = start(Plan { hold: Arc::clone(&hold), ..Plan::default() }).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let base_url = format!("{}/v1", server.uri());
+    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args(&out, &base_url, &extra))
+        .env("OPENAI_API_KEY", "sk-batch-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    while state.lock().map_or(0, |s| s.polls) < 3 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the build never polled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let submitted = state.lock().map_or(0, |s| s.batches.len());
+    assert_eq!(submitted, 1);
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("batch-") && text.contains("in_progress") && text.contains("1 not imported"),
+        "{text}"
+    );
+
+    hold.store(false, Ordering::SeqCst);
+    let run = build(&server, &out, &extra).await;
+    run.assert_code(0);
+    assert!(run.stderr.contains("resuming batch"), "{}", run.stderr);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let ids: Vec<&str> =
+        batches.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
+    assert_eq!(
+        ids.len(),
+        ids.iter().collect::<BTreeSet<_>>().len(),
+        "the first batch was not submitted again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_budget_covers_the_whole_batch_run_before_anything_is_submitted_and_the_dry_run_counts_batches() {
+    let (server, state, _) = start(Plan::default()).await;
+    let dir = tempdir();
+    let run =
+        build(&server, &dir.path().join("set"), &["--batch", "submit", "--max-tokens-total", "5000"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stderr.contains("whole batch run") && run.stderr.contains("nothing was submitted"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(state.lock().map_or(99, |s| s.batches.len()), 0);
+
+    let run = build(
+        &server,
+        &dir.path().join("dry"),
+        &["--batch", "submit", "--dry-run", "--batch-max-requests", "2"],
+    )
+    .await;
+    run.assert_code(0);
+    let line =
+        run.stdout.lines().find(|l| l.starts_with("batch: ")).unwrap_or_else(|| panic!("{}", run.stdout));
+    let calls: u64 = run
+        .stdout
+        .split(" calls")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|s| s.split('–').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    let low: u64 = line["batch: ".len()..].split(['–', ' ']).next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    assert!(
+        low > calls.div_ceil(2),
+        "round 1's calls in batches of 2, and the judge's: {line} ({calls} calls)"
+    );
+}
