@@ -309,7 +309,7 @@ mod tests {
 
     fn chunker(size: usize, overlap: usize) -> Chunker {
         let config = ChunkConfig { size, overlap, size_zh: size, overlap_zh: overlap, unit: SizeUnit::Chars };
-        Chunker::new(config).unwrap_or_else(|e| panic!("{e}"))
+        Chunker::new(config).unwrap()
     }
 
     #[test]
@@ -348,7 +348,7 @@ mod tests {
     fn token_unit_counts_tokens() {
         let config = ChunkConfig { size: 8, overlap: 0, size_zh: 8, overlap_zh: 0, unit: SizeUnit::Tokens };
         let words = "sync ".repeat(40);
-        let chunks = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(&words, false));
+        let chunks = Chunker::new(config).unwrap().chunk(&doc(&words, false));
         assert!(chunks.len() >= 5, "{} chunks", chunks.len());
         let bpe = tiktoken_rs::cl100k_base_singleton();
         assert!(chunks.iter().all(|c| bpe.encode_ordinary(&c.text).len() <= 8));
@@ -359,7 +359,7 @@ mod tests {
         let config =
             ChunkConfig { size: 1000, overlap: 0, size_zh: 30, overlap_zh: 0, unit: SizeUnit::Chars };
         let text = "同步会在后台自动进行，不需要手动操作。当配额用完时，上传会暂停！你可以在设置里查看用量吗？可以。";
-        let chunks = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(text, false));
+        let chunks = Chunker::new(config).unwrap().chunk(&doc(text, false));
         assert!(chunks.len() >= 2, "{chunks:?}");
         for c in &chunks {
             assert!(c.text.chars().count() <= 30);
@@ -367,14 +367,14 @@ mod tests {
         }
         // A sentence longer than a chunk ends its chunks at `；`, and chunk texts stay verbatim.
         let long = "第一步打开设置页面并选择同步选项；第二步输入新的带宽上限并保存；第三步重启客户端。";
-        let chunks = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(long, false));
+        let chunks = Chunker::new(config).unwrap().chunk(&doc(long, false));
         let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(
             texts,
             ["第一步打开设置页面并选择同步选项；", "第二步输入新的带宽上限并保存；第三步重启客户端。"]
         );
         assert!(chunks.iter().all(|c| long.contains(&c.text)));
-        let markdown = Chunker::new(config).unwrap_or_else(|e| panic!("{e}")).chunk(&doc(long, true));
+        let markdown = Chunker::new(config).unwrap().chunk(&doc(long, true));
         assert!(markdown.len() >= 2 && markdown[0].text.ends_with('；'), "{markdown:?}");
         assert!(markdown.iter().all(|c| long.contains(&c.text)));
     }

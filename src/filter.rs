@@ -419,7 +419,7 @@ mod tests {
     }
 
     fn with_checks(config: FilterConfig, checks: Checks, check: impl FnOnce(&RoundTrip<'_>)) {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = from_chunks(dir.path(), &test_chunks(&TEXTS));
         check(&RoundTrip::new(&index, &ChunkGroups::new(1.0), config, checks));
     }
@@ -437,7 +437,7 @@ mod tests {
 
     #[track_caller]
     fn check(filter: &RoundTrip<'_>, c: &Candidate, status: Status, reason: Reason, ranks: &[Option<u32>]) {
-        let verdict = filter.judge(c).unwrap_or_else(|e| panic!("{e}"));
+        let verdict = filter.judge(c).unwrap();
         assert_eq!((verdict.status, verdict.reason, verdict.ranks.as_slice()), (status, reason, ranks));
     }
 
@@ -460,9 +460,9 @@ mod tests {
         with_filter(config(1, OnMiss::Drop, HopRule::All), |f| {
             // "password links" finds chunk 1, not the source 0.
             let mut topical = candidate(QueryType::Direct, "password links", &[0], None);
-            topical.topic = Some(vec![ChunkId::parse("c1").unwrap_or_else(|e| panic!("{e}"))]);
+            topical.topic = Some(vec![ChunkId::parse("c1").unwrap()]);
             check(f, &topical, Status::Kept, Reason::TopicInTopN, &[None]);
-            topical.topic = Some(vec![ChunkId::parse("c2").unwrap_or_else(|e| panic!("{e}"))]);
+            topical.topic = Some(vec![ChunkId::parse("c2").unwrap()]);
             check(f, &topical, Status::Dropped, Reason::SourceNotInTopN, &[None]);
         });
     }
@@ -512,11 +512,11 @@ mod tests {
         let reworded =
             candidate(QueryType::Paraphrase, "bandwidth throttling sluggish transfers", &[3], None);
         with_filter(relabel, |f| {
-            let verdict = f.judge(&copy).unwrap_or_else(|e| panic!("{e}"));
+            let verdict = f.judge(&copy).unwrap();
             assert_eq!((verdict.status, verdict.relabelled), (Status::Kept, Some(QueryType::Direct)));
             // "bandwidth limits slow (the) upload": one run of four terms ("the" is a stop word).
             assert_eq!(verdict.longest_shared, 4);
-            let verdict = f.judge(&reworded).unwrap_or_else(|e| panic!("{e}"));
+            let verdict = f.judge(&reworded).unwrap();
             assert_eq!((verdict.relabelled, verdict.longest_shared), (None, 1));
             assert!((verdict.overlap - 0.25).abs() < 1e-9, "{}", verdict.overlap);
         });
@@ -545,7 +545,7 @@ mod tests {
             "quota quota exceeded when storage is full",
             "links expire",
         ];
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = from_chunks(dir.path(), &test_chunks(&texts));
         let mut groups = ChunkGroups::new(0.5);
         for text in texts {
@@ -555,14 +555,14 @@ mod tests {
         let filter =
             RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
         let query = candidate(QueryType::Direct, "quota exceeded", &[0], None);
-        let verdict = filter.judge(&query).unwrap_or_else(|e| panic!("{e}"));
+        let verdict = filter.judge(&query).unwrap();
         assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Kept, &[Some(1)][..]));
         assert_eq!(verdict.copies.iter().map(ChunkId::as_str).collect::<Vec<_>>(), ["c1"]);
         assert!(verdict.pool.iter().all(|p| p.chunk_id.as_str() != "c1"), "a copy is not pooled");
         let no_groups = ChunkGroups::new(1.0);
         let alone =
             RoundTrip::new(&index, &no_groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
-        let verdict = alone.judge(&query).unwrap_or_else(|e| panic!("{e}"));
+        let verdict = alone.judge(&query).unwrap();
         assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Dropped, &[None][..]));
     }
 
@@ -589,7 +589,7 @@ mod tests {
     fn overlap_counts_distinct_query_terms_in_sources() {
         with_filter(config(3, OnMiss::Drop, HopRule::All), |f| {
             let c = candidate(QueryType::Direct, "quota quota walrus", &[0], None);
-            let verdict = f.judge(&c).unwrap_or_else(|e| panic!("{e}"));
+            let verdict = f.judge(&c).unwrap();
             assert!((verdict.overlap - 0.5).abs() < 1e-9, "{}", verdict.overlap);
         });
     }

@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn query_ids_carry_their_type() {
-        let sources = [ChunkId::parse("c1").unwrap_or_else(|e| panic!("{e}"))];
+        let sources = [ChunkId::parse("c1").unwrap()];
         let id = QueryId::derive("direct", &sources, "reset password");
         assert!(id.as_str().starts_with("direct-"));
         assert_ne!(id, QueryId::derive("paraphrase", &sources, "reset password"));

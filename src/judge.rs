@@ -223,7 +223,7 @@ mod tests {
     use crate::record::{Candidate, Pooled, Verdict};
 
     fn id(s: &str) -> ChunkId {
-        ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))
+        ChunkId::parse(s).unwrap()
     }
 
     fn item(query_type: QueryType, pool: &[&str]) -> Judged {

@@ -27,6 +27,7 @@ pub mod record;
 pub mod refresh;
 pub mod review;
 pub mod rng;
+pub mod rounds;
 pub mod runs;
 pub mod sample;
 pub mod text;

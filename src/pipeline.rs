@@ -4,33 +4,26 @@
 use crate::chunk::Chunker;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, ReadReport, Skipped};
-use crate::dedup::{ChunkGroups, Dedup};
+use crate::dedup::ChunkGroups;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
 };
-use crate::id::{ChunkId, ContentHasher, QueryId};
+use crate::id::{ChunkId, ContentHasher};
 use crate::index::{Analyzer, ChunkIndex, IndexError};
-use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::llm::{BatchMode, Cache, Llm};
-use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, Summary, TypeCounts, layout};
-use crate::progress::Progress;
-use crate::record::{
-    Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
-    ReviewSource, Status, Verdict,
-};
+use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
+use crate::progress::{Progress, Timings};
+use crate::record::{Chunk, ChunkMeta, FORMAT_VERSION, Judged, QueryType};
+use crate::rounds::Rounds;
 use crate::runs::PoolRuns;
 use crate::sample;
 use crate::text::Language;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
-pub use crate::output::report::Shortfall;
-
-/// Top-up rounds plan at most this many requests per missing query.
-const MAX_TOP_UP_FACTOR: f64 = 4.0;
+pub use crate::rounds::{Shortfall, TypeCounts};
 
 /// What a build produced, for the command line to report and turn into an exit code.
 #[derive(Debug, Clone, Default)]
@@ -89,14 +82,14 @@ pub fn build(
     let group = generator.queries_per_call();
     let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
-        let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas, language)?;
+        let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas)?;
         return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
     }
     if submits_batches(config) {
         let mut fresh = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
-        check_batch_budget(config, &dry_run(config, generator.as_mut(), &mut fresh, &quotas, language)?)?;
+        check_batch_budget(config, &dry_run(config, generator.as_mut(), &mut fresh, &quotas)?)?;
     }
-    let mut rounds = Rounds::new(&quotas, language, config.dedup_threshold, config.judge);
+    let mut rounds = Rounds::new(&quotas, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
     let checks = Checks { language: Some(language), hop_terms: generator.judge().is_none() };
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
@@ -110,23 +103,50 @@ pub fn build(
         rounds.run(round, generator.as_mut(), &filter, &index, &requests, *progress, &mut timings)?;
     }
 
-    let mut manifest = Manifest::new(config, generator.name().to_owned());
-    manifest.per_doc_cap = planner.cap();
-    manifest.language = language;
-    manifest.filter_checks = filter.checks();
-    manifest.corpus = corpus;
-    manifest.rounds = rounds.done;
     let shortfalls = rounds.shortfalls(&quotas);
-    manifest.shortfalls.clone_from(&shortfalls);
-    manifest.counts = rounds.counts.clone();
     let llm = generator.llm_report();
-    manifest.llm = llm.as_ref().map(|r| r.summary.clone());
+    let mut manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        tool: output::tool(),
+        seed: config.seed,
+        generator: generator.name().to_owned(),
+        config,
+        per_doc_cap: planner.cap(),
+        filter_checks: filter.checks(),
+        corpus,
+        rounds: rounds.done,
+        counts: rounds.counts.clone(),
+        shortfalls: shortfalls.clone(),
+        language,
+        llm: llm.as_ref().map(|r| r.summary.clone()),
+        // Filled in last, once the write stage's time is known.
+        run: RunInfo::default(),
+    };
+
+    let stage = progress.stage("sample", 0);
+    let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
+    let queue = sample::review_items(&sample::sample(&set, config.review, config.seed), &index)?;
+    timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
+
+    let stage = progress.stage("write", 0);
     let chunk_groups: Vec<Vec<ChunkId>> =
         groups.groups().iter().map(|g| g.iter().map(|&c| index.meta(c).id.clone()).collect()).collect();
-    let made = Made { rounds: &rounds, skipped: &skipped, chunk_groups: &chunk_groups };
+    let files = SetFiles {
+        language,
+        judged: &rounds.judged,
+        rejects: &rounds.rejects,
+        set: &set,
+        queue: &queue,
+        chunk_groups: &chunk_groups,
+        skipped: &skipped,
+    };
+    output::write_set(&staging, &files, &manifest, &index)?;
+    timings.add("write", stage.finish(&format!("{} queries", set.len())));
+    manifest.run =
+        RunInfo { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
+    output::write_json(&staging.path(layout::MANIFEST), &manifest)?;
+
     let mut staging = staging;
-    let review_items =
-        stage_set(config, &staging, &index, &made, manifest, *progress, timings, llm.as_ref())?;
     let version = match occupant {
         Occupant::Reviewed => Some(crate::review::version::stage_rebuild(
             out,
@@ -138,10 +158,10 @@ pub fn build(
     staging.publish(&[])?;
     Ok(Outcome {
         shortfalls,
-        in_set: rounds.judged.iter().filter(|j| j.in_set()).count(),
+        in_set: set.len(),
+        review_items: queue.len(),
         counts: rounds.counts,
         skipped,
-        review_items,
         dry_run: None,
         llm,
         version,
@@ -207,9 +227,8 @@ fn dry_run(
     generator: &mut dyn Generator,
     planner: &mut Planner<'_>,
     quotas: &Quotas,
-    language: Language,
 ) -> Result<DryRun> {
-    let mut rounds = Rounds::new(quotas, language, config.dedup_threshold, config.judge);
+    let mut rounds = Rounds::new(quotas, config.dedup_threshold, config.judge);
     let group = generator.queries_per_call();
     let mut range =
         DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
@@ -290,16 +309,6 @@ fn judge_calls(requests: &[Request], config: &BuildConfig) -> u64 {
     requests.iter().map(|r| per_request(r) as u64).sum()
 }
 
-/// Wall time per stage, summed over rounds.
-#[derive(Default)]
-pub(crate) struct Timings(pub(crate) BTreeMap<&'static str, u64>);
-
-impl Timings {
-    pub(crate) fn add(&mut self, stage: &'static str, elapsed: Duration) {
-        *self.0.entry(stage).or_insert(0) += u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-    }
-}
-
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
 /// near-identical chunks on the way), then builds (or reuses) the index.
 pub(crate) fn chunk_and_index(
@@ -341,48 +350,6 @@ pub(crate) fn chunk_and_index(
     )?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
     Ok((index, groups, corpus, read.skipped))
-}
-
-/// What the stages made, for the files to show.
-struct Made<'a> {
-    rounds: &'a Rounds,
-    skipped: &'a [Skipped],
-    chunk_groups: &'a [Vec<ChunkId>],
-}
-
-/// Stages 6–7: samples the review queue and writes every file into the staging folder
-/// (`manifest.json` last). Returns the size of the review queue.
-#[expect(clippy::too_many_arguments, reason = "the last stage gathers what every stage made")]
-fn stage_set(
-    config: &BuildConfig,
-    staging: &output::Staging,
-    index: &ChunkIndex,
-    made: &Made<'_>,
-    mut manifest: Manifest<'_>,
-    progress: Progress,
-    mut timings: Timings,
-    llm: Option<&LlmReport>,
-) -> Result<usize> {
-    let stage = progress.stage("sample", 0);
-    let set: Vec<&Judged> = made.rounds.judged.iter().filter(|j| j.in_set()).collect();
-    let queue = review_items(&sample::sample(&set, config.review, config.seed), index)?;
-    timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
-    let stage = progress.stage("write", 0);
-    write_files(staging, made, &set, &queue)?;
-    let measures = output::Measures::compute(&set, index, config.filter.pool_depth)?;
-    let summary = Summary {
-        manifest: &manifest,
-        judged: &made.rounds.judged,
-        skipped: made.skipped,
-        chunk_groups: made.chunk_groups,
-        measures: &measures,
-    };
-    output::write_text(&staging.path(layout::REPORT_MD), &output::render_report(&summary))?;
-    output::write_text(&staging.path(layout::REPORT_HTML), &output::render_report_html(&summary, index))?;
-    timings.add("write", stage.finish(&format!("{} queries", set.len())));
-    manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
-    output::write_json(&staging.path(layout::MANIFEST), &manifest)?;
-    Ok(queue.len())
 }
 
 /// The generator the config asks for.
@@ -542,347 +509,4 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), In
             source: std::io::Error::other(format!("cannot read back what was written: {line}")),
         }),
     }
-}
-
-/// The state carried across generation rounds.
-pub(crate) struct Rounds {
-    language: Language,
-    pub(crate) dedup: Dedup,
-    judge: JudgeConfig,
-    pub(crate) judged: Vec<Judged>,
-    pub(crate) rejects: Vec<Reject>,
-    counts: BTreeMap<QueryType, TypeCounts>,
-    pub(crate) seen: HashSet<QueryId>,
-    done: u32,
-}
-
-impl Rounds {
-    pub(crate) fn new(quotas: &Quotas, language: Language, dedup_threshold: f64, judge: JudgeConfig) -> Self {
-        let counts = quotas
-            .iter()
-            .map(|(&t, &requested)| (t, TypeCounts { requested, ..TypeCounts::default() }))
-            .collect();
-        Self {
-            language,
-            dedup: Dedup::new(dedup_threshold),
-            judge,
-            judged: Vec::new(),
-            rejects: Vec::new(),
-            counts,
-            seen: HashSet::new(),
-            done: 0,
-        }
-    }
-
-    /// Counts `requests` as planned, and `share` of each type's planned queries so far as in
-    /// the set (for a dry run).
-    fn assume_kept(&mut self, requests: &[Request], share: f64) {
-        for r in requests {
-            self.count(r.query_type).planned += 1;
-        }
-        for counts in self.counts.values_mut() {
-            counts.filled = ((counts.planned as f64 * share).floor() as usize).min(counts.requested);
-        }
-    }
-
-    /// Queries still missing per type.
-    fn deficit(counts: &TypeCounts) -> usize {
-        counts.requested.saturating_sub(counts.filled)
-    }
-
-    /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
-    /// deficit divided by the share of that type's planned requests that joined the set so far (at
-    /// most [`MAX_TOP_UP_FACTOR`] times the deficit), so top-ups converge in a round or two.
-    pub(crate) fn to_plan(&self) -> Quotas {
-        self.counts
-            .iter()
-            .filter(|(_, c)| Self::deficit(c) > 0)
-            .map(|(&t, c)| {
-                let deficit = Self::deficit(c);
-                let keep_rate = if c.planned == 0 { 1.0 } else { c.filled as f64 / c.planned as f64 };
-                let factor = (1.0 / keep_rate.max(1.0 / MAX_TOP_UP_FACTOR)).min(MAX_TOP_UP_FACTOR);
-                (t, (deficit as f64 * factor).ceil() as usize)
-            })
-            .collect()
-    }
-
-    fn generate(
-        &mut self,
-        generator: &mut dyn Generator,
-        index: &ChunkIndex,
-        requests: &[Request],
-        stage: &crate::progress::Stage,
-    ) -> Result<Vec<Candidate>> {
-        for r in requests {
-            self.count(r.query_type).planned += 1;
-        }
-        let generated = generator.generate(requests, stage)?;
-        for failure in generated.failures {
-            let request = &requests[failure.request];
-            *self.count(request.query_type).generation_failures.entry(failure.kind).or_default() += 1;
-            self.rejects.push(Reject {
-                query_type: request.query_type,
-                sources: request.sources.iter().map(|&c| index.meta(c).id.clone()).collect(),
-                round: request.round,
-                kind: failure.kind,
-                reason: failure.reason,
-                reply: failure.reply,
-            });
-        }
-        let candidates: Vec<Candidate> = generated
-            .drafts
-            .into_iter()
-            .map(|draft| {
-                let request = &requests[draft.request];
-                let sources: Vec<ChunkId> =
-                    request.sources.iter().map(|&c| index.meta(c).id.clone()).collect();
-                Candidate {
-                    id: QueryId::derive(request.query_type.label(), &sources, &draft.text),
-                    text: draft.text,
-                    query_type: request.query_type,
-                    sources,
-                    absent_term: draft.absent_term,
-                    style: draft.style,
-                    evidence: draft.evidence,
-                    answer: draft.answer,
-                    topic: draft.topic.map(|t| t.into_iter().map(|c| index.meta(c).id.clone()).collect()),
-                    generator: generator.name().to_owned(),
-                    round: request.round,
-                }
-            })
-            .collect();
-        for c in &candidates {
-            self.count(c.query_type).generated += 1;
-        }
-        Ok(candidates)
-    }
-
-    /// The round trip and the lexical controls, for every candidate (a repeat of an earlier
-    /// one is dropped unsearched).
-    fn round_trip(
-        &mut self,
-        filter: &RoundTrip<'_>,
-        candidates: Vec<Candidate>,
-        stage: &crate::progress::Stage,
-    ) -> Result<Vec<Judged>> {
-        let mut items = Vec::with_capacity(candidates.len());
-        for candidate in candidates {
-            let verdict = if self.seen.insert(candidate.id.clone()) {
-                filter.judge(&candidate)?
-            } else {
-                Verdict::dropped(Reason::Duplicate)
-            };
-            items.push(Judged { candidate, verdict });
-            stage.inc(1);
-        }
-        Ok(items)
-    }
-
-    /// Lets the judge grade what it must in `phase`, and applies its grades; questions left
-    /// without a grade go to `rejects.jsonl` with the reason.
-    fn run_judge(
-        &mut self,
-        judge: &mut dyn Judge,
-        index: &ChunkIndex,
-        items: &mut [Judged],
-        phase: Phase,
-        progress: Progress,
-    ) -> Result<Duration> {
-        let asks = Asks::plan(items, index, self.judge, phase);
-        let asked = asks.asks().len();
-        let stage = progress.stage("judge", asked as u64);
-        let grades = if asked == 0 { Vec::new() } else { judge.grade(asks.asks(), &stage)? };
-        let usable = grades.iter().flatten().count();
-        for (at, ask, ungraded) in asks.ungraded(&grades) {
-            let candidate = &items[at].candidate;
-            self.rejects.push(Reject {
-                query_type: candidate.query_type,
-                sources: vec![index.meta(ask.chunk).id.clone()],
-                round: candidate.round,
-                kind: ungraded.kind,
-                reason: format!(
-                    "the judge gave no grade for {} against this chunk: {}",
-                    candidate.id, ungraded.reason
-                ),
-                reply: ungraded.reply.clone(),
-            });
-        }
-        asks.apply(items, &grades, self.judge, phase);
-        Ok(stage.finish(&format!("{usable} of {asked} grades")))
-    }
-
-    /// Admits the round's survivors into the set while their type has room and no query in the
-    /// set is too alike: queries of their generated type first, then relabelled ones, so a copy
-    /// never takes the place of an original. A reclassified no_answer query (`--reclassify`)
-    /// is kept beyond the quotas.
-    fn admit(&mut self, items: &mut [Judged]) {
-        let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by_key(|&i| items[i].verdict.relabelled.is_some());
-        for i in order {
-            let item = &mut items[i];
-            if !item.in_set() {
-                continue;
-            }
-            let reclassified = item.verdict.reason == Reason::Reclassified;
-            if !reclassified && Self::deficit(self.count(item.query_type())) == 0 {
-                item.verdict.mark(Status::Dropped, Reason::OverQuota);
-            } else if let Some(survivor) = self.dedup.check_and_keep(&item.candidate.id, &item.candidate.text)
-            {
-                item.verdict.mark(Status::Dropped, Reason::NearDuplicate);
-                item.verdict.duplicate_of = Some(survivor);
-            } else if reclassified {
-                self.count(item.query_type()).beyond_quota += 1;
-            } else {
-                self.count(item.query_type()).filled += 1;
-            }
-        }
-    }
-
-    /// Counts the round's candidates under the type they were generated as, and keeps them.
-    fn record(&mut self, items: Vec<Judged>) {
-        for item in items {
-            let counts = self.count(item.candidate.query_type);
-            counts.relabelled += usize::from(item.verdict.relabelled.is_some());
-            match item.verdict.status {
-                Status::Kept => counts.kept += 1,
-                Status::Flagged => counts.flagged += 1,
-                Status::Dropped => {
-                    counts.dropped += 1;
-                    *counts.dropped_by_reason.entry(item.verdict.reason.label().to_owned()).or_default() += 1;
-                }
-            }
-            self.judged.push(item);
-        }
-    }
-
-    /// One round: generate the planned requests, filter, let the judge decide, admit, then let
-    /// the judge grade the pools of the queries admitted.
-    #[expect(clippy::too_many_arguments, reason = "a round touches every stage between plan and set")]
-    pub(crate) fn run(
-        &mut self,
-        round: u32,
-        generator: &mut dyn Generator,
-        filter: &RoundTrip<'_>,
-        index: &ChunkIndex,
-        requests: &[Request],
-        progress: Progress,
-        timings: &mut Timings,
-    ) -> Result<()> {
-        let stage = progress.stage("generate", requests.len() as u64);
-        let candidates = self.generate(generator, index, requests, &stage)?;
-        timings.add("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
-        let stage = progress.stage("filter", candidates.len() as u64);
-        let mut items = self.round_trip(filter, candidates, &stage)?;
-        let passed = items.iter().filter(|j| j.in_set()).count();
-        timings.add("filter", stage.finish(&format!("round {round}: {passed} passed the round trip")));
-        if let Some(judge) = generator.judge() {
-            timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Decide, progress)?);
-        }
-        self.admit(&mut items);
-        if let Some(judge) = generator.judge().filter(|_| self.judge.pool > 0) {
-            timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Pool, progress)?);
-        }
-        self.record(items);
-        self.done = round;
-        Ok(())
-    }
-
-    fn count(&mut self, t: QueryType) -> &mut TypeCounts {
-        self.counts.entry(t).or_default()
-    }
-
-    fn shortfalls(&self, quotas: &Quotas) -> Vec<Shortfall> {
-        quotas
-            .iter()
-            .filter_map(|(&t, &wanted)| {
-                let got = self.counts.get(&t).map_or(0, |c| c.filled);
-                let counts = self.counts.get(&t).cloned().unwrap_or_default();
-                (got < wanted).then(|| Shortfall {
-                    query_type: t,
-                    wanted,
-                    got,
-                    cause: shortfall_cause(&counts),
-                })
-            })
-            .collect()
-    }
-}
-
-/// Why a type fell short, in a few words pointing at the fix.
-fn shortfall_cause(counts: &TypeCounts) -> String {
-    let failed: usize = counts.generation_failures.values().sum();
-    if counts.planned == 0 {
-        "nothing could be planned: no chunk with 5+ distinct query words left under --per-doc-cap".to_owned()
-    } else if counts.planned < counts.requested && counts.dropped == 0 && failed == 0 {
-        format!("only {} could be planned: chunks or --per-doc-cap ran out", counts.planned)
-    } else {
-        let relabelled = match counts.relabelled {
-            0 => String::new(),
-            n => format!(", {n} relabelled as another type"),
-        };
-        format!(
-            "{} dropped by the controls{relabelled}, {failed} not generated (see report.md and rejects.jsonl)",
-            counts.dropped
-        )
-    }
-}
-
-pub(crate) fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
-    queue
-        .iter()
-        .map(|j| {
-            let sources = j
-                .answering_chunks()
-                .iter()
-                .filter_map(|id| index.position(id).map(|p| (id, p)))
-                .map(|(id, p)| {
-                    let stored = index.stored(p)?;
-                    Ok(ReviewSource { chunk_id: id.clone(), title: stored.title, text: stored.text })
-                })
-                .collect::<Result<_>>()?;
-            Ok(ReviewItem {
-                query_id: j.candidate.id.clone(),
-                text: j.candidate.text.clone(),
-                query_type: j.query_type(),
-                status: j.verdict.status,
-                reason: j.verdict.reason,
-                ranks: j.verdict.ranks.clone(),
-                absent_term: j.candidate.absent_term.clone(),
-                evidence: j.candidate.evidence.clone(),
-                sources,
-                pool: pool_chunks(&j.verdict.pool, index)?,
-                decision: None,
-            })
-        })
-        .collect()
-}
-
-fn pool_chunks(pool: &[Pooled], index: &ChunkIndex) -> Result<Vec<PoolChunk>> {
-    pool.iter()
-        .filter_map(|p| index.position(&p.chunk_id).map(|at| (p, at)))
-        .map(|(p, at)| {
-            let stored = index.stored(at)?;
-            Ok(PoolChunk { pooled: p.clone(), title: stored.title, text: stored.text })
-        })
-        .collect()
-}
-
-fn write_files(out: &output::Staging, made: &Made<'_>, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
-    let rounds = made.rounds;
-    output::write_jsonl(
-        &out.path(layout::QUERIES),
-        set.iter().map(|j| output::query_line(j, rounds.language)),
-    )?;
-    output::write_qrels(|name| out.path(name), &output::qrels(set.iter().copied()))?;
-    output::write_atomic(&out.path(layout::NO_ANSWER), |w| {
-        let no_answer = set.iter().filter(|j| j.query_type() == QueryType::NoAnswer);
-        no_answer.map(|j| &j.candidate.id).try_for_each(|id| writeln!(w, "{id}"))
-    })?;
-    output::write_jsonl(&out.path(layout::CHUNK_GROUPS), made.chunk_groups)?;
-    output::write_jsonl(&out.path(layout::CANDIDATES), &rounds.judged)?;
-    output::write_jsonl(&out.path(layout::REJECTS), &rounds.rejects)?;
-    if set.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty())) {
-        output::write_pool(&out.path(layout::POOL_TSV), set)?;
-    }
-    output::write_jsonl(&out.path(layout::QUEUE), queue)
 }

@@ -2,6 +2,7 @@
 //! nothing with `--quiet`.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,5 +167,22 @@ impl Stage {
             eprintln!("{:>9}: {summary} ({:.2}s)", self.name, elapsed.as_secs_f64());
         }
         elapsed
+    }
+}
+
+/// Wall time per stage in milliseconds, summed over rounds (the manifest's `run.timings_ms`).
+#[derive(Debug, Default)]
+pub struct Timings(BTreeMap<&'static str, u64>);
+
+impl Timings {
+    /// Adds `elapsed` to `stage`'s time.
+    pub fn add(&mut self, stage: &'static str, elapsed: Duration) {
+        *self.0.entry(stage).or_insert(0) += u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    }
+
+    /// Milliseconds per stage.
+    #[must_use]
+    pub fn into_millis(self) -> BTreeMap<&'static str, u64> {
+        self.0
     }
 }

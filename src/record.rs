@@ -178,8 +178,7 @@ impl fmt::Display for Location {
 impl Candidate {
     /// A candidate for tests: `text`, of `query_type`, written from the chunks `sources`.
     pub(crate) fn sample(query_type: QueryType, text: &str, sources: &[&str]) -> Self {
-        let sources: Vec<ChunkId> =
-            sources.iter().map(|s| ChunkId::parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
+        let sources: Vec<ChunkId> = sources.iter().map(|s| ChunkId::parse(s).unwrap()).collect();
         Self {
             id: QueryId::derive(query_type.label(), &sources, text),
             text: text.to_owned(),

@@ -172,7 +172,7 @@ mod tests {
     use crate::index::{from_chunks, test_chunks};
 
     fn with_index(check: impl FnOnce(&ChunkIndex, &Path)) {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = from_chunks(&dir.path().join("index"), &test_chunks(&["a", "b", "c", "d"]));
         check(&index, dir.path());
     }
@@ -186,9 +186,9 @@ mod tests {
                 &file,
                 "q1 Q0 c3 2 0.8 dense\nq1 Q0 d2 1 0.9 dense\nq1 Q0 c0 3 0.7 dense\nq2 Q0 c1 1 1 dense\n",
             )
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
             let config = PoolRunConfig { files: vec![file], depth: 2 };
-            let runs = PoolRuns::read(&config, index).unwrap_or_else(|e| panic!("{e}"));
+            let runs = PoolRuns::read(&config, index).unwrap();
             assert_eq!(runs.names(), ["dense"]);
             let got: Vec<(usize, u32)> = runs.hits("q1").iter().map(|h| (h.chunk, h.rank)).collect();
             assert_eq!(got, [(2, 1), (3, 2)], "two deep, best rank first");
@@ -206,7 +206,7 @@ mod tests {
                 ("q1 Q0 nowhere 1 1 x\n", "neither a chunk id nor a document id"),
             ] {
                 let file = dir.join("bad.run");
-                fs_err::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
+                fs_err::write(&file, text).unwrap();
                 let config = PoolRunConfig { files: vec![file], depth: 5 };
                 let err =
                     PoolRuns::read(&config, index).map_or_else(|e| e.to_string(), |_| "read".to_owned());

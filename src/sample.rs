@@ -5,7 +5,9 @@
 //! rest of the queue is split in proportion to what each type has left (largest remainder); the
 //! draw is seeded and reproducible.
 
-use crate::record::{Judged, QueryType, Status};
+use crate::error::Result;
+use crate::index::ChunkIndex;
+use crate::record::{Judged, PoolChunk, Pooled, QueryType, ReviewItem, ReviewSource, Status};
 use crate::rng::stream;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
@@ -80,6 +82,50 @@ pub fn sample<'a>(set: &[&'a Judged], config: SampleConfig, seed: u64) -> Vec<&'
     queue.shuffle(&mut rng);
     queue.sort_by_key(|j| j.verdict.status != Status::Flagged);
     queue
+}
+
+/// The queue as review items: each query with its answering chunks' and pooled chunks' texts.
+///
+/// # Errors
+/// [`crate::Error::Index`] when a chunk's text cannot be read.
+pub fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
+    queue
+        .iter()
+        .map(|j| {
+            let sources = j
+                .answering_chunks()
+                .iter()
+                .filter_map(|id| index.position(id).map(|p| (id, p)))
+                .map(|(id, p)| {
+                    let stored = index.stored(p)?;
+                    Ok(ReviewSource { chunk_id: id.clone(), title: stored.title, text: stored.text })
+                })
+                .collect::<Result<_>>()?;
+            Ok(ReviewItem {
+                query_id: j.candidate.id.clone(),
+                text: j.candidate.text.clone(),
+                query_type: j.query_type(),
+                status: j.verdict.status,
+                reason: j.verdict.reason,
+                ranks: j.verdict.ranks.clone(),
+                absent_term: j.candidate.absent_term.clone(),
+                evidence: j.candidate.evidence.clone(),
+                sources,
+                pool: pool_chunks(&j.verdict.pool, index)?,
+                decision: None,
+            })
+        })
+        .collect()
+}
+
+fn pool_chunks(pool: &[Pooled], index: &ChunkIndex) -> Result<Vec<PoolChunk>> {
+    pool.iter()
+        .filter_map(|p| index.position(&p.chunk_id).map(|at| (p, at)))
+        .map(|(p, at)| {
+            let stored = index.stored(at)?;
+            Ok(PoolChunk { pooled: p.clone(), title: stored.title, text: stored.text })
+        })
+        .collect()
 }
 
 #[cfg(test)]

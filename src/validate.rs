@@ -299,10 +299,10 @@ mod tests {
 
     #[test]
     fn a_beir_tsv_without_its_header_is_named_as_such() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("test.tsv");
-        fs_err::write(&path, "q1\tc1\t3\nq1\tc2\t1\n").unwrap_or_else(|e| panic!("{e}"));
-        let findings = check_qrels(&path, None, None).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(&path, "q1\tc1\t3\nq1\tc2\t1\n").unwrap();
+        let findings = check_qrels(&path, None, None).unwrap();
         let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
         assert_eq!(
             lines,

@@ -148,17 +148,17 @@ mod tests {
             docs.push(d);
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         (docs, skipped, ignored)
     }
 
     #[test]
     fn reads_sorted_and_skips_bad_files() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, bytes: &[u8]| {
             let path = dir.path().join(name);
-            fs_err::create_dir_all(path.parent().unwrap_or(dir.path())).unwrap_or_else(|e| panic!("{e}"));
-            fs_err::write(path, bytes).unwrap_or_else(|e| panic!("{e}"));
+            fs_err::create_dir_all(path.parent().unwrap_or(dir.path())).unwrap();
+            fs_err::write(path, bytes).unwrap();
         };
         write("b.md", b"# Bee\nBees make honey.");
         write("a/x y.txt", b"Plain text file.");
@@ -181,11 +181,11 @@ mod tests {
 
     #[test]
     fn clashing_ids_are_made_distinct_and_the_output_folder_is_skipped() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         for name in ["a b.md", "a#b.md", "out/report.md"] {
             let path = dir.path().join(name);
             fs_err::create_dir_all(path.parent().unwrap_or(dir.path())).unwrap_or_default();
-            fs_err::write(path, "Some words here.").unwrap_or_else(|e| panic!("{e}"));
+            fs_err::write(path, "Some words here.").unwrap();
         }
         let out = dir.path().join("out");
         let mut ids = Vec::new();
@@ -193,16 +193,16 @@ mod tests {
             ids.push(d.id.to_string());
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         assert_eq!(ids, ["a_b.md", "a_b.md~2"]);
     }
 
     #[cfg(unix)]
     #[test]
     fn symlink_loops_do_not_hang() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        fs_err::write(dir.path().join("a.txt"), "Some words here.").unwrap_or_else(|e| panic!("{e}"));
-        std::os::unix::fs::symlink(dir.path(), dir.path().join("loop")).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        fs_err::write(dir.path().join("a.txt"), "Some words here.").unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("loop")).unwrap();
         let (docs, skipped, _) = read_all(dir.path());
         assert_eq!(docs.len(), 1);
         assert_eq!(skipped.len(), 1);

@@ -157,8 +157,8 @@ mod tests {
     use super::*;
 
     fn file_with(lines: &str) -> tempfile::NamedTempFile {
-        let file = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
-        fs_err::write(file.path(), lines).unwrap_or_else(|e| panic!("{e}"));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        fs_err::write(file.path(), lines).unwrap();
         file
     }
 
@@ -177,7 +177,7 @@ mod tests {
             docs.push(d);
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let got: Vec<_> =
             docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source_id.as_deref())).collect();
         assert_eq!(got, [("a_1", "A", Some("a 1")), ("7", "Seven", None)]);
@@ -201,14 +201,14 @@ mod tests {
             ids.push(d.id.to_string());
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         assert_eq!((ids, skipped), (vec!["a".to_owned(), "b".to_owned()], vec![]));
         let mut chunks = Vec::new();
         read_prechunked(file.path(), |c| {
             chunks.push(c.id.to_string());
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         assert_eq!(chunks, ["a", "b"]);
     }
 
@@ -224,7 +224,7 @@ mod tests {
             docs.push(d);
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let got: Vec<_> = docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.text.as_str())).collect();
         assert_eq!(got, [("t1", "t1", "Algorithm 42: the sieve"), ("t2", "Both", "Body text.")]);
         assert_eq!(skipped.len(), 1);
@@ -241,7 +241,7 @@ mod tests {
             chunks.push(c);
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let got: Vec<_> = chunks.iter().map(|c| (c.id.as_str(), c.doc_id.as_str(), c.ordinal)).collect();
         assert_eq!(got, [("d1-p0", "d1", 0), ("d1-p1", "d1", 1)]);
         assert_eq!(skipped.len(), 1);

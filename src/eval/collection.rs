@@ -425,7 +425,7 @@ mod tests {
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let path = dir.join(name);
-        fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(&path, text).unwrap();
         path
     }
 
@@ -450,8 +450,8 @@ mod tests {
 
     #[test]
     fn classes_metadata_and_levels() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let c = Collection::from_files(&fixture(dir.path()), Level::Chunk).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let c = Collection::from_files(&fixture(dir.path()), Level::Chunk).unwrap();
         let ids: Vec<(&str, QueryClass)> = c.queries.iter().map(|q| (q.id.as_str(), q.class)).collect();
         assert_eq!(
             ids,
@@ -473,7 +473,7 @@ mod tests {
             (IdKind::Expected, IdKind::OtherLevel, IdKind::Unknown)
         );
 
-        let d = Collection::from_files(&fixture(dir.path()), Level::Doc).unwrap_or_else(|e| panic!("{e}"));
+        let d = Collection::from_files(&fixture(dir.path()), Level::Doc).unwrap();
         // Document a takes the best grade of its chunks; b stays judged, not relevant.
         assert_eq!(d.qrels.judgments[0], Judgments { relevant: 1, nonrelevant: 1, ideal: vec![3] });
         assert_eq!(d.qrels.grade(0, "a"), Some(3));
@@ -482,11 +482,11 @@ mod tests {
 
     #[test]
     fn document_level_needs_a_corpus() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let files = LooseFiles { corpus: None, ..fixture(dir.path()) };
         let err = Collection::from_files(&files, Level::Doc).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("--corpus"), "{err}");
-        let c = Collection::from_files(&files, Level::Chunk).unwrap_or_else(|e| panic!("{e}"));
+        let c = Collection::from_files(&files, Level::Chunk).unwrap();
         assert_eq!(
             (c.id_kind("a:1"), c.id_kind("a"), c.id_kind("x")),
             (IdKind::Expected, IdKind::OtherLevel, IdKind::Expected)

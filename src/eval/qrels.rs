@@ -80,9 +80,9 @@ mod tests {
     use super::*;
 
     fn read_str(text: &str) -> std::result::Result<Vec<(String, String, i32)>, Vec<String>> {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.trec");
-        fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(&path, text).unwrap();
         match read(&path) {
             Ok(rows) => Ok(rows.into_iter().map(|r| (r.query, r.doc, r.grade)).collect()),
             Err(EvalError::Problems(ps)) => {

@@ -357,17 +357,16 @@ mod tests {
 
     fn collection(dir: &Path) -> Collection {
         let qrels = dir.join("q.trec");
-        fs_err::write(&qrels, "q1 0 a:1 1\nq2 0 b:1 1\n").unwrap_or_else(|e| panic!("{e}"));
-        Collection::from_files(&LooseFiles { qrels, ..LooseFiles::default() }, Level::Chunk)
-            .unwrap_or_else(|e| panic!("{e}"))
+        fs_err::write(&qrels, "q1 0 a:1 1\nq2 0 b:1 1\n").unwrap();
+        Collection::from_files(&LooseFiles { qrels, ..LooseFiles::default() }, Level::Chunk).unwrap()
     }
 
     /// The run `text` read under `ties` against [`collection`] (q1 judges only a:1, grade 1).
     fn read_with(text: &str, ties: Ties) -> (Collection, Result<Run>) {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let c = collection(dir.path());
         let path = dir.path().join("a.run");
-        fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(&path, text).unwrap();
         let run = read(&path, "a", &c, ties);
         (c, run)
     }
@@ -413,7 +412,7 @@ mod tests {
             [(Ties::TrecEval, ["c:3", "x:1", "a:1", "b:2"]), (Ties::RunOrder, ["x:1", "a:1", "b:2", "c:3"])]
         {
             let (c, run) = read_with(text, ties);
-            let run = run.unwrap_or_else(|e| panic!("{e}"));
+            let run = run.unwrap();
             let got: Vec<&str> = run.rankings[0].iter().map(|h| run.doc(h)).collect();
             assert_eq!(got, order, "{ties:?}");
             values.push(Scores::of(&run, &c.qrels, &[0], &measures, Gain::Linear).row(0).to_vec());

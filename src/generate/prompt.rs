@@ -220,7 +220,7 @@ mod tests {
     #[test]
     fn renders_and_rejects_unknown_placeholders() {
         let t = Template::new("t".into(), "Hi {{ name }}, {{count}}!".into(), &["name", "count"], &["count"])
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(t.render(&[("name", "Ann"), ("count", "2")]).unwrap_or_default(), "Hi Ann, 2!");
         let bad = Template::new("bad.md".into(), "{{nmae}}".into(), &["name"], &[]);
         assert!(bad.is_err_and(|e| e.to_string().contains("unknown placeholder {{nmae}}")));
@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn bundled_prompts_load_for_both_languages() {
         for language in [Language::En, Language::Zh] {
-            let prompts = Prompts::load(None, language).unwrap_or_else(|e| panic!("{e}"));
+            let prompts = Prompts::load(None, language).unwrap();
             assert_eq!(prompts.tasks.len(), 4);
             assert!(prompts.styles.contains_key("keyword"), "{:?}", prompts.styles);
             assert!(prompts.listing().contains("## multi_hop"));
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn a_prompt_folder_overrides_the_bundle() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         for (name, text) in BUNDLED {
             let path = dir.path().join(name);
             fs_err::create_dir_all(path.parent().unwrap_or(dir.path())).unwrap_or_default();
@@ -254,7 +254,7 @@ mod tests {
             Prompts::load(Some(dir.path()), Language::En).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("direct.md") && err.contains("{{oops}}"), "{err}");
         fs_err::write(dir.path().join("en/direct.md"), "Ask {{count}} ({{style}})").unwrap_or_default();
-        let prompts = Prompts::load(Some(dir.path()), Language::En).unwrap_or_else(|e| panic!("{e}"));
+        let prompts = Prompts::load(Some(dir.path()), Language::En).unwrap();
         assert_eq!(prompts.tasks[&QueryType::Direct].text(), "Ask {{count}} ({{style}})");
     }
 }

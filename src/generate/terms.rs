@@ -211,13 +211,13 @@ mod tests {
 
     #[test]
     fn topical_weights_favour_bursty_terms_and_write_the_common_form() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         // "renal" is in every chunk once (spread), "kidneys" bursts in two of them.
         let texts =
             ["renal kidneys kidneys kidneys", "renal kidney kidneys", "renal note", "renal memo", "renal 37"];
         let (index, _) = crate::index::from_chunks(dir.path(), &crate::index::test_chunks(&texts));
-        let corpus = crate::index::CorpusModel::build(&index).unwrap_or_else(|e| panic!("{e}"));
-        let stats = index.term_stats("Renal kidney section 37").unwrap_or_else(|e| panic!("{e}"));
+        let corpus = crate::index::CorpusModel::build(&index).unwrap();
+        let stats = index.term_stats("Renal kidney section 37").unwrap();
         let model = TermModel::topical(stats, &corpus.terms);
         let top: Vec<(&str, &str)> =
             model.top(5).iter().map(|s| (s.term.as_str(), s.surface.as_str())).collect();

@@ -437,7 +437,7 @@ pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, Provenan
     ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), &Stage::hidden(), |add| {
         chunks.iter().cloned().try_for_each(add)
     })
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
 }
 
 /// Chunks `c0`, `c1`, … of document `d<i>` with the given texts: for tests.
@@ -448,7 +448,7 @@ pub(crate) fn test_chunks(texts: &[&str]) -> Vec<Chunk> {
         .iter()
         .enumerate()
         .map(|(i, t)| Chunk {
-            id: ChunkId::parse(&format!("c{i}")).unwrap_or_else(|e| panic!("{e}")),
+            id: ChunkId::parse(&format!("c{i}")).unwrap(),
             doc_id: DocId::sanitized(&format!("d{i}")),
             source_id: None,
             ordinal: 0,
@@ -468,34 +468,34 @@ mod tests {
 
     #[test]
     fn ranks_by_bm25_and_breaks_ties_by_position() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = build_index(
             dir.path(),
             &["quota exceeded error", "apple banana", "quota", "apple banana", "quota quota"],
         );
-        let hits: Vec<_> = index.search("Quotas", 10).unwrap_or_else(|e| panic!("{e}"));
+        let hits: Vec<_> = index.search("Quotas", 10).unwrap();
         let order: Vec<_> = hits.iter().map(|h| h.chunk).collect();
         assert_eq!(order, [4, 2, 0]);
-        let ties: Vec<_> = index.search("banana", 1).unwrap_or_else(|e| panic!("{e}"));
+        let ties: Vec<_> = index.search("banana", 1).unwrap();
         assert_eq!(ties.iter().map(|h| h.chunk).collect::<Vec<_>>(), [1]);
         assert_eq!(index.doc_freq("quota").unwrap_or_default(), 3);
-        assert!(index.search("the of", 5).unwrap_or_else(|e| panic!("{e}")).is_empty());
+        assert!(index.search("the of", 5).unwrap().is_empty());
     }
 
     #[test]
     fn serves_texts_and_positions() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = build_index(dir.path(), &["first text", "second text", "third"]);
         assert_eq!(index.text(1).unwrap_or_default(), "second text");
         assert_eq!(index.meta(2).id.as_str(), "c2");
-        let id = ChunkId::parse("c2").unwrap_or_else(|e| panic!("{e}"));
+        let id = ChunkId::parse("c2").unwrap();
         assert_eq!(index.position(&id), Some(2));
-        assert_eq!(index.position(&ChunkId::parse("c9").unwrap_or_else(|e| panic!("{e}"))), None);
+        assert_eq!(index.position(&ChunkId::parse("c9").unwrap()), None);
     }
 
     #[test]
     fn an_eight_character_chinese_substring_finds_its_chunk_first() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let texts = [
             "当工作区的存储用量达到配额的百分之九十时，管理员会收到提醒邮件。",
             "分享链接默认在三十天后过期，可以在链接设置里设置访问密码。",
@@ -514,14 +514,14 @@ mod tests {
                 &Stage::hidden(),
                 |add| chunks.into_iter().try_for_each(add),
             )
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
             for (i, text) in texts.iter().enumerate().take(3) {
                 let substring: String = text.chars().skip(5).take(8).collect();
-                let hits = index.search(&substring, 3).unwrap_or_else(|e| panic!("{e}"));
+                let hits = index.search(&substring, 3).unwrap();
                 assert_eq!(hits.first().map(|h| h.chunk), Some(i), "{segmenter:?}: {substring}");
             }
             for query in ["暂停同步", "harbor pause"] {
-                let hits = index.search(query, 1).unwrap_or_else(|e| panic!("{e}"));
+                let hits = index.search(query, 1).unwrap();
                 assert_eq!(hits.first().map(|h| h.chunk), Some(3), "{segmenter:?}: {query}");
             }
         }
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn rebuilds_only_when_chunks_change() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index");
         assert_eq!(build_index(&path, &["one", "two"]).1, Provenance::Built);
         assert_eq!(build_index(&path, &["one", "two"]).1, Provenance::Reused);
@@ -540,8 +540,8 @@ mod tests {
 
     #[test]
     fn refuses_to_wipe_a_foreign_folder() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        fs_err::write(dir.path().join("notes.txt"), "mine").unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        fs_err::write(dir.path().join("notes.txt"), "mine").unwrap();
         let chunks = test_chunks(&["x"]);
         let metas = chunks.iter().map(Chunk::meta).collect();
         let result =
@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn rejects_a_feed_that_does_not_match_the_chunk_list() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let chunks = test_chunks(&["a", "b"]);
         let metas = chunks.iter().map(Chunk::meta).collect();
         let result =
@@ -569,7 +569,7 @@ mod tests {
 
     #[test]
     fn containing_all_finds_the_chunks_with_every_term() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = build_index(dir.path(), &["quota error", "quota", "error quota full", "full"]);
         let terms = |s: &str| index.analyzer().terms(s);
         assert_eq!(index.containing_all(&terms("quota error"), 5).unwrap_or_default(), [0, 2]);
@@ -579,9 +579,9 @@ mod tests {
 
     #[test]
     fn term_stats_count_tf_and_df() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = build_index(dir.path(), &["sync files", "sync"]);
-        let stats = index.term_stats("Syncing files and syncs").unwrap_or_else(|e| panic!("{e}"));
+        let stats = index.term_stats("Syncing files and syncs").unwrap();
         let got: Vec<_> = stats.iter().map(|s| (s.term.as_str(), s.surface.as_str(), s.tf, s.df)).collect();
         assert_eq!(got, [("file", "files", 1, 1), ("sync", "syncing", 2, 2)]);
     }

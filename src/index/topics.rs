@@ -471,9 +471,9 @@ mod tests {
     #[test]
     fn the_corpus_pass_counts_terms_and_their_written_forms() {
         let texts = ["Kidney infections", "kidney infection and renal infections", "guitar"];
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let (index, _) = from_chunks(dir.path(), &test_chunks(&texts));
-        let model = CorpusModel::build(&index).unwrap_or_else(|e| panic!("{e}"));
+        let model = CorpusModel::build(&index).unwrap();
         assert_eq!(model.terms.chunks(), 3);
         let infection = model.terms.usage("infect").cloned();
         assert_eq!(infection, Some(TermUsage { df: 2, cf: 3, surface: "infections".into() }));

@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn stores_and_survives_reopening() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache.sqlite");
         let reply = CachedReply {
             content: "{\"queries\":[]}".into(),
@@ -146,35 +146,35 @@ mod tests {
             abandoned: 1,
         };
         {
-            let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(cache.get("k").unwrap_or_else(|e| panic!("{e}")), None);
-            cache.put("k", &reply).unwrap_or_else(|e| panic!("{e}"));
+            let cache = Cache::open(&path).unwrap();
+            assert_eq!(cache.get("k").unwrap(), None);
+            cache.put("k", &reply).unwrap();
         }
-        let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(cache.get("k").unwrap_or_else(|e| panic!("{e}")), Some(reply));
+        let cache = Cache::open(&path).unwrap();
+        assert_eq!(cache.get("k").unwrap(), Some(reply));
     }
 
     #[test]
     fn a_cache_from_before_abandoned_counts_is_upgraded() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache.sqlite");
         {
-            let conn = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            let conn = Connection::open(&path).unwrap();
             conn.execute_batch(
                 "CREATE TABLE replies (key TEXT PRIMARY KEY, content TEXT NOT NULL, finish_reason TEXT,
                    prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL);
                  INSERT INTO replies VALUES ('old', 'x', 'stop', 5, 6);",
             )
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         }
-        let cache = Cache::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        let old = cache.get("old").unwrap_or_else(|e| panic!("{e}"));
+        let cache = Cache::open(&path).unwrap();
+        let old = cache.get("old").unwrap();
         assert_eq!(old.map(|r| (r.prompt_tokens, r.abandoned)), Some((5, 0)));
     }
 
     #[test]
     fn a_file_that_is_not_sqlite_is_an_error() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache.sqlite");
         fs_err::write(&path, "not a database, just text that is long enough to be a header")
             .unwrap_or_default();

@@ -156,17 +156,17 @@ mod tests {
 
     #[test]
     fn a_folder_is_nothing_a_set_reviewed_or_foreign() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         assert_eq!(inspect(&out).ok(), Some(Occupant::Nothing), "a missing folder");
-        fs_err::create_dir_all(out.join("index")).unwrap_or_else(|e| panic!("{e}"));
-        fs_err::write(out.join("llm-cache.sqlite"), "").unwrap_or_else(|e| panic!("{e}"));
+        fs_err::create_dir_all(out.join("index")).unwrap();
+        fs_err::write(out.join("llm-cache.sqlite"), "").unwrap();
         assert_eq!(inspect(&out).ok(), Some(Occupant::Nothing), "what a killed build left");
-        fs_err::create_dir_all(out.join("qrels")).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::create_dir_all(out.join("qrels")).unwrap();
         for name in ["qrels/test.tsv", "qrels/dev.tsv", "queries.jsonl", "notes.txt"] {
-            fs_err::write(out.join(name), "x").unwrap_or_else(|e| panic!("{e}"));
+            fs_err::write(out.join(name), "x").unwrap();
         }
-        let foreign = inspect(&out).unwrap_or_else(|e| panic!("{e}"));
+        let foreign = inspect(&out).unwrap();
         let expected = Occupant::Foreign {
             replaced: vec!["qrels/test.tsv".into(), "queries.jsonl".into()],
             left: vec!["notes.txt".into(), "qrels/dev.tsv".into()],
@@ -174,12 +174,11 @@ mod tests {
         assert_eq!(foreign, expected);
         let message = foreign.refusal(&out).map(|e| e.to_string()).unwrap_or_default();
         assert!(message.contains("leave notes.txt, qrels/dev.tsv beside the set"), "{message}");
-        fs_err::write(out.join(MANIFEST), r#"{"format_version": 3, "tool": "qrelgen 0.1.0"}"#)
-            .unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(out.join(MANIFEST), r#"{"format_version": 3, "tool": "qrelgen 0.1.0"}"#).unwrap();
         assert_eq!(inspect(&out).ok(), Some(Occupant::Set));
-        fs_err::create_dir_all(out.join(REVIEW_DIR)).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::create_dir_all(out.join(REVIEW_DIR)).unwrap();
         assert_eq!(inspect(&out).ok(), Some(Occupant::Reviewed));
-        fs_err::write(out.join(MANIFEST), r#"{"name": "someone else's"}"#).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(out.join(MANIFEST), r#"{"name": "someone else's"}"#).unwrap();
         assert!(matches!(inspect(&out), Ok(Occupant::Foreign { .. })));
     }
 

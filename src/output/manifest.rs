@@ -1,11 +1,11 @@
 //! `manifest.json`: what was run, on what, with which result; enough to repeat the run.
 
-use super::report::{Shortfall, TypeCounts};
 use crate::config::BuildConfig;
 use crate::filter::Checks;
 use crate::generate::LlmSummary;
 use crate::llm::NetworkStats;
-use crate::record::{FORMAT_VERSION, QueryType};
+use crate::record::QueryType;
+use crate::rounds::{Shortfall, TypeCounts};
 use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -79,36 +79,8 @@ pub struct RunInfo {
     pub llm_network: Option<NetworkStats>,
 }
 
-impl<'a> Manifest<'a> {
-    /// A manifest for this version of the tool.
-    #[must_use]
-    pub fn new(config: &'a BuildConfig, generator: String) -> Self {
-        Self {
-            format_version: FORMAT_VERSION,
-            tool: format!("qrelgen {}", env!("CARGO_PKG_VERSION")),
-            seed: config.seed,
-            generator,
-            config,
-            per_doc_cap: 0,
-            filter_checks: Checks::default(),
-            corpus: CorpusSummary {
-                documents: 0,
-                skipped: 0,
-                ignored: 0,
-                hash: String::new(),
-                chunks: 0,
-                chunks_hash: String::new(),
-                language: Language::En,
-                languages: BTreeMap::new(),
-                duplicate_groups: 0,
-                chunks_in_groups: 0,
-            },
-            rounds: 0,
-            counts: BTreeMap::new(),
-            shortfalls: Vec::new(),
-            language: Language::En,
-            llm: None,
-            run: RunInfo::default(),
-        }
-    }
+/// `qrelgen <version>`, the manifest's `tool`.
+#[must_use]
+pub fn tool() -> String {
+    format!("qrelgen {}", env!("CARGO_PKG_VERSION"))
 }

@@ -18,13 +18,15 @@ mod manifest;
 mod measures;
 pub(crate) mod report;
 mod report_html;
+mod write;
 
 pub use beir::{corpus_line, qrels, query_line, write_pool, write_qrels};
 pub use folder::{Occupant, inspect, list};
-pub use manifest::{CorpusSummary, Manifest, RunInfo};
+pub use manifest::{CorpusSummary, Manifest, RunInfo, tool};
 pub use measures::Measures;
-pub use report::{Summary, TypeCounts, render_report};
+pub use report::{Summary, render_report};
 pub use report_html::render_report_html;
+pub use write::{SetFiles, write_set};
 
 use crate::error::{Error, Result};
 use layout::{JOURNAL, MANIFEST, REPLACED, ROLLBACK, STAGING};
@@ -377,10 +379,10 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp_files() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/a.jsonl");
-        write_jsonl(&path, [1, 2]).unwrap_or_else(|e| panic!("{e}"));
-        write_jsonl(&path, ["x"]).unwrap_or_else(|e| panic!("{e}"));
+        write_jsonl(&path, [1, 2]).unwrap();
+        write_jsonl(&path, ["x"]).unwrap();
         assert_eq!(fs_err::read_to_string(&path).unwrap_or_default(), "\"x\"\n");
         let files = fs_err::read_dir(dir.path().join("sub")).map(Iterator::count).unwrap_or_default();
         assert_eq!(files, 1);
@@ -388,20 +390,20 @@ mod tests {
 
     #[test]
     fn staging_publishes_all_files_or_none() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
-        write_text(&out.join("queries.jsonl"), "old").unwrap_or_else(|e| panic!("{e}"));
+        write_text(&out.join("queries.jsonl"), "old").unwrap();
         {
-            let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
-            write_text(&staging.path("queries.jsonl"), "new").unwrap_or_else(|e| panic!("{e}"));
+            let staging = Staging::create(out).unwrap();
+            write_text(&staging.path("queries.jsonl"), "new").unwrap();
             // Dropped without publishing: a failed run.
         }
         assert_eq!(fs_err::read_to_string(out.join("queries.jsonl")).unwrap_or_default(), "old");
         assert!(!out.join(STAGING).exists());
-        let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
-        write_text(&staging.path("queries.jsonl"), "new").unwrap_or_else(|e| panic!("{e}"));
-        write_text(&staging.path("qrels/test.tsv"), "q\tc\t3\n").unwrap_or_else(|e| panic!("{e}"));
-        staging.publish(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let staging = Staging::create(out).unwrap();
+        write_text(&staging.path("queries.jsonl"), "new").unwrap();
+        write_text(&staging.path("qrels/test.tsv"), "q\tc\t3\n").unwrap();
+        staging.publish(&[]).unwrap();
         assert_eq!(fs_err::read_to_string(out.join("queries.jsonl")).unwrap_or_default(), "new");
         assert!(out.join("qrels/test.tsv").exists());
         assert!(!out.join(STAGING).exists());
@@ -409,16 +411,16 @@ mod tests {
 
     #[test]
     fn a_publish_that_fails_in_the_middle_puts_the_previous_files_back() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
         for name in ["a.jsonl", "z.jsonl", "qrels/test.tsv", MANIFEST] {
-            write_text(&out.join(name), "old").unwrap_or_else(|e| panic!("{e}"));
+            write_text(&out.join(name), "old").unwrap();
         }
         // A folder where a file goes: the move of m.txt fails after a.jsonl, b.jsonl and qrels/.
-        write_text(&out.join("m.txt/in-the-way"), "x").unwrap_or_else(|e| panic!("{e}"));
-        let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
+        write_text(&out.join("m.txt/in-the-way"), "x").unwrap();
+        let staging = Staging::create(out).unwrap();
         for name in ["a.jsonl", "b.jsonl", "qrels/test.tsv", "m.txt", "z.jsonl", MANIFEST] {
-            write_text(&staging.path(name), "new").unwrap_or_else(|e| panic!("{e}"));
+            write_text(&staging.path(name), "new").unwrap();
         }
         let failed = staging.publish(&[]);
         assert!(failed.is_err_and(|e| chain(&e).contains("m.txt: a folder is where this file goes")));
@@ -434,34 +436,34 @@ mod tests {
 
     #[test]
     fn a_publish_killed_in_the_middle_is_rolled_back_by_the_next_open() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
-        write_text(&out.join("a.jsonl"), "old").unwrap_or_else(|e| panic!("{e}"));
-        write_text(&out.join(MANIFEST), "old").unwrap_or_else(|e| panic!("{e}"));
-        let staging = Staging::create(out).unwrap_or_else(|e| panic!("{e}"));
+        write_text(&out.join("a.jsonl"), "old").unwrap();
+        write_text(&out.join(MANIFEST), "old").unwrap();
+        let staging = Staging::create(out).unwrap();
         for name in ["a.jsonl", "b.jsonl", MANIFEST] {
-            write_text(&staging.path(name), "new").unwrap_or_else(|e| panic!("{e}"));
+            write_text(&staging.path(name), "new").unwrap();
         }
         let files = staging.staged();
-        let mut rollback = Rollback::begin(out, &files).unwrap_or_else(|e| panic!("{e}"));
+        let mut rollback = Rollback::begin(out, &files).unwrap();
         for name in ["a.jsonl", "b.jsonl"] {
-            rollback.replace(&staging.path(name), Path::new(name)).unwrap_or_else(|e| panic!("{e}"));
+            rollback.replace(&staging.path(name), Path::new(name)).unwrap();
         }
         // Killed here: a.jsonl and b.jsonl are new, manifest.json is old.
         std::mem::forget(staging);
         assert_eq!(fs_err::read_to_string(out.join("a.jsonl")).unwrap_or_default(), "new");
-        assert!(recover(out).unwrap_or_else(|e| panic!("{e}")), "an interrupted publish is found");
+        assert!(recover(out).unwrap(), "an interrupted publish is found");
         assert_eq!(fs_err::read_to_string(out.join("a.jsonl")).unwrap_or_default(), "old");
         assert_eq!(fs_err::read_to_string(out.join(MANIFEST)).unwrap_or_default(), "old");
         assert!(!out.join("b.jsonl").exists() && !out.join(ROLLBACK).exists());
-        assert!(!recover(out).unwrap_or_else(|e| panic!("{e}")), "nothing left to roll back");
+        assert!(!recover(out).unwrap(), "nothing left to roll back");
     }
 
     #[test]
     fn failed_fill_keeps_the_old_file() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.txt");
-        write_text(&path, "old").unwrap_or_else(|e| panic!("{e}"));
+        write_text(&path, "old").unwrap();
         let failed = write_atomic(&path, |_| Err(std::io::Error::other("boom")));
         assert!(failed.is_err_and(|e| e.to_string().contains("a.txt")));
         assert_eq!(fs_err::read_to_string(&path).unwrap_or_default(), "old");

@@ -5,70 +5,12 @@ use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
 use crate::id::ChunkId;
-use crate::record::{Difficulty, FailureKind, Judged, QueryType, Reason, Status};
-use serde::Serialize;
+use crate::record::{Difficulty, Judged, QueryType, Reason, Status};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Skipped inputs listed in the report; the rest are counted.
 const SKIPPED_LISTED: usize = 20;
-
-/// What happened to the queries of one type.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TypeCounts {
-    /// Quota from `--queries` and `--mix`.
-    pub requested: usize,
-    /// Requests planned, over all rounds.
-    pub planned: usize,
-    /// Queries the generator wrote.
-    pub generated: usize,
-    /// Generated as this type and kept (under this type or, relabelled, another).
-    pub kept: usize,
-    /// Generated as this type and flagged for review.
-    pub flagged: usize,
-    /// Generated as this type and left out.
-    pub dropped: usize,
-    /// Generated as this type, ended as another (a copying paraphrase, a reclassified
-    /// no_answer query), whatever became of it.
-    pub relabelled: usize,
-    /// Places of this type's quota taken by queries of this type in the set.
-    pub filled: usize,
-    /// Queries of this type in the set beyond its quota (reclassified no_answer queries).
-    pub beyond_quota: usize,
-    /// Left out, by reason.
-    pub dropped_by_reason: BTreeMap<String, usize>,
-    /// Requests the generator could not serve, by kind of failure (the messages are in
-    /// `rejects.jsonl`).
-    pub generation_failures: BTreeMap<FailureKind, usize>,
-}
-
-impl TypeCounts {
-    /// Queries of this type in the test set.
-    #[must_use]
-    pub fn in_set(&self) -> usize {
-        self.filled + self.beyond_quota
-    }
-}
-
-/// A type that ended below its quota.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Shortfall {
-    /// The type.
-    #[serde(rename = "type")]
-    pub query_type: QueryType,
-    /// Its quota.
-    pub wanted: usize,
-    /// Queries of it in the set.
-    pub got: usize,
-    /// Why, in a few words.
-    pub cause: String,
-}
-
-impl std::fmt::Display for Shortfall {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} of {} wanted; {}", self.query_type, self.got, self.wanted, self.cause)
-    }
-}
 
 /// Everything the report shows.
 pub struct Summary<'a> {

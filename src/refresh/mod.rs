@@ -21,11 +21,13 @@ use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::output::layout::{CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, QUERIES, QUEUE, REJECTS};
 use crate::output::{self, Staging};
-use crate::pipeline::{self, Rounds, Timings};
+use crate::pipeline;
 use crate::progress::Progress;
+use crate::progress::Timings;
 use crate::record::{Judged, Provenance, Qrel, QueryType};
 use crate::review::set::{SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
+use crate::rounds::Rounds;
 use crate::runs::PoolRuns;
 use map::{ChunkChange, ChunkMap, Piece};
 use recheck::{Checked, QueryChange, Recheck};
@@ -297,7 +299,7 @@ impl Fresh<'_> {
         timings: &mut Timings,
     ) -> Result<Generated> {
         let quotas = self.config.mix.quotas(n);
-        let mut rounds = Rounds::new(&quotas, self.language, self.config.dedup_threshold, self.config.judge);
+        let mut rounds = Rounds::new(&quotas, self.config.dedup_threshold, self.config.judge);
         if n == 0 || added.is_empty() {
             return Ok((rounds, None));
         }
@@ -399,7 +401,7 @@ impl Written<'_> {
         let qrels = self.qrels();
         output::write_qrels(|name| staging.path(name), &qrels)?;
         output::write_text(&staging.path(NO_ANSWER), &self.no_answer(&qrels))?;
-        let queue = pipeline::review_items(&self.queue(), self.index)?;
+        let queue = crate::sample::review_items(&self.queue(), self.index)?;
         output::write_jsonl(&staging.path(QUEUE), &queue)?;
         output::write_jsonl(&staging.path(CANDIDATES), self.candidates(candidates))?;
         let mut rejects: Vec<serde_json::Value> =

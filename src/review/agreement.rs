@@ -275,17 +275,14 @@ mod tests {
 
     fn judgment(query: &str, reviewer: &str, decision: Option<Decision>, grades: &[(&str, u8)]) -> Judgment {
         Judgment {
-            query_id: QueryId::parse(query).unwrap_or_else(|e| panic!("{e}")),
+            query_id: QueryId::parse(query).unwrap(),
             reviewer: reviewer.to_owned(),
             decision,
             reject_reason: (decision == Some(Decision::Reject)).then(|| format!("{reviewer} says no")),
             edited_text: None,
             grades: grades
                 .iter()
-                .map(|(c, g)| ChunkGrade {
-                    chunk_id: ChunkId::parse(c).unwrap_or_else(|e| panic!("{e}")),
-                    grade: *g,
-                })
+                .map(|(c, g)| ChunkGrade { chunk_id: ChunkId::parse(c).unwrap(), grade: *g })
                 .collect(),
         }
     }
@@ -308,7 +305,7 @@ mod tests {
         assert_eq!(report.decisions.map(|k| k.items), Some(2));
         let listed: Vec<(String, About)> =
             report.disagreements.iter().map(|d| (d.query_id.to_string(), d.about.clone())).collect();
-        let c1 = ChunkId::parse("c1").unwrap_or_else(|e| panic!("{e}"));
+        let c1 = ChunkId::parse("c1").unwrap();
         assert_eq!(
             listed,
             [
@@ -361,7 +358,7 @@ mod tests {
             report.disagreements.iter().map(|d| d.about.clone()).collect::<Vec<_>>(),
             [About::EditedText { first: "how long".into(), second: "for how long".into() }]
         );
-        let json = serde_json::to_value(&report.disagreements[0]).unwrap_or_else(|e| panic!("{e}"));
+        let json = serde_json::to_value(&report.disagreements[0]).unwrap();
         assert_eq!(json["about"], "edited_text");
         assert_eq!(json["second"], "for how long");
     }

@@ -654,10 +654,7 @@ mod tests {
         let judgments = read_str(Format::Jsonl, text).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(judgments.len(), 3, "the pending line is skipped");
         assert_eq!(judgments[0].decision, Some(Decision::Accept));
-        assert_eq!(
-            judgments[0].grades,
-            [ChunkGrade { chunk_id: ChunkId::parse("a:1").unwrap_or_else(|e| panic!("{e}")), grade: 2 }]
-        );
+        assert_eq!(judgments[0].grades, [ChunkGrade { chunk_id: ChunkId::parse("a:1").unwrap(), grade: 2 }]);
         assert_eq!((judgments[0].reviewer.as_str(), judgments[1].reviewer.as_str()), ("ann", "bob"));
         let added: Vec<(String, u8)> =
             judgments[2].grades.iter().map(|g| (g.chunk_id.to_string(), g.grade)).collect();
@@ -743,16 +740,16 @@ not json
 
     #[test]
     fn a_reviewer_map_is_id_equals_name_lines() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("annotators.txt");
-        fs_err::write(&path, "# who is who\n\n1 = Ann Lee\n2=bob\n").unwrap_or_else(|e| panic!("{e}"));
-        let map = ReviewerMap::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(&path, "# who is who\n\n1 = Ann Lee\n2=bob\n").unwrap();
+        let map = ReviewerMap::read(&path).unwrap();
         assert_eq!(map.names, BTreeMap::from([(1, "Ann Lee".to_owned()), (2, "bob".to_owned())]));
         for (text, message) in [
             ("ann=1\n", ":1: \"ann=1\" is not ID=NAME"),
             ("1=a\n1=b\n", ":2: Label Studio user 1 is named twice"),
         ] {
-            fs_err::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+            fs_err::write(&path, text).unwrap();
             let err = ReviewerMap::read(&path).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains(message), "{err}");
         }

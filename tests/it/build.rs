@@ -109,7 +109,7 @@ fn sample_build_meets_every_invariant() {
     assert!(queue.iter().all(|r| ids.contains(str_field(r, "/query_id"))));
     assert!(queue.iter().all(|r| r.get("sources").and_then(Value::as_array).is_some_and(|s| !s.is_empty())));
 
-    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     assert_eq!(manifest["seed"], 42);
     assert_eq!(manifest["corpus"]["documents"], 42);
     assert_eq!(manifest["counts"]["paraphrase"]["requested"], 24);
@@ -131,8 +131,7 @@ fn outputs(run: &Run) -> BTreeMap<String, Vec<u8>> {
     ] {
         files.insert(name.to_owned(), run.file(name).into_bytes());
     }
-    let mut manifest: Value =
-        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let mut manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     let timings =
         manifest.as_object_mut().and_then(|m| m.remove("run")).and_then(|r| r.get("timings_ms").cloned());
     assert!(timings.is_some_and(|t| t.get("index").is_some()), "manifest has no index timing");
@@ -267,7 +266,7 @@ pub fn sample_docs_as_jsonl() -> Vec<String> {
     paths
         .iter()
         .map(|p| {
-            let text = fs_err::read_to_string(p).unwrap_or_else(|e| panic!("{e}"));
+            let text = fs_err::read_to_string(p).unwrap();
             let id = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             serde_json::json!({"id": id, "title": "", "text": text}).to_string()
         })
@@ -283,7 +282,7 @@ fn a_config_file_sets_defaults_and_flags_override_it() {
     let run =
         build(dir.path(), &sample_corpus(), &["--config", super::path_str(&config), "--review-size", "8"]);
     run.assert_code(0);
-    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     assert_eq!(manifest["config"]["queries"], 20);
     assert_eq!(manifest["seed"], 9);
     assert_eq!(manifest["config"]["review"]["size"], 8, "the flag overrides the file");
@@ -319,7 +318,7 @@ fn the_manifest_records_what_each_stage_used() {
         ["--queries", "40", "--top-n", "4", "--pool-depth", "3", "--review-size", "12", "--per-doc-cap", "3"];
     let run = build(dir.path(), &sample_corpus(), &args);
     run.assert_code(0);
-    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     let filter = &manifest["config"]["filter"];
     let keys: BTreeSet<&str> =
         filter.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();

@@ -43,7 +43,7 @@ fn the_offline_generator_writes_chinese_queries_that_find_their_chunks() {
     let dir = tempdir();
     let run = run(dir.path(), &[]);
     run.assert_code(0);
-    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     assert_eq!(manifest["language"], "zh");
     assert_eq!(manifest["filter_checks"]["language"], "zh", "the filter checked the corpus language");
     assert_eq!(manifest["corpus"]["languages"]["zh"], 20);
@@ -97,7 +97,7 @@ async fn the_llm_generator_is_asked_in_chinese_and_keeps_chinese_queries() {
         )
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     drop(first);
     run.assert_code(0);
     let queries = run.jsonl("queries.jsonl");

@@ -8,8 +8,8 @@ fn copy_sample(dir: &Path) {
     for entry in
         walkdir::WalkDir::new(sample_corpus()).into_iter().flatten().filter(|e| e.file_type().is_file())
     {
-        let relative = entry.path().strip_prefix(sample_corpus()).unwrap_or_else(|e| panic!("{e}"));
-        write(&dir.join(relative), fs_err::read(entry.path()).unwrap_or_else(|e| panic!("{e}")));
+        let relative = entry.path().strip_prefix(sample_corpus()).unwrap();
+        write(&dir.join(relative), fs_err::read(entry.path()).unwrap());
     }
 }
 
@@ -27,8 +27,7 @@ fn bad_files_are_skipped_with_one_warning_each() {
     assert_eq!(run.stderr.matches("warning: skipped ").count(), 3, "{}", run.stderr);
     assert!(run.stderr.contains("latin1.md: invalid UTF-8 at byte 3"), "{}", run.stderr);
     assert!(run.stdout.contains("3 input(s) skipped"));
-    let manifest: serde_json::Value =
-        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: serde_json::Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     assert_eq!(manifest["corpus"]["skipped"], 3);
     assert_eq!(manifest["corpus"]["ignored"], 1);
     assert!(run.file("report.md").contains("blob.txt: binary file"));
@@ -56,7 +55,7 @@ fn jsonl_and_prechunked_input() {
     let first = build(dir.path(), &sample_corpus(), &[]);
     first.assert_code(0);
     let beir = dir.path().join("beir-corpus.jsonl");
-    fs_err::copy(first.out.join("corpus.jsonl"), &beir).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::copy(first.out.join("corpus.jsonl"), &beir).unwrap();
 
     let pre = tempdir();
     let prechunked = build(pre.path(), &beir, &["--prechunked"]);
@@ -104,7 +103,7 @@ fn symlink_loop_does_not_hang() {
     let dir = tempdir();
     let corpus = dir.path().join("corpus");
     copy_sample(&corpus);
-    std::os::unix::fs::symlink(&corpus, corpus.join("loop")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&corpus, corpus.join("loop")).unwrap();
     let run = build(dir.path(), &corpus, &[]);
     run.assert_code(0);
     assert!(run.stderr.contains("File system loop found"), "{}", run.stderr);
@@ -147,7 +146,7 @@ fn an_output_folder_inside_the_corpus_is_not_read() {
         assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
         let manifest: serde_json::Value =
             serde_json::from_str(&fs_err::read_to_string(out.join("manifest.json")).unwrap_or_default())
-                .unwrap_or_else(|e| panic!("{e}"));
+                .unwrap();
         assert_eq!(manifest["corpus"]["documents"], 42);
     }
 }
@@ -158,7 +157,7 @@ fn title_only_documents_are_indexed_by_their_title() {
     let dir = tempdir();
     let (mut full, mut half) = (String::new(), String::new());
     for (i, line) in super::build::sample_docs_as_jsonl().iter().enumerate() {
-        let doc: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        let doc: serde_json::Value = serde_json::from_str(line).unwrap();
         full.push_str(line);
         full.push('\n');
         let edited = if i % 2 == 0 {
@@ -177,8 +176,7 @@ fn title_only_documents_are_indexed_by_their_title() {
     let title_only = build(b.path(), &dir.path().join("half.jsonl"), &["-q"]);
     title_only.assert_code(0);
     assert!(!title_only.stderr.contains("no text"), "{}", title_only.stderr);
-    let manifest: serde_json::Value =
-        serde_json::from_str(&title_only.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: serde_json::Value = serde_json::from_str(&title_only.file("manifest.json")).unwrap();
     assert_eq!(
         (manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()),
         (Some(42), Some(0))
@@ -205,7 +203,7 @@ fn a_bom_and_renamed_ids_in_jsonl() {
     let path = dir.path().join("docs.jsonl");
     let mut lines = String::from("\u{feff}");
     for (i, line) in super::build::sample_docs_as_jsonl().iter().enumerate() {
-        let mut doc: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        let mut doc: serde_json::Value = serde_json::from_str(line).unwrap();
         match i {
             0 => doc["id"] = "doc one".into(),
             1 => doc["id"] = "doc#2".into(),
@@ -217,8 +215,7 @@ fn a_bom_and_renamed_ids_in_jsonl() {
     write(&path, lines);
     let run = build(dir.path(), &path, &["-q"]);
     run.assert_code(0);
-    let manifest: serde_json::Value =
-        serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: serde_json::Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
     assert_eq!(
         (manifest["corpus"]["documents"].as_u64(), manifest["corpus"]["skipped"].as_u64()),
         (Some(42), Some(0)),

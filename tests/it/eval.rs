@@ -29,7 +29,7 @@ fn ok(output: &Output) -> String {
 }
 
 fn read(path: &Path) -> String {
-    fs_err::read_to_string(path).unwrap_or_else(|e| panic!("{e}"))
+    fs_err::read_to_string(path).unwrap()
 }
 
 fn json(path: &Path) -> Value {
@@ -214,7 +214,7 @@ fn run_then_eval_on_the_sample_set() {
     );
     assert_eq!(read(&set.join("eval/per_query.tsv")).lines().count(), 1 + 100);
     // Without its index, run rebuilds it from corpus.jsonl and writes the same run.
-    fs_err::remove_dir_all(set.join("index")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_dir_all(set.join("index")).unwrap();
     let again = dir.path().join("again.run");
     ok(&qrelgen(&["run", "--set", path_str(&set), "--to", path_str(&again), "--quiet"]));
     assert_eq!(read(&again), lines);
@@ -328,7 +328,7 @@ fn layers_comparisons_and_the_unjudged_pool() {
 
     // The pool is a decisions file review apply reads: grade one chunk, apply it.
     let first = read(&pool).lines().next().unwrap_or_default().to_owned();
-    let mut item: Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}"));
+    let mut item: Value = serde_json::from_str(&first).unwrap();
     assert!(item["pool"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "chunk texts are filled in");
     item["pool"][0]["grade"] = Value::from(2);
     let chunk = item["pool"][0]["chunk_id"].as_str().unwrap_or_default().to_owned();
@@ -433,7 +433,7 @@ fn headless(browser: &Path, args: &[&str]) -> String {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let output = child.wait_with_output().unwrap();
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -449,7 +449,7 @@ fn both_pages_render_in_a_real_browser_and_escape_untrusted_text() {
     let corpus = dir.path().join("corpus");
     let sample = sample_corpus();
     for entry in walkdir::WalkDir::new(&sample).into_iter().flatten().filter(|e| e.file_type().is_file()) {
-        let relative = entry.path().strip_prefix(&sample).unwrap_or_else(|e| panic!("{e}"));
+        let relative = entry.path().strip_prefix(&sample).unwrap();
         write(&corpus.join(relative), fs_err::read(entry.path()).unwrap_or_default());
     }
     write(

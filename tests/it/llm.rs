@@ -67,11 +67,11 @@ async fn run_keyed(server: &wiremock::MockServer, out: &Path, args: &[&str], key
         llm_build(&out, &uri, &args, key.as_deref())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
 }
 
 pub(super) fn manifest(run: &Run) -> Value {
-    serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"))
+    serde_json::from_str(&run.file("manifest.json")).unwrap()
 }
 
 fn reasons(run: &Run, file: &str, field: &str) -> BTreeMap<String, usize> {
@@ -504,10 +504,10 @@ fn assert_same(got: &BTreeMap<String, String>, expected: &BTreeMap<String, Strin
 
 /// Replies stored in a cache file (the preflight's mode note included).
 fn cached_replies(cache: &Path) -> usize {
-    let conn = rusqlite::Connection::open(cache).unwrap_or_else(|e| panic!("{e}"));
+    let conn = rusqlite::Connection::open(cache).unwrap();
     let count: i64 = conn
         .query_row("SELECT COUNT(*) FROM replies WHERE finish_reason IS NOT NULL", [], |r| r.get(0))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     usize::try_from(count).unwrap_or_default()
 }
 
@@ -542,9 +542,9 @@ async fn a_run_killed_mid_way_resumes_without_paying_twice() {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     wait_for(&counters, total_calls + 5).await;
-    child.kill().unwrap_or_else(|e| panic!("{e}"));
+    child.kill().unwrap();
     let _ = child.wait();
     let paid = cached_replies(&dir.path().join("llm-cache.sqlite"));
     assert!(paid >= 3 && paid < total_calls, "{paid} of {total_calls} calls were paid before the kill");
@@ -642,7 +642,7 @@ async fn a_dead_server_stops_the_run_and_keeps_the_previous_set() {
         qrelgen_with_env(&[&args[..], &more[..]].concat(), &[])
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stderr).contains("cannot reach the server"));
     assert_eq!(first.file("queries.jsonl"), before, "the previous set was overwritten");
@@ -662,7 +662,7 @@ async fn run_unserved(base_url: &str, args: &[&str]) -> std::process::Output {
         qrelgen_with_env(&all, &[])
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -45,7 +45,7 @@ impl Run {
     }
 
     fn file(&self, name: &str) -> String {
-        fs_err::read_to_string(self.out.join(name)).unwrap_or_else(|e| panic!("{e}"))
+        fs_err::read_to_string(self.out.join(name)).unwrap()
     }
 
     fn jsonl(&self, name: &str) -> Vec<Value> {
@@ -63,7 +63,7 @@ impl Run {
                 let f: Vec<&str> = l.split(' ').collect();
                 assert_eq!(f.len(), 4, "bad TREC line {l:?}");
                 assert_eq!(f[1], "0");
-                (f[0].to_owned(), f[2].to_owned(), f[3].parse().unwrap_or_else(|e| panic!("{e}")))
+                (f[0].to_owned(), f[2].to_owned(), f[3].parse().unwrap())
             })
             .collect()
     }
@@ -111,7 +111,7 @@ fn qrelgen_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+    child.wait_with_output().unwrap()
 }
 
 fn path_str(path: &Path) -> &str {
@@ -119,14 +119,14 @@ fn path_str(path: &Path) -> &str {
 }
 
 fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+    tempfile::tempdir().unwrap()
 }
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) {
     if let Some(parent) = path.parent() {
-        fs_err::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::create_dir_all(parent).unwrap();
     }
-    fs_err::write(path, bytes).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::write(path, bytes).unwrap();
 }
 
 fn str_field<'a>(value: &'a Value, pointer: &str) -> &'a str {

@@ -44,7 +44,7 @@ fn write_run(
         top.truncate(depth);
         expected.insert(id.to_owned(), top);
     }
-    fs_err::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::write(path, text).unwrap();
     expected
 }
 
@@ -145,8 +145,7 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
     assert!(checked >= 150, "only {checked} run chunks checked");
     // The round trip's own pool is labelled as such; the manifest records the runs.
     assert!(in_pool.values().flatten().any(|s| s.starts_with("round_trip:")));
-    let manifest: Value =
-        serde_json::from_str(&second.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    let manifest: Value = serde_json::from_str(&second.file("manifest.json")).unwrap();
     assert_eq!(manifest["config"]["pool_runs"]["depth"], 3);
     assert_eq!(manifest["config"]["pool_runs"]["files"].as_array().map(Vec::len), Some(2));
     let report = second.file("report.md");
@@ -157,7 +156,7 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
 fn a_bad_run_is_a_clear_error_and_writes_nothing() {
     let dir = tempdir();
     let run = dir.path().join("bad.run");
-    fs_err::write(&run, "q1 Q0 no-such-chunk 1 1.0 x\n").unwrap_or_else(|e| panic!("{e}"));
+    fs_err::write(&run, "q1 Q0 no-such-chunk 1 1.0 x\n").unwrap();
     let failed = build(dir.path(), &sample_corpus(), &["--pool-run", path_str(&run)]);
     failed.assert_code(2);
     assert!(
@@ -181,7 +180,7 @@ async fn the_judge_grades_what_a_run_pooled() {
     first.assert_code(0);
     let id = str_field(&first.jsonl("queries.jsonl")[0], "/_id").to_owned();
     let run = dir.path().join("mine.run");
-    fs_err::write(&run, format!("{id} Q0 billing.md 1 1.0 mine\n")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::write(&run, format!("{id} Q0 billing.md 1 1.0 mine\n")).unwrap();
     let mut pooled_args = args.to_vec();
     pooled_args.extend(["--judge-pool", "1", "--pool-depth", "1", "--pool-run", path_str(&run)]);
     let (model, counters) = mock::model(Behaviour::Good);

@@ -5,8 +5,7 @@ use super::{build, path_str, sample_corpus, str_field, tempdir, write};
 use std::path::Path;
 
 fn readme() -> String {
-    fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .unwrap_or_else(|e| panic!("{e}"))
+    fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
 }
 
 /// The lines of the README's first code block without a language: what the main job prints.
@@ -36,7 +35,7 @@ fn the_first_output_block_is_what_the_main_job_prints() {
         .env_remove("OPENAI_BASE_URL")
         .env_remove("QRELGEN_MODEL")
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(output.status.code(), Some(0));
     let printed: Vec<String> = String::from_utf8_lossy(&output.stderr)
         .lines()

@@ -27,7 +27,7 @@ fn a_build_whose_publish_fails_in_the_middle_leaves_the_previous_set_whole() {
     // queries.jsonl and the qrels are in place before it fails.
     let queue = first.out.join("review_queue.jsonl");
     let moved = dir.path().join("queue.jsonl");
-    fs_err::rename(&queue, &moved).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::rename(&queue, &moved).unwrap();
     write(&queue.join("in-the-way"), "x");
     let before = files(&first.out);
     let failed = build(dir.path(), &sample_corpus(), &["-q", "--queries", "60", "--seed", "3"]);
@@ -39,8 +39,8 @@ fn a_build_whose_publish_fails_in_the_middle_leaves_the_previous_set_whole() {
     for (name, bytes) in &before {
         assert!(after[name] == *bytes, "{} changed", name.display());
     }
-    fs_err::remove_dir_all(&queue).unwrap_or_else(|e| panic!("{e}"));
-    fs_err::rename(&moved, &queue).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_dir_all(&queue).unwrap();
+    fs_err::rename(&moved, &queue).unwrap();
     let again = build(dir.path(), &sample_corpus(), &["-q", "--queries", "60", "--seed", "3"]);
     again.assert_code(0);
     assert_eq!(again.jsonl("queries.jsonl").len(), 60);
@@ -63,14 +63,12 @@ fn apply(out: &Path, decisions: &Path, lines: &[serde_json::Value]) {
 }
 
 fn manifest(out: &Path) -> serde_json::Value {
-    serde_json::from_str(&fs_err::read_to_string(out.join("manifest.json")).unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}"))
+    serde_json::from_str(&fs_err::read_to_string(out.join("manifest.json")).unwrap_or_default()).unwrap()
 }
 
 fn first_queued(out: &Path) -> String {
     let queue = fs_err::read_to_string(out.join("review_queue.jsonl")).unwrap_or_default();
-    let first: serde_json::Value =
-        serde_json::from_str(queue.lines().next().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+    let first: serde_json::Value = serde_json::from_str(queue.lines().next().unwrap_or_default()).unwrap();
     str_field(&first, "/query_id").to_owned()
 }
 
@@ -192,9 +190,9 @@ fn a_folder_that_is_not_a_set_is_refused_unless_forced() {
     first.assert_code(0);
     for entry in fs_err::read_dir(&first.out).into_iter().flatten().flatten() {
         if entry.file_name() != "index" && entry.path().is_file() {
-            fs_err::remove_file(entry.path()).unwrap_or_else(|e| panic!("{e}"));
+            fs_err::remove_file(entry.path()).unwrap();
         } else if entry.file_name() != "index" {
-            fs_err::remove_dir_all(entry.path()).unwrap_or_else(|e| panic!("{e}"));
+            fs_err::remove_dir_all(entry.path()).unwrap();
         }
     }
     write(&first.out.join(".staging/queries.jsonl"), "half\n");

@@ -79,7 +79,7 @@ fn query<'a>(queries: &'a [Value], id: &str) -> Option<&'a Value> {
 }
 
 fn manifest(run: &Run) -> Value {
-    serde_json::from_str(&run.file("manifest.json")).unwrap_or_else(|e| panic!("{e}"))
+    serde_json::from_str(&run.file("manifest.json")).unwrap()
 }
 
 /// The TSV and TREC files hold the same rows, and none graded 0.
@@ -97,31 +97,22 @@ struct Csv {
 
 impl Csv {
     fn read(path: &Path) -> Self {
-        let mut reader = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{e}"));
-        let header: Vec<String> =
-            reader.headers().unwrap_or_else(|e| panic!("{e}")).iter().map(str::to_owned).collect();
+        let mut reader = csv::Reader::from_path(path).unwrap();
+        let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
         let rows = reader
             .records()
-            .map(|r| {
-                header
-                    .iter()
-                    .cloned()
-                    .zip(r.unwrap_or_else(|e| panic!("{e}")).iter().map(str::to_owned))
-                    .collect()
-            })
+            .map(|r| header.iter().cloned().zip(r.unwrap().iter().map(str::to_owned)).collect())
             .collect();
         Self { header, rows }
     }
 
     fn write(&self, path: &Path) {
-        let mut writer = csv::Writer::from_path(path).unwrap_or_else(|e| panic!("{e}"));
-        writer.write_record(&self.header).unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = csv::Writer::from_path(path).unwrap();
+        writer.write_record(&self.header).unwrap();
         for row in &self.rows {
-            writer
-                .write_record(self.header.iter().map(|h| row[h].as_str()))
-                .unwrap_or_else(|e| panic!("{e}"));
+            writer.write_record(self.header.iter().map(|h| row[h].as_str())).unwrap();
         }
-        writer.flush().unwrap_or_else(|e| panic!("{e}"));
+        writer.flush().unwrap();
     }
 
     /// Index of the `n`-th row (0-based) of `query_type` with a non-empty `needs` column.
@@ -252,7 +243,7 @@ fn jsonl_round_trip_regrades_and_leaves_the_rest_pending() {
     let mut items: Vec<Value> = fs_err::read_to_string(&path)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
+        .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(items.len(), 50);
     for item in &items {
@@ -281,7 +272,7 @@ fn jsonl_round_trip_regrades_and_leaves_the_rest_pending() {
 
     let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out), "--json"]);
     status.assert_code(0);
-    let status: Value = serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
     let reviewed: u64 =
         status["types"].as_array().into_iter().flatten().filter_map(|t| t["reviewed"].as_u64()).sum();
     assert_eq!(reviewed, 2, "the other 48 items are pending");
@@ -324,8 +315,8 @@ fn label_studio_config_and_tasks_agree_and_its_export_applies() {
     export(&set, "label-studio", &tasks_path);
     let xml = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
     let (vars, controls) = config_fields(&xml);
-    let tasks: Vec<Value> = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let tasks: Vec<Value> =
+        serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default()).unwrap();
     assert_eq!(tasks.len(), 50);
     for task in &tasks {
         for var in &vars {
@@ -567,7 +558,7 @@ fn status_estimates_the_share_of_good_queries() {
 
     let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out), "--json"]);
     status.assert_code(0);
-    let status: Value = serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
     let types = status["types"].as_array().cloned().unwrap_or_default();
     assert_eq!(types.len(), 4);
     // Strata are (type, status) pairs weighted by their size in version 1: θ = Σ W_{h,s} p_{h,s}.
@@ -647,7 +638,7 @@ fn validate_reports_each_planted_problem_on_its_own_line() {
 
     // In a set folder: a query id that is also a corpus id, and a TSV row with a space in an id.
     let chunk_line = set.file("corpus.jsonl").lines().next().map(str::to_owned).unwrap_or_default();
-    let chunk: Value = serde_json::from_str(&chunk_line).unwrap_or_else(|e| panic!("{e}"));
+    let chunk: Value = serde_json::from_str(&chunk_line).unwrap();
     let clash = json!({"_id": chunk["_id"], "text": "q", "metadata": {"type": "direct", "status": "kept"}});
     write(&queries, set.file("queries.jsonl") + &format!("{clash}\n"));
     write(&set.out.join("qrels/test.tsv"), set.file("qrels/test.tsv") + &format!("{query_id}\tdoc x\t3\n"));
@@ -698,7 +689,7 @@ fn a_failed_publish_leaves_the_set_as_it_was() {
     // no_answer.txt is a folder: publishing fails after queries.jsonl and the qrels were
     // replaced; they are put back from versions/v1.
     let moved = dir.path().join("no_answer.txt");
-    fs_err::rename(set.out.join("no_answer.txt"), &moved).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::rename(set.out.join("no_answer.txt"), &moved).unwrap();
     write(&set.out.join("no_answer.txt/in-the-way"), "x");
     let before = live(&set.out);
     let failed = apply(&set, &decisions, &[]);
@@ -711,11 +702,11 @@ fn a_failed_publish_leaves_the_set_as_it_was() {
     assert!(failed.stderr.contains("no_answer.txt"), "{}", failed.stderr);
     assert_eq!(live(&set.out), before, "the live files are restored");
     assert!(manifest(&set).get("review").is_none(), "still version 1");
-    fs_err::remove_dir_all(set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
-    fs_err::rename(&moved, set.out.join("no_answer.txt")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_dir_all(set.out.join("no_answer.txt")).unwrap();
+    fs_err::rename(&moved, set.out.join("no_answer.txt")).unwrap();
 
     // review/applied is a file: publishing fails before any live file is replaced.
-    fs_err::remove_dir_all(set.out.join("review/applied")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_dir_all(set.out.join("review/applied")).unwrap();
     write(&set.out.join("review/applied"), "in the way");
     let before = live(&set.out);
     let failed = apply(&set, &decisions, &[]);
@@ -727,7 +718,7 @@ fn a_failed_publish_leaves_the_set_as_it_was() {
     let status = cli(&set.out, &["review", "status", "--set", path_str(&set.out)]);
     status.assert_code(0);
     assert!(status.stdout.contains("(version 1)"), "{}", status.stdout);
-    fs_err::remove_file(set.out.join("review/applied")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::remove_file(set.out.join("review/applied")).unwrap();
 
     // A versions/v1 that differs from the files in place may be the only copy: it is not
     // overwritten.
@@ -955,14 +946,14 @@ fn resolved_judgments_are_checked_and_agree_json_holds_the_outcome() {
 /// Runs the binary with a stdout whose reading end is already closed, so its first write fails
 /// with a broken pipe (as `| head -1` does once head has its line).
 fn with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
-    let (reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("{e}"));
+    let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
         .args(args)
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
@@ -981,9 +972,9 @@ fn a_closed_stdout_exits_0_quietly_in_every_command() {
     }
     // A set with a problem, so validate prints it.
     let broken = dir.path().join("broken");
-    fs_err::create_dir_all(broken.join("qrels")).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::create_dir_all(broken.join("qrels")).unwrap();
     for name in ["corpus.jsonl", "queries.jsonl", "qrels.trec", "qrels/test.tsv", "no_answer.txt"] {
-        fs_err::copy(set.out.join(name), broken.join(name)).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::copy(set.out.join(name), broken.join(name)).unwrap();
     }
     let mut trec = fs_err::read_to_string(broken.join("qrels.trec")).unwrap_or_default();
     trec.push_str("nobody 0 nothing 3\n");
@@ -1020,8 +1011,7 @@ fn label_studio_export(dir: &Path) -> (Run, Vec<Value>, String) {
     let tasks_path = dir.join("ls/tasks.json");
     export(&set, "label-studio", &tasks_path);
     let xml = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
-    let tasks = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let tasks = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default()).unwrap();
     (set, tasks, xml)
 }
 
@@ -1029,7 +1019,7 @@ fn label_studio_export(dir: &Path) -> (Run, Vec<Value>, String) {
 fn empty_label_studio_slots_show_nothing_and_a_grade_there_is_ignored_with_a_warning() {
     let dir = tempdir();
     let (set, tasks, xml) = label_studio_export(dir.path());
-    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
+    let doc = roxmltree::Document::parse(&xml).unwrap();
     // Each slot's grades come from the task (Label Studio's dynamic choices): none for an empty
     // slot, so it shows no buttons; its chunk is inline HTML, so an empty one shows no box.
     for slot in ["source_1", "source_2", "pool_1", "pool_5"] {
@@ -1085,7 +1075,7 @@ fn empty_label_studio_slots_show_nothing_and_a_grade_there_is_ignored_with_a_war
 fn the_label_studio_config_explains_grades_and_decisions_in_plain_words() {
     let dir = tempdir();
     let (_, _, xml) = label_studio_export(dir.path());
-    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}"));
+    let doc = roxmltree::Document::parse(&xml).unwrap();
     let view = doc
         .descendants()
         .find(|n| n.attribute("name").is_some_and(|name| name.starts_with("instructions")))
@@ -1219,8 +1209,7 @@ fn real_label_studio_json_and_json_min_exports_apply_alike() {
 
     // Every annotator is named through the map, as Label Studio numbered them.
     let export: Vec<Value> =
-        serde_json::from_str(&fs_err::read_to_string(fixture("export.json")).unwrap_or_default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        serde_json::from_str(&fs_err::read_to_string(fixture("export.json")).unwrap_or_default()).unwrap();
     let names = BTreeMap::from([(1, "ann"), (2, "bob")]);
     let queries = json_set.jsonl("queries.jsonl");
     let mut seen = BTreeSet::new();
