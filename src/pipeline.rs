@@ -96,10 +96,13 @@ pub fn build(
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
     let checks = Checks { language: Some(language), hop_terms: generator.judge().is_none() };
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
-    let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
+    let filter =
+        RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan();
+        let stage = progress.stage("plan", 0);
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        timings.add("plan", stage.finish(&format!("round {round}: {} requests", requests.len())));
         if requests.is_empty() {
             break;
         }
@@ -278,6 +281,7 @@ fn chunk_and_index(
         chunks,
         &corpus.chunks_hash,
         analyzer,
+        config.threads,
         &stage,
         |add| reread_chunks(&corpus_file, add),
     )?;
@@ -586,17 +590,20 @@ impl Rounds {
         candidates: Vec<Candidate>,
         stage: &crate::progress::Stage,
     ) -> Result<Vec<Judged>> {
-        let mut items = Vec::with_capacity(candidates.len());
-        for candidate in candidates {
-            let verdict = if self.seen.insert(candidate.id.clone()) {
-                filter.judge(&candidate)?
-            } else {
-                Verdict::dropped(Reason::Duplicate)
-            };
-            items.push(Judged { candidate, verdict });
-            stage.inc(1);
-        }
-        Ok(items)
+        let fresh: Vec<bool> = candidates.iter().map(|c| self.seen.insert(c.id.clone())).collect();
+        let searched: Vec<&Candidate> =
+            candidates.iter().zip(&fresh).filter(|(_, f)| **f).map(|(c, _)| c).collect();
+        let mut verdicts = filter.judge_all(&searched, stage)?.into_iter();
+        stage.inc((candidates.len() - searched.len()) as u64);
+        Ok(candidates
+            .into_iter()
+            .zip(fresh)
+            .map(|(candidate, fresh)| {
+                // A repeat of an earlier candidate is dropped unsearched.
+                let verdict = if fresh { verdicts.next() } else { None };
+                Judged { candidate, verdict: verdict.unwrap_or_else(|| Verdict::dropped(Reason::Duplicate)) }
+            })
+            .collect())
     }
 
     /// Lets the judge grade what it must in `phase`, and applies its grades; questions left

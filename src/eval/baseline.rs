@@ -81,6 +81,7 @@ pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun
         metas,
         &fingerprint,
         Analyzer::new(segmenter),
+        crate::config::all_cores().get(),
         &stage,
         |add| corpus::read_prechunked(&corpus_file, add).map(drop),
     )?;
