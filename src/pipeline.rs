@@ -8,7 +8,7 @@ use crate::dedup::{ChunkGroups, Dedup};
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
-    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
+    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request, top_up,
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::index::{Analyzer, ChunkIndex};
@@ -28,9 +28,6 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use crate::output::report::Shortfall;
-
-/// Top-up rounds plan at most this many requests per missing query.
-const MAX_TOP_UP_FACTOR: f64 = 4.0;
 
 /// What a build produced, for the command line to report and turn into an exit code.
 #[derive(Debug, Clone, Default)]
@@ -99,7 +96,7 @@ pub fn build(
     let filter =
         RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan();
+        let wanted = rounds.to_plan(round == config.max_rounds);
         let stage = progress.stage("plan", 0);
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
         timings.add("plan", stage.finish(&format!("round {round}: {} requests", requests.len())));
@@ -205,7 +202,7 @@ fn dry_run(
     let mut range =
         DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan();
+        let wanted = rounds.to_plan(round == config.max_rounds);
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
         if requests.is_empty() {
             break;
@@ -516,17 +513,16 @@ impl Rounds {
     }
 
     /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
-    /// deficit divided by the share of that type's planned requests that joined the set so far (at
-    /// most [`MAX_TOP_UP_FACTOR`] times the deficit), so top-ups converge in a round or two.
-    fn to_plan(&self) -> Quotas {
+    /// deficit divided by the share of that type's planned requests that joined the set so far,
+    /// so top-ups converge in a round or two, and the `last` round adds a margin so that it
+    /// fills ([`top_up`]).
+    fn to_plan(&self, last: bool) -> Quotas {
         self.counts
             .iter()
             .filter(|(_, c)| Self::deficit(c) > 0)
             .map(|(&t, c)| {
-                let deficit = Self::deficit(c);
                 let keep_rate = if c.planned == 0 { 1.0 } else { c.filled as f64 / c.planned as f64 };
-                let factor = (1.0 / keep_rate.max(1.0 / MAX_TOP_UP_FACTOR)).min(MAX_TOP_UP_FACTOR);
-                (t, (deficit as f64 * factor).ceil() as usize)
+                (t, top_up(Self::deficit(c), keep_rate, last))
             })
             .collect()
     }

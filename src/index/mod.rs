@@ -131,7 +131,13 @@ impl Opened {
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
-    fn attach(self, dir: &Path, chunks: Vec<ChunkMeta>, analyzer: Analyzer) -> Result<ChunkIndex> {
+    fn attach(
+        self,
+        dir: &Path,
+        chunks: Vec<ChunkMeta>,
+        analyzer: Analyzer,
+        threads: usize,
+    ) -> Result<ChunkIndex> {
         let mismatch = || Error::Index {
             path: dir.to_owned(),
             source: tantivy::TantivyError::InternalError(format!(
@@ -161,6 +167,7 @@ impl Opened {
             chunks,
             by_id,
             analyzer,
+            threads,
         })
     }
 }
@@ -175,6 +182,7 @@ pub struct ChunkIndex {
     chunks: Vec<ChunkMeta>,
     by_id: Vec<u32>,
     analyzer: Analyzer,
+    threads: usize,
 }
 
 impl ChunkIndex {
@@ -204,12 +212,18 @@ impl ChunkIndex {
             && opened.searcher.num_docs() == chunks.len() as u64
         {
             progress.inc(chunks.len() as u64);
-            return Ok((opened.attach(dir, chunks, analyzer)?, Provenance::Reused));
+            return Ok((opened.attach(dir, chunks, analyzer, threads)?, Provenance::Reused));
         }
         reset_dir(dir)?;
         build(dir, &analyzer, threads, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| output_error(&stamp_path, source))?;
-        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer)?, Provenance::Built))
+        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, Provenance::Built))
+    }
+
+    /// The threads its users may read it with (those it was built with).
+    #[must_use]
+    pub fn threads(&self) -> usize {
+        self.threads
     }
 
     /// The analyzer the index uses.
