@@ -417,6 +417,7 @@ fn read_and_chunk(
         Ok(())
     })?;
     file.commit()?;
+    groups.seal();
     let summary = CorpusSummary {
         documents: report.documents,
         skipped: report.skipped.len(),
