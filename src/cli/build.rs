@@ -50,9 +50,9 @@ pub struct BuildArgs {
     #[arg(long)]
     dry_run: bool,
 
-    /// Threads for indexing and the round trip [default: all cores]. The outputs are the same
-    /// for any number.
-    #[arg(long, value_name = "N", default_value_t = qrelgen::config::all_cores(), hide_default_value = true)]
+    /// Threads for indexing, the offline generator's pass over the chunks and the round trip
+    /// (default: all cores). The outputs are the same for any number.
+    #[arg(long, value_name = "N", default_value_t = qrelgen::config::all_cores())]
     threads: NonZeroUsize,
 
     /// Print the effective prompt templates and exit.

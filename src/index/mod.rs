@@ -595,21 +595,19 @@ mod tests {
         assert_eq!(index.len(), 3);
     }
 
+    /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
+    fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, Provenance)> {
+        let metas = chunks.iter().map(Chunk::meta).collect();
+        ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
+            chunks.into_iter().take(fed).try_for_each(add)
+        })
+    }
+
     #[test]
     fn refuses_to_wipe_a_foreign_folder() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         fs_err::write(dir.path().join("notes.txt"), "mine").unwrap_or_else(|e| panic!("{e}"));
-        let chunks = test_chunks(&["x"]);
-        let metas = chunks.iter().map(Chunk::meta).collect();
-        let result = ChunkIndex::open_or_build(
-            dir.path(),
-            metas,
-            "f",
-            Analyzer::default(),
-            1,
-            &Stage::hidden(),
-            |add| chunks.into_iter().try_for_each(add),
-        );
+        let result = build_fed(dir.path(), test_chunks(&["x"]), 1);
         assert!(result.is_err());
         assert!(dir.path().join("notes.txt").exists());
     }
@@ -617,17 +615,7 @@ mod tests {
     #[test]
     fn rejects_a_feed_that_does_not_match_the_chunk_list() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let chunks = test_chunks(&["a", "b"]);
-        let metas = chunks.iter().map(Chunk::meta).collect();
-        let result = ChunkIndex::open_or_build(
-            dir.path(),
-            metas,
-            "f",
-            Analyzer::default(),
-            1,
-            &Stage::hidden(),
-            |add| chunks.into_iter().take(1).try_for_each(add),
-        );
+        let result = build_fed(dir.path(), test_chunks(&["a", "b"]), 1);
         assert!(result.is_err_and(|e| format!("{e:?}").contains("does not hold the 2 chunks")));
     }
 
