@@ -36,7 +36,7 @@ rate = lambda n, ms: f"{n / (ms / 1000):,.0f}" if ms else "n/a"
 print(f"{sys.argv[3]:<8} docs={m['corpus']['documents']} chunks={chunks} queries={in_set}/{judged} "
       f"| chunk {t.get('chunk', 0)} ms ({rate(chunks, t.get('chunk', 0))} chunks/s) "
       f"| index {t.get('index', 0)} ms ({rate(chunks, t.get('index', 0))} chunks/s) "
-      f"| plan {t.get('plan', 0)} ms | generate {t.get('generate', 0)} ms | filter {t.get('filter', 0)} ms ({rate(judged, t.get('filter', 0))} queries/s) "
+      f"| connect {t.get('connect', 0)} ms | plan {t.get('plan', 0)} ms | generate {t.get('generate', 0)} ms | filter {t.get('filter', 0)} ms ({rate(judged, t.get('filter', 0))} queries/s) "
       f"| sample {t.get('sample', 0)} ms | write {t.get('write', 0)} ms "
       f"| wall {float(wall):.2f} s | peak RSS {int(rss_kb) / 1024:.0f} MiB")
 stages = sum(t.values()) / 1000
