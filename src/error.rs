@@ -3,6 +3,8 @@
 //! Per-item problems (a bad file, a query that misses) are data, not errors: see
 //! [`crate::corpus::Skipped`] and [`crate::record::Verdict`].
 
+use crate::record::Location;
+use std::fmt;
 use std::path::PathBuf;
 
 /// A fatal problem; the message names the file, line or flag involved.
@@ -60,15 +62,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// The tantivy index failed.
-    #[error("search index in {path}")]
-    Index {
-        /// The index folder.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: tantivy::TantivyError,
-    },
+    /// The search index failed.
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
     /// A prompt template is missing or malformed.
     #[error("prompt template {path}: {message}")]
     Prompt {
@@ -129,13 +125,13 @@ pub enum Error {
     #[error(
         "{path}: {} problem(s), nothing applied:\n{}\nhint: fix the rows named and run the command again",
         .problems.len(),
-        crate::review::Problem::list(.problems)
+        Problem::list(.problems)
     )]
     Decisions {
         /// The decisions file.
         path: PathBuf,
         /// Every problem, with its line, row or task.
-        problems: Vec<crate::review::Problem>,
+        problems: Vec<Problem>,
     },
     /// `--out` holds a set under review, or files qrelgen did not write; nothing was written.
     #[error("{path} {message}\nhint: {hint}")]
@@ -227,3 +223,32 @@ pub enum Error {
 
 /// Shorthand for results with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A problem with one row of an input file (a decisions file): where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The line, row or task.
+    pub at: Location,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem at `at`.
+    #[must_use]
+    pub fn new(at: Location, message: impl Into<String>) -> Self {
+        Self { at, message: message.into() }
+    }
+
+    /// One indented line per problem, for error messages.
+    #[must_use]
+    pub fn list(problems: &[Self]) -> String {
+        problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}

@@ -12,7 +12,7 @@ use crate::id::ChunkId;
 use crate::index::{ChunkIndex, Hit, Token};
 use crate::progress::Stage;
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
-use crate::runs::PoolRuns;
+use crate::runs::{PoolRuns, ROUND_TRIP_POOL};
 use crate::text::{Language, quote_in};
 use foldhash::{HashMap, HashMapExt as _};
 use serde::{Deserialize, Serialize};
@@ -105,15 +105,6 @@ pub struct Checks {
     /// Reject a `multi_hop` query unless each hop contributes a query term the other hops lack
     /// (the check without a judge).
     pub hop_terms: bool,
-}
-
-/// The name of the round trip's own BM25 top hits among a pool's sources.
-pub const ROUND_TRIP_POOL: &str = "round_trip";
-
-/// Whether a pool source (`name:rank`) is a `--pool-run` run, not the round trip.
-#[must_use]
-pub fn is_run_source(source: &str) -> bool {
-    source.rsplit_once(':').map_or(source, |(name, _)| name) != ROUND_TRIP_POOL
 }
 
 /// Candidates a thread of [`RoundTrip::judge_all`] takes at a time.

@@ -17,8 +17,23 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}.note{color:#5a6570
 svg{display:block;margin:.5rem 0}svg text{font:12px system-ui,sans-serif;fill:#1d232a}code{background:#f1f3f5;padding:0 .2rem}\
 .legend span{display:inline-block;margin-right:1rem}.legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:-1px}";
 
-/// Escapes `&`, `<`, `>`, `"` and `'` (the review export's escaping, shared).
-pub use crate::review::export::escape_html as escape;
+/// Escapes `&`, `<`, `>`, `"` and `'` for HTML content and attribute values (pages and the
+/// review export share it).
+#[must_use]
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// A page being written.
 pub struct Page {

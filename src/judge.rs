@@ -156,7 +156,7 @@ fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig, phase: Phase
     }
     // The first `take` chunks of the pool, and (when pools are judged at all) every chunk a
     // `--pool-run` run added: the point of pooling a run is that its finds get judged.
-    let from_run = |p: &Pooled| p.pooled_by.iter().any(|s| crate::filter::is_run_source(s));
+    let from_run = |p: &Pooled| p.pooled_by.iter().any(|s| crate::runs::is_run_source(s));
     let pool = |take: usize| {
         let entries = item.verdict.pool.iter().enumerate();
         let wanted = entries.filter(|(i, p)| *i < take || (take > 0 && from_run(p)));

@@ -11,10 +11,10 @@ use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request, top_up,
 };
 use crate::id::{ChunkId, ContentHasher, QueryId};
-use crate::index::{Analyzer, ChunkIndex};
+use crate::index::{Analyzer, ChunkIndex, IndexError};
 use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::llm::{Cache, Llm};
-use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, Summary, TypeCounts};
+use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, Summary, TypeCounts, layout};
 use crate::progress::Progress;
 use crate::record::{
     Candidate, Chunk, ChunkMeta, Judged, PoolChunk, Pooled, QueryType, Reason, Reject, ReviewItem,
@@ -255,7 +255,7 @@ fn chunk_and_index(
     let size =
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
-    let corpus_file = staging.path("corpus.jsonl");
+    let corpus_file = staging.path(layout::CORPUS);
     let (chunks, groups, corpus, read) = read_and_chunk(config, out, &corpus_file, &stage)?;
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
@@ -274,7 +274,7 @@ fn chunk_and_index(
     let stage = progress.stage("index", chunks.len() as u64);
     let analyzer = Analyzer::new(config.segmenter);
     let (index, provenance) = ChunkIndex::open_or_build(
-        &out.join("index"),
+        &out.join(layout::INDEX_DIR),
         chunks,
         &corpus.chunks_hash,
         analyzer,
@@ -320,11 +320,11 @@ fn stage_set(
         chunk_groups: made.chunk_groups,
         measures: &measures,
     };
-    output::write_text(&staging.path("report.md"), &output::render_report(&summary))?;
-    output::write_text(&staging.path("report.html"), &output::render_report_html(&summary, index))?;
+    output::write_text(&staging.path(layout::REPORT_MD), &output::render_report(&summary))?;
+    output::write_text(&staging.path(layout::REPORT_HTML), &output::render_report_html(&summary, index))?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run = RunInfo { timings_ms: timings.0, llm_network: llm.map(|r| r.network) };
-    output::write_json(&staging.path("manifest.json"), &manifest)?;
+    output::write_json(&staging.path(layout::MANIFEST), &manifest)?;
     Ok(queue.len())
 }
 
@@ -341,7 +341,7 @@ fn make_generator<'a>(
         }
         GeneratorConfig::Llm(setup) => {
             let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
-            let cache_path = setup.cache.clone().unwrap_or_else(|| out.join("llm-cache.sqlite"));
+            let cache_path = setup.cache.clone().unwrap_or_else(|| out.join(layout::LLM_CACHE));
             let llm =
                 Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
                     url: setup.llm.endpoint.base_url.clone(),
@@ -456,8 +456,8 @@ impl Languages {
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
-fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
-    let skipped = corpus::read_prechunked(corpus_file, add)?;
+fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>) -> Result<()> {
+    let skipped = corpus::read_prechunked(corpus_file, |chunk| Ok(add(chunk)?))?;
     match skipped.first() {
         None => Ok(()),
         Some(line) => Err(Error::Output {
@@ -795,19 +795,19 @@ fn pool_chunks(pool: &[Pooled], index: &ChunkIndex) -> Result<Vec<PoolChunk>> {
 fn write_files(out: &output::Staging, made: &Made<'_>, set: &[&Judged], queue: &[ReviewItem]) -> Result<()> {
     let rounds = made.rounds;
     output::write_jsonl(
-        &out.path("queries.jsonl"),
+        &out.path(layout::QUERIES),
         set.iter().map(|j| output::query_line(j, rounds.language)),
     )?;
     output::write_qrels(|name| out.path(name), &output::qrels(set.iter().copied()))?;
-    output::write_atomic(&out.path("no_answer.txt"), |w| {
+    output::write_atomic(&out.path(layout::NO_ANSWER), |w| {
         let no_answer = set.iter().filter(|j| j.query_type() == QueryType::NoAnswer);
         no_answer.map(|j| &j.candidate.id).try_for_each(|id| writeln!(w, "{id}"))
     })?;
-    output::write_jsonl(&out.path("chunk_groups.jsonl"), made.chunk_groups)?;
-    output::write_jsonl(&out.path("candidates.jsonl"), &rounds.judged)?;
-    output::write_jsonl(&out.path("rejects.jsonl"), &rounds.rejects)?;
+    output::write_jsonl(&out.path(layout::CHUNK_GROUPS), made.chunk_groups)?;
+    output::write_jsonl(&out.path(layout::CANDIDATES), &rounds.judged)?;
+    output::write_jsonl(&out.path(layout::REJECTS), &rounds.rejects)?;
     if set.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty())) {
-        output::write_pool(&out.path(output::POOL_TSV), set)?;
+        output::write_pool(&out.path(layout::POOL_TSV), set)?;
     }
-    output::write_jsonl(&out.path("review_queue.jsonl"), queue)
+    output::write_jsonl(&out.path(layout::QUEUE), queue)
 }

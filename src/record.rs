@@ -137,6 +137,43 @@ pub struct Candidate {
     pub round: u32,
 }
 
+/// Where a review judgment comes from in its decisions file, for messages (ordered as in the
+/// file); recorded with each judgment in the review ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Location {
+    /// A JSONL line (1-based).
+    Line(usize),
+    /// A CSV row, counted as a spreadsheet does (the header is row 1).
+    Row(usize),
+    /// A Label Studio task (1-based position in the export) and its annotation (1-based).
+    Task {
+        /// Position of the task in the export.
+        task: usize,
+        /// The task's Label Studio id, if the export has one.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        id: Option<u64>,
+        /// Position of the annotation in the task.
+        annotation: usize,
+    },
+    /// A judgment made by resolving two reviewers' judgments.
+    Resolved,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Line(n) => write!(f, "line {n}"),
+            Self::Row(n) => write!(f, "row {n}"),
+            Self::Task { task, id: Some(id), annotation } => {
+                write!(f, "task {task} (id {id}), annotation {annotation}")
+            }
+            Self::Task { task, id: None, annotation } => write!(f, "task {task}, annotation {annotation}"),
+            Self::Resolved => f.write_str("resolved"),
+        }
+    }
+}
+
 #[cfg(test)]
 impl Candidate {
     /// A candidate for tests: `text`, of `query_type`, written from the chunks `sources`.

@@ -14,6 +14,15 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+/// The name of the round trip's own BM25 top hits among a pool's sources.
+pub const ROUND_TRIP_POOL: &str = "round_trip";
+
+/// Whether a pool source (`name:rank`) is a `--pool-run` run, not the round trip.
+#[must_use]
+pub fn is_run_source(source: &str) -> bool {
+    source.rsplit_once(':').map_or(source, |(name, _)| name) != ROUND_TRIP_POOL
+}
+
 /// The runs to pool and how deep.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PoolRunConfig {
@@ -56,12 +65,8 @@ impl PoolRuns {
         let mut runs = Self::default();
         for file in &config.files {
             let name = run_name(file);
-            if runs.names.contains(&name) || name == crate::filter::ROUND_TRIP_POOL {
-                let taken = if name == crate::filter::ROUND_TRIP_POOL {
-                    "the round trip's own pool"
-                } else {
-                    "another run"
-                };
+            if runs.names.contains(&name) || name == ROUND_TRIP_POOL {
+                let taken = if name == ROUND_TRIP_POOL { "the round trip's own pool" } else { "another run" };
                 return Err(malformed(
                     file,
                     0,

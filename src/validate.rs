@@ -8,18 +8,15 @@
 //! line; reading stops only when a file cannot be opened.
 
 use crate::error::{Error, Result};
-use crate::output::{PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV};
+use crate::output::layout::{
+    CORPUS, NO_ANSWER, PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_HEADER, QRELS_TREC, QRELS_TSV, QUERIES,
+};
 use crate::record::Provenance;
 use crate::review::GRADE_MAX;
-use crate::review::set::{CORPUS, QUERIES};
-use crate::review::version::NO_ANSWER;
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
-
-/// The header of BEIR's `qrels/test.tsv`.
-const TSV_HEADER: &str = "query-id\tcorpus-id\tscore";
 
 /// One problem found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,10 +211,10 @@ fn check_qrels_file(
     let mut findings = Findings { file: &name, all };
     let first = text.lines().next().unwrap_or_default();
     let (shape, skip) = match first {
-        TSV_HEADER => (Shape::Tsv, 1),
+        QRELS_HEADER => (Shape::Tsv, 1),
         PROVENANCE_HEADER => (Shape::Provenance, 1),
         _ if first.split('\t').count() == 3 => {
-            findings.at(1, format!("no header: a BEIR qrels TSV starts with the line {TSV_HEADER:?}"));
+            findings.at(1, format!("no header: a BEIR qrels TSV starts with the line {QRELS_HEADER:?}"));
             (Shape::Tsv, 0)
         }
         _ => (Shape::Trec, 0),
@@ -310,7 +307,7 @@ mod tests {
         assert_eq!(
             lines,
             [format!(
-                "{}:1: no header: a BEIR qrels TSV starts with the line {TSV_HEADER:?}",
+                "{}:1: no header: a BEIR qrels TSV starts with the line {QRELS_HEADER:?}",
                 path.display()
             )],
             "one finding, and the rows are read as TSV rows"

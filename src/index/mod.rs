@@ -9,17 +9,19 @@
 //! the analyzer) change.
 
 mod analyzer;
+mod error;
 mod segment;
 mod topics;
 
 pub use analyzer::{Analyzer, Token};
+pub use error::IndexError;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 
-use crate::error::{Error, Result};
 use crate::id::ChunkId;
 use crate::progress::Stage;
 use crate::record::{Chunk, ChunkMeta};
+use error::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,7 +110,7 @@ struct Opened {
 
 impl Opened {
     fn open(dir: &Path, analyzer: &Analyzer) -> Result<Self> {
-        let err = |source| Error::Index { path: dir.to_owned(), source };
+        let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
         let index = Index::open_in_dir(dir).map_err(err)?;
         register(&index, analyzer);
         let schema = index.schema();
@@ -138,14 +140,7 @@ impl Opened {
         analyzer: Analyzer,
         threads: usize,
     ) -> Result<ChunkIndex> {
-        let mismatch = || Error::Index {
-            path: dir.to_owned(),
-            source: tantivy::TantivyError::InternalError(format!(
-                "the index does not hold the {} chunks it was built for; delete {} and rerun",
-                chunks.len(),
-                dir.display()
-            )),
-        };
+        let mismatch = || IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() };
         if self.searcher.num_docs() != chunks.len() as u64 {
             return Err(mismatch());
         }
@@ -194,17 +189,18 @@ impl ChunkIndex {
     /// statistics are index-wide and ties rank by chunk position.
     ///
     /// # Errors
-    /// [`Error::Index`] when tantivy fails or the fed chunks don't match `chunks`;
-    /// [`Error::Output`] when the folder cannot be written; the errors of `feed`.
-    pub fn open_or_build(
+    /// [`IndexError::Tantivy`] when tantivy fails, [`IndexError::Mismatch`] when the fed chunks
+    /// don't match `chunks`, [`IndexError::Write`] when the folder cannot be written (all as
+    /// `E`); the errors of `feed`.
+    pub fn open_or_build<E: From<IndexError>>(
         dir: &Path,
         chunks: Vec<ChunkMeta>,
         fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
         progress: &Stage,
-        feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<()>,
-    ) -> Result<(Self, Provenance)> {
+        feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
+    ) -> Result<(Self, Provenance), E> {
         let stamp = format!("{}\n{fingerprint}\n", analyzer.version());
         let stamp_path = dir.join(FINGERPRINT_FILE);
         if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
@@ -216,7 +212,7 @@ impl ChunkIndex {
         }
         reset_dir(dir)?;
         build(dir, &analyzer, threads, progress, feed)?;
-        fs_err::write(&stamp_path, stamp).map_err(|source| output_error(&stamp_path, source))?;
+        fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
         Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, Provenance::Built))
     }
 
@@ -263,7 +259,7 @@ impl ChunkIndex {
     /// The stored title and text of the chunk at `position`.
     ///
     /// # Errors
-    /// [`Error::Index`] when the document store cannot be read.
+    /// [`IndexError::Tantivy`] when the document store cannot be read.
     pub fn stored(&self, position: usize) -> Result<StoredText> {
         let doc: TantivyDocument = self.searcher.doc(self.addresses[position]).map_err(|e| self.error(e))?;
         let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
@@ -273,7 +269,7 @@ impl ChunkIndex {
     /// The text of the chunk at `position`.
     ///
     /// # Errors
-    /// [`Error::Index`] when the document store cannot be read.
+    /// [`IndexError::Tantivy`] when the document store cannot be read.
     pub fn text(&self, position: usize) -> Result<String> {
         self.stored(position).map(|s| s.text)
     }
@@ -281,7 +277,7 @@ impl ChunkIndex {
     /// The top `limit` chunks for a free-text query, best first.
     ///
     /// # Errors
-    /// [`Error::Index`] when tantivy fails.
+    /// [`IndexError::Tantivy`] when tantivy fails.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
         self.search_terms(&self.analyzer.terms(query), limit)
     }
@@ -289,7 +285,7 @@ impl ChunkIndex {
     /// The top `limit` chunks for already-analyzed terms (each counted once), best first.
     ///
     /// # Errors
-    /// [`Error::Index`] when tantivy fails.
+    /// [`IndexError::Tantivy`] when tantivy fails.
     pub fn search_terms(&self, terms: &[String], limit: usize) -> Result<Vec<Hit>> {
         let mut unique: Vec<&String> = terms.iter().collect();
         unique.sort();
@@ -333,7 +329,7 @@ impl ChunkIndex {
     /// none for no terms.
     ///
     /// # Errors
-    /// [`Error::Index`] when tantivy fails.
+    /// [`IndexError::Tantivy`] when tantivy fails.
     pub fn containing_all(&self, terms: &[String], limit: usize) -> Result<Vec<usize>> {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
@@ -361,7 +357,7 @@ impl ChunkIndex {
     /// Number of chunks that contain `term` (an analyzed term).
     ///
     /// # Errors
-    /// [`Error::Index`] when tantivy fails.
+    /// [`IndexError::Tantivy`] when tantivy fails.
     pub fn doc_freq(&self, term: &str) -> Result<u64> {
         self.searcher.doc_freq(&Term::from_field_text(self.fields.search, term)).map_err(|e| self.error(e))
     }
@@ -369,7 +365,7 @@ impl ChunkIndex {
     /// Per-term statistics of `text`, sorted by term.
     ///
     /// # Errors
-    /// [`Error::Index`] when tantivy fails.
+    /// [`IndexError::Tantivy`] when tantivy fails.
     pub fn term_stats(&self, text: &str) -> Result<Vec<TermStat>> {
         let mut by_term: BTreeMap<String, (String, u32)> = BTreeMap::new();
         for token in self.analyzer.tokens(text) {
@@ -392,8 +388,8 @@ impl ChunkIndex {
         (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
     }
 
-    fn error(&self, source: tantivy::TantivyError) -> Error {
-        Error::Index { path: self.dir.clone(), source }
+    fn error(&self, source: tantivy::TantivyError) -> IndexError {
+        IndexError::Tantivy { path: self.dir.clone(), source }
     }
 }
 
@@ -434,14 +430,14 @@ fn register(index: &Index, analyzer: &Analyzer) {
     index.tokenizers().register(analyzer::NAME, analyzer.inner());
 }
 
-fn build(
+fn build<E: From<IndexError>>(
     dir: &Path,
     analyzer: &Analyzer,
     threads: usize,
     progress: &Stage,
-    feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<()>,
-) -> Result<()> {
-    let err = |source| Error::Index { path: dir.to_owned(), source };
+    feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
+) -> Result<(), E> {
+    let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
     let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(err)?;
     register(&index, analyzer);
@@ -469,20 +465,20 @@ fn build(
 fn reset_dir(dir: &Path) -> Result<()> {
     if dir.exists() {
         let ours = dir.join("meta.json").exists() || dir.join(FINGERPRINT_FILE).exists();
-        let empty = fs_err::read_dir(dir).map_err(|e| output_error(dir, e))?.next().is_none();
+        let empty = fs_err::read_dir(dir).map_err(|e| write_error(dir, e))?.next().is_none();
         if !ours && !empty {
-            return Err(output_error(
+            return Err(write_error(
                 dir,
                 std::io::Error::other("the folder exists and is not a qrelgen index; move it away"),
             ));
         }
-        fs_err::remove_dir_all(dir).map_err(|e| output_error(dir, e))?;
+        fs_err::remove_dir_all(dir).map_err(|e| write_error(dir, e))?;
     }
-    fs_err::create_dir_all(dir).map_err(|e| output_error(dir, e))
+    fs_err::create_dir_all(dir).map_err(|e| write_error(dir, e))
 }
 
-fn output_error(path: &Path, source: std::io::Error) -> Error {
-    Error::Output { path: path.to_owned(), source }
+fn write_error(path: &Path, source: std::io::Error) -> IndexError {
+    IndexError::Write { path: path.to_owned(), source }
 }
 
 /// Builds (or reuses) an index over in-memory chunks: for tests.
@@ -616,7 +612,10 @@ mod tests {
     fn rejects_a_feed_that_does_not_match_the_chunk_list() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let result = build_fed(dir.path(), test_chunks(&["a", "b"]), 1);
-        assert!(result.is_err_and(|e| format!("{e:?}").contains("does not hold the 2 chunks")));
+        assert!(result.is_err_and(|e| {
+            matches!(e, IndexError::Mismatch { chunks: 2, .. })
+                && e.to_string().contains("does not hold the 2 chunks")
+        }));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! the chunks is spread over threads, and its results are taken in chunk order).
 
 use super::ChunkIndex;
-use crate::error::Result;
+use super::error::Result;
 use crate::rng::stream;
 use rand::Rng as _;
 use std::collections::HashMap;
@@ -150,7 +150,7 @@ impl CorpusModel {
     /// Reads every chunk of `index` once and builds both.
     ///
     /// # Errors
-    /// [`crate::Error::Index`] when a chunk text cannot be read.
+    /// [`super::IndexError::Tantivy`] when a chunk text cannot be read.
     pub fn build(index: &ChunkIndex) -> Result<Self> {
         let mut ids: HashMap<String, u32> = HashMap::new();
         let mut names: Vec<String> = Vec::new();

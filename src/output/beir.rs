@@ -1,5 +1,6 @@
 //! BEIR and TREC lines: `corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv` and `qrels.trec`.
 
+use super::layout::{PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_HEADER, QRELS_TREC, QRELS_TSV};
 use crate::error::Result;
 use crate::id::{ChunkId, DocId, QueryId};
 use crate::record::{Chunk, Difficulty, Judged, Provenance, Qrel, QueryType, Reason, Status, grade};
@@ -152,15 +153,6 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
     qrels
 }
 
-/// The BEIR qrels file, relative to the output folder.
-pub const QRELS_TSV: &str = "qrels/test.tsv";
-/// The TREC qrels file.
-pub const QRELS_TREC: &str = "qrels.trec";
-/// Every judgment with its provenance (grade 0 included), relative to the output folder.
-pub const PROVENANCE_TSV: &str = "qrels/provenance.tsv";
-/// The header of [`PROVENANCE_TSV`].
-pub const PROVENANCE_HEADER: &str = "query-id\tcorpus-id\tscore\tprovenance";
-
 /// Writes `qrels/test.tsv` and `qrels.trec` (the judgments graded 1 or more) and
 /// `qrels/provenance.tsv` (every judgment, with where it comes from) at the paths `path` gives
 /// for those names.
@@ -170,7 +162,7 @@ pub const PROVENANCE_HEADER: &str = "query-id\tcorpus-id\tscore\tprovenance";
 pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()> {
     let relevant: Vec<&Qrel> = qrels.iter().filter(|q| q.grade >= 1).collect();
     super::write_atomic(&path(QRELS_TSV), |w| {
-        writeln!(w, "query-id\tcorpus-id\tscore")?;
+        writeln!(w, "{QRELS_HEADER}")?;
         relevant.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
     })?;
     super::write_atomic(&path(PROVENANCE_TSV), |w| {
@@ -183,9 +175,6 @@ pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()>
         relevant.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
     })
 }
-
-/// The judging pools of a set built with `--pool-run`, relative to the output folder.
-pub const POOL_TSV: &str = "qrels/pool.tsv";
 
 /// Writes `qrels/pool.tsv`: one row per pooled chunk of each query in the set and per source
 /// that pooled it (`round_trip` for the round trip's own top hits, else the run's name), with the

@@ -4,40 +4,10 @@
 //! told to (`--force`); a plain rerun into a set qrelgen built (or into what a killed build left)
 //! goes ahead, so a rerun resumes.
 
-use super::{MANIFEST, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, ROLLBACK, STAGING};
+use super::layout::{BUILD_FILES, BUILD_STATE, MANIFEST, REVIEW_DIR, VERSIONS_DIR};
 use crate::error::{Error, Result};
-use crate::review::version::{REVIEW_DIR, VERSIONS_DIR};
 use serde::Deserialize;
 use std::path::Path;
-
-/// Every file a build publishes, relative to the output folder.
-pub const BUILD_FILES: [&str; 13] = [
-    "candidates.jsonl",
-    "chunk_groups.jsonl",
-    "corpus.jsonl",
-    MANIFEST,
-    "no_answer.txt",
-    PROVENANCE_TSV,
-    QRELS_TSV,
-    QRELS_TREC,
-    "queries.jsonl",
-    "rejects.jsonl",
-    "report.html",
-    "report.md",
-    "review_queue.jsonl",
-];
-
-/// What else a build keeps in the output folder: the index, the reply cache (and the journal
-/// files SQLite puts beside it), the staging and rollback folders.
-const BUILD_STATE: [&str; 7] = [
-    "index",
-    "llm-cache.sqlite",
-    "llm-cache.sqlite-journal",
-    "llm-cache.sqlite-wal",
-    "llm-cache.sqlite-shm",
-    STAGING,
-    ROLLBACK,
-];
 
 /// Files of a foreign folder named in a message, at most.
 const LISTED: usize = 10;

@@ -6,11 +6,11 @@
 
 use super::beir::qrels;
 use crate::error::Result;
-use crate::filter::is_run_source;
 use crate::generate::is_query_word;
 use crate::id::QueryId;
 use crate::index::ChunkIndex;
 use crate::record::{Judged, QueryType};
+use crate::runs::is_run_source;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 

@@ -13,22 +13,21 @@
 
 mod beir;
 mod folder;
+pub mod layout;
 mod manifest;
 mod measures;
 pub(crate) mod report;
 mod report_html;
 
-pub use beir::{
-    POOL_TSV, PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, corpus_line, qrels, query_line,
-    write_pool, write_qrels,
-};
-pub use folder::{BUILD_FILES, Occupant, inspect, list};
+pub use beir::{corpus_line, qrels, query_line, write_pool, write_qrels};
+pub use folder::{Occupant, inspect, list};
 pub use manifest::{CorpusSummary, Manifest, RunInfo};
 pub use measures::Measures;
 pub use report::{Summary, TypeCounts, render_report};
 pub use report_html::render_report_html;
 
 use crate::error::{Error, Result};
+use layout::{JOURNAL, MANIFEST, REPLACED, ROLLBACK, STAGING};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::io::{BufWriter, Write};
@@ -86,19 +85,6 @@ pub struct Staging {
     out: PathBuf,
     published: bool,
 }
-
-/// The staging folder's name inside the output folder.
-pub const STAGING: &str = ".staging";
-/// While a publish is under way: its journal and the files it replaced. A leftover (a killed
-/// publish) is rolled back by the next command that opens the folder ([`recover`]).
-pub const ROLLBACK: &str = ".rollback";
-/// In [`ROLLBACK`]: the files the publish creates (they had no previous version), one per line.
-/// While it exists, the publish is not complete.
-const JOURNAL: &str = "journal";
-/// In [`ROLLBACK`]: the files the publish replaced, at their paths in the output folder.
-const REPLACED: &str = "replaced";
-/// Published last: its presence says the files beside it belong together.
-const MANIFEST: &str = "manifest.json";
 
 impl Staging {
     /// An empty staging folder in `out` (a leftover from a killed run is cleared, and a publish

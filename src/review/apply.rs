@@ -25,10 +25,11 @@
 use super::agreement::Policy;
 use super::decisions::Decisions;
 use super::set::{QueryLine, ReviewSet, Version, malformed};
-use super::version::{self, APPLIED_DIR, Counts, Entry, Input, InputFile, MadeBy, VersionRecord};
+use super::version::{self, Counts, Entry, Input, InputFile, MadeBy, VersionRecord};
 use super::{Decision, Judgment, Located, Location, Problem};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, ContentHasher, QueryId};
+use crate::output::layout::APPLIED_DIR;
 use crate::record::{Provenance, Qrel, QueryType};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

@@ -9,6 +9,7 @@
 use super::label_studio::{self, Slots};
 use super::set::ReviewSet;
 use super::{Decision, Role, Slot, field, slot_field};
+use crate::html;
 use crate::id::{ChunkId, QueryId};
 use crate::record::{QueryType, Reason, ReviewItem, Status};
 use serde::Serialize;
@@ -89,7 +90,7 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) ->
             rank,
             title: title.to_owned(),
             text: marked(text, &marks, "[[", "]]", str::to_owned),
-            html: marked(text, &marks, "<mark>", "</mark>", escape_html),
+            html: marked(text, &marks, "<mark>", "</mark>", html::escape),
             machine_grade: grades.get(&(&item.query_id, chunk_id)).copied(),
             grade: None,
         }
@@ -143,23 +144,6 @@ fn marked(text: &str, marks: &[Range<usize>], open: &str, close: &str, escape: f
         at = mark.end;
     }
     out.push_str(&escape(&text[at..]));
-    out
-}
-
-/// Escapes text for HTML content and attribute values.
-#[must_use]
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
     out
 }
 
@@ -283,7 +267,7 @@ mod tests {
             "[[Tokens expire after **90 days]]** [[by default]]. Use <b>scopes</b>."
         );
         assert_eq!(
-            marked(text, &marks, "<mark>", "</mark>", escape_html),
+            marked(text, &marks, "<mark>", "</mark>", html::escape),
             "<mark>Tokens expire after **90 days</mark>** <mark>by default</mark>. Use &lt;b&gt;scopes&lt;/b&gt;."
         );
         let overlapping = marks_of(text, &["expire after", "after **90"]);

@@ -11,8 +11,9 @@
 //! loudly.
 
 use super::decisions::{RawGrade, RawRow};
-use super::export::{ExportItem, escape_html};
+use super::export::ExportItem;
 use super::{Decision, GRADE_MAX, Location, Problem, Role, Slot, field, slot_field};
+use crate::html;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -96,7 +97,7 @@ pub fn task(item: &ExportItem, slots: Slots) -> Task {
             format!(
                 "<div style=\"border-top: 1px solid #ccc; margin-top: 8px; padding-top: 4px\">\
                  <div style=\"font-weight: bold\">{}</div><div style=\"white-space: pre-wrap\">{}</div></div>",
-                escape_html(&heading),
+                html::escape(&heading),
                 c.html
             )
         });
@@ -130,8 +131,12 @@ pub fn config(slots: Slots) -> String {
     );
     let _ = writeln!(xml, "    <Header value=\"How to review\" size=\"5\"/>");
     for (i, paragraph) in INSTRUCTIONS.iter().enumerate() {
-        let _ =
-            writeln!(xml, "    <Text name=\"instructions_{}\" value=\"{}\"/>", i + 1, escape_html(paragraph));
+        let _ = writeln!(
+            xml,
+            "    <Text name=\"instructions_{}\" value=\"{}\"/>",
+            i + 1,
+            html::escape(paragraph)
+        );
     }
     let _ = writeln!(xml, "  </View>");
     let _ = writeln!(xml, "  <Header value=\"${}\" size=\"5\"/>", data::HEADING);
@@ -169,7 +174,7 @@ pub fn config(slots: Slots) -> String {
             xml,
             "  <TextArea name=\"{name}\" toName=\"{}\" placeholder=\"{}\" rows=\"2\" maxSubmissions=\"1\" editable=\"true\"/>",
             data::QUERY,
-            escape_html(placeholder)
+            html::escape(placeholder)
         );
     }
     xml.push_str("</View>\n");

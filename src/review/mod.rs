@@ -20,7 +20,9 @@ pub mod set;
 pub mod status;
 pub mod version;
 
+pub use crate::error::Problem;
 use crate::id::{ChunkId, QueryId};
+pub use crate::record::Location;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
@@ -109,42 +111,6 @@ pub struct Judgment {
     pub grades: Vec<ChunkGrade>,
 }
 
-/// Where a judgment comes from in its file, for messages (ordered as in the file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Location {
-    /// A JSONL line (1-based).
-    Line(usize),
-    /// A CSV row, counted as a spreadsheet does (the header is row 1).
-    Row(usize),
-    /// A Label Studio task (1-based position in the export) and its annotation (1-based).
-    Task {
-        /// Position of the task in the export.
-        task: usize,
-        /// The task's Label Studio id, if the export has one.
-        #[serde(skip_serializing_if = "Option::is_none", default)]
-        id: Option<u64>,
-        /// Position of the annotation in the task.
-        annotation: usize,
-    },
-    /// A judgment made by resolving two reviewers' judgments.
-    Resolved,
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Line(n) => write!(f, "line {n}"),
-            Self::Row(n) => write!(f, "row {n}"),
-            Self::Task { task, id: Some(id), annotation } => {
-                write!(f, "task {task} (id {id}), annotation {annotation}")
-            }
-            Self::Task { task, id: None, annotation } => write!(f, "task {task}, annotation {annotation}"),
-            Self::Resolved => f.write_str("resolved"),
-        }
-    }
-}
-
 /// A judgment with the place it was read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located {
@@ -162,35 +128,6 @@ impl Located {
     #[must_use]
     pub fn new(at: Location, judgment: Judgment) -> Self {
         Self { at, judgment, shown_text: None }
-    }
-}
-
-/// Something wrong with one row of a decisions file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The line, row or task.
-    pub at: Location,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl Problem {
-    /// A problem at `at`.
-    #[must_use]
-    pub fn new(at: Location, message: impl Into<String>) -> Self {
-        Self { at, message: message.into() }
-    }
-
-    /// One indented line per problem, for error messages.
-    #[must_use]
-    pub fn list(problems: &[Self]) -> String {
-        problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.at, self.message)
     }
 }
 

@@ -4,10 +4,12 @@
 //! Records are read tolerantly: fields this module does not know are ignored, and query lines are
 //! kept verbatim so that lines no decision touches are written back byte for byte.
 
-use super::version::{Entry, LEDGER, MANIFEST, ReviewLog, VERSIONS_DIR, version_dir};
+use super::version::{Entry, ReviewLog, version_dir};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
-use crate::output::{PROVENANCE_HEADER, PROVENANCE_TSV};
+use crate::output::layout::{
+    CORPUS, LEDGER, MANIFEST, PROVENANCE_HEADER, PROVENANCE_TSV, QUERIES, QUEUE, VERSIONS_DIR,
+};
 use crate::record::{Provenance, Qrel, QueryType, ReviewItem, Status};
 use serde::Deserialize;
 use serde::Serialize;
@@ -15,13 +17,6 @@ use serde::de::DeserializeOwned;
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-
-/// `queries.jsonl`.
-pub const QUERIES: &str = "queries.jsonl";
-/// `corpus.jsonl`.
-pub const CORPUS: &str = "corpus.jsonl";
-/// `review_queue.jsonl`.
-pub const QUEUE: &str = "review_queue.jsonl";
 
 /// One line of `queries.jsonl`: the fields the review loop uses, and the line as written.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,32 +14,16 @@
 //! paths) is recorded, so the same decisions give byte-identical files.
 
 use super::agreement::Policy;
-use super::set::{CORPUS, QUERIES, QUEUE, ReviewSet, SetManifest, Version, read_all, read_manifest};
+use super::set::{ReviewSet, SetManifest, Version, read_all, read_manifest};
 use super::{Decision, Format, Judgment, Location};
 use crate::error::Result;
-use crate::output::{self, PROVENANCE_TSV, QRELS_TREC, QRELS_TSV, Staging};
+use crate::output::layout::{
+    BUILD_ONLY_FILES, LEDGER, MANIFEST, NO_ANSWER, QRELS_TREC, QUERIES, REVIEW_DIR, VERSION_FILES,
+    VERSIONS_DIR,
+};
+use crate::output::{self, Staging};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// `manifest.json`.
-pub const MANIFEST: &str = "manifest.json";
-/// The ids of the `no_answer` queries, one per line.
-pub const NO_ANSWER: &str = "no_answer.txt";
-/// The folder of the ledger and the applied decisions files.
-pub const REVIEW_DIR: &str = "review";
-/// Every judgment applied so far, one per line.
-pub const LEDGER: &str = "review/decisions.jsonl";
-/// Copies of the applied decisions files, named by their hash.
-pub const APPLIED_DIR: &str = "review/applied";
-/// Earlier versions, `versions/v1/` (what the build wrote) and on.
-pub const VERSIONS_DIR: &str = "versions";
-/// The files a version consists of (kept for every earlier version), in the order they are
-/// published (`manifest.json` last). `no_answer.txt` is kept when the set has one.
-pub const VERSION_FILES: [&str; 6] = [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, NO_ANSWER, MANIFEST];
-/// What a forced rebuild also keeps of the version it replaces: the build's other files (the
-/// versions derived from that build by review share them).
-const BUILD_ONLY_FILES: [&str; 6] =
-    [CORPUS, QUEUE, "chunk_groups.jsonl", "candidates.jsonl", "rejects.jsonl", "report.md"];
 
 /// The folder that keeps version `n` once a later one exists.
 #[must_use]

@@ -53,7 +53,7 @@ pub(super) async fn run_with(model: Model, out: &Path, args: &[&str]) -> Run {
 
 /// Runs a build against a running mock (the base URL is part of the cache key, so reruns that
 /// should hit the cache use the same server).
-async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
+pub(super) async fn run_on(server: &wiremock::MockServer, out: &Path, args: &[&str]) -> Run {
     run_keyed(server, out, args, Some(SECRET)).await
 }
 

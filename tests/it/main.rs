@@ -1,13 +1,17 @@
 //! Integration tests: run the real `qrelgen` binary on small corpora in temporary folders and
 //! check the files it writes.
 
+#![allow(clippy::unwrap_used, reason = "a test that cannot unwrap has failed")]
+
 mod build;
 mod chinese;
 mod controls;
 mod corpus;
 mod eval;
+mod golden;
 mod llm;
 mod mock;
+mod modules;
 mod pooling;
 mod readme;
 mod rebuild;

@@ -211,7 +211,8 @@ fn the_files_a_build_writes_are_the_ones_it_knows() {
     set.assert_code(0);
     let mut written: Vec<String> = files(&set.out).keys().map(|p| p.to_string_lossy().into_owned()).collect();
     written.sort();
-    let mut known: Vec<String> = qrelgen::output::BUILD_FILES.iter().map(|s| (*s).to_owned()).collect();
+    let mut known: Vec<String> =
+        qrelgen::output::layout::BUILD_FILES.iter().map(|s| (*s).to_owned()).collect();
     known.sort();
     assert_eq!(written, known);
 }
