@@ -97,8 +97,11 @@ pub fn build(
         RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
     for round in 1..=config.max_rounds {
         let wanted = rounds.to_plan(round == config.max_rounds);
+        if wanted.is_empty() {
+            break;
+        }
         let stage = progress.stage("plan", 0);
-        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        let requests = planner.plan(&wanted, round, group)?;
         timings.add("plan", stage.finish(&format!("round {round}: {} requests", requests.len())));
         if requests.is_empty() {
             break;

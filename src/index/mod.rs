@@ -311,9 +311,17 @@ impl ChunkIndex {
             // Chunks tied with the last hit fetched may be missing: fetch deeper unless it is not
             // tied with the cut-off.
             if hits.len() < fetch || ties[fetch - 1] != ties[limit - 1] {
-                let mut ranked: Vec<(usize, Hit)> = ties.into_iter().zip(hits).collect();
-                ranked.sort_by_key(|(tie, hit)| (*tie, hit.chunk));
-                hits = ranked.into_iter().map(|(_, hit)| hit).take(limit).collect();
+                // Tied chunks share the score of their group's first, so scores never rise.
+                let mut ranked: Vec<(usize, f32, usize)> = Vec::with_capacity(hits.len());
+                for (tie, hit) in ties.into_iter().zip(&hits) {
+                    let score = match ranked.last() {
+                        Some(&(last, score, _)) if last == tie => score,
+                        _ => hit.score,
+                    };
+                    ranked.push((tie, score, hit.chunk));
+                }
+                ranked.sort_by_key(|&(tie, _, chunk)| (tie, chunk));
+                hits = ranked.into_iter().take(limit).map(|(_, score, chunk)| Hit { chunk, score }).collect();
                 return Ok(hits);
             }
             fetch *= 2;
@@ -625,6 +633,15 @@ mod tests {
         };
         assert_eq!(tie_groups(&hits(&[3.0, 3.000_001, 2.999_999, 2.5, 2.5, 1.0])), [0, 0, 0, 1, 1, 2]);
         assert_eq!(tie_groups(&hits(&[])), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn tied_chunks_share_one_score_and_rank_by_position() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = build_index(dir.path(), &["apple pie", "quota", "apple pie", "apple pie", "apple"]);
+        let hits = index.search("apple pie", 3).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hits.iter().map(|h| h.chunk).collect::<Vec<_>>(), [0, 2, 3]);
+        assert!(hits.iter().all(|h| h.score.to_bits() == hits[0].score.to_bits()), "{hits:?}");
     }
 
     #[test]
