@@ -281,7 +281,8 @@ fn chunk_and_index(
         chunks,
         &corpus.chunks_hash,
         analyzer,
-        config.threads,
+        // One writer: `qrelgen run` writes BM25 scores, whose last bits depend on the segments.
+        1,
         &stage,
         |add| reread_chunks(&corpus_file, add),
     )?;
