@@ -80,4 +80,14 @@ pub struct BuildConfig {
     /// Plan and estimate the calls, send none, write no test set.
     #[serde(skip)]
     pub dry_run: bool,
+    /// Threads of every parallel stage (indexing, the round trip). Outputs do not depend on it,
+    /// so the manifest leaves it out.
+    #[serde(skip)]
+    pub threads: usize,
+}
+
+/// The threads this machine can run at once (1 when it cannot tell): the default of `--threads`.
+#[must_use]
+pub fn all_cores() -> std::num::NonZeroUsize {
+    std::thread::available_parallelism().unwrap_or(std::num::NonZeroUsize::MIN)
 }

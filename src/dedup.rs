@@ -191,6 +191,16 @@ impl ChunkGroups {
         }
     }
 
+    /// Frees what only [`ChunkGroups::add`] needs (the signatures and band tables, about 400
+    /// bytes per chunk) once every chunk is added; the groups stay.
+    ///
+    /// # Panics
+    /// [`ChunkGroups::add`] does after this.
+    pub fn seal(&mut self) {
+        self.signatures = Vec::new();
+        self.bands = Vec::new();
+    }
+
     /// Estimated Jaccard similarity: the share of signature slots that agree.
     fn similarity(&self, a: usize, b: usize) -> f64 {
         match (&self.signatures[a], &self.signatures[b]) {
@@ -327,6 +337,10 @@ mod tests {
         assert_eq!(groups.groups(), [vec![0, 2, 3]]);
         assert_eq!(groups.copies(2).collect::<Vec<_>>(), [0, 3]);
         assert_eq!(groups.copies(1).count(), 0);
+        groups.seal();
+        assert!(groups.signatures.is_empty() && groups.bands.is_empty());
+        assert_eq!(groups.groups(), [vec![0, 2, 3]]);
+        assert_eq!(groups.copies(3).collect::<Vec<_>>(), [0, 2]);
     }
 
     proptest! {

@@ -10,11 +10,15 @@ use crate::error::Result;
 use crate::generate::is_query_word;
 use crate::id::ChunkId;
 use crate::index::{ChunkIndex, Hit, Retriever, Token};
+use crate::progress::Stage;
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::runs::{PoolRuns, ROUND_TRIP_POOL};
 use crate::text::{Language, quote_in};
+use foldhash::{HashMap, HashMapExt as _};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 /// What happens to a query whose sources miss the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +107,9 @@ pub struct Checks {
     pub hop_terms: bool,
 }
 
+/// Candidates a thread of [`RoundTrip::judge_all`] takes at a time.
+const BATCH: usize = 16;
+
 /// Judges candidates against the index.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
@@ -112,12 +119,86 @@ pub struct RoundTrip<'a> {
     config: FilterConfig,
     checks: Checks,
     runs: Option<&'a PoolRuns>,
+    threads: usize,
+    terms: TermCache,
 }
 
-/// A source's terms: in order (for shared runs) and as a set (for overlap).
+/// A chunk's analysed terms as ids of the [`TermCache`] vocabulary: in order (for shared runs)
+/// and as a sorted set (for overlap).
 struct SourceTerms {
-    sequence: Vec<String>,
-    set: HashSet<String>,
+    sequence: Vec<u32>,
+    set: Vec<u32>,
+}
+
+impl SourceTerms {
+    fn contains(&self, term: u32) -> bool {
+        self.set.binary_search(&term).is_ok()
+    }
+}
+
+/// A query's analysed terms as vocabulary ids: in order, a term no chunk analysed so far has
+/// being [`UNKNOWN`] (it matches no source); and its distinct content terms, `None` for unknown
+/// ones.
+struct QueryTerms {
+    sequence: Vec<u32>,
+    content: Vec<Option<u32>>,
+}
+
+/// The id of a query term that is in no analysed chunk.
+const UNKNOWN: u32 = u32::MAX;
+
+/// Each chunk's analysed terms, computed on its first use in the run (reading and stemming a
+/// chunk is a third of the round trip's work) and kept as ids into one vocabulary, a few bytes
+/// per term. Shared by the threads of the round trip.
+struct TermCache {
+    vocabulary: RwLock<HashMap<String, u32>>,
+    chunks: Vec<OnceLock<Arc<SourceTerms>>>,
+}
+
+impl TermCache {
+    fn new(chunks: usize) -> Self {
+        Self {
+            vocabulary: RwLock::new(HashMap::new()),
+            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The terms of the chunk at `position`, analysed on first use.
+    fn chunk(&self, index: &ChunkIndex, position: usize) -> Result<Arc<SourceTerms>> {
+        if let Some(terms) = self.chunks[position].get() {
+            return Ok(Arc::clone(terms));
+        }
+        let analysed = index.analyzer().terms(&index.text(position)?);
+        let sequence = {
+            let mut vocabulary = self.vocabulary.write().unwrap_or_else(PoisonError::into_inner);
+            analysed
+                .into_iter()
+                .map(|term| {
+                    let next = vocabulary.len() as u32;
+                    *vocabulary.entry(term).or_insert(next)
+                })
+                .collect::<Vec<u32>>()
+        };
+        let mut set = sequence.clone();
+        set.sort_unstable();
+        set.dedup();
+        // Two threads may analyse the same chunk at once: they get the same ids, either is kept.
+        let terms = self.chunks[position].get_or_init(|| Arc::new(SourceTerms { sequence, set }));
+        Ok(Arc::clone(terms))
+    }
+
+    /// The vocabulary ids of `terms`, `None` for a term of no analysed chunk.
+    fn ids<'t>(&self, terms: impl IntoIterator<Item = &'t String>) -> Vec<Option<u32>> {
+        let vocabulary = self.vocabulary.read().unwrap_or_else(PoisonError::into_inner);
+        terms.into_iter().map(|t| vocabulary.get(t).copied()).collect()
+    }
+
+    /// A query's terms, looked up once its sources are analysed.
+    fn query(&self, tokens: &[Token]) -> QueryTerms {
+        let sequence = self.ids(tokens.iter().map(|t| &t.term)).into_iter().map(|id| id.unwrap_or(UNKNOWN));
+        let content = content_terms(tokens);
+        QueryTerms { sequence: sequence.collect(), content: self.ids(&content) }
+    }
 }
 
 impl<'a> RoundTrip<'a> {
@@ -125,7 +206,22 @@ impl<'a> RoundTrip<'a> {
     /// as the source.
     #[must_use]
     pub fn new(index: &'a ChunkIndex, groups: &'a ChunkGroups, config: FilterConfig, checks: Checks) -> Self {
-        Self { index, retriever: index, groups, config, checks, runs: None }
+        Self {
+            index,
+            retriever: index,
+            groups,
+            config,
+            checks,
+            runs: None,
+            threads: 1,
+            terms: TermCache::new(index.len()),
+        }
+    }
+
+    /// The same filter, judging with `threads` threads in [`RoundTrip::judge_all`].
+    #[must_use]
+    pub fn with_threads(self, threads: usize) -> Self {
+        Self { threads: threads.max(1), ..self }
     }
 
     /// The checks this filter makes beyond its settings.
@@ -147,6 +243,49 @@ impl<'a> RoundTrip<'a> {
         Self { retriever, ..self }
     }
 
+    /// The verdicts on `candidates`, in their order, judged by the filter's threads (all
+    /// searching one index); each verdict is the one [`RoundTrip::judge`] gives, whatever the
+    /// number of threads. `progress` counts the candidates judged.
+    ///
+    /// # Errors
+    /// The error of the first candidate (in order) whose search fails.
+    pub fn judge_all(&self, candidates: &[&Candidate], progress: &Stage) -> Result<Vec<Verdict>> {
+        let threads = self.threads.min(candidates.len().div_ceil(BATCH)).max(1);
+        if threads == 1 {
+            return candidates
+                .iter()
+                .map(|c| {
+                    let verdict = self.judge(c);
+                    progress.inc(1);
+                    verdict
+                })
+                .collect();
+        }
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let start = next.fetch_add(BATCH, Ordering::Relaxed);
+                if start >= candidates.len() {
+                    return done;
+                }
+                for (at, candidate) in candidates.iter().enumerate().skip(start).take(BATCH) {
+                    done.push((at, self.judge(candidate)));
+                    progress.inc(1);
+                }
+            }
+        };
+        let mut judged: Vec<(usize, Result<Verdict>)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        });
+        judged.sort_by_key(|(at, _)| *at);
+        judged.into_iter().map(|(_, verdict)| verdict).collect()
+    }
+
     /// The verdict on one candidate.
     ///
     /// # Errors
@@ -161,8 +300,9 @@ impl<'a> RoundTrip<'a> {
         let sources: Vec<usize> = relevant.iter().filter_map(|members| members.first().copied()).collect();
         let tokens = self.index.analyzer().tokens(&candidate.text);
         let query_terms: Vec<String> = tokens.iter().map(|t| t.term.clone()).collect();
-        let depth =
-            self.config.top_n.max(self.config.pool_depth + relevant.iter().map(Vec::len).sum::<usize>());
+        // The ranks look at the top N; the pool takes `pool_depth` hits that are not excluded.
+        let excluded_count = if answerable { relevant.iter().map(Vec::len).sum::<usize>() } else { 0 };
+        let depth = self.config.top_n.max(self.config.pool_depth + excluded_count);
         let hits = self.retriever.search_terms(&query_terms, depth)?;
         let ranks = ranks(&relevant, &hits[..hits.len().min(self.config.top_n)]);
         // A no_answer query's sources are not relevant, so they belong in its pool.
@@ -180,9 +320,10 @@ impl<'a> RoundTrip<'a> {
                 }
             }
         };
-        let source_terms = sources.iter().map(|&p| self.source_terms(p)).collect::<Result<Vec<_>>>()?;
-        let content = content_terms(&tokens);
-        let overlap = overlap(&content, &source_terms);
+        let source_terms =
+            sources.iter().map(|&p| self.terms.chunk(self.index, p)).collect::<Result<Vec<_>>>()?;
+        let query = self.terms.query(&tokens);
+        let overlap = overlap(&query.content, &source_terms);
         let mut verdict = Verdict {
             status,
             reason,
@@ -192,7 +333,7 @@ impl<'a> RoundTrip<'a> {
             overlap,
             longest_shared: source_terms
                 .iter()
-                .map(|s| longest_run(&query_terms, &s.sequence))
+                .map(|s| longest_run(&query.sequence, &s.sequence))
                 .max()
                 .unwrap_or(0),
             relabelled: None,
@@ -201,7 +342,7 @@ impl<'a> RoundTrip<'a> {
             pool: self.pool(candidate.id.as_str(), &hits, &excluded),
         };
         if verdict.status != Status::Dropped {
-            self.lexical_controls(candidate, &content, &source_terms, &mut verdict);
+            self.lexical_controls(candidate, &query.content, &source_terms, &mut verdict);
         }
         Ok(verdict)
     }
@@ -251,8 +392,8 @@ impl<'a> RoundTrip<'a> {
     fn lexical_controls(
         &self,
         candidate: &Candidate,
-        content: &HashSet<String>,
-        sources: &[SourceTerms],
+        content: &[Option<u32>],
+        sources: &[Arc<SourceTerms>],
         verdict: &mut Verdict,
     ) {
         match candidate.query_type {
@@ -267,12 +408,6 @@ impl<'a> RoundTrip<'a> {
             }
             _ => {}
         }
-    }
-
-    fn source_terms(&self, chunk: usize) -> Result<SourceTerms> {
-        let sequence = self.index.analyzer().terms(&self.index.text(chunk)?);
-        let set = sequence.iter().cloned().collect();
-        Ok(SourceTerms { sequence, set })
     }
 
     /// Checks made before the round trip: evidence quotes must occur in the sources, and the
@@ -326,8 +461,9 @@ impl<'a> RoundTrip<'a> {
         };
         let found = match top {
             Some(chunk) => {
-                let top_terms = self.terms_of(chunk)?;
-                self.index.analyzer().terms(absent).iter().any(|t| top_terms.contains(t))
+                let top_terms = self.terms.chunk(self.index, chunk)?;
+                let absent = self.index.analyzer().terms(absent);
+                self.terms.ids(&absent).into_iter().flatten().any(|t| top_terms.contains(t))
             }
             None => false,
         };
@@ -336,10 +472,6 @@ impl<'a> RoundTrip<'a> {
         } else {
             (Status::Kept, Reason::NoAnswerConfirmed)
         })
-    }
-
-    fn terms_of(&self, chunk: usize) -> Result<HashSet<String>> {
-        Ok(self.index.analyzer().terms(&self.index.text(chunk)?).into_iter().collect())
     }
 }
 
@@ -360,27 +492,27 @@ fn content_terms(tokens: &[Token]) -> HashSet<String> {
 
 /// Share of the query's distinct content terms found in the sources (0 for a query without
 /// content terms).
-fn overlap(content: &HashSet<String>, sources: &[SourceTerms]) -> f64 {
+fn overlap(content: &[Option<u32>], sources: &[Arc<SourceTerms>]) -> f64 {
     if content.is_empty() {
         return 0.0;
     }
-    let shared = content.iter().filter(|t| sources.iter().any(|s| s.set.contains(*t))).count();
+    let shared = content.iter().flatten().filter(|&&t| sources.iter().any(|s| s.contains(t))).count();
     shared as f64 / content.len() as f64
 }
 
 /// Whether every hop has a content term of the query that no other hop has.
-fn each_hop_contributes(content: &HashSet<String>, hops: &[SourceTerms]) -> bool {
+fn each_hop_contributes(content: &[Option<u32>], hops: &[Arc<SourceTerms>]) -> bool {
     hops.len() >= 2
         && (0..hops.len()).all(|i| {
-            content.iter().any(|t| {
-                hops[i].set.contains(t) && hops.iter().enumerate().all(|(j, h)| j == i || !h.set.contains(t))
+            content.iter().flatten().any(|&t| {
+                hops[i].contains(t) && hops.iter().enumerate().all(|(j, h)| j == i || !h.contains(t))
             })
         })
 }
 
 /// Length of the longest run of consecutive terms that `a` and `b` share (longest common
 /// substring over terms, by dynamic programming over one row).
-fn longest_run(a: &[String], b: &[String]) -> u32 {
+fn longest_run<T: PartialEq>(a: &[T], b: &[T]) -> u32 {
     let mut row = vec![0u32; b.len() + 1];
     let mut best = 0;
     for x in a {

@@ -93,10 +93,16 @@ pub fn build(
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
     let checks = Checks { language: Some(language), hop_terms: generator.judge().is_none() };
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
-    let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
+    let filter =
+        RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan();
-        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        let wanted = rounds.to_plan(round == config.max_rounds);
+        if wanted.is_empty() {
+            break;
+        }
+        let stage = progress.stage("plan", 0);
+        let requests = planner.plan(&wanted, round, group)?;
+        timings.add("plan", stage.finish(&format!("round {round}: {} requests", requests.len())));
         if requests.is_empty() {
             break;
         }
@@ -233,7 +239,7 @@ fn dry_run(
     let mut range =
         DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan();
+        let wanted = rounds.to_plan(round == config.max_rounds);
         let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
         if requests.is_empty() {
             break;
@@ -345,6 +351,8 @@ pub(crate) fn chunk_and_index(
         chunks,
         &corpus.chunks_hash,
         analyzer,
+        // One writer: `qrelgen run` writes BM25 scores, whose last bits depend on the segments.
+        1,
         &stage,
         |add| reread_chunks(&corpus_file, add),
     )?;
@@ -462,6 +470,7 @@ fn read_and_chunk(
         Ok(())
     })?;
     file.commit()?;
+    groups.seal();
     let summary = CorpusSummary {
         documents: report.documents,
         skipped: report.skipped.len(),

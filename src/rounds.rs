@@ -11,7 +11,7 @@
 use crate::dedup::Dedup;
 use crate::error::Result;
 use crate::filter::RoundTrip;
-use crate::generate::{Generator, Quotas, Request};
+use crate::generate::{Generator, Quotas, Request, top_up};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::judge::{Asks, Judge, JudgeConfig, Phase};
@@ -20,9 +20,6 @@ use crate::record::{Candidate, FailureKind, Judged, QueryType, Reason, Reject, S
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-
-/// Top-up rounds plan at most this many requests per missing query.
-const MAX_TOP_UP_FACTOR: f64 = 4.0;
 
 /// What happened to the queries of one type.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -130,17 +127,16 @@ impl Rounds {
     }
 
     /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
-    /// deficit divided by the share of that type's planned requests that joined the set so far (at
-    /// most [`MAX_TOP_UP_FACTOR`] times the deficit), so top-ups converge in a round or two.
-    pub(crate) fn to_plan(&self) -> Quotas {
+    /// deficit divided by the share of that type's planned requests that joined the set so far,
+    /// so top-ups converge in a round or two, and the `last` round adds a margin so that it
+    /// fills ([`top_up`]).
+    pub(crate) fn to_plan(&self, last: bool) -> Quotas {
         self.counts
             .iter()
             .filter(|(_, c)| Self::deficit(c) > 0)
             .map(|(&t, c)| {
-                let deficit = Self::deficit(c);
                 let keep_rate = if c.planned == 0 { 1.0 } else { c.filled as f64 / c.planned as f64 };
-                let factor = (1.0 / keep_rate.max(1.0 / MAX_TOP_UP_FACTOR)).min(MAX_TOP_UP_FACTOR);
-                (t, (deficit as f64 * factor).ceil() as usize)
+                (t, top_up(Self::deficit(c), keep_rate, last))
             })
             .collect()
     }
@@ -204,17 +200,20 @@ impl Rounds {
         candidates: Vec<Candidate>,
         stage: &Stage,
     ) -> Result<Vec<Judged>> {
-        let mut items = Vec::with_capacity(candidates.len());
-        for candidate in candidates {
-            let verdict = if self.seen.insert(candidate.id.clone()) {
-                filter.judge(&candidate)?
-            } else {
-                Verdict::dropped(Reason::Duplicate)
-            };
-            items.push(Judged { candidate, verdict });
-            stage.inc(1);
-        }
-        Ok(items)
+        let fresh: Vec<bool> = candidates.iter().map(|c| self.seen.insert(c.id.clone())).collect();
+        let searched: Vec<&Candidate> =
+            candidates.iter().zip(&fresh).filter(|(_, f)| **f).map(|(c, _)| c).collect();
+        let mut verdicts = filter.judge_all(&searched, stage)?.into_iter();
+        stage.inc((candidates.len() - searched.len()) as u64);
+        Ok(candidates
+            .into_iter()
+            .zip(fresh)
+            .map(|(candidate, fresh)| {
+                // A repeat of an earlier candidate is dropped unsearched.
+                let verdict = if fresh { verdicts.next() } else { None };
+                Judged { candidate, verdict: verdict.unwrap_or_else(|| Verdict::dropped(Reason::Duplicate)) }
+            })
+            .collect())
     }
 
     /// Lets the judge grade what it must in `phase`, and applies its grades; questions left
@@ -401,20 +400,20 @@ mod tests {
         let counts = &rounds.counts[&QueryType::Direct];
         assert_eq!((counts.kept, counts.dropped), (2, 2));
         assert_eq!(counts.dropped_by_reason.values().sum::<usize>(), 2);
-        assert!(rounds.to_plan().is_empty(), "the quota is filled");
+        assert!(rounds.to_plan(false).is_empty(), "the quota is filled");
     }
 
     #[test]
     fn a_top_up_asks_for_the_deficit_over_the_yield() {
         let mut rounds = rounds(10);
-        assert_eq!(rounds.to_plan()[&QueryType::Direct], 10, "round 1 plans the quota");
+        assert_eq!(rounds.to_plan(false)[&QueryType::Direct], 10, "round 1 plans the quota");
         let counts = rounds.count(QueryType::Direct);
         (counts.planned, counts.filled) = (10, 5);
         // 5 missing at a yield of 1/2: 10 requests.
-        assert_eq!(rounds.to_plan()[&QueryType::Direct], 10);
+        assert_eq!(rounds.to_plan(false)[&QueryType::Direct], 10);
         rounds.count(QueryType::Direct).filled = 1;
         // 9 missing at a yield of 1/10: capped at 4 per missing query.
-        assert_eq!(rounds.to_plan()[&QueryType::Direct], 36);
+        assert_eq!(rounds.to_plan(false)[&QueryType::Direct], 36);
         let short = rounds.shortfalls(&[(QueryType::Direct, 10)].into_iter().collect());
         assert_eq!((short[0].wanted, short[0].got), (10, 1));
     }

@@ -11,6 +11,7 @@ use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
 use qrelgen::text::Language;
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -53,6 +54,11 @@ pub struct BuildArgs {
     #[arg(long)]
     dry_run: bool,
 
+    /// Threads for indexing, the offline generator's pass over the chunks and the round trip
+    /// (default: all cores). The outputs are the same for any number.
+    #[arg(long, value_name = "N", default_value_t = qrelgen::config::all_cores())]
+    threads: NonZeroUsize,
+
     /// Print the effective prompt templates and exit.
     #[arg(long)]
     print_prompts: bool,
@@ -82,6 +88,7 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let mut config =
         settings.resolve(Inputs { corpus, prechunked: args.prechunked, dry_run: args.dry_run, api_key })?;
     args.batch.apply(&mut config)?;
+    config.threads = args.threads.get();
     if matches!(config.generator, qrelgen::config::GeneratorConfig::Offline) && !args.quiet {
         eprintln!(
             "note: no LLM endpoint configured (--base-url), so the offline generator writes the queries"

@@ -401,6 +401,7 @@ impl Settings {
             generator,
             language: self.language(),
             dry_run: inputs.dry_run,
+            threads: qrelgen::config::all_cores().get(),
         })
     }
 

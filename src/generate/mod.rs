@@ -14,7 +14,7 @@ mod terms;
 
 pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
 pub use offline::{OfflineGenerator, TopicConfig};
-pub use plan::{Mix, Planner, Quotas, parse_shares};
+pub use plan::{Mix, Planner, Quotas, parse_shares, top_up};
 pub use prompt::Prompts;
 pub(crate) use terms::is_query_word;
 

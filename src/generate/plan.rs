@@ -320,6 +320,33 @@ fn most_wanted(remaining: &Quotas, wanted: &Quotas) -> Option<QueryType> {
         .map(|(t, _)| t)
 }
 
+/// Top-up rounds plan at most this many requests per missing query, except the last round
+/// ([`top_up`]).
+const MAX_TOP_UP_FACTOR: f64 = 4.0;
+
+/// The one-sided z-score of the chance that the last round fills a type (2: about 97.5 %).
+const LAST_ROUND_Z: f64 = 2.0;
+
+/// Requests to plan for `deficit` missing queries of a type whose requests joined the set at
+/// `keep_rate` so far (1 before any round).
+///
+/// A round that a later round can still make up for plans the expected need, `deficit /
+/// keep_rate` (at most four times the deficit). Planning the expected need
+/// falls short about half the time, so the last round (`last`) plans enough that the kept
+/// requests, binomial with the keep rate, reach the deficit with about 97.5 % probability:
+/// the least `n` with `n·p − z·√(n·p·(1−p)) ≥ deficit` (normal approximation).
+#[must_use]
+pub fn top_up(deficit: usize, keep_rate: f64, last: bool) -> usize {
+    let p = keep_rate.max(1.0 / MAX_TOP_UP_FACTOR);
+    if !last || p >= 1.0 {
+        return (deficit as f64 * (1.0 / p).min(MAX_TOP_UP_FACTOR)).ceil() as usize;
+    }
+    // With m = n·p: √m = (z·√(1−p) + √(z²·(1−p) + 4·deficit)) / 2.
+    let spread = LAST_ROUND_Z * (1.0 - p).sqrt();
+    let root = f64::midpoint(spread, (spread * spread + 4.0 * deficit as f64).sqrt());
+    (root * root / p - 1e-9).ceil().max(deficit as f64) as usize
+}
+
 /// The default per-document cap: twice a fair share, at least 2.
 #[must_use]
 fn auto_cap(total_queries: usize, documents: usize) -> usize {
@@ -370,6 +397,22 @@ mod tests {
         let early = order.iter().take(10).filter(|t| **t == QueryType::NoAnswer).count();
         assert_eq!(early, 2, "{order:?}");
         assert_eq!(order.len(), 50);
+    }
+
+    #[test]
+    fn top_up_plans_the_expected_need_then_a_safe_margin_in_the_last_round() {
+        // Before any round (rate 1) and at a rate of 1/2: the expected need.
+        assert_eq!(top_up(10, 1.0, false), 10);
+        assert_eq!(top_up(10, 0.5, false), 20);
+        // At most four times the deficit.
+        assert_eq!(top_up(10, 0.1, false), 40);
+        // A sure keep needs no margin, even in the last round.
+        assert_eq!(top_up(10, 1.0, true), 10);
+        // p = 0.4, deficit 1: √m = (2·√0.6 + √(2.4 + 4)) / 2 = 2.0396…, m = 4.160, n = 10.4 → 11;
+        // P(none of 11 kept) = 0.6^11 = 0.4 %.
+        assert_eq!(top_up(1, 0.4, true), 11);
+        // Deficit 45: √m = (1.549 + √(2.4 + 180)) / 2 = 7.527, m = 56.66, n = 141.6 → 142.
+        assert_eq!(top_up(45, 0.4, true), 142);
     }
 
     #[test]

@@ -37,10 +37,14 @@ use tantivy::{DocAddress, Index, IndexWriter, ReloadPolicy, Searcher, TantivyDoc
 
 /// File in the index folder recording which chunks it holds.
 const FINGERPRINT_FILE: &str = "qrelgen-fingerprint";
-/// Memory budget of the (single-threaded, hence deterministic) index writer.
+/// Memory budget of the index writer, split among its threads (tantivy wants at least 15 MB
+/// each).
 const WRITER_MEMORY: usize = 200_000_000;
-/// Extra hits fetched so that score ties at the cut-off are broken by chunk position.
-const TIE_MARGIN: usize = 16;
+/// Least memory tantivy accepts per writer thread.
+const WRITER_MEMORY_PER_THREAD: usize = 15_000_000;
+/// Extra hits fetched at first so that score ties at the cut-off can be broken by chunk position;
+/// when the ties reach past them, the search is repeated deeper.
+const TIE_MARGIN: usize = 4;
 
 /// A search result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -131,7 +135,13 @@ impl Opened {
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
-    fn attach(self, dir: &Path, chunks: Vec<ChunkMeta>, analyzer: Analyzer) -> Result<ChunkIndex> {
+    fn attach(
+        self,
+        dir: &Path,
+        chunks: Vec<ChunkMeta>,
+        analyzer: Analyzer,
+        threads: usize,
+    ) -> Result<ChunkIndex> {
         let mismatch = || IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() };
         if self.searcher.num_docs() != chunks.len() as u64 {
             return Err(mismatch());
@@ -154,6 +164,7 @@ impl Opened {
             chunks,
             by_id,
             analyzer,
+            threads,
         })
     }
 }
@@ -168,13 +179,16 @@ pub struct ChunkIndex {
     chunks: Vec<ChunkMeta>,
     by_id: Vec<u32>,
     analyzer: Analyzer,
+    threads: usize,
 }
 
 impl ChunkIndex {
     /// Opens the index in `dir` if it holds exactly these chunks, else builds it there from the
-    /// chunks that `feed` hands over, in the order of `chunks`.
+    /// chunks that `feed` hands over, in the order of `chunks`, with `threads` writer threads.
     ///
-    /// `fingerprint` identifies the chunk list (a hash of ids, titles and texts).
+    /// `fingerprint` identifies the chunk list (a hash of ids, titles and texts). The number of
+    /// threads changes how documents fall into segments, never a score or a ranking: BM25
+    /// statistics are index-wide and ties rank by chunk position.
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when tantivy fails, [`IndexError::Mismatch`] when the fed chunks
@@ -185,6 +199,7 @@ impl ChunkIndex {
         chunks: Vec<ChunkMeta>,
         fingerprint: &str,
         analyzer: Analyzer,
+        threads: usize,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, Provenance), E> {
@@ -195,12 +210,18 @@ impl ChunkIndex {
             && opened.searcher.num_docs() == chunks.len() as u64
         {
             progress.inc(chunks.len() as u64);
-            return Ok((opened.attach(dir, chunks, analyzer)?, Provenance::Reused));
+            return Ok((opened.attach(dir, chunks, analyzer, threads)?, Provenance::Reused));
         }
         reset_dir(dir)?;
-        build(dir, &analyzer, progress, feed)?;
+        build(dir, &analyzer, threads, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
-        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer)?, Provenance::Built))
+        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, Provenance::Built))
+    }
+
+    /// The threads its users may read it with (those it was built with).
+    #[must_use]
+    pub fn threads(&self) -> usize {
+        self.threads
     }
 
     /// The analyzer the index uses.
@@ -282,18 +303,36 @@ impl ChunkIndex {
                 (Occur::Should, Box::new(query) as Box<dyn Query>)
             })
             .collect();
-        let collector = TopDocs::with_limit(limit + TIE_MARGIN).order_by_score();
-        let top = self.searcher.search(&BooleanQuery::new(clauses), &collector).map_err(|e| self.error(e))?;
-        let mut hits: Vec<Hit> = top
-            .into_iter()
-            .map(|(score, addr)| {
-                let ord = self.ords[addr.segment_ord as usize].get_val(addr.doc_id);
-                Hit { chunk: usize::try_from(ord).unwrap_or(usize::MAX), score }
-            })
-            .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk.cmp(&b.chunk)));
-        hits.truncate(limit);
-        Ok(hits)
+        let query = BooleanQuery::new(clauses);
+        let mut fetch = limit + TIE_MARGIN;
+        loop {
+            let collector = TopDocs::with_limit(fetch).order_by_score();
+            let top = self.searcher.search(&query, &collector).map_err(|e| self.error(e))?;
+            let mut hits: Vec<Hit> = top.into_iter().map(|(score, addr)| self.hit(score, addr)).collect();
+            let ties = tie_groups(&hits);
+            // Chunks tied with the last hit fetched may be missing: fetch deeper unless it is not
+            // tied with the cut-off.
+            if hits.len() < fetch || ties[fetch - 1] != ties[limit - 1] {
+                // Tied chunks share the score of their group's first, so scores never rise.
+                let mut ranked: Vec<(usize, f32, usize)> = Vec::with_capacity(hits.len());
+                for (tie, hit) in ties.into_iter().zip(&hits) {
+                    let score = match ranked.last() {
+                        Some(&(last, score, _)) if last == tie => score,
+                        _ => hit.score,
+                    };
+                    ranked.push((tie, score, hit.chunk));
+                }
+                ranked.sort_by_key(|&(tie, _, chunk)| (tie, chunk));
+                hits = ranked.into_iter().take(limit).map(|(_, score, chunk)| Hit { chunk, score }).collect();
+                return Ok(hits);
+            }
+            fetch *= 2;
+        }
+    }
+
+    fn hit(&self, score: f32, addr: DocAddress) -> Hit {
+        let ord = self.ords[addr.segment_ord as usize].get_val(addr.doc_id);
+        Hit { chunk: usize::try_from(ord).unwrap_or(usize::MAX), score }
     }
 
     /// Up to `limit` chunks that contain every one of `terms` (analyzed terms), by position;
@@ -364,6 +403,27 @@ impl ChunkIndex {
     }
 }
 
+/// Scores closer than this (relative) are equal: tantivy sums a chunk's term scores in an order
+/// that depends on how documents fall into segments, so an exact tie can come out a few units
+/// in the last place apart.
+const TIE_TOLERANCE: f32 = 1e-5;
+
+/// For hits ordered by descending score, the number of each one's tie group: consecutive hits
+/// whose scores are equal within [`TIE_TOLERANCE`] share a group.
+fn tie_groups(hits: &[Hit]) -> Vec<usize> {
+    let mut group = 0;
+    let mut groups = Vec::with_capacity(hits.len());
+    for (i, hit) in hits.iter().enumerate() {
+        if let Some(previous) = i.checked_sub(1).map(|p| hits[p].score)
+            && previous - hit.score > TIE_TOLERANCE * previous.abs().max(hit.score.abs())
+        {
+            group += 1;
+        }
+        groups.push(group);
+    }
+    groups
+}
+
 fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
     let indexing = TextFieldIndexing::default()
@@ -383,6 +443,7 @@ fn register(index: &Index, analyzer: &Analyzer) {
 fn build<E: From<IndexError>>(
     dir: &Path,
     analyzer: &Analyzer,
+    threads: usize,
     progress: &Stage,
     feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
 ) -> Result<(), E> {
@@ -390,7 +451,8 @@ fn build<E: From<IndexError>>(
     let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(err)?;
     register(&index, analyzer);
-    let mut writer: IndexWriter = index.writer_with_num_threads(1, WRITER_MEMORY).map_err(err)?;
+    let threads = threads.clamp(1, WRITER_MEMORY / WRITER_MEMORY_PER_THREAD);
+    let mut writer: IndexWriter = index.writer_with_num_threads(threads, WRITER_MEMORY).map_err(err)?;
     let mut position = 0u64;
     feed(&mut |chunk| {
         let mut doc = TantivyDocument::default();
@@ -434,7 +496,7 @@ fn write_error(path: &Path, source: std::io::Error) -> IndexError {
 pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, Provenance) {
     let metas = chunks.iter().map(Chunk::meta).collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
-    ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), &Stage::hidden(), |add| {
+    ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), 2, &Stage::hidden(), |add| {
         chunks.iter().cloned().try_for_each(add)
     })
     .unwrap()
@@ -511,6 +573,7 @@ mod tests {
                 metas,
                 "zh",
                 Analyzer::new(segmenter),
+                2,
                 &Stage::hidden(),
                 |add| chunks.into_iter().try_for_each(add),
             )
@@ -538,16 +601,19 @@ mod tests {
         assert_eq!(index.len(), 3);
     }
 
+    /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
+    fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, Provenance)> {
+        let metas = chunks.iter().map(Chunk::meta).collect();
+        ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
+            chunks.into_iter().take(fed).try_for_each(add)
+        })
+    }
+
     #[test]
     fn refuses_to_wipe_a_foreign_folder() {
         let dir = tempfile::tempdir().unwrap();
         fs_err::write(dir.path().join("notes.txt"), "mine").unwrap();
-        let chunks = test_chunks(&["x"]);
-        let metas = chunks.iter().map(Chunk::meta).collect();
-        let result =
-            ChunkIndex::open_or_build(dir.path(), metas, "f", Analyzer::default(), &Stage::hidden(), |add| {
-                chunks.into_iter().try_for_each(add)
-            });
+        let result = build_fed(dir.path(), test_chunks(&["x"]), 1);
         assert!(result.is_err());
         assert!(dir.path().join("notes.txt").exists());
     }
@@ -555,16 +621,77 @@ mod tests {
     #[test]
     fn rejects_a_feed_that_does_not_match_the_chunk_list() {
         let dir = tempfile::tempdir().unwrap();
-        let chunks = test_chunks(&["a", "b"]);
-        let metas = chunks.iter().map(Chunk::meta).collect();
-        let result =
-            ChunkIndex::open_or_build(dir.path(), metas, "f", Analyzer::default(), &Stage::hidden(), |add| {
-                chunks.into_iter().take(1).try_for_each(add)
-            });
+        let result = build_fed(dir.path(), test_chunks(&["a", "b"]), 1);
         assert!(result.is_err_and(|e| {
             matches!(e, IndexError::Mismatch { chunks: 2, .. })
                 && e.to_string().contains("does not hold the 2 chunks")
         }));
+    }
+
+    #[test]
+    fn scores_within_the_tolerance_tie_and_rank_by_position() {
+        let hits = |scores: &[f32]| -> Vec<Hit> {
+            scores.iter().enumerate().map(|(chunk, &score)| Hit { chunk, score }).collect()
+        };
+        assert_eq!(tie_groups(&hits(&[3.0, 3.000_001, 2.999_999, 2.5, 2.5, 1.0])), [0, 0, 0, 1, 1, 2]);
+        assert_eq!(tie_groups(&hits(&[])), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn tied_chunks_share_one_score_and_rank_by_position() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (index, _) = build_index(dir.path(), &["apple pie", "quota", "apple pie", "apple pie", "apple"]);
+        let hits = index.search("apple pie", 3).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hits.iter().map(|h| h.chunk).collect::<Vec<_>>(), [0, 2, 3]);
+        assert!(hits.iter().all(|h| h.score.to_bits() == hits[0].score.to_bits()), "{hits:?}");
+    }
+
+    #[test]
+    fn rankings_do_not_depend_on_the_writer_threads() {
+        // Many exact ties (repeated texts) spread over the segments of several writer threads.
+        let words = ["quota", "storage", "sync", "error", "links", "password", "upload", "folder"];
+        let texts: Vec<String> = (0..600)
+            .map(|i| {
+                (0..6)
+                    .map(|j| words[(i * 7 + j * j * 3 + i / 11) % words.len()])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let build = |threads: usize| {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let chunks = test_chunks(&texts);
+            let metas = chunks.iter().map(Chunk::meta).collect();
+            let (index, _) = ChunkIndex::open_or_build(
+                dir.path(),
+                metas,
+                "t",
+                Analyzer::default(),
+                threads,
+                &Stage::hidden(),
+                |add| chunks.into_iter().try_for_each(add),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            (dir, index)
+        };
+        let (_one, serial) = build(1);
+        let (_many, parallel) = build(4);
+        for query in ["quota", "sync error", "links password upload", "folder quota storage sync"] {
+            for limit in [1, 3, 10, 40] {
+                let chunks = |index: &ChunkIndex| -> Vec<usize> {
+                    index
+                        .search(query, limit)
+                        .unwrap_or_else(|e| panic!("{e}"))
+                        .iter()
+                        .map(|h| h.chunk)
+                        .collect()
+                };
+                let expected = chunks(&serial);
+                assert_eq!(expected.len(), limit);
+                assert_eq!(chunks(&parallel), expected, "{query} top {limit}");
+            }
+        }
     }
 
     #[test]

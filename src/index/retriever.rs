@@ -9,8 +9,9 @@ use super::{ChunkIndex, Hit, IndexError};
 /// A retriever's answer.
 type Result<T> = std::result::Result<T, IndexError>;
 
-/// A BM25 engine over the chunks, addressed by their positions in the chunk list.
-pub trait Retriever {
+/// A BM25 engine over the chunks, addressed by their positions in the chunk list; `Sync`,
+/// because the round trip searches it from `--threads` threads at once.
+pub trait Retriever: Sync {
     /// The engine's name, for messages (`tantivy`).
     fn name(&self) -> &'static str;
 

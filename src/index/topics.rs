@@ -11,7 +11,8 @@
 //! 1995) tells topical words from words spread evenly like function words, the common written
 //! form is the one a query uses, and [`TopicSpace::neighbours`] finds the chunks that share a
 //! source's topic (its co-relevant chunks). Everything here is deterministic: sorted walks, a
-//! fixed random stream, single-threaded arithmetic in a fixed order.
+//! fixed random stream, single-threaded arithmetic in a fixed order (only reading and analysing
+//! the chunks is spread over threads, and its results are taken in chunk order).
 
 use super::ChunkIndex;
 use super::error::Result;
@@ -155,19 +156,16 @@ impl CorpusModel {
         let mut names: Vec<String> = Vec::new();
         let mut surfaces: Vec<HashMap<String, u32>> = Vec::new();
         let mut rows: Vec<Vec<(u32, u32)>> = Vec::with_capacity(index.len());
-        for position in 0..index.len() {
-            let stored = index.stored(position)?;
+        for tokens in analysed(index) {
             let mut counts: HashMap<u32, u32> = HashMap::new();
-            for text in [&stored.title, &stored.text] {
-                for token in index.analyzer().tokens(text) {
-                    let id = *ids.entry(token.term.clone()).or_insert_with(|| {
-                        names.push(token.term.clone());
-                        surfaces.push(HashMap::new());
-                        (names.len() - 1) as u32
-                    });
-                    *counts.entry(id).or_default() += 1;
-                    *surfaces[id as usize].entry(token.surface).or_default() += 1;
-                }
+            for token in tokens? {
+                let id = *ids.entry(token.term.clone()).or_insert_with(|| {
+                    names.push(token.term.clone());
+                    surfaces.push(HashMap::new());
+                    (names.len() - 1) as u32
+                });
+                *counts.entry(id).or_default() += 1;
+                *surfaces[id as usize].entry(token.surface).or_default() += 1;
             }
             let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
             row.sort_unstable();
@@ -189,9 +187,44 @@ impl CorpusModel {
             })
             .collect();
         let terms = CorpusTerms { chunks: rows.len(), usage };
-        let space = topic_space(&weighted(&rows, &df), names.len(), DIMENSIONS);
+        let space = topic_space(&rows, &df, names.len(), DIMENSIONS);
         Ok(Self { terms, space })
     }
+}
+
+/// Chunks a thread of [`analysed`] reads and analyses at a time.
+const ANALYSIS_BLOCK: usize = 256;
+
+/// The tokens of every chunk's title and text, in chunk order, read and analysed by the index's
+/// threads a block at a time (so that only a few blocks of tokens are held at once).
+fn analysed(index: &ChunkIndex) -> impl Iterator<Item = Result<Vec<super::Token>>> + '_ {
+    let threads = index.threads().max(1);
+    let analyse = move |position: usize| -> Result<Vec<super::Token>> {
+        let stored = index.stored(position)?;
+        let mut tokens = index.analyzer().tokens(&stored.title);
+        tokens.extend(index.analyzer().tokens(&stored.text));
+        Ok(tokens)
+    };
+    (0..index.len()).step_by(ANALYSIS_BLOCK * threads).flat_map(move |start| {
+        let end = (start + ANALYSIS_BLOCK * threads).min(index.len());
+        if threads == 1 {
+            return (start..end).map(analyse).collect::<Vec<_>>();
+        }
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (start..end)
+                .step_by(ANALYSIS_BLOCK)
+                .map(|from| {
+                    scope.spawn(move || {
+                        (from..(from + ANALYSIS_BLOCK).min(end)).map(analyse).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect::<Vec<_>>()
+        })
+    })
 }
 
 /// The most frequent form; ties go to the first in sort order.
@@ -204,36 +237,35 @@ fn most_common(forms: HashMap<String, u32>) -> String {
 /// A sparse row: (term, weight), by term.
 type Row = Vec<(u32, f64)>;
 
-/// Log-scaled tf × smoothed idf, each row of unit length; terms in a single chunk are left
-/// out (they relate the chunk to no other).
-fn weighted(rows: &[Vec<(u32, u32)>], df: &[u32]) -> Vec<Row> {
-    let n = rows.len() as f64;
-    rows.iter()
-        .map(|row| {
-            let mut weighted: Row = row
-                .iter()
-                .filter(|(term, _)| df[*term as usize] >= 2)
-                .map(|&(term, tf)| {
-                    let idf = ((1.0 + n) / (1.0 + f64::from(df[term as usize]))).ln() + 1.0;
-                    (term, (1.0 + f64::from(tf).ln()) * idf)
-                })
-                .collect();
-            let norm = weighted.iter().map(|(_, w)| w * w).sum::<f64>().sqrt();
-            if norm > 0.0 {
-                for (_, w) in &mut weighted {
-                    *w /= norm;
-                }
-            }
-            weighted
+/// A chunk's row of term counts weighted: log-scaled tf × smoothed idf over `n` chunks, of unit
+/// length; terms in a single chunk are left out (they relate the chunk to no other). Weighted
+/// one row at a time, so that only the fit sample is ever held weighted.
+fn weighted(row: &[(u32, u32)], df: &[u32], n: f64) -> Row {
+    let mut weighted: Row = row
+        .iter()
+        .filter(|(term, _)| df[*term as usize] >= 2)
+        .map(|&(term, tf)| {
+            let idf = ((1.0 + n) / (1.0 + f64::from(df[term as usize]))).ln() + 1.0;
+            (term, (1.0 + f64::from(tf).ln()) * idf)
         })
-        .collect()
+        .collect();
+    let norm = weighted.iter().map(|(_, w)| w * w).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        for (_, w) in &mut weighted {
+            *w /= norm;
+        }
+    }
+    weighted
 }
 
-/// The rows projected on the top `wanted` right singular vectors of the matrix of `fit` rows
-/// (a randomized truncated SVD), each of unit length.
-fn topic_space(rows: &[Row], vocabulary: usize, wanted: usize) -> TopicSpace {
+/// The rows (term counts, weighted by [`weighted`]) projected on the top `wanted` right
+/// singular vectors of the matrix of a sample of them (a randomized truncated SVD), each of
+/// unit length.
+fn topic_space(rows: &[Vec<(u32, u32)>], df: &[u32], vocabulary: usize, wanted: usize) -> TopicSpace {
+    let n = rows.len() as f64;
     let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
-    let fit: Vec<&Row> = rows.iter().step_by(step).collect();
+    let sample: Vec<Row> = rows.iter().step_by(step).map(|row| weighted(row, df, n)).collect();
+    let fit: Vec<&Row> = sample.iter().collect();
     let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
     if width == 0 {
         return TopicSpace::default();
@@ -265,11 +297,11 @@ fn topic_space(rows: &[Row], vocabulary: usize, wanted: usize) -> TopicSpace {
             v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
         }
     }
-    let projected = times(&rows.iter().collect::<Vec<_>>(), &v, dim);
-    let mut vectors = Vec::with_capacity(projected.len());
-    for row in projected.chunks_exact(dim.max(1)) {
-        let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
-        vectors.extend(row.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }));
+    let mut vectors = Vec::with_capacity(rows.len() * dim);
+    for row in rows {
+        let projected = times(&[&weighted(row, df, n)], &v, dim);
+        let norm = projected.iter().map(|x| x * x).sum::<f64>().sqrt();
+        vectors.extend(projected.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }));
     }
     TopicSpace { dim, vectors }
 }
@@ -459,7 +491,7 @@ mod tests {
             &[(6, 1), (7, 1)],
         ];
         let rows: Vec<Vec<(u32, u32)>> = raw.iter().map(|r| r.to_vec()).collect();
-        let space = topic_space(&weighted(&rows, &[2; 8]), 8, 2);
+        let space = topic_space(&rows, &[2; 8], 8, 2);
         assert_eq!(space.dim(), 2);
         assert!(space.cosine(0, 2) > 0.9, "{}", space.cosine(0, 2));
         assert!(space.cosine(0, 3).abs() < 0.1, "{}", space.cosine(0, 3));

@@ -3,6 +3,7 @@
 use super::{Run, build, qrelgen, sample_corpus, str_field, tempdir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
 
 const TYPES: [&str; 4] = ["direct", "paraphrase", "multi_hop", "no_answer"];
 
@@ -363,4 +364,61 @@ fn the_manifest_records_what_each_stage_used() {
     assert_eq!(cap, 3);
     assert!(per_doc.values().all(|&n| n <= cap), "{per_doc:?}");
     assert_eq!(manifest["config"]["per_doc_cap"], 3);
+}
+
+/// Every file a build wrote (the index folder aside), as bytes; the manifest without its timings.
+fn every_file(run: &Run) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut folders = vec![run.out.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in fs_err::read_dir(&folder).unwrap_or_else(|e| panic!("{e}")) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            let name = path.strip_prefix(&run.out).unwrap_or_else(|e| panic!("{e}")).display().to_string();
+            if path.is_dir() {
+                if name != "index" {
+                    folders.push(path);
+                }
+            } else if name == "manifest.json" {
+                let mut manifest: Value =
+                    serde_json::from_slice(&fs_err::read(&path).unwrap_or_else(|e| panic!("{e}")))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                manifest.as_object_mut().and_then(|m| m.remove("run"));
+                files.insert(name, manifest.to_string().into_bytes());
+            } else {
+                files.insert(name, fs_err::read(&path).unwrap_or_else(|e| panic!("{e}")));
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn the_number_of_threads_changes_no_output_file() {
+    let zh = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora/haigang-zh");
+    for (corpus, queries) in [(sample_corpus(), "80"), (zh, "40")] {
+        let (one, many) = (tempdir(), tempdir());
+        let serial =
+            build(one.path(), &corpus, &["--threads", "1", "--queries", queries, "--allow-shortfall"]);
+        let parallel =
+            build(many.path(), &corpus, &["--threads", "3", "--queries", queries, "--allow-shortfall"]);
+        serial.assert_code(0);
+        parallel.assert_code(0);
+        let (a, b) = (every_file(&serial), every_file(&parallel));
+        assert!(a.len() >= 10 && a.contains_key("candidates.jsonl"), "{:?}", a.keys());
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        for (name, bytes) in &a {
+            assert!(
+                bytes == &b[name],
+                "{}: {name} differs between --threads 1 and --threads 3",
+                corpus.display()
+            );
+        }
+        let manifest = serial.file("manifest.json");
+        assert!(!manifest.contains("\"threads\""), "the manifest records the thread count");
+        let manifest: Value = serde_json::from_str(&manifest).unwrap_or_else(|e| panic!("{e}"));
+        let timings = &manifest["run"]["timings_ms"];
+        for stage in ["chunk", "index", "connect", "plan", "generate", "filter", "sample", "write"] {
+            assert!(timings[stage].is_u64(), "no {stage} timing in {timings}");
+        }
+    }
 }
