@@ -349,7 +349,7 @@ pub fn top_up(deficit: usize, keep_rate: f64, last: bool) -> usize {
 
 /// The default per-document cap: twice a fair share, at least 2.
 #[must_use]
-fn auto_cap(total_queries: usize, documents: usize) -> usize {
+pub(crate) fn auto_cap(total_queries: usize, documents: usize) -> usize {
     (2 * total_queries).div_ceil(documents.max(1)).max(2)
 }
 

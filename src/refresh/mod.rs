@@ -270,7 +270,7 @@ impl Fresh<'_> {
         Self: 'g,
     {
         let docs: HashSet<_> = added.iter().map(|&p| &self.index.meta(p).doc_id).collect();
-        let cap = self.config.per_doc_cap.unwrap_or_else(|| (2 * n).div_ceil(docs.len().max(1)).max(2));
+        let cap = self.config.per_doc_cap.unwrap_or_else(|| crate::generate::auto_cap(n, docs.len()));
         Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
     }
 
