@@ -474,9 +474,9 @@ fn read_and_chunk(
         Ok(())
     };
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
+        hash_item(&mut corpus_hash, &item);
         match item {
             Item::Document(doc) => {
-                corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
                 languages.add(&doc.text);
                 chunker
                     .chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64))
@@ -484,7 +484,6 @@ fn read_and_chunk(
                     .try_for_each(&mut keep)?;
             }
             Item::Chunk(chunk) => {
-                corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
                 languages.add(&chunk.text);
                 keep(&chunk)?;
                 stage.inc(chunk.text.len() as u64);
@@ -507,6 +506,25 @@ fn read_and_chunk(
         chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
     };
     Ok((metas, groups, summary, report))
+}
+
+/// Adds a document (or pre-chunked unit) to the corpus hash.
+fn hash_item(hasher: &mut ContentHasher, item: &Item) {
+    match item {
+        Item::Document(doc) => hasher.update(&[doc.id.as_str(), &doc.title, &doc.text]),
+        Item::Chunk(chunk) => hasher.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]),
+    }
+}
+
+/// The hash of the corpus `config` names (the manifest's `corpus.hash`), from reading it alone:
+/// no chunking, no index.
+pub(crate) fn corpus_hash(config: &BuildConfig, out: &Path) -> Result<String> {
+    let mut hasher = ContentHasher::default();
+    corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
+        hash_item(&mut hasher, &item);
+        Ok(())
+    })?;
+    Ok(hasher.finish())
 }
 
 /// Languages of the documents read, detected one by one.

@@ -139,6 +139,9 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         ));
     }
     let manifest = read_manifest(set)?;
+    if same_corpus(config, set, &manifest)? {
+        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
+    }
     let current = Version::read(set)?;
     let old = read_pieces(&set.join(CORPUS))?;
     let scratch =
@@ -325,6 +328,25 @@ fn recheck_all(
             recheck.query(line, rows.remove(&line.id).unwrap_or_default(), by_id.get(&line.id).copied())
         })
         .collect()
+}
+
+/// Whether `config.corpus` holds the very documents the set was built from (the manifest's
+/// corpus hash), to be chunked with the same settings: then every chunk is unchanged, and the
+/// refresh needs neither chunking nor an index to know it.
+fn same_corpus(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Result<bool> {
+    let recorded = |pointer: &str| manifest.rest.get("config").and_then(|c| c.pointer(pointer));
+    let same = |pointer: &str, now: std::result::Result<serde_json::Value, serde_json::Error>| {
+        now.ok().as_ref() == recorded(pointer)
+    };
+    let hash = manifest.rest.get("corpus").and_then(|c| c.get("hash")).and_then(serde_json::Value::as_str);
+    let Some(hash) = hash else { return Ok(false) };
+    if !(same("/chunking", serde_json::to_value(config.chunking))
+        && same("/segmenter", serde_json::to_value(config.segmenter))
+        && same("/prechunked", serde_json::to_value(config.prechunked)))
+    {
+        return Ok(false);
+    }
+    Ok(pipeline::corpus_hash(config, set)? == hash)
 }
 
 /// The share of the new corpus's text in added chunks.

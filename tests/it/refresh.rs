@@ -537,11 +537,14 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
 fn an_unchanged_corpus_is_the_identity_on_every_file() {
     for corpus in [sample_corpus(), sample_corpus().with_file_name("haigang-zh")] {
         let f = fixture(&corpus, &[]);
+        // Reading the corpus tells: neither chunking nor an index is needed.
+        fs_err::remove_dir_all(f.set.out.join("index")).unwrap_or_else(|e| panic!("{e}"));
         let before = snapshot(&f.set.out);
         let run = f.refresh(&[]);
         run.assert_code(0);
         assert!(run.stdout.starts_with("nothing changed"), "{}", run.stdout);
         assert_eq!(snapshot(&f.set.out), before, "{}", corpus.display());
+        assert!(!f.set.out.join("index").exists(), "no index was built");
         let dry = f.refresh(&["--dry-run"]);
         dry.assert_code(0);
         assert_eq!(snapshot(&f.set.out), before);
@@ -666,6 +669,10 @@ async fn with_judge_pool_the_judge_grades_the_chunks_new_to_a_pool_and_only_once
          and partners keep them.\n",
     );
     let (requests, judged) = (counters.requests(), counters.judge_requests());
+    let dry = refresh_llm(&set, &corpus, &["--new-queries", "0", "--dry-run"], "sk-refresh").await;
+    dry.assert_code(0);
+    assert!(dry.stdout.contains("LLM calls it would make: 1 "), "the one ask: {}", dry.stdout);
+    assert_eq!(counters.requests(), requests, "a dry run asks nothing");
     let run = refresh_llm(&set, &corpus, &["--new-queries", "0"], "sk-refresh").await;
     run.assert_code(0);
     assert_eq!(counters.judge_requests() - judged, 1, "one ask: the one chunk new to the pool");
