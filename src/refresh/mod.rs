@@ -279,10 +279,10 @@ fn judge_pools(
     let stage = progress.stage("judge", asks.len() as u64);
     let questions: Vec<Ask> = asks.iter().map(|(_, _, ask)| ask.clone()).collect();
     let grades = Judge::grade(&mut judge, &questions, &stage)?;
-    let mut graded = 0;
+    let mut answered = 0;
     for ((at, id, _), grade) in asks.into_iter().zip(grades) {
         let Ok(grade) = grade else { continue };
-        graded += 1;
+        answered += 1;
         let c = &mut checked[at];
         c.new_pool.retain(|p| *p != id);
         if let Some(judged) = &mut c.judged {
@@ -304,7 +304,7 @@ fn judge_pools(
             )
         };
     }
-    timings.add("judge", stage.finish(&format!("{graded} grades")));
+    timings.add("judge", stage.finish(&format!("{answered} grades")));
     Ok(judge.llm_report().map(|r| r.network))
 }
 
