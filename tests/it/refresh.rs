@@ -42,13 +42,7 @@ impl Fixture {
         let mut args =
             vec!["refresh", "--set", path_str(&self.set.out), "--corpus", path_str(&self.corpus), "-q"];
         args.extend_from_slice(extra);
-        let output = qrelgen(&args);
-        Run {
-            out: self.set.out.clone(),
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        finished(&self.set.out, &qrelgen(&args))
     }
 
     fn doc(&self, name: &str) -> PathBuf {
@@ -63,6 +57,16 @@ impl Fixture {
         let text = fs_err::read_to_string(self.doc(name)).unwrap_or_else(|e| panic!("{e}"));
         assert!(text.contains(from), "{name} has no {from:?}");
         write(&self.doc(name), text.replacen(from, to, 1));
+    }
+}
+
+/// The run of a refresh of the set in `out` that ended with `output`.
+fn finished(out: &Path, output: &std::process::Output) -> Run {
+    Run {
+        out: out.to_owned(),
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
 
@@ -634,13 +638,7 @@ async fn refresh_llm(set: &Path, corpus: &Path, args: &[&str], key: &str) -> Run
     let (out, key) = (set.to_owned(), key.to_owned());
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = all.iter().map(String::as_str).collect();
-        let output = qrelgen_with_env(&args, &[("OPENAI_API_KEY", &key)]);
-        Run {
-            out,
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        finished(&out, &qrelgen_with_env(&args, &[("OPENAI_API_KEY", &key)]))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"))
