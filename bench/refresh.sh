@@ -9,8 +9,9 @@
 # file-name order, a seeded draw edits 5 % (a sentence added to one paragraph), deletes 1 % and adds
 # 2 % (new documents of sentences drawn from others). Builds a set on the original (untimed), then
 # times `refresh` onto the changed copy against a full `build` of it, and prints the ratio. With
-# `llm`, both run against examples/mock_openai.rs (0 ms latency, no rate limit) and the script
-# prints the LLM calls each made, counted by the mock.
+# `llm`, both run against examples/mock_openai.rs (LATENCY_MS per reply, 0 by default; no rate
+# limit) and the script prints the LLM calls each made, counted by the mock. It also prints where
+# the refresh's time went (the stage timers of the new version's manifest.json).
 set -euo pipefail
 pages=${1:?usage: bench/refresh.sh PAGES_DIR [QUERIES] [offline|llm]}
 queries=${2:-300}
@@ -52,7 +53,7 @@ PY
 llm=()
 if [ "$mode" = llm ]; then
   port=${PORT:-8091}
-  target/release/examples/mock_openai "$port" 0 1000000 1000 > "$work/mock.log" 2>&1 &
+  target/release/examples/mock_openai "$port" "${LATENCY_MS:-0}" 1000000 1000 > "$work/mock.log" 2>&1 &
   mock=$!
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/stats" >/dev/null && break; sleep 0.1; done
   llm=(--generator llm --base-url "http://127.0.0.1:$port/v1" --model mock-model --concurrency 4)
@@ -72,5 +73,10 @@ t2=$(date +%s.%N)
 c2=$(calls)
 refresh=$(seconds "$t0" "$t1"); rebuild=$(seconds "$t1" "$t2")
 cat "$work/refresh.txt"
+python3 - "$work/set/manifest.json" <<'PY'
+import json, sys
+timings = json.load(open(sys.argv[1]))["run"]["timings_ms"]
+print("refresh stages (ms): " + ", ".join(f"{stage} {ms}" for stage, ms in sorted(timings.items(), key=lambda t: -t[1])))
+PY
 echo "refresh ${refresh} s, full rebuild ${rebuild} s: refresh takes $(python3 -c "print(f'{$refresh / $rebuild:.2f}')") of a rebuild"
 if [ -n "$mock" ]; then echo "LLM calls: refresh $((c1 - c0)), full rebuild $((c2 - c1))"; fi

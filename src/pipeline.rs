@@ -373,39 +373,62 @@ pub(crate) fn make_generator<'a>(
             Ok(Box::new(OfflineGenerator::new(index, config.seed, language, config.topics)?))
         }
         GeneratorConfig::Llm(setup) => {
-            let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
-            let cache_path = setup.cache.clone().unwrap_or_else(|| out.join(layout::LLM_CACHE));
-            let llm =
-                Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
-                    url: setup.llm.endpoint.base_url.clone(),
-                    message: e.chain(),
-                    hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
-                })?;
-            if let Some(BatchMode::Import { from, .. }) = setup.llm.batch.as_ref().map(|b| &b.mode) {
-                let imported = llm.import(from)?;
-                progress.stage("batch", 0).finish(&format!(
-                    "imported {} replies from {} ({} failed, {} not run, {} unreadable lines)",
-                    imported.replies,
-                    from.display(),
-                    imported.failed,
-                    imported.not_run,
-                    imported.unreadable
-                ));
-            }
-            // A batch runner of the user's own may have no online endpoint to probe.
-            let offline_batch =
-                setup.llm.batch.as_ref().is_some_and(|b| !matches!(b.mode, BatchMode::Submit));
-            let generator = LlmGenerator::new(
-                index,
-                llm,
-                prompts,
-                setup.generation.clone(),
-                config.seed,
-                !config.dry_run && !offline_batch,
-            )?;
-            Ok(Box::new(generator))
+            Ok(Box::new(llm_generator(config, setup, index, out, language, progress)?))
         }
     }
+}
+
+/// The LLM judge the config sets up (`None` for the offline generator): it shares the
+/// generator's endpoint, limits, cache and budget.
+pub(crate) fn llm_judge<'a>(
+    config: &BuildConfig,
+    index: &'a ChunkIndex,
+    out: &Path,
+    language: Language,
+    progress: Progress,
+) -> Result<Option<LlmGenerator<'a>>> {
+    match &config.generator {
+        GeneratorConfig::Offline => Ok(None),
+        GeneratorConfig::Llm(setup) => llm_generator(config, setup, index, out, language, progress).map(Some),
+    }
+}
+
+fn llm_generator<'a>(
+    config: &BuildConfig,
+    setup: &crate::config::LlmSetup,
+    index: &'a ChunkIndex,
+    out: &Path,
+    language: Language,
+    progress: Progress,
+) -> Result<LlmGenerator<'a>> {
+    let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
+    let cache_path = setup.cache.clone().unwrap_or_else(|| out.join(layout::LLM_CACHE));
+    let llm = Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
+        url: setup.llm.endpoint.base_url.clone(),
+        message: e.chain(),
+        hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
+    })?;
+    if let Some(BatchMode::Import { from, .. }) = setup.llm.batch.as_ref().map(|b| &b.mode) {
+        let imported = llm.import(from)?;
+        progress.stage("batch", 0).finish(&format!(
+            "imported {} replies from {} ({} failed, {} not run, {} unreadable lines)",
+            imported.replies,
+            from.display(),
+            imported.failed,
+            imported.not_run,
+            imported.unreadable
+        ));
+    }
+    // A batch runner of the user's own may have no online endpoint to probe.
+    let offline_batch = setup.llm.batch.as_ref().is_some_and(|b| !matches!(b.mode, BatchMode::Submit));
+    LlmGenerator::new(
+        index,
+        llm,
+        prompts,
+        setup.generation.clone(),
+        config.seed,
+        !config.dry_run && !offline_batch,
+    )
 }
 
 /// Whether the run submits its calls as batches.
@@ -451,9 +474,9 @@ fn read_and_chunk(
         Ok(())
     };
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
+        hash_item(&mut corpus_hash, &item);
         match item {
             Item::Document(doc) => {
-                corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
                 languages.add(&doc.text);
                 chunker
                     .chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64))
@@ -461,7 +484,6 @@ fn read_and_chunk(
                     .try_for_each(&mut keep)?;
             }
             Item::Chunk(chunk) => {
-                corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
                 languages.add(&chunk.text);
                 keep(&chunk)?;
                 stage.inc(chunk.text.len() as u64);
@@ -484,6 +506,25 @@ fn read_and_chunk(
         chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
     };
     Ok((metas, groups, summary, report))
+}
+
+/// Adds a document (or pre-chunked unit) to the corpus hash.
+fn hash_item(hasher: &mut ContentHasher, item: &Item) {
+    match item {
+        Item::Document(doc) => hasher.update(&[doc.id.as_str(), &doc.title, &doc.text]),
+        Item::Chunk(chunk) => hasher.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]),
+    }
+}
+
+/// The hash of the corpus `config` names (the manifest's `corpus.hash`), from reading it alone:
+/// no chunking, no index.
+pub(crate) fn corpus_hash(config: &BuildConfig, out: &Path) -> Result<String> {
+    let mut hasher = ContentHasher::default();
+    corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
+        hash_item(&mut hasher, &item);
+        Ok(())
+    })?;
+    Ok(hasher.finish())
 }
 
 /// Languages of the documents read, detected one by one.

@@ -150,14 +150,39 @@ fn settings_of(config: &Value) -> Map<String, Value> {
     put("review_min_per_type", at("/review/min_per_type"));
     put("topic_labels", at("/topics/labels"));
     put("topic_min_cosine", at("/topics/min_cosine"));
+    put("pool_run", at("/pool_runs/files"));
     put("pool_run_depth", at("/pool_runs/depth"));
     put("generator", at("/generator/kind"));
+    // The LLM settings (never the API key: the manifest does not hold it; the environment
+    // gives it).
     put("base_url", at("/generator/llm/endpoint/base_url"));
     put("model", at("/generator/llm/endpoint/model"));
+    put("timeout", at("/generator/llm/timeout_secs"));
+    for key in ["concurrency", "rpm", "tpm"] {
+        put(key, at(&format!("/generator/llm/limits/{key}")));
+    }
     put("temperature", at("/generator/llm/temperature"));
     put("max_tokens", at("/generator/llm/max_tokens"));
+    put("max_tokens_total", at("/generator/llm/budget/max_tokens_total"));
+    put("max_cost", at("/generator/llm/budget/max_cost"));
+    put("price_prompt", at("/generator/llm/budget/price/prompt"));
+    put("price_completion", at("/generator/llm/budget/price/completion"));
     put("queries_per_call", at("/generator/generation/queries_per_call"));
     put("repairs", at("/generator/generation/repairs"));
+    // Recorded as the mode's name (`schema`), given as the flag's value (`json_schema`).
+    let json_mode = at("/generator/generation/json_mode").and_then(Value::as_str).map(|mode| match mode {
+        "schema" | "object" => Value::from(format!("json_{mode}")),
+        other => Value::from(other),
+    });
+    put("json_mode", json_mode.as_ref());
+    let styles = at("/generator/generation/styles").and_then(Value::as_array).map(|styles| {
+        let spec: Vec<String> = styles
+            .iter()
+            .filter_map(|pair| Some(format!("{}={}", pair.get(0)?.as_str()?, pair.get(1)?)))
+            .collect();
+        Value::from(spec.join(","))
+    });
+    put("styles", styles.as_ref());
     put("prompts", at("/generator/prompts"));
     put("cache", at("/generator/cache"));
     if let Some(Value::Object(mix)) = at("/mix") {

@@ -16,10 +16,15 @@ use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
+use crate::generate::Generator as _;
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
-use crate::output::layout::{CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, QUERIES, QUEUE, REJECTS};
+use crate::judge::{Ask, Judge};
+use crate::output::RunInfo;
+use crate::output::layout::{
+    CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS, REPORT_HTML,
+};
 use crate::output::{self, Staging};
 use crate::pipeline;
 use crate::progress::Progress;
@@ -30,7 +35,7 @@ use crate::review::version::{self, MadeBy};
 use crate::rounds::Rounds;
 use crate::runs::PoolRuns;
 use map::{ChunkChange, ChunkMap, Piece};
-use recheck::{Checked, QueryChange, Recheck};
+use recheck::{Checked, PoolGrade, QueryChange, Recheck};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -111,7 +116,8 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
         change: String,
     }
     let entries: Vec<Entry> = read_all(&set.join(CHANGELOG))?;
-    let unqueued = [QueryChange::Kept, QueryChange::Remapped, QueryChange::Retired].map(QueryChange::label);
+    let unqueued = [QueryChange::Kept, QueryChange::Remapped, QueryChange::PoolJudged, QueryChange::Retired]
+        .map(QueryChange::label);
     Ok(entries
         .into_iter()
         .filter(|e| !unqueued.contains(&e.change.as_str()))
@@ -133,6 +139,9 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         ));
     }
     let manifest = read_manifest(set)?;
+    if same_corpus(config, set, &manifest)? {
+        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
+    }
     let current = Version::read(set)?;
     let old = read_pieces(&set.join(CORPUS))?;
     let scratch =
@@ -147,7 +156,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
-    stage.finish(&report::chunk_line(&outcome.chunks));
+    timings.add("map", stage.finish(&report::chunk_line(&outcome.chunks)));
     if map.is_identity() {
         outcome.nothing_changed = true;
         return Ok(outcome);
@@ -161,8 +170,17 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let candidates: Vec<Judged> =
         if candidates_path.is_file() { read_all(&candidates_path)? } else { Vec::new() };
     let stage = progress.stage("recheck", current.queries.len() as u64);
-    let checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
-    stage.finish(&format!("{} queries re-checked", checked.len()));
+    let mut checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
+    timings.add("recheck", stage.finish(&format!("{} queries re-checked", checked.len())));
+    let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
+    if judging && options.dry_run {
+        outcome.llm_calls += pool_asks(&checked, &index).len() as u64;
+    } else if judging {
+        let network = judge_pools(config, (&index, work, language), &mut checked, *progress, &mut timings)?;
+        if let Some(network) = network {
+            (outcome.llm_calls, outcome.llm_cache_hits) = (network.requests, network.cache_hits);
+        }
+    }
     for c in &checked {
         *outcome.queries.entry(c.change).or_default() += 1;
     }
@@ -176,13 +194,14 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let mut fresh = Fresh { config, index: &index, filter: &filter, work, language, progress: *progress };
     if options.dry_run {
         outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted)?;
-        outcome.llm_calls = outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
+        outcome.llm_calls += outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
         return Ok(outcome);
     }
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
     let written = Written { map: &map, checked: &checked, rounds: &rounds.0, index: &index, language };
     if let Some(llm) = &rounds.1 {
-        (outcome.llm_calls, outcome.llm_cache_hits) = (llm.network.requests, llm.network.cache_hits);
+        outcome.llm_calls += llm.network.requests;
+        outcome.llm_cache_hits += llm.network.cache_hits;
     }
     let new_count = rounds.0.judged.iter().filter(|j| j.in_set()).count();
     if new_count > 0 {
@@ -191,15 +210,102 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     outcome.in_set = in_set + new_count;
     outcome.human_share = written.human_share();
     let mut staging = staging;
+    let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
     let mut manifest = manifest;
-    outcome.version = Some(current_version(&manifest) + 1);
-    update_manifest(&mut manifest, config, &corpus, &outcome)?;
+    let version = current_version(&manifest);
+    outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
+    keep_refresh_files(set, version, &staging)?;
+    timings.add("write", stage.finish(&format!("version {}", version + 1)));
+    let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
+    update_manifest(&mut manifest, config, &corpus, &outcome, &run)?;
     output::write_json(&staging.path(MANIFEST), &manifest)?;
     version::stage_rebuild(set, &mut staging, MadeBy::Refresh)?;
     staging.publish(&[])?;
     Ok(outcome)
+}
+
+/// The files of the current version that a build does not keep under `versions/vN/` when it
+/// replaces it (a refresh writes new ones): staged there beside them.
+const KEPT_BY_REFRESH: [&str; 4] = [CHUNK_MAP, CHANGELOG, REPORT_HTML, POOL_TSV];
+
+/// Stages a copy of the current version's [`KEPT_BY_REFRESH`] files as `versions/v<version>/`,
+/// so that the version stays whole once the refresh replaces them.
+fn keep_refresh_files(set: &Path, version: u32, staging: &Staging) -> Result<()> {
+    let kept = version::version_dir(Path::new(""), version);
+    for name in KEPT_BY_REFRESH.iter().filter(|name| set.join(name).is_file()) {
+        let bytes =
+            fs_err::read(set.join(name)).map_err(|source| Error::Input { path: set.join(name), source })?;
+        output::write_atomic(&staging.path(&kept.join(name).to_string_lossy()), |w| w.write_all(&bytes))?;
+    }
+    Ok(())
+}
+
+/// The questions for the judge: every chunk new to the corpus that entered the pool of a query
+/// whose labels were kept, with the query it is for (its place in `checked`).
+fn pool_asks(checked: &[Checked], index: &ChunkIndex) -> Vec<(usize, ChunkId, Ask)> {
+    let mut asks = Vec::new();
+    for (at, c) in checked.iter().enumerate().filter(|(_, c)| c.change == QueryChange::Pool) {
+        let Some(judged) = &c.judged else { continue };
+        for id in &c.new_pool {
+            if let Some(chunk) = index.position(id) {
+                asks.push((at, id.clone(), Ask { query: judged.candidate.text.clone(), chunk }));
+            }
+        }
+    }
+    asks
+}
+
+/// With `--judge-pool` and an LLM: the judge grades the chunks new to the corpus that entered
+/// kept queries' pools. A grade becomes a qrels row (provenance `judge`; a 0 stays in
+/// `qrels/provenance.tsv` only, as in a build); a query whose new chunks all got one is not
+/// queued (`pool_judged`); one the judge could not grade stays listed for review. Returns the
+/// judge's network statistics.
+fn judge_pools(
+    config: &BuildConfig,
+    (index, work, language): (&ChunkIndex, &Path, crate::text::Language),
+    checked: &mut [Checked],
+    progress: Progress,
+    timings: &mut Timings,
+) -> Result<Option<crate::llm::NetworkStats>> {
+    let asks = pool_asks(checked, index);
+    if asks.is_empty() {
+        return Ok(None);
+    }
+    let Some(mut judge) = pipeline::llm_judge(config, index, work, language, progress)? else {
+        return Ok(None);
+    };
+    let stage = progress.stage("judge", asks.len() as u64);
+    let questions: Vec<Ask> = asks.iter().map(|(_, _, ask)| ask.clone()).collect();
+    let grades = Judge::grade(&mut judge, &questions, &stage)?;
+    let mut answered = 0;
+    for ((at, id, _), grade) in asks.into_iter().zip(grades) {
+        let Ok(grade) = grade else { continue };
+        answered += 1;
+        let c = &mut checked[at];
+        c.new_pool.retain(|p| *p != id);
+        if let Some(judged) = &mut c.judged {
+            judged.verdict.pool.iter_mut().filter(|p| p.chunk_id == id).for_each(|p| p.grade = Some(grade));
+        }
+        let row = Qrel { query_id: c.id.clone(), chunk_id: id.clone(), grade, provenance: Provenance::Judge };
+        c.qrels.push(row);
+        c.pool_grades.push(PoolGrade { chunk: id, grade });
+    }
+    for c in checked.iter_mut().filter(|c| c.change == QueryChange::Pool) {
+        let judged = c.pool_grades.len();
+        c.reason = if c.new_pool.is_empty() {
+            c.change = QueryChange::PoolJudged;
+            format!("{judged} chunk(s) new to the corpus entered its pool; the judge graded them")
+        } else {
+            format!(
+                "{} chunk(s) new to the corpus entered its pool, unjudged ({judged} graded by the judge)",
+                c.new_pool.len()
+            )
+        };
+    }
+    timings.add("judge", stage.finish(&format!("{answered} grades")));
+    Ok(judge.llm_report().map(|r| r.network))
 }
 
 /// Every query of `current`, in file order.
@@ -222,6 +328,25 @@ fn recheck_all(
             recheck.query(line, rows.remove(&line.id).unwrap_or_default(), by_id.get(&line.id).copied())
         })
         .collect()
+}
+
+/// Whether `config.corpus` holds the very documents the set was built from (the manifest's
+/// corpus hash), to be chunked with the same settings: then every chunk is unchanged, and the
+/// refresh needs neither chunking nor an index to know it.
+fn same_corpus(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Result<bool> {
+    let recorded = |pointer: &str| manifest.rest.get("config").and_then(|c| c.pointer(pointer));
+    let same = |pointer: &str, now: std::result::Result<serde_json::Value, serde_json::Error>| {
+        now.ok().as_ref() == recorded(pointer)
+    };
+    let hash = manifest.rest.get("corpus").and_then(|c| c.get("hash")).and_then(serde_json::Value::as_str);
+    let Some(hash) = hash else { return Ok(false) };
+    if !(same("/chunking", serde_json::to_value(config.chunking))
+        && same("/segmenter", serde_json::to_value(config.segmenter))
+        && same("/prechunked", serde_json::to_value(config.prechunked)))
+    {
+        return Ok(false);
+    }
+    Ok(pipeline::corpus_hash(config, set)? == hash)
 }
 
 /// The share of the new corpus's text in added chunks.
@@ -280,7 +405,8 @@ impl Fresh<'_> {
         added: &HashSet<usize>,
         n: usize,
     ) -> Result<Option<Estimate>> {
-        if n == 0 || added.is_empty() {
+        // The offline generator makes no calls: its estimate would only cost its topic space.
+        if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
             return Ok(None);
         }
         let generator =
@@ -310,8 +436,10 @@ impl Fresh<'_> {
                 rounds.dedup.check_and_keep(&j.candidate.id, &j.candidate.text);
             }
         }
+        let stage = self.progress.stage("connect", 0);
         let mut generator =
             pipeline::make_generator(self.config, self.index, self.work, self.language, self.progress)?;
+        timings.add("connect", stage.finish(generator.name()));
         let group = generator.queries_per_call();
         let mut planner = self.planner(groups, added, n, group);
         for round in 1..=self.config.max_rounds {
@@ -348,6 +476,12 @@ struct Written<'a> {
 impl Written<'_> {
     fn new_set(&self) -> impl Iterator<Item = &Judged> {
         self.rounds.judged.iter().filter(|j| j.in_set())
+    }
+
+    /// Every query of the new version as the new corpus sees it, in file order.
+    fn in_set(&self) -> impl Iterator<Item = &Judged> {
+        let old = self.checked.iter().filter(|c| c.line.is_some()).filter_map(|c| c.judged.as_ref());
+        old.chain(self.new_set())
     }
 
     fn qrels(&self) -> Vec<Qrel> {
@@ -403,6 +537,12 @@ impl Written<'_> {
         output::write_text(&staging.path(NO_ANSWER), &self.no_answer(&qrels))?;
         let queue = crate::sample::review_items(&self.queue(), self.index)?;
         output::write_jsonl(&staging.path(QUEUE), &queue)?;
+        let pools: Vec<&Judged> = self.in_set().collect();
+        let pooled_by_runs = pools.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty()));
+        // Rewritten whenever the set has one, so that it never lists the old corpus's pools.
+        if pooled_by_runs || set.join(POOL_TSV).is_file() {
+            output::write_pool(&staging.path(POOL_TSV), &pools)?;
+        }
         output::write_jsonl(&staging.path(CANDIDATES), self.candidates(candidates))?;
         let mut rejects: Vec<serde_json::Value> =
             if set.join(REJECTS).is_file() { read_all(&set.join(REJECTS))? } else { Vec::new() };
@@ -452,12 +592,17 @@ fn update_manifest(
     config: &BuildConfig,
     corpus: &output::CorpusSummary,
     outcome: &Outcome,
+    run: &RunInfo,
 ) -> Result<()> {
-    let value = |v: std::result::Result<serde_json::Value, serde_json::Error>| {
-        v.map_err(|e| Error::Output { path: MANIFEST.into(), source: e.into() })
+    // Through the text, as a build writes it: `to_value` would widen an `f32` (0.3 becomes
+    // 0.30000001192092896).
+    let value = |text: std::result::Result<String, serde_json::Error>| {
+        text.and_then(|text| serde_json::from_str(&text))
+            .map_err(|e| Error::Output { path: MANIFEST.into(), source: e.into() })
     };
-    manifest.rest.insert("corpus".to_owned(), value(serde_json::to_value(corpus))?);
-    manifest.rest.insert("config".to_owned(), value(serde_json::to_value(config))?);
-    manifest.rest.insert("refresh".to_owned(), value(serde_json::to_value(outcome))?);
+    manifest.rest.insert("corpus".to_owned(), value(serde_json::to_string(corpus))?);
+    manifest.rest.insert("config".to_owned(), value(serde_json::to_string(config))?);
+    manifest.rest.insert("refresh".to_owned(), value(serde_json::to_string(outcome))?);
+    manifest.rest.insert("run".to_owned(), value(serde_json::to_string(run))?);
     Ok(())
 }

@@ -45,6 +45,9 @@ pub enum QueryChange {
     Relabelled,
     /// Labels kept; chunks new to the corpus entered its pool (listed for review).
     Pool,
+    /// Labels kept; the judge graded the chunks new to the corpus that entered its pool
+    /// (`--judge-pool`). Not flagged, not queued.
+    PoolJudged,
     /// Its sources unchanged; only derived rows (topic, duplicate, judge) moved to new ids or
     /// went with their deleted chunks. Not flagged, not queued.
     Remapped,
@@ -65,6 +68,7 @@ impl QueryChange {
             Self::Retargeted => "retargeted",
             Self::Relabelled => "relabelled",
             Self::Pool => "pool",
+            Self::PoolJudged => "pool_judged",
             Self::Remapped => "remapped",
             Self::New => "new",
             Self::Kept => "kept",
@@ -75,7 +79,7 @@ impl QueryChange {
     /// Whether it goes to the review queue.
     #[must_use]
     pub fn queued(self) -> bool {
-        !matches!(self, Self::Kept | Self::Remapped | Self::Retired)
+        !matches!(self, Self::Kept | Self::Remapped | Self::PoolJudged | Self::Retired)
     }
 }
 
@@ -116,8 +120,8 @@ pub struct Checked {
     pub line: Option<String>,
     /// Its qrels rows in the new version (grade 0 included).
     pub qrels: Vec<Qrel>,
-    /// The query as the new corpus sees it, for the review queue and `candidates.jsonl` (only
-    /// for queued queries).
+    /// The query as the new corpus sees it (its pool, for `qrels/pool.tsv`; the review queue
+    /// and `candidates.jsonl` for changed ones); `None` when retired.
     pub judged: Option<Judged>,
     /// Rows moved to new ids.
     pub moved: Vec<Moved>,
@@ -125,6 +129,17 @@ pub struct Checked {
     pub lost: Vec<Lost>,
     /// Chunks new to the corpus that entered its pool, unjudged.
     pub new_pool: Vec<ChunkId>,
+    /// Chunks new to the corpus that entered its pool, with the judge's grade.
+    pub pool_grades: Vec<PoolGrade>,
+}
+
+/// A chunk new to a query's pool, as the judge graded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PoolGrade {
+    /// The chunk.
+    pub chunk: ChunkId,
+    /// Its grade (0–3).
+    pub grade: u8,
 }
 
 /// Where a chunk a query points at went.
@@ -170,11 +185,12 @@ impl<'a> Recheck<'a> {
             moved: Vec::new(),
             lost: Vec::new(),
             new_pool: Vec::new(),
+            pool_grades: Vec::new(),
         };
         if line.query_type == QueryType::NoAnswer && !answerable {
-            let mut verdict = self.filter.judge(&candidate)?;
+            let mut verdict = self.now(&candidate, &rows, judged)?;
             if verdict.status != Status::Dropped {
-                return Ok(kept(QueryChange::Kept, None));
+                return Ok(kept(QueryChange::Kept, Some(Judged { candidate, verdict })));
             }
             let reason = format!("the new corpus may answer it ({})", verdict.reason.label());
             verdict.status = Status::Flagged;
@@ -185,7 +201,7 @@ impl<'a> Recheck<'a> {
         }
         let unchanged = |id: &ChunkId| self.map.get(id).is_none_or(|m| m.change == ChunkChange::Unchanged);
         if rows.iter().map(|r| &r.chunk_id).chain(&candidate.sources).all(unchanged) {
-            let mut verdict = self.filter.judge(&candidate)?;
+            let mut verdict = self.now(&candidate, &rows, judged)?;
             let mut judged_ids: HashSet<&ChunkId> = rows.iter().map(|r| &r.chunk_id).collect();
             // The new version of a chunk that was in the old pool has not newly entered it.
             let old_pool =
@@ -199,7 +215,7 @@ impl<'a> Recheck<'a> {
                 .cloned()
                 .collect();
             if new_pool.is_empty() {
-                return Ok(kept(QueryChange::Kept, None));
+                return Ok(kept(QueryChange::Kept, Some(Judged { candidate, verdict })));
             }
             verdict.status = Status::Flagged;
             let mut checked = kept(QueryChange::Pool, Some(Judged { candidate, verdict }));
@@ -208,11 +224,32 @@ impl<'a> Recheck<'a> {
             checked.new_pool = new_pool;
             return Ok(checked);
         }
-        self.changed(line, rows, candidate)
+        self.changed(line, rows, candidate, judged)
+    }
+
+    /// The round trip's verdict on `candidate` in the new corpus, with the grades its pooled
+    /// chunks already had (from the build record `old` or a judge row among `rows`).
+    fn now(&self, candidate: &Candidate, rows: &[Qrel], old: Option<&Judged>) -> Result<Verdict> {
+        let mut verdict = self.filter.judge(candidate)?;
+        let graded = |id: &ChunkId| {
+            let row = rows.iter().find(|r| &r.chunk_id == id && r.provenance == Provenance::Judge);
+            let pooled = || old?.verdict.pool.iter().find(|p| &p.chunk_id == id)?.grade;
+            row.map(|r| r.grade).or_else(pooled)
+        };
+        for pooled in &mut verdict.pool {
+            pooled.grade = graded(&pooled.chunk_id);
+        }
+        Ok(verdict)
     }
 
     /// A query some of whose chunks changed.
-    fn changed(&self, line: &QueryLine, rows: Vec<Qrel>, mut candidate: Candidate) -> Result<Checked> {
+    fn changed(
+        &self,
+        line: &QueryLine,
+        rows: Vec<Qrel>,
+        mut candidate: Candidate,
+        old: Option<&Judged>,
+    ) -> Result<Checked> {
         let mut checked = Checked {
             id: line.id.clone(),
             change: QueryChange::Relabelled,
@@ -224,6 +261,7 @@ impl<'a> Recheck<'a> {
             moved: Vec::new(),
             lost: Vec::new(),
             new_pool: Vec::new(),
+            pool_grades: Vec::new(),
         };
         let mut confirmed = true;
         let mut sources_same = true;
@@ -264,11 +302,13 @@ impl<'a> Recheck<'a> {
                 .clone_into(&mut checked.reason);
             checked.line = Some(line.raw.clone());
             dedup_rows(&mut checked.qrels);
+            let verdict = self.now(&candidate, &checked.qrels, old)?;
+            checked.judged = Some(Judged { candidate, verdict });
             return Ok(checked);
         }
         let old_sources = std::mem::replace(&mut candidate.sources, sources);
         candidate.topic = candidate.topic.take().map(|topic| self.remap(&topic));
-        let mut verdict = self.filter.judge(&candidate)?;
+        let mut verdict = self.now(&candidate, &checked.qrels, old)?;
         if !confirmed && verdict.status == Status::Dropped {
             let reason = format!("the round trip on the new corpus dropped it ({})", verdict.reason.label());
             return Ok(retired(checked, reason));

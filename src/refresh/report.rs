@@ -3,7 +3,7 @@
 
 use super::Outcome;
 use super::map::{ChunkChange, ChunkMap};
-use super::recheck::{Checked, Lost, Moved, QueryChange};
+use super::recheck::{Checked, Lost, Moved, PoolGrade, QueryChange};
 use crate::error::{Error, Result};
 use crate::html::escape as escape_html;
 use crate::id::{ChunkId, QueryId};
@@ -50,6 +50,9 @@ pub enum Line<'a> {
         /// Chunks new to the corpus in its pool, unjudged.
         #[serde(skip_serializing_if = "<[_]>::is_empty")]
         new_pool: &'a [ChunkId],
+        /// Chunks new to the corpus in its pool, as the judge graded them.
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        pool_grades: &'a [PoolGrade],
     },
 }
 
@@ -77,6 +80,7 @@ pub fn changelog<'a>(
         moved: &c.moved,
         human_not_carried: &c.lost,
         new_pool: &c.new_pool,
+        pool_grades: &c.pool_grades,
     });
     let fresh = new.map(|j| Line::Query {
         query_id: &j.candidate.id,
@@ -86,6 +90,7 @@ pub fn changelog<'a>(
         moved: &[],
         human_not_carried: &[],
         new_pool: &[],
+        pool_grades: &[],
     });
     chunks.chain(added).chain(queries).chain(fresh)
 }

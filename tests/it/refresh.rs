@@ -42,23 +42,31 @@ impl Fixture {
         let mut args =
             vec!["refresh", "--set", path_str(&self.set.out), "--corpus", path_str(&self.corpus), "-q"];
         args.extend_from_slice(extra);
-        let output = qrelgen(&args);
-        Run {
-            out: self.set.out.clone(),
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        finished(&self.set.out, &qrelgen(&args))
     }
 
     fn doc(&self, name: &str) -> PathBuf {
         self.corpus.join(name)
     }
 
+    fn write_doc(&self, name: &str, text: &str) {
+        write(&self.doc(name), text);
+    }
+
     fn edit(&self, name: &str, from: &str, to: &str) {
         let text = fs_err::read_to_string(self.doc(name)).unwrap_or_else(|e| panic!("{e}"));
         assert!(text.contains(from), "{name} has no {from:?}");
         write(&self.doc(name), text.replacen(from, to, 1));
+    }
+}
+
+/// The run of a refresh of the set in `out` that ended with `output`.
+fn finished(out: &Path, output: &std::process::Output) -> Run {
+    Run {
+        out: out.to_owned(),
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
 
@@ -533,11 +541,14 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
 fn an_unchanged_corpus_is_the_identity_on_every_file() {
     for corpus in [sample_corpus(), sample_corpus().with_file_name("haigang-zh")] {
         let f = fixture(&corpus, &[]);
+        // Reading the corpus tells: neither chunking nor an index is needed.
+        fs_err::remove_dir_all(f.set.out.join("index")).unwrap_or_else(|e| panic!("{e}"));
         let before = snapshot(&f.set.out);
         let run = f.refresh(&[]);
         run.assert_code(0);
         assert!(run.stdout.starts_with("nothing changed"), "{}", run.stdout);
         assert_eq!(snapshot(&f.set.out), before, "{}", corpus.display());
+        assert!(!f.set.out.join("index").exists(), "no index was built");
         let dry = f.refresh(&["--dry-run"]);
         dry.assert_code(0);
         assert_eq!(snapshot(&f.set.out), before);
@@ -616,4 +627,256 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
         fs_err::read_to_string(set.join("queries.jsonl")).ok(),
         "the resumed refresh writes the same set"
     );
+}
+
+/// Runs `qrelgen refresh --set SET --corpus CORPUS ARGS…` off the async runtime, with `key` in
+/// `OPENAI_API_KEY`.
+async fn refresh_llm(set: &Path, corpus: &Path, args: &[&str], key: &str) -> Run {
+    let mut all: Vec<String> =
+        ["refresh", "--set", path_str(set), "--corpus", path_str(corpus), "-q"].map(str::to_owned).to_vec();
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    let (out, key) = (set.to_owned(), key.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        finished(&out, &qrelgen_with_env(&args, &[("OPENAI_API_KEY", &key)]))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_judge_pool_the_judge_grades_the_chunks_new_to_a_pool_and_only_once() {
+    let dir = tempdir();
+    let corpus = super::controls::pool_corpus(dir.path());
+    let (model, counters) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let (set, spare) = (dir.path().join("set"), dir.path().join("spare"));
+    let args = ["--corpus", path_str(&corpus), "--queries", "1", "--mix", "direct=1", "--judge-pool", "2"];
+    let built = super::llm::run_on(&server, &set, &[&args[..], &["--per-doc-cap", "1"]].concat()).await;
+    built.assert_code(0);
+    copy_tree(&set, &spare);
+    let query = str_field(&built.jsonl("queries.jsonl")[0], "/_id").to_owned();
+    assert!(
+        str_field(&built.jsonl("queries.jsonl")[0], "/metadata/sources/0").starts_with("keys.md:"),
+        "the mock writes from keys.md"
+    );
+    // Every word of keys.md: the judge (the mock) grades the new chunk 3.
+    write(
+        &corpus.join("recovery.md"),
+        "# Recovery keys\n\nEncrypted folders require recovery keys before sharing externally with partners, \
+         and partners keep them.\n",
+    );
+    let (requests, judged) = (counters.requests(), counters.judge_requests());
+    let dry = refresh_llm(&set, &corpus, &["--new-queries", "0", "--dry-run"], "sk-refresh").await;
+    dry.assert_code(0);
+    assert!(dry.stdout.contains("LLM calls it would make: 1 "), "the one ask: {}", dry.stdout);
+    assert_eq!(counters.requests(), requests, "a dry run asks nothing");
+    let run = refresh_llm(&set, &corpus, &["--new-queries", "0"], "sk-refresh").await;
+    run.assert_code(0);
+    assert_eq!(counters.judge_requests() - judged, 1, "one ask: the one chunk new to the pool");
+    assert_eq!(counters.requests() - requests, 1, "and no other call");
+    let new_chunk = chunk_with(&run, "partners keep them");
+    let after = rows(&run);
+    assert_eq!(
+        rows_of(&after, &query).into_iter().filter(|r| r.3 == "judge").cloned().collect::<Vec<_>>(),
+        [
+            rows_of(&rows(&built), &query).into_iter().find(|r| r.3 == "judge").cloned().unwrap_or_default(),
+            (query.clone(), new_chunk.clone(), "3".to_owned(), "judge".to_owned())
+        ],
+        "the build's judge row, then the new one"
+    );
+    assert!(run.trec().contains(&(query.clone(), new_chunk.clone(), 3)));
+    let (change, log) = &query_changes(&run)[&query];
+    assert_eq!(change, "pool_judged", "{log}");
+    assert_eq!(log["pool_grades"], json!([{"chunk": new_chunk, "grade": 3}]));
+    assert!(log.get("new_pool").is_none(), "nothing left unjudged: {log}");
+    assert!(run.jsonl("review_queue.jsonl").is_empty(), "a judged pool is not queued");
+    assert_eq!(parse(&run.file("manifest.json"))["refresh"]["llm_calls"], 1);
+
+    // The same refresh again (a copy of the set before it, with the cache it filled): no call.
+    fs_err::copy(set.join("llm-cache.sqlite"), spare.join("llm-cache.sqlite"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let requests = counters.requests();
+    let again = refresh_llm(&spare, &corpus, &["--new-queries", "0"], "sk-refresh").await;
+    again.assert_code(0);
+    assert_eq!(counters.requests(), requests, "every grade came from the cache");
+    assert_eq!(again.file("qrels/provenance.tsv"), run.file("qrels/provenance.tsv"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_settings_come_from_the_manifest_and_flags_override_them() {
+    let (model, _) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_tree(&sample_corpus(), &corpus);
+    let set = dir.path().join("set");
+    let settings = [
+        "--concurrency",
+        "2",
+        "--rpm",
+        "100000",
+        "--tpm",
+        "90000000",
+        "--timeout",
+        "60",
+        "--temperature",
+        "0.3",
+        "--max-tokens",
+        "900",
+        "--queries-per-call",
+        "3",
+        "--repairs",
+        "1",
+        "--styles",
+        "question=0.6,keyword=0.4",
+        "--json-mode",
+        "json_object",
+        "--max-tokens-total",
+        "50000000",
+        "--price-prompt",
+        "0.5",
+        "--price-completion",
+        "1.5",
+        "--max-cost",
+        "100",
+    ];
+    let built =
+        super::llm::run_on(&server, &set, &[&["--corpus", path_str(&corpus)], &settings[..]].concat()).await;
+    built.assert_code(0);
+    let recorded = parse(&built.file("manifest.json"))["config"]["generator"].clone();
+    assert_eq!(recorded["llm"]["limits"]["concurrency"], 2, "{recorded}");
+    let key = "sk-refresh-SECRET-4b1e";
+    write(
+        &corpus.join("admin/kiosks.md"),
+        "# Kiosk mode\n\nKiosk mode locks the desktop app to one shared folder.\n",
+    );
+    let first = refresh_llm(&set, &corpus, &["--new-queries", "1"], key).await;
+    first.assert_code(0);
+    assert_eq!(
+        parse(&first.file("manifest.json"))["config"]["generator"],
+        recorded,
+        "every LLM setting restored"
+    );
+
+    write(
+        &corpus.join("admin/kiosks.md"),
+        "# Kiosk mode\n\nKiosk mode locks the desktop app to two shared folders.\n",
+    );
+    let second = refresh_llm(
+        &set,
+        &corpus,
+        &["--new-queries", "1", "--temperature", "0.2", "--concurrency", "3"],
+        key,
+    )
+    .await;
+    second.assert_code(0);
+    let mut expected = recorded.clone();
+    expected["llm"]["temperature"] = json!(0.2);
+    expected["llm"]["limits"]["concurrency"] = json!(3);
+    let now = parse(&second.file("manifest.json"))["config"]["generator"].clone();
+    assert_eq!(now["llm"]["temperature"].as_f64().map(|t| (t * 100.0).round()), Some(20.0), "{now}");
+    expected["llm"]["temperature"] = now["llm"]["temperature"].clone();
+    assert_eq!(now, expected, "the flags override and are recorded, the rest stays");
+    for (path, bytes) in snapshot(&set) {
+        assert!(!String::from_utf8_lossy(&bytes).contains(key), "{} holds the API key", path.display());
+    }
+}
+
+/// The files of a set's current version (not its index, cache, review ledger or kept versions).
+fn version_files(set: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = snapshot(set);
+    files.retain(|path, _| {
+        !["index", "versions", "review"].iter().any(|d| path.starts_with(d))
+            && !path.to_string_lossy().starts_with("llm-cache")
+    });
+    files
+}
+
+#[test]
+fn the_previous_version_stays_whole_and_byte_identical_under_versions() {
+    let f = fixture(&sample_corpus(), &[]);
+    let v1 = version_files(&f.set.out);
+    f.edit("billing/cancelling-your-subscription.md", "Reactivate", "Reactivate it");
+    f.refresh(&["--new-queries", "0"]).assert_code(0);
+    let v2 = version_files(&f.set.out);
+    assert!(
+        v2.contains_key(Path::new("refresh/changelog.jsonl")) && v2.contains_key(Path::new("report.html"))
+    );
+    let kept = |n: u32| {
+        let dir = f.set.out.join(format!("versions/v{n}"));
+        snapshot(&dir)
+    };
+    assert_eq!(kept(1), v1, "version 1, every file");
+    f.write_doc(
+        "admin/kiosks.md",
+        "# Kiosk mode\n\nKiosk mode locks the desktop app to one shared folder.\n",
+    );
+    f.refresh(&["--new-queries", "0"]).assert_code(0);
+    assert_eq!(kept(2), v2, "version 2, its refresh files and report.html included");
+    assert_eq!(kept(1), v1, "version 1 untouched");
+    assert_ne!(
+        version_files(&f.set.out)[Path::new("refresh/changelog.jsonl")],
+        v2[Path::new("refresh/changelog.jsonl")]
+    );
+}
+
+/// `(query, chunk, pooled-by, rank, grade)` rows of `qrels/pool.tsv`.
+fn pool_rows(run: &Run) -> BTreeSet<(String, String, String, String, String)> {
+    let text = run.file("qrels/pool.tsv");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("query-id\tcorpus-id\tpooled-by\trank\tgrade"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 5, "{l:?}");
+            (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn a_refresh_rewrites_the_pools_of_qrels_pool_tsv() {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_tree(&sample_corpus(), &corpus);
+    let first = build(&dir.path().join("first"), &corpus, &["-q"]);
+    first.assert_code(0);
+    let queries = first.jsonl("queries.jsonl");
+    let direct: Vec<&Value> = queries.iter().filter(|q| q["metadata"]["type"] == "direct").collect();
+    let doc =
+        |q: &Value| str_field(q, "/metadata/sources/0").split(':').next().unwrap_or_default().to_owned();
+    let (kept, kept_doc) = (str_field(direct[0], "/_id"), doc(direct[0]));
+    let retired = direct.iter().find(|q| doc(q) != kept_doc).unwrap_or_else(|| panic!("two documents"));
+    let retired_doc = doc(retired);
+    let run_file = dir.path().join("mine.run");
+    write(&run_file, format!("{kept} Q0 {kept_doc} 1 9.0 mine\n"));
+    let set = build(dir.path(), &corpus, &["-q", "--pool-run", path_str(&run_file)]);
+    set.assert_code(0);
+    let f = Fixture { _dir: dir, corpus, set };
+    let before = pool_rows(&f.set);
+    assert!(before.iter().any(|r| r.0 == str_field(retired, "/_id")));
+    // A new page made of the kept query's words enters its pool; the other query's source goes.
+    let text = str_field(direct[0], "/text");
+    f.write_doc("zz-new.md", &format!("# {text}\n\n{text}. {text}. {text}.\n"));
+    fs_err::remove_file(f.doc(&retired_doc)).unwrap_or_else(|e| panic!("{e}"));
+    let run = f.refresh(&["--new-queries", "0"]);
+    run.assert_code(0);
+    let after = pool_rows(&run);
+    let new_chunk = chunk_with(&run, &format!("{text}. {text}."));
+    let entered: Vec<_> = after.iter().filter(|r| r.0 == kept && r.1 == new_chunk).collect();
+    assert_eq!(entered.len(), 1, "{after:?}");
+    assert_eq!(
+        (entered[0].2.as_str(), entered[0].4.as_str()),
+        ("round_trip", ""),
+        "pooled by the round trip, unjudged"
+    );
+    assert!(after.iter().any(|r| r.0 == kept && r.2 == "mine"), "the run's pool is kept");
+    let in_set: BTreeSet<String> = lines(&run).into_keys().collect();
+    assert!(after.iter().all(|r| in_set.contains(&r.0)), "only queries of the new version");
+    assert!(!after.iter().any(|r| r.0 == str_field(retired, "/_id")), "the retired query's pool went");
+    let corpus_ids: BTreeSet<String> =
+        run.jsonl("corpus.jsonl").iter().map(|c| str_field(c, "/_id").to_owned()).collect();
+    assert!(after.iter().all(|r| corpus_ids.contains(&r.1)), "no chunk of the old corpus only");
+    assert_ne!(after, before);
 }
