@@ -14,7 +14,7 @@ use crate::filter::RoundTrip;
 use crate::generate::{Generator, Quotas, Request, top_up};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
-use crate::judge::{Asks, Judge, JudgeConfig, Phase};
+use crate::judge::{Asks, Judge, JudgeConfig, LlmJudge, Phase};
 use crate::progress::{Progress, Stage, Timings};
 use crate::record::{Candidate, FailureKind, Judged, QueryType, Reason, Reject, Status, Verdict};
 use serde::Serialize;
@@ -76,6 +76,13 @@ impl std::fmt::Display for Shortfall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {} of {} wanted; {}", self.query_type, self.got, self.wanted, self.cause)
     }
+}
+
+/// The stages a round runs besides the round trip: the generator, and the LLM judge when an LLM
+/// writes the queries (both hold the run's one LLM session).
+pub(crate) struct Stages<'a> {
+    pub(crate) generator: Box<dyn Generator + 'a>,
+    pub(crate) judge: Option<LlmJudge<'a>>,
 }
 
 /// The state carried across generation rounds.
@@ -299,7 +306,7 @@ impl Rounds {
     pub(crate) fn run(
         &mut self,
         round: u32,
-        generator: &mut dyn Generator,
+        stages: &mut Stages<'_>,
         filter: &RoundTrip<'_>,
         index: &ChunkIndex,
         requests: &[Request],
@@ -307,17 +314,17 @@ impl Rounds {
         timings: &mut Timings,
     ) -> Result<()> {
         let stage = progress.stage("generate", requests.len() as u64);
-        let candidates = self.generate(generator, index, requests, &stage)?;
+        let candidates = self.generate(stages.generator.as_mut(), index, requests, &stage)?;
         timings.add("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
         let stage = progress.stage("filter", candidates.len() as u64);
         let mut items = self.round_trip(filter, candidates, &stage)?;
         let passed = items.iter().filter(|j| j.in_set()).count();
         timings.add("filter", stage.finish(&format!("round {round}: {passed} passed the round trip")));
-        if let Some(judge) = generator.judge() {
+        if let Some(judge) = stages.judge.as_mut() {
             timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Decide, progress)?);
         }
         self.admit(&mut items);
-        if let Some(judge) = generator.judge().filter(|_| self.judge.pool > 0) {
+        if let Some(judge) = stages.judge.as_mut().filter(|_| self.judge.pool > 0) {
             timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Pool, progress)?);
         }
         self.record(items);
@@ -368,6 +375,7 @@ fn shortfall_cause(counts: &TypeCounts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::OnAnswered;
 
     fn kept(text: &str) -> Judged {
         let mut verdict = Verdict::dropped(Reason::SourceInTopN);
@@ -377,7 +385,7 @@ mod tests {
 
     fn rounds(direct: usize) -> Rounds {
         let quotas: Quotas = [(QueryType::Direct, direct)].into_iter().collect();
-        Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, reclassify: false })
+        Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, on_answered: OnAnswered::Drop })
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod cache;
 mod error;
 mod limits;
 mod retry;
+mod session;
 mod stall;
 mod transport;
 
@@ -22,6 +23,7 @@ pub use cache::{Cache, CacheError, CachedReply};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
+pub use session::{Asked, Session, Stop, Unusable, is_fatal};
 pub use stall::StallClock;
 
 use crate::id::ContentHasher;
@@ -148,11 +150,23 @@ fn is_default_discount(discount: &f64) -> bool {
     (*discount - DEFAULT_DISCOUNT).abs() < f64::EPSILON
 }
 
+/// Who speaks in a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The instructions.
+    System,
+    /// The request.
+    User,
+    /// The model's earlier reply (before a re-ask).
+    Assistant,
+}
+
 /// A chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
+    /// Who speaks.
+    pub role: Role,
     /// The text.
     pub content: String,
 }
@@ -160,8 +174,8 @@ pub struct Message {
 impl Message {
     /// A message with this role.
     #[must_use]
-    pub fn new(role: &str, content: impl Into<String>) -> Self {
-        Self { role: role.to_owned(), content: content.into() }
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self { role, content: content.into() }
     }
 }
 
@@ -804,7 +818,7 @@ mod tests {
 
     #[test]
     fn the_response_format_counts_as_prompt() {
-        let messages = [Message::new("user", "Reply with JSON.")];
+        let messages = [Message::new(Role::User, "Reply with JSON.")];
         let schema = serde_json::json!({"type": "json_schema", "json_schema": {"name": "queries", "schema": {
             "type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"}}}}}});
         let bare = estimate_tokens(&messages, None);

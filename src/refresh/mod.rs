@@ -283,11 +283,10 @@ impl Fresh<'_> {
         if n == 0 || added.is_empty() {
             return Ok(None);
         }
-        let generator =
-            pipeline::make_generator(self.config, self.index, self.work, self.language, self.progress)?;
-        let group = generator.queries_per_call();
+        let stages = pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+        let group = stages.generator.queries_per_call();
         let requests = self.planner(groups, added, n, group).plan(&self.config.mix.quotas(n), 1, group)?;
-        generator.estimate(&requests).map(Some)
+        stages.generator.estimate(&requests).map(Some)
     }
 
     fn generate(
@@ -310,9 +309,9 @@ impl Fresh<'_> {
                 rounds.dedup.check_and_keep(&j.candidate.id, &j.candidate.text);
             }
         }
-        let mut generator =
-            pipeline::make_generator(self.config, self.index, self.work, self.language, self.progress)?;
-        let group = generator.queries_per_call();
+        let mut stages =
+            pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+        let group = stages.generator.queries_per_call();
         let mut planner = self.planner(groups, added, n, group);
         for round in 1..=self.config.max_rounds {
             let wanted = rounds.to_plan(round == self.config.max_rounds);
@@ -321,17 +320,9 @@ impl Fresh<'_> {
             if requests.is_empty() {
                 break;
             }
-            rounds.run(
-                round,
-                generator.as_mut(),
-                self.filter,
-                self.index,
-                &requests,
-                self.progress,
-                timings,
-            )?;
+            rounds.run(round, &mut stages, self.filter, self.index, &requests, self.progress, timings)?;
         }
-        let llm = generator.llm_report();
+        let llm = stages.generator.llm_report();
         Ok((rounds, llm))
     }
 }
