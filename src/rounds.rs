@@ -43,8 +43,9 @@ pub struct TypeCounts {
     pub filled: usize,
     /// Queries of this type in the set beyond its quota (reclassified no_answer queries).
     pub beyond_quota: usize,
-    /// Left out, by reason.
-    pub dropped_by_reason: BTreeMap<String, usize>,
+    /// Left out, by reason (written in the order of the reasons' labels).
+    #[serde(serialize_with = "by_label")]
+    pub dropped_by_reason: BTreeMap<Reason, usize>,
     /// Requests the generator could not serve, by kind of failure (the messages are in
     /// `rejects.jsonl`).
     pub generation_failures: BTreeMap<FailureKind, usize>,
@@ -56,6 +57,26 @@ impl TypeCounts {
     pub fn in_set(&self) -> usize {
         self.filled + self.beyond_quota
     }
+
+    /// The reasons queries of this type were left out for, with their counts, in the order of
+    /// the reasons' labels (as reports list them).
+    #[must_use]
+    pub fn dropped_by_label(&self) -> Vec<(&'static str, usize)> {
+        labelled(&self.dropped_by_reason)
+    }
+}
+
+fn labelled(reasons: &BTreeMap<Reason, usize>) -> Vec<(&'static str, usize)> {
+    let mut labelled: Vec<(&'static str, usize)> = reasons.iter().map(|(r, &n)| (r.label(), n)).collect();
+    labelled.sort_unstable();
+    labelled
+}
+
+fn by_label<S: serde::Serializer>(
+    reasons: &BTreeMap<Reason, usize>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(labelled(reasons))
 }
 
 /// A type that ended below its quota.
@@ -293,7 +314,7 @@ impl Rounds {
                 Status::Flagged => counts.flagged += 1,
                 Status::Dropped => {
                     counts.dropped += 1;
-                    *counts.dropped_by_reason.entry(item.verdict.reason.label().to_owned()).or_default() += 1;
+                    *counts.dropped_by_reason.entry(item.verdict.reason).or_default() += 1;
                 }
             }
             self.judged.push(item);
@@ -386,6 +407,17 @@ mod tests {
     fn rounds(direct: usize) -> Rounds {
         let quotas: Quotas = [(QueryType::Direct, direct)].into_iter().collect();
         Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, on_answered: OnAnswered::Drop })
+    }
+
+    #[test]
+    fn drop_reasons_are_counted_by_reason_and_written_in_label_order() {
+        let mut counts = TypeCounts::default();
+        // Declared over_quota before near_duplicate; written the other way round, as before.
+        counts.dropped_by_reason.insert(Reason::OverQuota, 2);
+        counts.dropped_by_reason.insert(Reason::NearDuplicate, 1);
+        assert_eq!(counts.dropped_by_label(), [("near_duplicate", 1), ("over_quota", 2)]);
+        let json = serde_json::to_value(&counts).unwrap();
+        assert_eq!(json["dropped_by_reason"].to_string(), r#"{"near_duplicate":1,"over_quota":2}"#);
     }
 
     #[test]

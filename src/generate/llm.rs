@@ -30,14 +30,17 @@ const PREFLIGHT_NOTE: &str = "preflight-json-mode";
 const USABLE_NOTE: &str = "preflight-json-mode-usable";
 
 /// How the reply's structure is requested.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
 pub enum JsonMode {
     /// `response_format: json_schema` with the schema of `prompts/schema.json`.
+    #[strum(serialize = "json_schema")]
     Schema,
     /// `response_format: json_object`.
+    #[strum(serialize = "json_object")]
     Object,
     /// No `response_format`: the prompt alone asks for JSON.
+    #[strum(serialize = "plain")]
     Plain,
 }
 
@@ -45,14 +48,10 @@ impl JsonMode {
     /// Modes from most to least structured: the preflight's order of trial.
     pub const FALLBACK_ORDER: [Self; 3] = [Self::Schema, Self::Object, Self::Plain];
 
-    /// The label used in flags and reports.
+    /// The label used in flags and reports (`json_schema`, `json_object`, `plain`).
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Schema => "json_schema",
-            Self::Object => "json_object",
-            Self::Plain => "plain",
-        }
+        self.into()
     }
 
     /// The `response_format` of a request in this mode whose reply follows `schema` (named

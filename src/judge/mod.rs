@@ -317,6 +317,26 @@ mod tests {
     }
 
     #[test]
+    fn a_planned_query_may_cost_its_hops_and_the_deepest_pool_either_phase_grades() {
+        let pooled = JudgeConfig { pool: 3, on_answered: OnAnswered::Drop };
+        let at_most = |t, config| calls_at_most(t, config, 5);
+        assert_eq!(at_most(QueryType::NoAnswer, NO_POOL), CallsAtMost { hops: false, pool: 5 });
+        assert_eq!(at_most(QueryType::NoAnswer, pooled), CallsAtMost { hops: false, pool: 5 }, "graded once");
+        assert_eq!(at_most(QueryType::MultiHop, NO_POOL), CallsAtMost { hops: true, pool: 0 });
+        assert_eq!(at_most(QueryType::MultiHop, pooled), CallsAtMost { hops: true, pool: 3 });
+        assert_eq!(at_most(QueryType::Direct, NO_POOL), CallsAtMost { hops: false, pool: 0 });
+        assert_eq!(at_most(QueryType::Paraphrase, pooled), CallsAtMost { hops: false, pool: 3 });
+        assert_eq!(calls_at_most(QueryType::Direct, pooled, 2).pool, 2, "never deeper than the pool");
+    }
+
+    #[test]
+    fn on_answered_is_recorded_as_reclassify_true_or_false() {
+        let json = |on_answered| serde_json::to_string(&JudgeConfig { pool: 1, on_answered }).unwrap();
+        assert_eq!(json(OnAnswered::Drop), r#"{"pool":1,"reclassify":false}"#);
+        assert_eq!(json(OnAnswered::Reclassify), r#"{"pool":1,"reclassify":true}"#);
+    }
+
+    #[test]
     fn a_hop_that_answers_alone_rejects_a_multi_hop_query() {
         let mut one = item(QueryType::MultiHop, &[]);
         decide(&mut one, &[(Purpose::Hop, Some(3)), (Purpose::Hop, Some(1))], NO_POOL);
