@@ -19,7 +19,7 @@ pub use batch::{
     BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Imported, MAX_BYTES, MAX_REQUESTS,
     request_line,
 };
-pub use cache::{Cache, CacheError, CachedReply};
+pub use cache::{Cache, CacheError, CachedReply, Via};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
@@ -518,7 +518,7 @@ impl Llm {
     /// [`LlmError::Body`] when the cache cannot be read.
     pub fn note(&self, name: &str) -> Result<Option<String>, LlmError> {
         let key = self.note_key(name);
-        Ok(self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))?.map(|r| r.content))
+        Ok(self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))?.map(|(reply, _)| reply.content))
     }
 
     /// Remembers `value` under `name` for this endpoint and model.
@@ -543,10 +543,9 @@ impl Llm {
     }
 
     /// The cache key of a call: base URL, model, and the whole request body.
-    fn key(&self, request: &ChatRequest<'_>) -> String {
-        let body = serde_json::to_string(request).unwrap_or_default();
+    fn key(&self, body: &str) -> String {
         let mut hasher = ContentHasher::default();
-        hasher.update(&[&self.config.endpoint.base_url, &self.config.endpoint.model, &body]);
+        hasher.update(&[&self.config.endpoint.base_url, &self.config.endpoint.model, body]);
         hasher.finish()
     }
 
@@ -573,32 +572,47 @@ impl Llm {
         temperature: f32,
     ) -> Result<Completion, LlmError> {
         let request = self.request(messages, response_format, temperature);
-        let key = self.key(&request);
-        if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
-            if self.batch.as_ref().is_some_and(|b| !b.first_use(&key)) {
-                return Ok(completion(&reply));
-            }
-            let prompt = estimate_tokens(messages, response_format);
-            let batched = self.cache.via_batch(&key);
-            self.update(|t| {
-                t.network.cache_hits += 1;
-                t.used.add(&reply);
-                if batched {
-                    t.used.add_batched(&reply);
-                }
-                t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
-            });
-            self.stall.progress();
+        let body = serde_json::to_string(&request)
+            .map_err(|e| LlmError::Body(format!("the request cannot be written as JSON: {e}")))?;
+        let key = self.key(&body);
+        if let Some(reply) = self.cached(&key, messages, response_format)? {
             return Ok(completion(&reply));
         }
         if let Some(batch) = &self.batch {
-            let body = serde_json::to_string(&request).unwrap_or_default();
             let tokens = estimate_tokens(messages, response_format).saturating_add(self.config.max_tokens);
             return Err(batch.defer(&key, &body, tokens));
         }
         let reply = self.send(&request, RetryOn::Transient).await?;
         self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
         Ok(completion(&reply))
+    }
+
+    /// The reply the cache holds under `key`, if any, counted in the usage (in batch mode, once
+    /// per stage: a stage reruns its unfinished items after each batch). A cache hit skips the
+    /// limiters and restarts the stall clock.
+    fn cached(
+        &self,
+        key: &str,
+        messages: &[Message],
+        response_format: Option<&serde_json::Value>,
+    ) -> Result<Option<CachedReply>, LlmError> {
+        let Some((reply, via)) = self.cache.get(key).map_err(|e| LlmError::Body(e.to_string()))? else {
+            return Ok(None);
+        };
+        if self.batch.as_ref().is_some_and(|b| !b.first_use(key)) {
+            return Ok(Some(reply));
+        }
+        let prompt = estimate_tokens(messages, response_format);
+        self.update(|t| {
+            t.network.cache_hits += 1;
+            t.used.add(&reply);
+            if via == Via::Batch {
+                t.used.add_batched(&reply);
+            }
+            t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
+        });
+        self.stall.progress();
+        Ok(Some(reply))
     }
 
     /// Asks the server itself, never the cache (a probe checks what the server does now):
@@ -824,6 +838,15 @@ mod tests {
         let bare = estimate_tokens(&messages, None);
         assert_eq!(bare, 4 + 4, "four tokens of text, four per message");
         assert!(estimate_tokens(&messages, Some(&schema)) > bare + 20);
+    }
+
+    #[test]
+    fn roles_are_written_as_the_chat_api_names_them() {
+        let messages = [Message::new(Role::System, "s"), Message::new(Role::Assistant, "a")];
+        assert_eq!(
+            serde_json::to_string(&messages).unwrap(),
+            r#"[{"role":"system","content":"s"},{"role":"assistant","content":"a"}]"#
+        );
     }
 
     #[test]
