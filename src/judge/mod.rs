@@ -262,7 +262,7 @@ fn decide(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConf
     match item.candidate.query_type {
         QueryType::MultiHop if one_hop_answers => verdict.mark(Status::Dropped, Reason::OneChunkAnswers),
         QueryType::NoAnswer if answered && config.on_answered == OnAnswered::Reclassify => {
-            reclassify(verdict)
+            reclassify(verdict);
         }
         QueryType::NoAnswer if answered => verdict.mark(Status::Dropped, Reason::AnsweredInCorpus),
         _ if failed => verdict.mark(Status::Flagged, Reason::JudgeFailed),

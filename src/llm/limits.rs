@@ -246,10 +246,8 @@ impl Slots {
     /// Takes the slot at `at` if one is free then; else when the next one is.
     fn take(&self, at: Instant) -> Option<Instant> {
         let since = at.saturating_duration_since(self.origin);
-        let shown = Duration::from(self.clock.now());
-        if since > shown {
-            self.clock.advance(since - shown);
-        }
+        // Forward only: a decision for an instant already passed is made at the clock's time.
+        self.clock.advance(since.saturating_sub(Duration::from(self.clock.now())));
         let refused = self.limiter.check().err()?;
         Some(self.origin + Duration::from(refused.earliest_possible()))
     }
