@@ -255,3 +255,15 @@ impl fmt::Display for Problem {
         write!(f, "{}: {}", self.at, self.message)
     }
 }
+
+impl From<crate::llm::Stop> for Error {
+    fn from(stop: crate::llm::Stop) -> Self {
+        use crate::llm::Stop;
+        match stop {
+            Stop::Budget(message) => Self::Budget(message),
+            Stop::Stalled { seconds, url } => Self::Stalled { seconds, url },
+            Stop::Endpoint { url, message, hint } => Self::Endpoint { url, message, hint },
+            Stop::Batch(error) => Self::Batch(error),
+        }
+    }
+}

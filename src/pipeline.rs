@@ -8,15 +8,16 @@ use crate::dedup::ChunkGroups;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
-    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
+    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Preflight, Prompts, Quotas,
 };
 use crate::id::{ChunkId, ContentHasher};
 use crate::index::{Analyzer, ChunkIndex, IndexError};
-use crate::llm::{BatchMode, Cache, Llm};
+use crate::judge::LlmJudge;
+use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
 use crate::progress::{Progress, Timings};
 use crate::record::{Chunk, ChunkMeta, FORMAT_VERSION, Judged, QueryType};
-use crate::rounds::Rounds;
+use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::sample;
 use crate::text::Language;
@@ -76,22 +77,22 @@ pub fn build(
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
-    let mut generator = make_generator(config, &index, out, language, *progress)?;
-    timings.add("connect", stage.finish(&generator_line(generator.as_ref(), language)));
+    let mut stages = make_stages(config, &index, out, language, *progress)?;
+    timings.add("connect", stage.finish(&generator_line(stages.generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
-    let group = generator.queries_per_call();
+    let group = stages.generator.queries_per_call();
     let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
     if config.dry_run {
-        let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas)?;
+        let dry_run = dry_run(config, &stages, &mut planner, &quotas)?;
         return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
     }
     if submits_batches(config) {
         let mut fresh = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
-        check_batch_budget(config, &dry_run(config, generator.as_mut(), &mut fresh, &quotas)?)?;
+        check_batch_budget(config, &dry_run(config, &stages, &mut fresh, &quotas)?)?;
     }
     let mut rounds = Rounds::new(&quotas, config.dedup_threshold, config.judge);
     // Without a judge, each hop of a multi_hop query must at least contribute a term.
-    let checks = Checks { language: Some(language), hop_terms: generator.judge().is_none() };
+    let checks = Checks { language: Some(language), hop_terms: stages.judge.is_none() };
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
     let filter =
         RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
@@ -106,16 +107,16 @@ pub fn build(
         if requests.is_empty() {
             break;
         }
-        rounds.run(round, generator.as_mut(), &filter, &index, &requests, *progress, &mut timings)?;
+        rounds.run(round, &mut stages, &filter, &index, &requests, *progress, &mut timings)?;
     }
 
     let shortfalls = rounds.shortfalls(&quotas);
-    let llm = generator.llm_report();
+    let llm = stages.generator.llm_report();
     let mut manifest = Manifest {
         format_version: FORMAT_VERSION,
         tool: output::tool(),
         seed: config.seed,
-        generator: generator.name().to_owned(),
+        generator: stages.generator.name().to_owned(),
         config,
         per_doc_cap: planner.cap(),
         filter_checks: filter.checks(),
@@ -230,12 +231,12 @@ pub struct DryRun {
 /// as a real run), and what each would cost.
 fn dry_run(
     config: &BuildConfig,
-    generator: &mut dyn Generator,
+    stages: &Stages<'_>,
     planner: &mut Planner<'_>,
     quotas: &Quotas,
 ) -> Result<DryRun> {
     let mut rounds = Rounds::new(quotas, config.dedup_threshold, config.judge);
-    let group = generator.queries_per_call();
+    let group = stages.generator.queries_per_call();
     let mut range =
         DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
     for round in 1..=config.max_rounds {
@@ -244,9 +245,10 @@ fn dry_run(
         if requests.is_empty() {
             break;
         }
-        let mut estimate = generator.estimate(&requests)?;
-        if generator.judge().is_some() {
-            estimate.judge_calls = judge_calls(&requests, config);
+        let mut estimate = stages.generator.estimate(&requests)?;
+        if let Some(judge) = &stages.judge {
+            (estimate.judge_calls, estimate.judge_prompt_tokens) =
+                judge.estimate(&requests, config.judge, config.filter.pool_depth)?;
         }
         let batches = batches_of(config, &estimate);
         if round == 1 {
@@ -272,13 +274,12 @@ fn batches_of(config: &BuildConfig, estimate: &Estimate) -> u64 {
 
 /// Before a batch run submits anything, refuses it when the whole run at the high end of its
 /// dry-run range could take the spend over `--max-tokens-total` or `--max-cost` (at the batch
-/// price): a submitted batch cannot be stopped half way. Judge calls are counted at the mean
-/// prompt of a generation call.
+/// price): a submitted batch cannot be stopped half way. Judge calls are counted at the judge's
+/// own prompts.
 fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
     let GeneratorConfig::Llm(setup) = &config.generator else { return Ok(()) };
     let (llm, high) = (&setup.llm, &range.high);
-    let mean_prompt = high.prompt_tokens / high.calls.max(1);
-    let prompt = high.prompt_tokens + high.judge_calls * mean_prompt;
+    let prompt = high.prompt_tokens + high.judge_prompt_tokens;
     let completion = high.max_completion_tokens + high.judge_calls * u64::from(llm.max_tokens);
     if let Some(limit) = llm.budget.max_tokens_total.filter(|&limit| prompt + completion > limit) {
         return Err(Error::Budget(format!(
@@ -302,17 +303,6 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The judge calls `requests` may cost: a call per hop of a multi_hop query, per pooled chunk
-/// of a no_answer one, and `--judge-pool` per answerable one.
-fn judge_calls(requests: &[Request], config: &BuildConfig) -> u64 {
-    let per_request = |r: &Request| match r.query_type {
-        QueryType::NoAnswer => config.filter.pool_depth,
-        QueryType::MultiHop => r.sources.len() + config.judge.pool,
-        QueryType::Direct | QueryType::Paraphrase => config.judge.pool,
-    };
-    requests.iter().map(|r| per_request(r) as u64).sum()
 }
 
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
@@ -360,47 +350,22 @@ pub(crate) fn chunk_and_index(
     Ok((index, groups, corpus, read.skipped))
 }
 
-/// The generator the config asks for.
-pub(crate) fn make_generator<'a>(
+/// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
+/// LLM session.
+pub(crate) fn make_stages<'a>(
     config: &BuildConfig,
     index: &'a ChunkIndex,
     out: &Path,
     language: Language,
     progress: Progress,
-) -> Result<Box<dyn Generator + 'a>> {
-    match &config.generator {
+) -> Result<Stages<'a>> {
+    let setup = match &config.generator {
         GeneratorConfig::Offline => {
-            Ok(Box::new(OfflineGenerator::new(index, config.seed, language, config.topics)?))
+            let generator = OfflineGenerator::new(index, config.seed, language, config.topics)?;
+            return Ok(Stages { generator: Box::new(generator), judge: None });
         }
-        GeneratorConfig::Llm(setup) => {
-            Ok(Box::new(llm_generator(config, setup, index, out, language, progress)?))
-        }
-    }
-}
-
-/// The LLM judge the config sets up (`None` for the offline generator): it shares the
-/// generator's endpoint, limits, cache and budget.
-pub(crate) fn llm_judge<'a>(
-    config: &BuildConfig,
-    index: &'a ChunkIndex,
-    out: &Path,
-    language: Language,
-    progress: Progress,
-) -> Result<Option<LlmGenerator<'a>>> {
-    match &config.generator {
-        GeneratorConfig::Offline => Ok(None),
-        GeneratorConfig::Llm(setup) => llm_generator(config, setup, index, out, language, progress).map(Some),
-    }
-}
-
-fn llm_generator<'a>(
-    config: &BuildConfig,
-    setup: &crate::config::LlmSetup,
-    index: &'a ChunkIndex,
-    out: &Path,
-    language: Language,
-    progress: Progress,
-) -> Result<LlmGenerator<'a>> {
+        GeneratorConfig::Llm(setup) => setup,
+    };
     let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
     let cache_path = setup.cache.clone().unwrap_or_else(|| out.join(layout::LLM_CACHE));
     let llm = Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
@@ -421,14 +386,32 @@ fn llm_generator<'a>(
     }
     // A batch runner of the user's own may have no online endpoint to probe.
     let offline_batch = setup.llm.batch.as_ref().is_some_and(|b| !matches!(b.mode, BatchMode::Submit));
-    LlmGenerator::new(
+    let preflight = if config.dry_run || offline_batch { Preflight::Skip } else { Preflight::Run };
+    let session = std::sync::Arc::new(Session::new(llm, setup.generation.stall_after)?);
+    let generation = setup.generation.clone();
+    let repairs = generation.repairs;
+    let generator = LlmGenerator::new(
         index,
-        llm,
-        prompts,
-        setup.generation.clone(),
+        std::sync::Arc::clone(&session),
+        prompts.clone(),
+        generation,
         config.seed,
-        !config.dry_run && !offline_batch,
-    )
+        preflight,
+    )?;
+    let judge = LlmJudge::new(index, session, prompts, generator.response_mode(), repairs);
+    Ok(Stages { generator: Box::new(generator), judge: Some(judge) })
+}
+
+/// The LLM judge the config sets up (`None` for the offline generator): it shares the
+/// generator's session (endpoint, limits, cache and budget).
+pub(crate) fn llm_judge<'a>(
+    config: &BuildConfig,
+    index: &'a ChunkIndex,
+    out: &Path,
+    language: Language,
+    progress: Progress,
+) -> Result<Option<LlmJudge<'a>>> {
+    make_stages(config, index, out, language, progress).map(|stages| stages.judge)
 }
 
 /// Whether the run submits its calls as batches.

@@ -14,7 +14,7 @@ use crate::filter::RoundTrip;
 use crate::generate::{Generator, Quotas, Request, top_up};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
-use crate::judge::{Asks, Judge, JudgeConfig, Phase};
+use crate::judge::{Asks, Judge, JudgeConfig, LlmJudge, Phase};
 use crate::progress::{Progress, Stage, Timings};
 use crate::record::{Candidate, FailureKind, Judged, QueryType, Reason, Reject, Status, Verdict};
 use serde::Serialize;
@@ -43,8 +43,9 @@ pub struct TypeCounts {
     pub filled: usize,
     /// Queries of this type in the set beyond its quota (reclassified no_answer queries).
     pub beyond_quota: usize,
-    /// Left out, by reason.
-    pub dropped_by_reason: BTreeMap<String, usize>,
+    /// Left out, by reason (written in the order of the reasons' labels).
+    #[serde(serialize_with = "by_label")]
+    pub dropped_by_reason: BTreeMap<Reason, usize>,
     /// Requests the generator could not serve, by kind of failure (the messages are in
     /// `rejects.jsonl`).
     pub generation_failures: BTreeMap<FailureKind, usize>,
@@ -56,6 +57,26 @@ impl TypeCounts {
     pub fn in_set(&self) -> usize {
         self.filled + self.beyond_quota
     }
+
+    /// The reasons queries of this type were left out for, with their counts, in the order of
+    /// the reasons' labels (as reports list them).
+    #[must_use]
+    pub fn dropped_by_label(&self) -> Vec<(&'static str, usize)> {
+        labelled(&self.dropped_by_reason)
+    }
+}
+
+fn labelled(reasons: &BTreeMap<Reason, usize>) -> Vec<(&'static str, usize)> {
+    let mut labelled: Vec<(&'static str, usize)> = reasons.iter().map(|(r, &n)| (r.label(), n)).collect();
+    labelled.sort_unstable();
+    labelled
+}
+
+fn by_label<S: serde::Serializer>(
+    reasons: &BTreeMap<Reason, usize>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(labelled(reasons))
 }
 
 /// A type that ended below its quota.
@@ -76,6 +97,13 @@ impl std::fmt::Display for Shortfall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {} of {} wanted; {}", self.query_type, self.got, self.wanted, self.cause)
     }
+}
+
+/// The stages a round runs besides the round trip: the generator, and the LLM judge when an LLM
+/// writes the queries (both hold the run's one LLM session).
+pub(crate) struct Stages<'a> {
+    pub(crate) generator: Box<dyn Generator + 'a>,
+    pub(crate) judge: Option<LlmJudge<'a>>,
 }
 
 /// The state carried across generation rounds.
@@ -286,7 +314,7 @@ impl Rounds {
                 Status::Flagged => counts.flagged += 1,
                 Status::Dropped => {
                     counts.dropped += 1;
-                    *counts.dropped_by_reason.entry(item.verdict.reason.label().to_owned()).or_default() += 1;
+                    *counts.dropped_by_reason.entry(item.verdict.reason).or_default() += 1;
                 }
             }
             self.judged.push(item);
@@ -299,7 +327,7 @@ impl Rounds {
     pub(crate) fn run(
         &mut self,
         round: u32,
-        generator: &mut dyn Generator,
+        stages: &mut Stages<'_>,
         filter: &RoundTrip<'_>,
         index: &ChunkIndex,
         requests: &[Request],
@@ -307,17 +335,17 @@ impl Rounds {
         timings: &mut Timings,
     ) -> Result<()> {
         let stage = progress.stage("generate", requests.len() as u64);
-        let candidates = self.generate(generator, index, requests, &stage)?;
+        let candidates = self.generate(stages.generator.as_mut(), index, requests, &stage)?;
         timings.add("generate", stage.finish(&format!("round {round}: {} queries", candidates.len())));
         let stage = progress.stage("filter", candidates.len() as u64);
         let mut items = self.round_trip(filter, candidates, &stage)?;
         let passed = items.iter().filter(|j| j.in_set()).count();
         timings.add("filter", stage.finish(&format!("round {round}: {passed} passed the round trip")));
-        if let Some(judge) = generator.judge() {
+        if let Some(judge) = stages.judge.as_mut() {
             timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Decide, progress)?);
         }
         self.admit(&mut items);
-        if let Some(judge) = generator.judge().filter(|_| self.judge.pool > 0) {
+        if let Some(judge) = stages.judge.as_mut().filter(|_| self.judge.pool > 0) {
             timings.add("judge", self.run_judge(judge, index, &mut items, Phase::Pool, progress)?);
         }
         self.record(items);
@@ -368,6 +396,7 @@ fn shortfall_cause(counts: &TypeCounts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::OnAnswered;
 
     fn kept(text: &str) -> Judged {
         let mut verdict = Verdict::dropped(Reason::SourceInTopN);
@@ -377,7 +406,18 @@ mod tests {
 
     fn rounds(direct: usize) -> Rounds {
         let quotas: Quotas = [(QueryType::Direct, direct)].into_iter().collect();
-        Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, reclassify: false })
+        Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, on_answered: OnAnswered::Drop })
+    }
+
+    #[test]
+    fn drop_reasons_are_counted_by_reason_and_written_in_label_order() {
+        let mut counts = TypeCounts::default();
+        // Declared over_quota before near_duplicate; written the other way round, as before.
+        counts.dropped_by_reason.insert(Reason::OverQuota, 2);
+        counts.dropped_by_reason.insert(Reason::NearDuplicate, 1);
+        assert_eq!(counts.dropped_by_label(), [("near_duplicate", 1), ("over_quota", 2)]);
+        let json = serde_json::to_value(&counts).unwrap();
+        assert_eq!(json["dropped_by_reason"].to_string(), r#"{"near_duplicate":1,"over_quota":2}"#);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use qrelgen::config::{GeneratorConfig, LlmSetup};
 use qrelgen::filter::{FilterConfig, HopRule, OnCopy, OnMiss};
 use qrelgen::generate::{JsonMode, LlmGeneration, Mix, TopicConfig, parse_shares};
 use qrelgen::index::Segmenter;
-use qrelgen::judge::JudgeConfig;
+use qrelgen::judge::{JudgeConfig, OnAnswered};
 use qrelgen::llm::{Budget, Endpoint, LimitConfig, LlmConfig, Price, RetryPolicy};
 use qrelgen::runs::PoolRunConfig;
 use qrelgen::sample::SampleConfig;
@@ -384,7 +384,11 @@ impl Settings {
             chunk_dup_threshold: self.chunk_dup_threshold.unwrap_or(0.9),
             judge: JudgeConfig {
                 pool: self.judge_pool.unwrap_or(0),
-                reclassify: self.reclassify.unwrap_or(false),
+                on_answered: if self.reclassify == Some(true) {
+                    OnAnswered::Reclassify
+                } else {
+                    OnAnswered::Drop
+                },
             },
             topics: TopicConfig {
                 labels: self.topic_labels.unwrap_or(TopicConfig::default().labels),

@@ -3,23 +3,24 @@
 //!
 //! Invariants: a call is sent only after a preflight chose a response format the server
 //! accepts; every request ends as a draft or a failure with a reason (and the reply, for
-//! `rejects.jsonl`); an unusable reply is re-asked at most `repairs` times; calls run with
-//! `buffered`, so results keep the plan's order whatever order the server answers in.
+//! `rejects.jsonl`); an unusable reply is re-asked at most `repairs` times; calls run through
+//! the run's [`Session`], so results keep the plan's order whatever order the server answers in.
 
-use super::prompt::{Prompts, Template};
-use super::reply::{ReplyQuery, holds_object, parse_grade, parse_reply};
+use super::prompt::Prompts;
+use super::reply::{ReplyQuery, holds_object, parse_reply};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::{Error, Result};
 use crate::index::ChunkIndex;
-use crate::judge::{Ask, Grade, Judge, Ungraded};
-use crate::llm::{ConnectKind, Llm, LlmError, Message, NetworkStats, TokenUsage, estimate_tokens};
+use crate::llm::{
+    Asked, ConnectKind, LlmError, Message, NetworkStats, Role, Session, TokenUsage, Unusable, estimate_tokens,
+};
 use crate::progress::Stage;
 use crate::record::{FailureKind, QueryType};
 use crate::rng::stream;
-use futures::StreamExt as _;
 use rand::distr::{Distribution, weighted::WeightedIndex};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Cache note holding the response format a preflight chose.
@@ -28,18 +29,18 @@ const PREFLIGHT_NOTE: &str = "preflight-json-mode";
 /// trusted by a later run without probing again.
 const USABLE_NOTE: &str = "preflight-json-mode-usable";
 
-/// Characters of a bad reply kept in `rejects.jsonl`.
-const REPLY_EXCERPT: usize = 600;
-
 /// How the reply's structure is requested.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
 pub enum JsonMode {
     /// `response_format: json_schema` with the schema of `prompts/schema.json`.
+    #[strum(serialize = "json_schema")]
     Schema,
     /// `response_format: json_object`.
+    #[strum(serialize = "json_object")]
     Object,
     /// No `response_format`: the prompt alone asks for JSON.
+    #[strum(serialize = "plain")]
     Plain,
 }
 
@@ -47,15 +48,63 @@ impl JsonMode {
     /// Modes from most to least structured: the preflight's order of trial.
     pub const FALLBACK_ORDER: [Self; 3] = [Self::Schema, Self::Object, Self::Plain];
 
-    /// The label used in flags and reports.
+    /// The label used in flags and reports (`json_schema`, `json_object`, `plain`).
     #[must_use]
     pub fn label(self) -> &'static str {
+        self.into()
+    }
+
+    /// The `response_format` of a request in this mode whose reply follows `schema` (named
+    /// `name`); `None` in plain mode.
+    #[must_use]
+    pub fn response_format(self, name: &str, schema: &serde_json::Value) -> Option<serde_json::Value> {
         match self {
-            Self::Schema => "json_schema",
-            Self::Object => "json_object",
-            Self::Plain => "plain",
+            Self::Schema => Some(serde_json::json!({
+                "type": "json_schema",
+                "json_schema": {"name": name, "strict": true, "schema": schema},
+            })),
+            Self::Object => Some(serde_json::json!({"type": "json_object"})),
+            Self::Plain => None,
         }
     }
+}
+
+/// Who chose the response format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeChoice {
+    /// `--json-mode`.
+    Fixed,
+    /// The preflight, an earlier run against the same endpoint and model, or the default.
+    Automatic,
+}
+
+/// The response format of a run's calls, which the judge shares with the generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseMode {
+    /// The format.
+    pub mode: JsonMode,
+    /// Who chose it.
+    pub choice: ModeChoice,
+}
+
+impl ResponseMode {
+    /// A reply in this format was usable: unless `--json-mode` fixed it, the cache notes it
+    /// (once per run), so a later run trusts it without probing again.
+    pub fn worked(self, session: &Session) {
+        if self.choice == ModeChoice::Automatic {
+            session.remember_once(USABLE_NOTE, self.mode.label());
+        }
+    }
+}
+
+/// Whether the generator checks the endpoint before its first call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preflight {
+    /// One small call checks the endpoint and picks the response format (unless
+    /// `--json-mode` fixes it).
+    Run,
+    /// No call: a dry run, or a batch runner of the user's own with no endpoint to probe.
+    Skip,
 }
 
 /// Settings of the LLM generator besides the endpoint.
@@ -123,56 +172,32 @@ struct Task {
     style: String,
 }
 
-/// Why no usable reply came back: the kind, the words, and the last reply (if any).
-struct Unusable {
-    kind: FailureKind,
-    reason: String,
-    reply: Option<String>,
-}
-
-impl Unusable {
-    /// The failure of a call that got no reply at all.
-    fn of(error: &LlmError) -> Self {
-        let kind = match error {
-            LlmError::Timeout(_) => FailureKind::Timeout,
-            LlmError::Http { .. } => FailureKind::HttpError,
-            LlmError::Connect { .. } | LlmError::BaseUrl(_) => FailureKind::Connection,
-            LlmError::Body(_) | LlmError::Budget(_) | LlmError::Deferred => FailureKind::BadResponse,
-        };
-        Self { kind, reason: error.chain(), reply: None }
-    }
-}
-
 /// Queries written by a chat model.
 pub struct LlmGenerator<'a> {
     index: &'a ChunkIndex,
-    llm: Llm,
+    session: Arc<Session>,
     prompts: Prompts,
     settings: LlmGeneration,
-    mode: JsonMode,
+    mode: ResponseMode,
     /// Why `mode` was chosen.
     mode_reason: String,
-    /// A reply in `mode` was usable (and the cache knows it).
-    mode_usable: std::sync::atomic::AtomicBool,
-    runtime: tokio::runtime::Runtime,
     name: String,
     seed: u64,
 }
 
 impl<'a> LlmGenerator<'a> {
-    /// A generator over the chunks of `index`. With `preflight`, one small call first checks the
-    /// endpoint and picks the response format (unless `settings.json_mode` fixes it).
+    /// A generator over the chunks of `index` that calls through `session`.
     ///
     /// # Errors
-    /// [`Error::Endpoint`] when the endpoint cannot be reached or refuses the model;
-    /// [`Error::Prompt`] when a style is not defined in the prompts.
+    /// [`Error::Endpoint`] when the preflight finds the endpoint unreachable or refusing the
+    /// model; [`Error::Prompt`] when a style is not defined in the prompts.
     pub fn new(
         index: &'a ChunkIndex,
-        llm: Llm,
+        session: Arc<Session>,
         prompts: Prompts,
         settings: LlmGeneration,
         seed: u64,
-        preflight: bool,
+        preflight: Preflight,
     ) -> Result<Self> {
         for (style, _) in &settings.styles {
             if !prompts.styles.contains_key(style) {
@@ -186,33 +211,23 @@ impl<'a> LlmGenerator<'a> {
                 });
             }
         }
-        let runtime =
-            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(
-                |e| endpoint_error(&llm, format!("cannot start the async runtime: {e}"), "report this"),
-            )?;
-        let name = format!("llm:{}", llm.config().endpoint.model);
+        let name = format!("llm:{}", session.llm().config().endpoint.model);
+        let choice = if settings.json_mode.is_some() { ModeChoice::Fixed } else { ModeChoice::Automatic };
         let mut generator = Self {
             index,
-            llm,
+            session,
             prompts,
-            mode: settings.json_mode.unwrap_or(JsonMode::Schema),
+            mode: ResponseMode { mode: settings.json_mode.unwrap_or(JsonMode::Schema), choice },
             mode_reason: if settings.json_mode.is_some() { "--json-mode" } else { "not probed" }.to_owned(),
-            mode_usable: std::sync::atomic::AtomicBool::new(false),
             settings,
-            runtime,
             name,
             seed,
         };
-        if preflight {
-            generator.llm.begin_batch();
-            let checked = async {
-                tokio::select! {
-                    mode = generator.preflight() => mode,
-                    () = generator.watchdog() => Err(generator.stalled()),
-                }
-            };
-            (generator.mode, generator.mode_reason) = generator.runtime.block_on(checked)?;
-            generator.llm.forget_usage();
+        if preflight == Preflight::Run {
+            let session = Arc::clone(&generator.session);
+            (generator.mode.mode, generator.mode_reason) =
+                session.block_on(session.watched(generator.preflight()))?;
+            session.llm().forget_usage();
         }
         Ok(generator)
     }
@@ -221,31 +236,16 @@ impl<'a> LlmGenerator<'a> {
     /// it was usable: a rerun does not probe again (but a mode that gave nothing usable is
     /// probed again).
     fn remembered_mode(&self) -> Option<JsonMode> {
-        let label = self.llm.note(PREFLIGHT_NOTE).ok().flatten()?;
-        let usable = self.llm.note(USABLE_NOTE).ok().flatten()?;
+        let llm = self.session.llm();
+        let label = llm.note(PREFLIGHT_NOTE).ok().flatten()?;
+        let usable = llm.note(USABLE_NOTE).ok().flatten()?;
         JsonMode::FALLBACK_ORDER.into_iter().find(|m| m.label() == label && usable == label)
     }
 
-    /// Notes that a reply in the mode in use was usable, once per run.
-    fn mode_worked(&self) {
-        if self.settings.json_mode.is_none()
-            && !self.mode_usable.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            // Only saves a later run a probe: if the note cannot be written, that run probes.
-            let _ = self.llm.remember(USABLE_NOTE, self.mode.label());
-        }
-    }
-
-    /// The response format in use.
+    /// The response format in use (the judge asks in it too).
     #[must_use]
-    pub fn mode(&self) -> JsonMode {
+    pub fn response_mode(&self) -> ResponseMode {
         self.mode
-    }
-
-    /// The client, for its usage totals.
-    #[must_use]
-    pub fn llm(&self) -> &Llm {
-        &self.llm
     }
 
     /// Picks the response format: the one a usable earlier run chose, or the first the server
@@ -259,9 +259,10 @@ impl<'a> LlmGenerator<'a> {
         }
         let chosen = self.probe().await?;
         if self.settings.json_mode.is_none() {
-            self.llm
+            self.session
+                .llm()
                 .remember(PREFLIGHT_NOTE, chosen.0.label())
-                .map_err(|e| endpoint_error(&self.llm, e.to_string(), "check --cache"))?;
+                .map_err(|e| self.endpoint_error(e.to_string(), "check --cache"))?;
         }
         Ok(chosen)
     }
@@ -271,8 +272,8 @@ impl<'a> LlmGenerator<'a> {
     /// response format, or a reply that ignores it. Returns the mode and why it was chosen.
     async fn probe(&self) -> Result<(JsonMode, String)> {
         let messages = vec![
-            Message::new("system", self.system_message()?),
-            Message::new("user", self.prompts.preflight.render(&[])?),
+            Message::new(Role::System, self.system_message()?),
+            Message::new(Role::User, self.prompts.preflight.render(&[])?),
         ];
         let modes: Vec<JsonMode> = match self.settings.json_mode {
             Some(mode) => vec![mode],
@@ -281,7 +282,7 @@ impl<'a> LlmGenerator<'a> {
         let mut passed_over = Vec::new();
         for (i, &mode) in modes.iter().enumerate() {
             let last = i + 1 == modes.len();
-            let error = match self.llm.probe(&messages, self.response_format(mode).as_ref()).await {
+            let error = match self.session.llm().probe(&messages, self.response_format(mode).as_ref()).await {
                 Ok(reply) => match ignored(mode, &reply.content) {
                     Some(problem) if !last => {
                         passed_over.push(format!("{} ignored: {problem}", mode.label()));
@@ -298,7 +299,7 @@ impl<'a> LlmGenerator<'a> {
                 error => return Err(self.probe_failed(mode, &error)),
             }
         }
-        Err(endpoint_error(&self.llm, "offers no response format".to_owned(), "report this"))
+        Err(self.endpoint_error("offers no response format".to_owned(), "report this"))
     }
 
     /// Why the preflight chose `mode`, after passing over the modes in `passed_over`.
@@ -322,34 +323,33 @@ impl<'a> LlmGenerator<'a> {
         match error {
             LlmError::Budget(message) => Error::Budget(message.clone()),
             LlmError::Http { status: 401 | 403, message, .. } => {
-                endpoint_error(&self.llm, format!("refused the API key: {message}"), "set OPENAI_API_KEY")
+                self.endpoint_error(format!("refused the API key: {message}"), "set OPENAI_API_KEY")
             }
-            LlmError::Http { status: 404, message, .. } => endpoint_error(
-                &self.llm,
-                format!("does not serve model {:?}: {message}", self.llm.config().endpoint.model),
+            LlmError::Http { status: 404, message, .. } => self.endpoint_error(
+                format!("does not serve model {:?}: {message}", self.session.llm().config().endpoint.model),
                 "check --model and --base-url (it usually ends in /v1)",
             ),
-            LlmError::Connect { kind: ConnectKind::RefusedLocally, .. } => endpoint_error(
-                &self.llm,
+            LlmError::Connect { kind: ConnectKind::RefusedLocally, .. } => self.endpoint_error(
                 format!("does not answer: {}", error.chain()),
                 "start the server, or check --base-url (a refusal on this machine is not retried)",
             ),
-            LlmError::Connect { .. } | LlmError::Timeout(_) => endpoint_error(
-                &self.llm,
+            LlmError::Connect { .. } | LlmError::Timeout(_) => self.endpoint_error(
                 format!("does not answer: {}", error.chain()),
                 "is the server running? check --base-url",
             ),
-            LlmError::Body(_) | LlmError::BaseUrl(_) | LlmError::Deferred => endpoint_error(
-                &self.llm,
+            LlmError::Body(_) | LlmError::BaseUrl(_) | LlmError::Deferred => self.endpoint_error(
                 format!("does not answer as a chat endpoint: {}", error.chain()),
                 "check --base-url (it usually ends in /v1)",
             ),
-            LlmError::Http { .. } => endpoint_error(
-                &self.llm,
+            LlmError::Http { .. } => self.endpoint_error(
                 format!("rejected {}: {}", mode.label(), error.chain()),
                 "try another --json-mode (json_object, plain), or check the server's log",
             ),
         }
+    }
+
+    fn endpoint_error(&self, message: String, hint: &'static str) -> Error {
+        self.session.endpoint_stop(message, hint).into()
     }
 
     fn system_message(&self) -> Result<String> {
@@ -357,14 +357,7 @@ impl<'a> LlmGenerator<'a> {
     }
 
     fn response_format(&self, mode: JsonMode) -> Option<serde_json::Value> {
-        match mode {
-            JsonMode::Schema => Some(serde_json::json!({
-                "type": "json_schema",
-                "json_schema": {"name": "queries", "strict": true, "schema": self.prompts.schema},
-            })),
-            JsonMode::Object => Some(serde_json::json!({"type": "json_object"})),
-            JsonMode::Plain => None,
-        }
+        mode.response_format("queries", &self.prompts.schema)
     }
 
     /// Groups requests with the same sources into calls, in plan order, and draws a style for
@@ -419,14 +412,15 @@ impl<'a> LlmGenerator<'a> {
             .prompts
             .request
             .render(&[("passages", &passages.join("\n")), ("tasks", tasks.join("").trim_end())])?;
-        Ok(vec![Message::new("system", self.system_message()?), Message::new("user", user)])
+        Ok(vec![Message::new(Role::System, self.system_message()?), Message::new(Role::User, user)])
     }
 
     /// Runs one call, with repair re-asks; a budget error is passed up, other failures become
     /// failures of the call's requests.
     async fn run_call(&self, call: &Call, progress: &Stage) -> std::result::Result<Generated, LlmError> {
         let answer = self.ask(call).await;
-        let (used, network) = (self.llm.usage(), self.llm.network());
+        let llm = self.session.llm();
+        let (used, network) = (llm.usage(), llm.network());
         progress.note(format!(
             "{} tokens, {} requests, {} retries, {} failed",
             used.prompt_tokens + used.completion_tokens,
@@ -437,99 +431,32 @@ impl<'a> LlmGenerator<'a> {
         if !matches!(answer, Err(LlmError::Deferred)) {
             progress.inc(call.tasks.len() as u64);
         }
-        match answer {
-            Ok(Ok(queries)) => Ok(assign(call, queries)),
-            Ok(Err(unusable)) => Ok(fail_all(call, &unusable)),
-            Err(error) if is_fatal(&error) => Err(error),
-            Err(error) => Ok(fail_all(call, &Unusable::of(&error))),
-        }
+        Ok(match Unusable::settle(answer)? {
+            Ok(queries) => assign(call, queries),
+            Err(unusable) => fail_all(call, &unusable),
+        })
     }
 
     /// Asks for a call's queries until a reply parses (or the repairs run out).
-    async fn ask(
-        &self,
-        call: &Call,
-    ) -> std::result::Result<std::result::Result<Vec<ReplyQuery>, Unusable>, LlmError> {
+    async fn ask(&self, call: &Call) -> std::result::Result<Asked<Vec<ReplyQuery>>, LlmError> {
         let messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
-        let format = self.response_format(self.mode);
+        let format = self.response_format(self.mode.mode);
         let parse = |content: &str| match parse_reply(content) {
             Ok(queries) if queries.is_empty() => Err("the reply has no queries".to_owned()),
             Ok(queries) => self.wrong_language(&queries).map_or(Ok(queries), Err),
             Err(error) => Err(error),
         };
-        let temperature = self.llm.config().temperature;
-        self.ask_until(messages, format.as_ref(), temperature, &self.prompts.repair, parse).await
-    }
-
-    /// Sends `messages` and re-asks with `repair` until `parse` accepts the reply, at most
-    /// `repairs` times. `Err(Unusable)` when no reply was usable.
-    async fn ask_until<T>(
-        &self,
-        mut messages: Vec<Message>,
-        format: Option<&serde_json::Value>,
-        temperature: f32,
-        repair: &Template,
-        parse: impl Fn(&str) -> std::result::Result<T, String>,
-    ) -> std::result::Result<std::result::Result<T, Unusable>, LlmError> {
-        let mut attempt = 0;
-        loop {
-            let completion = self.llm.complete_at(&messages, format, temperature).await?;
-            if completion.truncated {
-                let reason = "truncated: the reply hit max_tokens (raise --max-tokens)".to_owned();
-                let reply = Some(excerpt(&completion.content));
-                return Ok(Err(Unusable { kind: FailureKind::Truncated, reason, reply }));
-            }
-            let error = match parse(&completion.content) {
-                Ok(value) => {
-                    self.mode_worked();
-                    return Ok(Ok(value));
-                }
-                Err(error) => error,
-            };
-            if attempt == self.settings.repairs {
-                let reason = format!("unusable reply after {attempt} repair(s): {error}");
-                let reply = Some(excerpt(&completion.content));
-                return Ok(Err(Unusable { kind: FailureKind::UnusableReply, reason, reply }));
-            }
-            attempt += 1;
-            let again = repair.render(&[("error", &error)]).map_err(|e| LlmError::Body(e.to_string()))?;
-            messages.push(Message::new("assistant", completion.content));
-            messages.push(Message::new("user", again));
+        let repair = |error: &str| {
+            self.prompts.repair.render(&[("error", error)]).map_err(|e| LlmError::Body(e.to_string()))
+        };
+        let temperature = self.session.llm().config().temperature;
+        let repairs = self.settings.repairs;
+        let asked =
+            self.session.ask_until(messages, format.as_ref(), temperature, repairs, repair, parse).await?;
+        if asked.is_ok() {
+            self.mode.worked(&self.session);
         }
-    }
-
-    /// Asks the judge about one (query, chunk) pair, at temperature 0.
-    async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Grade, LlmError> {
-        let stored = self.index.stored(ask.chunk).map_err(|e| LlmError::Body(e.to_string()))?;
-        let user = self
-            .prompts
-            .judge
-            .render(&[("query", &ask.query), ("title", &stored.title), ("text", &stored.text)])
-            .map_err(|e| LlmError::Body(e.to_string()))?;
-        let format = self.judge_format(self.mode);
-        let messages = vec![Message::new("user", user)];
-        let repair = &self.prompts.judge_repair;
-        let answer = self.ask_until(messages, format.as_ref(), 0.0, repair, parse_grade).await;
-        if !matches!(answer, Err(LlmError::Deferred)) {
-            progress.inc(1);
-        }
-        let ungraded = |u: Unusable| Ungraded { kind: u.kind, reason: u.reason, reply: u.reply };
-        match answer {
-            Ok(Ok(grade)) => Ok(Ok(grade.grade)),
-            Ok(Err(unusable)) => Ok(Err(ungraded(unusable))),
-            Err(error) if is_fatal(&error) => Err(error),
-            Err(error) => Ok(Err(ungraded(Unusable::of(&error)))),
-        }
-    }
-
-    fn judge_format(&self, mode: JsonMode) -> Option<serde_json::Value> {
-        match mode {
-            JsonMode::Schema => Some(serde_json::json!({
-                "type": "json_schema",
-                "json_schema": {"name": "grade", "strict": true, "schema": self.prompts.judge_schema},
-            })),
-            JsonMode::Object | JsonMode::Plain => self.response_format(mode),
-        }
+        Ok(asked)
     }
 
     /// Why the reply must be re-asked for its language, if it must.
@@ -542,7 +469,9 @@ impl<'a> LlmGenerator<'a> {
 
     async fn run_all(&self, calls: &[Call], round: u32, progress: &Stage) -> Result<Generated> {
         let stage = format!("generate, round {round}");
-        let parts = self.run_ordered(calls, &stage, progress, |call| self.run_call(call, progress)).await?;
+        let say = |line: String| progress.say(&line);
+        let parts =
+            self.session.run_ordered(calls, &stage, &say, |call| self.run_call(call, progress)).await?;
         let mut generated = Generated::default();
         for part in parts {
             generated.drafts.extend(part.drafts);
@@ -550,123 +479,6 @@ impl<'a> LlmGenerator<'a> {
         }
         Ok(generated)
     }
-
-    /// Runs `work` on every item, `concurrency` at a time, in any order (a slow call does not
-    /// hold the others back), and returns the results in the items' order. A spent budget lets
-    /// the calls in flight finish; an unusable endpoint stops at once, and so does a stall. In
-    /// batch mode, the calls the cache cannot answer go to a batch (named after `stage`) and
-    /// the items that waited for them run again, until none waits.
-    async fn run_ordered<'s, I, T, F, Fut>(
-        &'s self,
-        items: &'s [I],
-        stage: &str,
-        progress: &Stage,
-        work: F,
-    ) -> Result<Vec<T>>
-    where
-        F: Fn(&'s I) -> Fut,
-        Fut: Future<Output = std::result::Result<T, LlmError>>,
-    {
-        self.llm.begin_stage();
-        let mut done: Vec<Option<T>> = std::iter::repeat_with(|| None).take(items.len()).collect();
-        loop {
-            let todo: Vec<usize> = (0..items.len()).filter(|&i| done[i].is_none()).collect();
-            for (i, part) in self.run_some(items, &todo, &work).await? {
-                done[i] = Some(part);
-            }
-            if self.llm.pending() == 0 {
-                return Ok(done.into_iter().flatten().collect());
-            }
-            let say = |line: String| progress.say(&line);
-            self.llm.flush(stage, &say).await?;
-        }
-    }
-
-    /// Runs `work` on the items at `todo`; returns their results (by position), leaving out
-    /// those that wait for a batch.
-    async fn run_some<'s, I, T, F, Fut>(
-        &'s self,
-        items: &'s [I],
-        todo: &[usize],
-        work: &F,
-    ) -> Result<Vec<(usize, T)>>
-    where
-        F: Fn(&'s I) -> Fut,
-        Fut: Future<Output = std::result::Result<T, LlmError>>,
-    {
-        let concurrency = self.llm.config().limits.concurrency.max(1);
-        self.llm.begin_batch();
-        let all = async {
-            let mut stream = futures::stream::iter(todo.iter().map(|&i| (i, &items[i])))
-                .map(|(i, item)| {
-                    let running = work(item);
-                    async move { (i, running.await) }
-                })
-                .buffer_unordered(concurrency);
-            let mut parts = Vec::with_capacity(todo.len());
-            let mut budget = None;
-            while let Some((i, outcome)) = stream.next().await {
-                match outcome {
-                    Ok(part) => parts.push((i, part)),
-                    Err(LlmError::Deferred) => {}
-                    Err(LlmError::Budget(message)) => budget = Some(message),
-                    Err(error) => return Err(self.fatal(&error)),
-                }
-            }
-            match budget {
-                Some(message) => Err(Error::Budget(message)),
-                None => Ok(parts),
-            }
-        };
-        let mut parts = tokio::select! {
-            parts = all => parts?,
-            () = self.watchdog() => return Err(self.stalled()),
-        };
-        parts.sort_by_key(|(i, _)| *i);
-        Ok(parts)
-    }
-
-    fn stalled(&self) -> Error {
-        Error::Stalled {
-            seconds: self.settings.stall_after.as_secs(),
-            url: self.llm.config().endpoint.base_url.clone(),
-        }
-    }
-
-    /// The error that stops the run for an endpoint that cannot serve it.
-    fn fatal(&self, error: &LlmError) -> Error {
-        let hint = match error {
-            LlmError::Http { status: 401 | 403, .. } => "check OPENAI_API_KEY",
-            LlmError::Http { status: 404, .. } => "check --model and --base-url (it usually ends in /v1)",
-            _ => "is the server running? replies so far are cached and a rerun resumes",
-        };
-        endpoint_error(&self.llm, format!("failed: {}", error.chain()), hint)
-    }
-
-    /// Resolves once the server kept us waiting for `stall_after` without finishing a call.
-    async fn watchdog(&self) {
-        loop {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            if self.llm.silent_for() >= self.settings.stall_after {
-                return;
-            }
-        }
-    }
-}
-
-/// Failures that no other call will escape either: the server is unreachable, or refuses the
-/// key or the model, or the budget is spent. A call that times out on every attempt is not one
-/// of them (one slow prompt fails alone); a server that answers nothing at all is stopped by the
-/// watchdog.
-fn is_fatal(error: &LlmError) -> bool {
-    matches!(
-        error,
-        LlmError::Connect { .. }
-            | LlmError::BaseUrl(_)
-            | LlmError::Budget(_)
-            | LlmError::Deferred
-            | LlmError::Http { status: 401 | 403 | 404, .. }
-    )
 }
 
 /// Why a probe's reply shows the server ignored `mode`, if it does: in `json_schema` and
@@ -675,14 +487,6 @@ fn ignored(mode: JsonMode, reply: &str) -> Option<&'static str> {
     let structured = matches!(mode, JsonMode::Schema | JsonMode::Object);
     (structured && !holds_object(reply, "queries"))
         .then_some("the reply holds no JSON object with \"queries\"")
-}
-
-fn excerpt(reply: &str) -> String {
-    reply.chars().take(REPLY_EXCERPT).collect()
-}
-
-fn endpoint_error(llm: &Llm, message: String, hint: &'static str) -> Error {
-    Error::Endpoint { url: llm.config().endpoint.base_url.clone(), message, hint }
 }
 
 fn fail_all(call: &Call, unusable: &Unusable) -> Generated {
@@ -731,17 +535,7 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
     generated
 }
 
-impl Judge for LlmGenerator<'_> {
-    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>> {
-        self.runtime.block_on(self.run_ordered(asks, "judge", progress, |ask| self.grade_one(ask, progress)))
-    }
-}
-
 impl Generator for LlmGenerator<'_> {
-    fn judge(&mut self) -> Option<&mut dyn Judge> {
-        Some(self)
-    }
-
     fn name(&self) -> &str {
         &self.name
     }
@@ -753,17 +547,17 @@ impl Generator for LlmGenerator<'_> {
     fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated> {
         let calls = self.calls(requests);
         let round = requests.first().map_or(0, |r| r.round);
-        self.runtime.block_on(self.run_all(&calls, round, progress))
+        self.session.block_on(self.run_all(&calls, round, progress))
     }
 
     fn llm_report(&self) -> Option<LlmReport> {
-        let config = self.llm.config();
-        let usage = self.llm.usage();
+        let llm = self.session.llm();
+        let (config, usage) = (llm.config(), llm.usage());
         Some(LlmReport {
             summary: LlmSummary {
                 base_url: config.endpoint.base_url.clone(),
                 model: config.endpoint.model.clone(),
-                json_mode: self.mode,
+                json_mode: self.mode.mode,
                 usage,
                 cost: config.budget.price.map(|p| usage.cost_at(p, config.batch_discount)),
                 abandoned_cost: config
@@ -774,18 +568,18 @@ impl Generator for LlmGenerator<'_> {
                 batch_discount: (usage.batch_replies > 0).then_some(config.batch_discount),
             },
             mode_reason: self.mode_reason.clone(),
-            network: self.llm.network(),
+            network: llm.network(),
         })
     }
 
     fn estimate(&self, requests: &[Request]) -> Result<super::Estimate> {
-        let format = self.response_format(self.mode);
+        let format = self.response_format(self.mode.mode);
         let mut estimate =
-            super::Estimate { with_schema: self.mode == JsonMode::Schema, ..Default::default() };
+            super::Estimate { with_schema: self.mode.mode == JsonMode::Schema, ..Default::default() };
         for call in self.calls(requests) {
             estimate.calls += 1;
             estimate.prompt_tokens += u64::from(estimate_tokens(&self.messages(&call)?, format.as_ref()));
-            estimate.max_completion_tokens += u64::from(self.llm.config().max_tokens);
+            estimate.max_completion_tokens += u64::from(self.session.llm().config().max_tokens);
         }
         Ok(estimate)
     }

@@ -12,15 +12,17 @@ mod prompt;
 mod reply;
 mod terms;
 
-pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
+pub use llm::{
+    JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary, ModeChoice, Preflight, ResponseMode,
+};
 pub use offline::{OfflineGenerator, TopicConfig};
 pub(crate) use plan::auto_cap;
 pub use plan::{Mix, Planner, Quotas, parse_shares, top_up};
 pub use prompt::Prompts;
+pub(crate) use reply::extract_json;
 pub(crate) use terms::is_query_word;
 
 use crate::error::Result;
-use crate::judge::Judge;
 use crate::progress::Stage;
 use crate::record::{FailureKind, QueryType};
 
@@ -80,6 +82,8 @@ pub struct Estimate {
     /// Judge calls at most, if every query passed the round trip (each is a short call with
     /// one chunk).
     pub judge_calls: u64,
+    /// Their prompt tokens, counted with cl100k.
+    pub judge_prompt_tokens: u64,
     /// The prompt tokens include a `response_format` JSON schema.
     pub with_schema: bool,
 }
@@ -91,6 +95,7 @@ impl Estimate {
         self.prompt_tokens += other.prompt_tokens;
         self.max_completion_tokens += other.max_completion_tokens;
         self.judge_calls += other.judge_calls;
+        self.judge_prompt_tokens += other.judge_prompt_tokens;
         self.with_schema |= other.with_schema;
     }
 }
@@ -121,11 +126,6 @@ pub trait Generator {
     fn estimate(&self, requests: &[Request]) -> Result<Estimate> {
         let _ = requests;
         Ok(Estimate::default())
-    }
-
-    /// The judge that comes with the generator (the LLM one), if any.
-    fn judge(&mut self) -> Option<&mut dyn Judge> {
-        None
     }
 
     /// Endpoint, token use and network statistics, for generators that call an LLM.

@@ -69,29 +69,6 @@ fn validate(i: usize, raw: RawQuery) -> Result<ReplyQuery, String> {
     Ok(ReplyQuery { query_type, style, text, evidence, answer })
 }
 
-/// The judge's grade of one chunk for one query.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ReplyGrade {
-    /// 0–3.
-    pub grade: u8,
-    /// Why, in a sentence.
-    #[serde(default)]
-    pub reason: String,
-}
-
-/// Parses and validates a judge's reply.
-///
-/// # Errors
-/// A sentence naming the problem, for the repair re-ask.
-pub fn parse_grade(content: &str) -> Result<ReplyGrade, String> {
-    let object = extract_json(content, "grade")?;
-    let grade: ReplyGrade = serde_json::from_value(object).map_err(|e| format!("invalid JSON: {e}"))?;
-    if grade.grade > 3 {
-        return Err(format!("grade {} is not one of 0, 1, 2, 3", grade.grade));
-    }
-    Ok(grade)
-}
-
 /// Whether the reply holds a JSON object with the key `key` (code fences and prose around it
 /// are fine).
 #[must_use]
@@ -102,7 +79,7 @@ pub fn holds_object(content: &str, key: &str) -> bool {
 /// The JSON object in a reply: after dropping `<think>…</think>` reasoning, the first `{` that
 /// starts a complete JSON object with the key `key` (so prose with braces, code fences and
 /// text after the object are all fine).
-fn extract_json(content: &str, key: &str) -> Result<serde_json::Value, String> {
+pub(crate) fn extract_json(content: &str, key: &str) -> Result<serde_json::Value, String> {
     let content = strip_thinking(content);
     let mut first_error = None;
     for (at, _) in content.match_indices('{') {
@@ -143,19 +120,6 @@ mod tests {
     fn check_error(content: &str, expected: &str) {
         let err = parse_reply(content).err().unwrap_or_default();
         assert!(err.contains(expected), "{content}: {err}");
-    }
-
-    #[test]
-    fn grades_parse_and_out_of_range_ones_are_errors() {
-        let parsed =
-            parse_grade("<think>hmm</think>```json\n{\"grade\": 2, \"reason\": \"most of it\"}\n```");
-        assert_eq!(parsed, Ok(ReplyGrade { grade: 2, reason: "most of it".into() }));
-        assert!(parse_grade(r#"{"grade": 5, "reason": ""}"#).is_err_and(|e| e.contains("grade 5")));
-        // UMBRELA order: the reasoning (which may quote braces) before the grade.
-        let reasoned = r#"{"reason": "intent: dosage {adult}; the passage gives it", "grade": 3}"#;
-        assert_eq!(parse_grade(reasoned).map(|g| g.grade), Ok(3));
-        assert!(parse_grade(r#"{"grade": "high"}"#).is_err_and(|e| e.contains("invalid JSON")));
-        assert!(parse_grade("three").is_err_and(|e| e.contains("no JSON object with \"grade\"")));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use super::{Cache, CachedReply, Llm, LlmError, classify};
 use async_openai::types::InputSource;
 use async_openai::types::files::{CreateFileRequest, FileInput, FilePurpose};
-use rusqlite::{OptionalExtension as _, params};
+use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -328,7 +328,8 @@ impl BatchObject {
 }
 
 impl Cache {
-    /// Creates the batch tables if they are missing.
+    /// Creates the batch tables if they are missing (`batch_replies` is made by
+    /// [`Cache::open`]).
     pub(super) fn batch_tables(&self) -> Result<(), super::CacheError> {
         self.with(|c| {
             c.execute_batch(
@@ -339,8 +340,7 @@ impl Cache {
                      created INTEGER NOT NULL DEFAULT 0);
                  CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
                      PRIMARY KEY (batch, key));
-                 CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
-                 CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);",
+                 CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);",
             )
         })
     }
@@ -407,16 +407,6 @@ impl Cache {
             )
             .map(drop)
         })
-    }
-
-    /// Whether the reply under `key` came through a batch.
-    pub(super) fn via_batch(&self, key: &str) -> bool {
-        self.with(|c| {
-            c.query_row("SELECT 1 FROM batch_replies WHERE key = ?1", params![key], |_| Ok(()))
-                .optional()
-                .map(|found| found.is_some())
-        })
-        .unwrap_or(false)
     }
 
     /// Every batch recorded, oldest first.
@@ -833,7 +823,7 @@ mod tests {
     }
 
     fn parse(line: &str) -> Outcome {
-        outcome(&serde_json::from_str::<OutputLine>(line).unwrap_or_else(|e| panic!("{e}")))
+        outcome(&serde_json::from_str::<OutputLine>(line).unwrap())
     }
 
     #[test]
@@ -859,5 +849,25 @@ mod tests {
         assert!(matches!(parse(broken), Outcome::Failed(LlmError::Body(m)) if m.contains("boom")));
         let empty = r#"{"custom_id":"k","response":{"status_code":200,"body":{"choices":[]}}}"#;
         assert!(matches!(parse(empty), Outcome::Failed(LlmError::Body(_))));
+    }
+
+    #[test]
+    fn a_reply_read_from_the_cache_says_whether_it_came_through_a_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = super::super::Cache::open(&dir.path().join("cache.sqlite")).unwrap();
+        let reply = CachedReply {
+            content: "{}".into(),
+            finish_reason: None,
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            abandoned: 0,
+        };
+        cache.put("online", &reply).unwrap();
+        cache.batch_tables().unwrap();
+        cache.put_batched("batched", &reply, "batch_1").unwrap();
+        let via = |key: &str| cache.get(key).unwrap().map(|(_, via)| via);
+        assert_eq!(via("online"), Some(super::super::Via::Online));
+        assert_eq!(via("batched"), Some(super::super::Via::Batch));
+        assert_eq!(via("missing"), None);
     }
 }

@@ -21,6 +21,15 @@ pub struct CachedReply {
     pub abandoned: u64,
 }
 
+/// How a stored reply came: what it is priced at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// An online call.
+    Online,
+    /// A batch (at the batch price).
+    Batch,
+}
+
 /// A cache file could not be used.
 #[derive(Debug, thiserror::Error)]
 #[error("reply cache {path}: {source}")]
@@ -71,6 +80,11 @@ impl Cache {
             conn.execute_batch("ALTER TABLE replies ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;")
                 .map_err(err)?;
         }
+        // The replies that came through a batch, which `get` reads with each reply.
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);",
+        )
+        .map_err(err)?;
         Ok(Self { path: path.to_owned(), conn: Mutex::new(conn) })
     }
 
@@ -83,23 +97,26 @@ impl Cache {
         query(&conn).map_err(|source| CacheError { path: self.path.clone(), source })
     }
 
-    /// The reply stored under `key`.
+    /// The reply stored under `key`, and how it came.
     ///
     /// # Errors
     /// [`CacheError`] when SQLite fails.
-    pub fn get(&self, key: &str) -> Result<Option<CachedReply>, CacheError> {
+    pub fn get(&self, key: &str) -> Result<Option<(CachedReply, Via)>, CacheError> {
         let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         conn.query_row(
-            "SELECT content, finish_reason, prompt_tokens, completion_tokens, abandoned FROM replies WHERE key = ?1",
+            "SELECT content, finish_reason, prompt_tokens, completion_tokens, abandoned, \
+             EXISTS (SELECT 1 FROM batch_replies WHERE batch_replies.key = replies.key) \
+             FROM replies WHERE key = ?1",
             params![key],
             |row| {
-                Ok(CachedReply {
+                let reply = CachedReply {
                     content: row.get(0)?,
                     finish_reason: row.get(1)?,
                     prompt_tokens: row.get::<_, i64>(2)?.unsigned_abs(),
                     completion_tokens: row.get::<_, i64>(3)?.unsigned_abs(),
                     abandoned: row.get::<_, i64>(4)?.unsigned_abs(),
-                })
+                };
+                Ok((reply, if row.get::<_, bool>(5)? { Via::Batch } else { Via::Online }))
             },
         )
         .optional()
@@ -151,7 +168,7 @@ mod tests {
             cache.put("k", &reply).unwrap();
         }
         let cache = Cache::open(&path).unwrap();
-        assert_eq!(cache.get("k").unwrap(), Some(reply));
+        assert_eq!(cache.get("k").unwrap(), Some((reply, Via::Online)));
     }
 
     #[test]
@@ -169,7 +186,7 @@ mod tests {
         }
         let cache = Cache::open(&path).unwrap();
         let old = cache.get("old").unwrap();
-        assert_eq!(old.map(|r| (r.prompt_tokens, r.abandoned)), Some((5, 0)));
+        assert_eq!(old.map(|(r, via)| (r.prompt_tokens, r.abandoned, via)), Some((5, 0, Via::Online)));
     }
 
     #[test]

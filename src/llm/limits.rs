@@ -6,16 +6,21 @@
 //!   at the first 429 and follows CUBIC (Ha, Rhee & Xu 2008), as the AWS SDKs' adaptive retry
 //!   mode does: cut on a 429, then grow back on a cubic curve that flattens just below the rate
 //!   the 429 came at and probes above it only slowly, longer each time the limit is confirmed.
-//!   So a user who does not know the limit gets close to it with few 429s.
+//!   So a user who does not know the limit gets close to it with few 429s. The slots at the
+//!   rate in force are kept by a governor GCRA limiter (burst 1); governor's quota is fixed, so
+//!   when the rate changes a new limiter takes over from the slot just taken.
 //! - **Tokens** (`--tpm`, or the server's `x-ratelimit-limit-tokens`): a request is charged its
 //!   prompt estimate plus the running mean of the completions so far (`max_tokens` for the
 //!   first few), and the difference is settled when the reply's `usage` arrives; a request the
 //!   server refused is refunded. The bucket holds a tenth of a minute's worth and may go into
-//!   debt, so a large request waits for a full bucket instead of never passing.
-//!
-//! Hand-written rather than governor: the rates change while the run goes on, and a settled
-//! charge may be refunded, which a GCRA cell cannot do.
+//!   debt, so a large request waits for a full bucket instead of never passing. Hand-written:
+//!   a GCRA cell cannot be refunded, nor charged after the fact.
 
+use governor::clock::{Clock as _, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use reqwest::header::HeaderMap;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -46,7 +51,8 @@ const SLOWEST_SCALE: f64 = CUBIC_SCALE / 8.0;
 const DOUBLING: Duration = Duration::from_secs(4);
 /// The lowest adaptive rate: one request a minute.
 const MIN_RATE: f64 = 1.0 / 60.0;
-/// How late a timer may fire and its slot still count as used on time.
+/// How late a waiter may wake and its slot still count as used on time (tokio's timers fire on
+/// whole milliseconds).
 const TIMER_SLACK: Duration = Duration::from_millis(5);
 /// Replies seen before a request is charged the mean completion instead of `max_tokens`.
 const MEAN_AFTER: u64 = 3;
@@ -87,7 +93,7 @@ impl Limits {
         let bucket = config.tpm.filter(|&tpm| tpm > 0).map(Bucket::per_minute);
         Self {
             in_flight: Semaphore::new(config.concurrency.max(1)),
-            pace: Mutex::new(Pace::new(cap, Instant::now())),
+            pace: Mutex::new(Pace::new(cap)),
             tokens: Mutex::new(Tokens { bucket, replies: 0, completion_sum: 0 }),
             tpm_flag: config.tpm.is_some_and(|t| t > 0),
         }
@@ -97,11 +103,15 @@ impl Limits {
     /// prompt tokens and up to `max_tokens` completion tokens.
     pub async fn acquire(&self, prompt: u32, max_tokens: u32) -> Option<Ticket<'_>> {
         let permit = self.in_flight.acquire().await.ok()?;
+        let mut slot = None;
         loop {
-            let wait = lock(&self.pace).take(Instant::now());
+            let wait = lock(&self.pace).take(Instant::now(), slot);
             match wait {
                 None => break,
-                Some(until) => tokio::time::sleep_until(until).await,
+                Some(until) => {
+                    tokio::time::sleep_until(until).await;
+                    slot = Some(until);
+                }
             }
         }
         let charged = lock(&self.tokens).charge(prompt, max_tokens);
@@ -168,10 +178,11 @@ struct Pace {
     flag_cap: Option<f64>,
     /// The server's `x-ratelimit-limit-requests`, per second (at 98 %).
     header_cap: Option<f64>,
-    /// Nothing leaves before this (`x-ratelimit-remaining-requests: 0` until the reset).
+    /// Nothing leaves before this (`x-ratelimit-remaining-requests: 0` until the reset, or
+    /// the slot booked before a 429 cut the rate).
     hold_until: Option<Instant>,
-    /// When the next request may leave.
-    next: Instant,
+    /// The slots at the rate in force, once there is one.
+    slots: Option<Slots>,
     /// The adaptive rate, from the first 429 on.
     cubic: Option<Cubic>,
     /// Requests sent in the last two seconds.
@@ -207,13 +218,48 @@ impl Cubic {
     }
 }
 
+/// Request slots `1 / rate` apart: a governor GCRA limiter with a burst of 1. It decides on a
+/// clock the program sets (governor's `FakeRelativeClock`), counted from `origin` on tokio's
+/// clock and moved to the instant each decision is for, so a waiter that wakes a little late
+/// still takes its slot on time and the cadence stays exact.
+#[derive(Debug)]
+struct Slots {
+    rate: f64,
+    origin: Instant,
+    clock: FakeRelativeClock,
+    limiter: RateLimiter<NotKeyed, InMemoryState, FakeRelativeClock, NoOpMiddleware<Nanos>>,
+}
+
+impl Slots {
+    /// Slots at `rate` per second, the first `1 / rate` after `origin` (a request left then).
+    fn after(rate: f64, origin: Instant) -> Self {
+        let period = Duration::from_secs_f64(1.0 / rate.max(MIN_RATE)).max(Duration::from_nanos(1));
+        let quota =
+            Quota::with_period(period).unwrap_or_else(|| Quota::per_second(std::num::NonZeroU32::MAX));
+        let clock = FakeRelativeClock::default();
+        let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
+        // The request that left at `origin` takes the first slot.
+        let _ = limiter.check();
+        Self { rate, origin, clock, limiter }
+    }
+
+    /// Takes the slot at `at` if one is free then; else when the next one is.
+    fn take(&self, at: Instant) -> Option<Instant> {
+        let since = at.saturating_duration_since(self.origin);
+        // Forward only: a decision for an instant already passed is made at the clock's time.
+        self.clock.advance(since.saturating_sub(Duration::from(self.clock.now())));
+        let refused = self.limiter.check().err()?;
+        Some(self.origin + Duration::from(refused.earliest_possible()))
+    }
+}
+
 impl Pace {
-    fn new(flag_cap: Option<f64>, now: Instant) -> Self {
+    fn new(flag_cap: Option<f64>) -> Self {
         Self {
             flag_cap,
             header_cap: None,
             hold_until: None,
-            next: now,
+            slots: None,
             cubic: None,
             sent: VecDeque::new(),
             answered: VecDeque::new(),
@@ -232,21 +278,24 @@ impl Pace {
         [self.flag_cap, self.header_cap, adaptive].into_iter().flatten().reduce(f64::min)
     }
 
-    /// Takes the slot if one is free at `now`; else when to look again.
-    fn take(&mut self, now: Instant) -> Option<Instant> {
-        let ready = self.hold_until.map_or(self.next, |hold| hold.max(self.next));
-        if now < ready {
-            return Some(ready);
+    /// Takes the slot if one is free at `now`; else when to look again. `waited_for` is the
+    /// instant the caller slept until, if it did: a slot taken up to [`TIMER_SLACK`] late is
+    /// taken at that instant.
+    fn take(&mut self, now: Instant, waited_for: Option<Instant>) -> Option<Instant> {
+        if let Some(hold) = self.hold_until.filter(|&hold| now < hold) {
+            return Some(hold);
+        }
+        let at = waited_for.filter(|&w| w <= now && now - w <= TIMER_SLACK).unwrap_or(now);
+        if let Some(next) = self.slots.as_ref().and_then(|slots| slots.take(at)) {
+            return Some(next);
         }
         self.hold_until = None;
         forget_before(&mut self.sent, now, Duration::from_secs(2));
         self.sent.push_back(now);
-        if let Some(rate) = self.rate(now) {
-            // From the slot, not from the moment the waiter woke (a timer fires a little late),
-            // so the cadence stays exact; from now if the slot went unused for longer.
-            let late = now.saturating_duration_since(ready);
-            let base = if late <= TIMER_SLACK { ready } else { now };
-            self.next = base + Duration::from_secs_f64(1.0 / rate.max(MIN_RATE));
+        if let Some(rate) = self.rate(now)
+            && self.slots.as_ref().is_none_or(|slots| (slots.rate - rate).abs() > f64::EPSILON * rate)
+        {
+            self.slots = Some(Slots::after(rate, at));
         }
         None
     }
@@ -291,7 +340,13 @@ impl Pace {
         let k = ((PLATEAU * max - floor).max(0.0) / (scale * max)).cbrt();
         self.cubic = Some(Cubic { max, floor, cut: now, k, scale, slow_start });
         (self.fine, self.limited) = (0, 0);
-        self.next = self.next.max(now + Duration::from_secs_f64(1.0 / floor));
+        // The next request waits a slot at the floor, or for the one booked already if later.
+        let booked = self.slots.as_ref().and_then(|slots| slots.take(now));
+        let slots = Slots::after(floor, now);
+        if let Some(booked) = booked.filter(|&b| b > now + Duration::from_secs_f64(1.0 / floor)) {
+            self.hold_until = Some(self.hold_until.map_or(booked, |hold| hold.max(booked)));
+        }
+        self.slots = Some(slots);
     }
 
     fn observe(&mut self, seen: &RateHeaders, now: Instant) {
@@ -494,6 +549,39 @@ mod tests {
         assert!((elapsed - 5.0 * 60.0 / (600.0 * PACE)).abs() < 1e-3, "{elapsed}");
     }
 
+    #[test]
+    fn a_waiter_that_wakes_late_takes_its_slot_on_time() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut pace = Pace::new(Some(10.0));
+        assert_eq!(pace.take(start, None), None, "the first request leaves at once");
+        assert_eq!(pace.take(at(50), None), Some(at(100)), "the next slot, 100 ms on");
+        assert_eq!(pace.take(at(103), Some(at(100))), None, "woken 3 ms late, it takes the 100 ms slot");
+        assert_eq!(pace.take(at(150), None), Some(at(200)), "so the cadence stays exact");
+        assert_eq!(pace.take(at(260), Some(at(200))), None, "60 ms late: the slot went unused");
+        assert_eq!(pace.take(at(300), None), Some(at(360)), "the next is counted from now");
+    }
+
+    #[test]
+    fn a_new_rate_takes_over_from_the_slot_just_taken() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut pace = Pace::new(Some(10.0));
+        assert_eq!(pace.take(start, None), None);
+        pace.header_cap = Some(4.0);
+        assert_eq!(pace.take(at(100), Some(at(100))), None, "the slot booked at 10/s");
+        assert_eq!(pace.take(at(110), None), Some(at(350)), "then 250 ms apart at 4/s");
+        // A 429 with none answered since the start: the floor is 4 × 8/9 × 0.95 a second.
+        pace.rate_limited(at(100), at(120));
+        let floor = 4.0 * 8.0 / 9.0 * GENTLE_CUT;
+        let next = pace.take(at(130), None).unwrap_or(start);
+        let expected = at(120) + Duration::from_secs_f64(1.0 / floor);
+        assert!(
+            next.max(expected) - next.min(expected) < Duration::from_micros(1),
+            "{next:?} vs {expected:?}"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn caps_requests_in_flight() {
         let limits = Limits::new(config(2, None, None));
@@ -646,7 +734,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_429_cuts_once_for_the_requests_sent_at_the_same_rate() {
-        let mut pace = Pace::new(None, Instant::now());
+        let mut pace = Pace::new(None);
         let sent = Instant::now();
         for _ in 0..3 {
             pace.succeeded(sent, sent);

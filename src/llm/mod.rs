@@ -11,6 +11,7 @@ mod cache;
 mod error;
 mod limits;
 mod retry;
+mod session;
 mod stall;
 mod transport;
 
@@ -18,10 +19,11 @@ pub use batch::{
     BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Imported, MAX_BYTES, MAX_REQUESTS,
     request_line,
 };
-pub use cache::{Cache, CacheError, CachedReply};
+pub use cache::{Cache, CacheError, CachedReply, Via};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
+pub use session::{Asked, Session, Stop, Unusable, is_fatal};
 pub use stall::StallClock;
 
 use crate::id::ContentHasher;
@@ -148,11 +150,23 @@ fn is_default_discount(discount: &f64) -> bool {
     (*discount - DEFAULT_DISCOUNT).abs() < f64::EPSILON
 }
 
+/// Who speaks in a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The instructions.
+    System,
+    /// The request.
+    User,
+    /// The model's earlier reply (before a re-ask).
+    Assistant,
+}
+
 /// A chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
+    /// Who speaks.
+    pub role: Role,
     /// The text.
     pub content: String,
 }
@@ -160,8 +174,8 @@ pub struct Message {
 impl Message {
     /// A message with this role.
     #[must_use]
-    pub fn new(role: &str, content: impl Into<String>) -> Self {
-        Self { role: role.to_owned(), content: content.into() }
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self { role, content: content.into() }
     }
 }
 
@@ -504,7 +518,7 @@ impl Llm {
     /// [`LlmError::Body`] when the cache cannot be read.
     pub fn note(&self, name: &str) -> Result<Option<String>, LlmError> {
         let key = self.note_key(name);
-        Ok(self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))?.map(|r| r.content))
+        Ok(self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))?.map(|(reply, _)| reply.content))
     }
 
     /// Remembers `value` under `name` for this endpoint and model.
@@ -529,10 +543,9 @@ impl Llm {
     }
 
     /// The cache key of a call: base URL, model, and the whole request body.
-    fn key(&self, request: &ChatRequest<'_>) -> String {
-        let body = serde_json::to_string(request).unwrap_or_default();
+    fn key(&self, body: &str) -> String {
         let mut hasher = ContentHasher::default();
-        hasher.update(&[&self.config.endpoint.base_url, &self.config.endpoint.model, &body]);
+        hasher.update(&[&self.config.endpoint.base_url, &self.config.endpoint.model, body]);
         hasher.finish()
     }
 
@@ -559,32 +572,47 @@ impl Llm {
         temperature: f32,
     ) -> Result<Completion, LlmError> {
         let request = self.request(messages, response_format, temperature);
-        let key = self.key(&request);
-        if let Some(reply) = self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))? {
-            if self.batch.as_ref().is_some_and(|b| !b.first_use(&key)) {
-                return Ok(completion(&reply));
-            }
-            let prompt = estimate_tokens(messages, response_format);
-            let batched = self.cache.via_batch(&key);
-            self.update(|t| {
-                t.network.cache_hits += 1;
-                t.used.add(&reply);
-                if batched {
-                    t.used.add_batched(&reply);
-                }
-                t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
-            });
-            self.stall.progress();
+        let body = serde_json::to_string(&request)
+            .map_err(|e| LlmError::Body(format!("the request cannot be written as JSON: {e}")))?;
+        let key = self.key(&body);
+        if let Some(reply) = self.cached(&key, messages, response_format)? {
             return Ok(completion(&reply));
         }
         if let Some(batch) = &self.batch {
-            let body = serde_json::to_string(&request).unwrap_or_default();
             let tokens = estimate_tokens(messages, response_format).saturating_add(self.config.max_tokens);
             return Err(batch.defer(&key, &body, tokens));
         }
         let reply = self.send(&request, RetryOn::Transient).await?;
         self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
         Ok(completion(&reply))
+    }
+
+    /// The reply the cache holds under `key`, if any, counted in the usage (in batch mode, once
+    /// per stage: a stage reruns its unfinished items after each batch). A cache hit skips the
+    /// limiters and restarts the stall clock.
+    fn cached(
+        &self,
+        key: &str,
+        messages: &[Message],
+        response_format: Option<&serde_json::Value>,
+    ) -> Result<Option<CachedReply>, LlmError> {
+        let Some((reply, via)) = self.cache.get(key).map_err(|e| LlmError::Body(e.to_string()))? else {
+            return Ok(None);
+        };
+        if self.batch.as_ref().is_some_and(|b| !b.first_use(key)) {
+            return Ok(Some(reply));
+        }
+        let prompt = estimate_tokens(messages, response_format);
+        self.update(|t| {
+            t.network.cache_hits += 1;
+            t.used.add(&reply);
+            if via == Via::Batch {
+                t.used.add_batched(&reply);
+            }
+            t.used.abandon(reply.abandoned, prompt, self.config.max_tokens);
+        });
+        self.stall.progress();
+        Ok(Some(reply))
     }
 
     /// Asks the server itself, never the cache (a probe checks what the server does now):
@@ -804,12 +832,21 @@ mod tests {
 
     #[test]
     fn the_response_format_counts_as_prompt() {
-        let messages = [Message::new("user", "Reply with JSON.")];
+        let messages = [Message::new(Role::User, "Reply with JSON.")];
         let schema = serde_json::json!({"type": "json_schema", "json_schema": {"name": "queries", "schema": {
             "type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"}}}}}});
         let bare = estimate_tokens(&messages, None);
         assert_eq!(bare, 4 + 4, "four tokens of text, four per message");
         assert!(estimate_tokens(&messages, Some(&schema)) > bare + 20);
+    }
+
+    #[test]
+    fn roles_are_written_as_the_chat_api_names_them() {
+        let messages = [Message::new(Role::System, "s"), Message::new(Role::Assistant, "a")];
+        assert_eq!(
+            serde_json::to_string(&messages).unwrap(),
+            r#"[{"role":"system","content":"s"},{"role":"assistant","content":"a"}]"#
+        );
     }
 
     #[test]

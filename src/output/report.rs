@@ -186,7 +186,7 @@ fn reasons_table(out: &mut String, m: &Manifest<'_>) {
         .counts
         .iter()
         .flat_map(|(t, c)| {
-            let dropped = c.dropped_by_reason.iter().map(move |(r, n)| (*t, "dropped", r.as_str(), *n));
+            let dropped = c.dropped_by_label().into_iter().map(move |(r, n)| (*t, "dropped", r, n));
             let failed =
                 c.generation_failures.iter().map(move |(kind, n)| (*t, "not generated", kind.label(), *n));
             dropped.chain(failed)

@@ -16,7 +16,6 @@ use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
-use crate::generate::Generator as _;
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
@@ -305,7 +304,7 @@ fn judge_pools(
         };
     }
     timings.add("judge", stage.finish(&format!("{answered} grades")));
-    Ok(judge.llm_report().map(|r| r.network))
+    Ok(Some(judge.network()))
 }
 
 /// Every query of `current`, in file order.
@@ -409,11 +408,10 @@ impl Fresh<'_> {
         if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
             return Ok(None);
         }
-        let generator =
-            pipeline::make_generator(self.config, self.index, self.work, self.language, self.progress)?;
-        let group = generator.queries_per_call();
+        let stages = pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+        let group = stages.generator.queries_per_call();
         let requests = self.planner(groups, added, n, group).plan(&self.config.mix.quotas(n), 1, group)?;
-        generator.estimate(&requests).map(Some)
+        stages.generator.estimate(&requests).map(Some)
     }
 
     fn generate(
@@ -437,10 +435,10 @@ impl Fresh<'_> {
             }
         }
         let stage = self.progress.stage("connect", 0);
-        let mut generator =
-            pipeline::make_generator(self.config, self.index, self.work, self.language, self.progress)?;
-        timings.add("connect", stage.finish(generator.name()));
-        let group = generator.queries_per_call();
+        let mut stages =
+            pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+        timings.add("connect", stage.finish(stages.generator.name()));
+        let group = stages.generator.queries_per_call();
         let mut planner = self.planner(groups, added, n, group);
         for round in 1..=self.config.max_rounds {
             let wanted = rounds.to_plan(round == self.config.max_rounds);
@@ -449,17 +447,9 @@ impl Fresh<'_> {
             if requests.is_empty() {
                 break;
             }
-            rounds.run(
-                round,
-                generator.as_mut(),
-                self.filter,
-                self.index,
-                &requests,
-                self.progress,
-                timings,
-            )?;
+            rounds.run(round, &mut stages, self.filter, self.index, &requests, self.progress, timings)?;
         }
-        let llm = generator.llm_report();
+        let llm = stages.generator.llm_report();
         Ok((rounds, llm))
     }
 }

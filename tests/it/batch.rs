@@ -248,12 +248,12 @@ async fn build(server: &MockServer, out: &Path, extra: &[&str]) -> Run {
         }
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
 }
 
 fn read_jsonl(path: &Path) -> Vec<Value> {
     fs_err::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
@@ -271,7 +271,7 @@ fn run_like_vllm(model: &Model, requests: &Path, results: &Path, keep: impl Fn(u
         out.push_str(&result.to_string());
         out.push('\n');
     }
-    fs_err::write(results, out).unwrap_or_else(|e| panic!("{e}"));
+    fs_err::write(results, out).unwrap();
 }
 
 fn assert_same_set(online: &Run, batch: &Run) {
@@ -451,7 +451,7 @@ async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let started = Instant::now();
     while state.lock().map_or(0, |s| s.polls) < 3 {
         assert!(started.elapsed() < Duration::from_secs(60), "the build never polled");

@@ -371,21 +371,19 @@ fn every_file(run: &Run) -> BTreeMap<String, Vec<u8>> {
     let mut files = BTreeMap::new();
     let mut folders = vec![run.out.clone()];
     while let Some(folder) = folders.pop() {
-        for entry in fs_err::read_dir(&folder).unwrap_or_else(|e| panic!("{e}")) {
-            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
-            let name = path.strip_prefix(&run.out).unwrap_or_else(|e| panic!("{e}")).display().to_string();
+        for entry in fs_err::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.strip_prefix(&run.out).unwrap().display().to_string();
             if path.is_dir() {
                 if name != "index" {
                     folders.push(path);
                 }
             } else if name == "manifest.json" {
-                let mut manifest: Value =
-                    serde_json::from_slice(&fs_err::read(&path).unwrap_or_else(|e| panic!("{e}")))
-                        .unwrap_or_else(|e| panic!("{e}"));
+                let mut manifest: Value = serde_json::from_slice(&fs_err::read(&path).unwrap()).unwrap();
                 manifest.as_object_mut().and_then(|m| m.remove("run"));
                 files.insert(name, manifest.to_string().into_bytes());
             } else {
-                files.insert(name, fs_err::read(&path).unwrap_or_else(|e| panic!("{e}")));
+                files.insert(name, fs_err::read(&path).unwrap());
             }
         }
     }
@@ -415,7 +413,7 @@ fn the_number_of_threads_changes_no_output_file() {
         }
         let manifest = serial.file("manifest.json");
         assert!(!manifest.contains("\"threads\""), "the manifest records the thread count");
-        let manifest: Value = serde_json::from_str(&manifest).unwrap_or_else(|e| panic!("{e}"));
+        let manifest: Value = serde_json::from_str(&manifest).unwrap();
         let timings = &manifest["run"]["timings_ms"];
         for stage in ["chunk", "index", "connect", "plan", "generate", "filter", "sample", "write"] {
             assert!(timings[stage].is_u64(), "no {stage} timing in {timings}");

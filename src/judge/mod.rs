@@ -4,14 +4,20 @@
 //!
 //! - a `multi_hop` query that one of its hops answers alone (grade 3) is rejected;
 //! - a `no_answer` query that one of its top-k chunks answers (grade 2 or 3) is dropped, or with
-//!   `--reclassify` kept as an answerable (`direct`) query with the judged chunks as relevant;
+//!   `--reclassify` kept as an answerable (`direct`) query with the graded chunks as relevant;
 //! - with `--judge-pool K`, the first K chunks of each answerable query's pool are graded, and
 //!   grades of 1 or more become extra qrels rows (provenance `judge`).
 //!
 //! Input: the round's [`Judged`] candidates. Output: the same, with pool grades set and status,
 //! reason or type changed where the judge says so. Invariants: a dropped candidate is never
-//! judged; the same (query, chunk) pair is asked once per round (and, through the LLM cache,
+//! graded; the same (query, chunk) pair is asked once per round (and, through the LLM cache,
 //! once ever); a missing grade never drops a query: it flags it for review (`judge_failed`).
+//! What is asked of each candidate is decided in one place, [`asked`], which both plans the
+//! asks and estimates their cost.
+
+mod llm;
+
+pub use llm::LlmJudge;
 
 use crate::error::Result;
 use crate::index::ChunkIndex;
@@ -48,8 +54,8 @@ pub struct Ungraded {
 /// The judge's answer to one ask: a grade 0–3, or why there is none.
 pub type Grade = std::result::Result<u8, Ungraded>;
 
-/// Grades asks. Implemented by the LLM generator, so the judge shares its endpoint, limits,
-/// cache and budget.
+/// Grades asks. Implemented by [`LlmJudge`], which shares the run's LLM session (endpoint,
+/// limits, cache and budget) with the generator.
 pub trait Judge {
     /// One grade (0–3) per ask, in order, or why none came back.
     ///
@@ -63,8 +69,27 @@ pub trait Judge {
 pub struct JudgeConfig {
     /// Pooled chunks graded per answerable query (`--judge-pool`); 0 = none.
     pub pool: usize,
-    /// Keep a `no_answer` query that the corpus answers, as answerable.
-    pub reclassify: bool,
+    /// What becomes of a `no_answer` query that the corpus answers (recorded as
+    /// `reclassify: true|false`).
+    #[serde(rename = "reclassify")]
+    pub on_answered: OnAnswered,
+}
+
+/// What becomes of a `no_answer` query that a chunk answers (`--reclassify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnAnswered {
+    /// Dropped (`answered_in_corpus`).
+    #[default]
+    Drop,
+    /// Kept as an answerable `direct` query, the chunks that answer it relevant.
+    Reclassify,
+}
+
+impl Serialize for OnAnswered {
+    /// As the manifest has always recorded it: `reclassify: true` or `false`.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_bool(*self == Self::Reclassify)
+    }
 }
 
 /// The two passes of the judge in a round.
@@ -75,6 +100,48 @@ pub enum Phase {
     Decide,
     /// After admission, for the queries in the set only: pool grades (`--judge-pool`).
     Pool,
+}
+
+/// What the judge asks about a candidate in a phase: the one policy behind both the asks of a
+/// round ([`Asks::plan`]) and what a planned query may cost ([`calls_at_most`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// Nothing.
+    Nothing,
+    /// Each hop of a `multi_hop` query, alone.
+    Hops,
+    /// The first this many chunks of its pool (and, when pools are graded at all, every chunk a
+    /// `--pool-run` run added: the point of pooling a run is that its finds get graded).
+    Pool(usize),
+}
+
+/// What the judge asks about a candidate of `query_type` in `phase`.
+fn asked(phase: Phase, query_type: QueryType, config: JudgeConfig) -> Asked {
+    match (phase, query_type) {
+        (Phase::Decide, QueryType::NoAnswer) => Asked::Pool(usize::MAX),
+        (Phase::Decide, QueryType::MultiHop) => Asked::Hops,
+        (Phase::Decide, QueryType::Direct | QueryType::Paraphrase) => Asked::Nothing,
+        (Phase::Pool, _) => Asked::Pool(config.pool),
+    }
+}
+
+/// The asks a planned query of `query_type` may cost over both phases, at most: whether its
+/// hops are asked, and how many of the `pool_depth` chunks of its pool (a chunk graded in the
+/// first phase is not asked again in the second).
+#[must_use]
+pub fn calls_at_most(query_type: QueryType, config: JudgeConfig, pool_depth: usize) -> CallsAtMost {
+    let phases = [Phase::Decide, Phase::Pool].map(|phase| asked(phase, query_type, config));
+    let pool = phases.iter().filter_map(|a| if let Asked::Pool(take) = a { Some(*take) } else { None }).max();
+    CallsAtMost { hops: phases.contains(&Asked::Hops), pool: pool.unwrap_or(0).min(pool_depth) }
+}
+
+/// The asks a planned query may cost, at most (see [`calls_at_most`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallsAtMost {
+    /// One ask per hop.
+    pub hops: bool,
+    /// Asks about chunks of its pool.
+    pub pool: usize,
 }
 
 /// What one ask is for.
@@ -154,26 +221,22 @@ fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig, phase: Phase
     if !item.in_set() {
         return Vec::new();
     }
-    // The first `take` chunks of the pool, and (when pools are judged at all) every chunk a
-    // `--pool-run` run added: the point of pooling a run is that its finds get judged.
     let from_run = |p: &Pooled| p.pooled_by.iter().any(|s| crate::runs::is_run_source(s));
-    let pool = |take: usize| {
-        let entries = item.verdict.pool.iter().enumerate();
-        let wanted = entries.filter(|(i, p)| *i < take || (take > 0 && from_run(p)));
-        let ungraded = wanted.filter(|(_, p)| p.grade.is_none());
-        ungraded.filter_map(|(i, p)| index.position(&p.chunk_id).map(|c| (Purpose::Pool(i), c))).collect()
-    };
-    match (phase, item.candidate.query_type) {
-        (Phase::Decide, QueryType::NoAnswer) => pool(usize::MAX),
-        (Phase::Decide, QueryType::MultiHop) => item
+    match asked(phase, item.candidate.query_type, config) {
+        Asked::Nothing => Vec::new(),
+        Asked::Hops => item
             .candidate
             .sources
             .iter()
             .filter_map(|id| index.position(id))
             .map(|c| (Purpose::Hop, c))
             .collect(),
-        (Phase::Decide, QueryType::Direct | QueryType::Paraphrase) => Vec::new(),
-        (Phase::Pool, _) => pool(config.pool),
+        Asked::Pool(take) => {
+            let entries = item.verdict.pool.iter().enumerate();
+            let wanted = entries.filter(|(i, p)| *i < take || (take > 0 && from_run(p)));
+            let ungraded = wanted.filter(|(_, p)| p.grade.is_none());
+            ungraded.filter_map(|(i, p)| index.position(&p.chunk_id).map(|c| (Purpose::Pool(i), c))).collect()
+        }
     }
 }
 
@@ -198,7 +261,9 @@ fn decide(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConf
     let verdict = &mut item.verdict;
     match item.candidate.query_type {
         QueryType::MultiHop if one_hop_answers => verdict.mark(Status::Dropped, Reason::OneChunkAnswers),
-        QueryType::NoAnswer if answered && config.reclassify => reclassify(verdict),
+        QueryType::NoAnswer if answered && config.on_answered == OnAnswered::Reclassify => {
+            reclassify(verdict);
+        }
         QueryType::NoAnswer if answered => verdict.mark(Status::Dropped, Reason::AnsweredInCorpus),
         _ if failed => verdict.mark(Status::Flagged, Reason::JudgeFailed),
         QueryType::NoAnswer => verdict.mark(Status::Kept, Reason::NoAnswerConfirmed),
@@ -245,10 +310,30 @@ mod tests {
         }
     }
 
-    const NO_POOL: JudgeConfig = JudgeConfig { pool: 0, reclassify: false };
+    const NO_POOL: JudgeConfig = JudgeConfig { pool: 0, on_answered: OnAnswered::Drop };
 
     fn outcome(item: &Judged) -> (Status, Reason, Option<QueryType>) {
         (item.verdict.status, item.verdict.reason, item.verdict.relabelled)
+    }
+
+    #[test]
+    fn a_planned_query_may_cost_its_hops_and_the_deepest_pool_either_phase_grades() {
+        let pooled = JudgeConfig { pool: 3, on_answered: OnAnswered::Drop };
+        let at_most = |t, config| calls_at_most(t, config, 5);
+        assert_eq!(at_most(QueryType::NoAnswer, NO_POOL), CallsAtMost { hops: false, pool: 5 });
+        assert_eq!(at_most(QueryType::NoAnswer, pooled), CallsAtMost { hops: false, pool: 5 }, "graded once");
+        assert_eq!(at_most(QueryType::MultiHop, NO_POOL), CallsAtMost { hops: true, pool: 0 });
+        assert_eq!(at_most(QueryType::MultiHop, pooled), CallsAtMost { hops: true, pool: 3 });
+        assert_eq!(at_most(QueryType::Direct, NO_POOL), CallsAtMost { hops: false, pool: 0 });
+        assert_eq!(at_most(QueryType::Paraphrase, pooled), CallsAtMost { hops: false, pool: 3 });
+        assert_eq!(calls_at_most(QueryType::Direct, pooled, 2).pool, 2, "never deeper than the pool");
+    }
+
+    #[test]
+    fn on_answered_is_recorded_as_reclassify_true_or_false() {
+        let json = |on_answered| serde_json::to_string(&JudgeConfig { pool: 1, on_answered }).unwrap();
+        assert_eq!(json(OnAnswered::Drop), r#"{"pool":1,"reclassify":false}"#);
+        assert_eq!(json(OnAnswered::Reclassify), r#"{"pool":1,"reclassify":true}"#);
     }
 
     #[test]
@@ -272,7 +357,7 @@ mod tests {
         assert_eq!(outcome(&dropped), (Status::Dropped, Reason::AnsweredInCorpus, None));
         let mut kept = item(QueryType::NoAnswer, &["x", "y"]);
         record_pool_grades(&mut kept, &graded);
-        decide(&mut kept, &graded, JudgeConfig { pool: 0, reclassify: true });
+        decide(&mut kept, &graded, JudgeConfig { pool: 0, on_answered: OnAnswered::Reclassify });
         assert_eq!(outcome(&kept), (Status::Kept, Reason::Reclassified, Some(QueryType::Direct)));
         let pool: Vec<Option<u8>> = kept.verdict.pool.iter().map(|p| p.grade).collect();
         assert_eq!(pool, [Some(1), Some(2)]);

@@ -1,0 +1,168 @@
+//! The LLM judge: grades (query, chunk) pairs 0–3 at temperature 0, through the run's LLM
+//! session (the generator's endpoint, limits, cache and budget), in the response format the
+//! generator's preflight chose.
+//!
+//! Invariants: grades come back in the asks' order; an unusable reply is re-asked at most
+//! `repairs` times; a failure that is not fatal is an [`Ungraded`] with its kind and words.
+
+use super::{Ask, CallsAtMost, Grade, Judge, JudgeConfig, Ungraded, calls_at_most};
+use crate::error::Result;
+use crate::generate::{Prompts, Request, ResponseMode, extract_json};
+use crate::index::ChunkIndex;
+use crate::llm::{LlmError, Message, Role, Session, Unusable, estimate_tokens};
+use crate::progress::Stage;
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// Tokens allowed for the query in the estimate of a judge prompt (a query is one sentence;
+/// the queries do not exist yet when the estimate is made).
+const QUERY_TOKENS: u64 = 64;
+
+/// Grades asks with a chat model.
+pub struct LlmJudge<'a> {
+    index: &'a ChunkIndex,
+    session: Arc<Session>,
+    prompts: Prompts,
+    mode: ResponseMode,
+    repairs: u32,
+}
+
+impl<'a> LlmJudge<'a> {
+    /// A judge of the chunks of `index` that calls through `session` in `mode`, re-asking an
+    /// unusable reply at most `repairs` times.
+    #[must_use]
+    pub fn new(
+        index: &'a ChunkIndex,
+        session: Arc<Session>,
+        prompts: Prompts,
+        mode: ResponseMode,
+        repairs: u32,
+    ) -> Self {
+        Self { index, session, prompts, mode, repairs }
+    }
+
+    /// What the judge's session has sent over the network so far.
+    pub fn network(&self) -> crate::llm::NetworkStats {
+        self.session.llm().network()
+    }
+
+    /// The judge calls `requests` may cost once generated, and their prompt tokens: a call per
+    /// hop of a multi_hop query, per pooled chunk of a no_answer one, and `--judge-pool` per
+    /// answerable one (see [`calls_at_most`]). A hop's prompt is counted with its own chunk; a
+    /// pooled chunk, not known yet, as large as the request's first source.
+    ///
+    /// # Errors
+    /// When the index cannot serve a chunk or the template cannot be rendered.
+    pub fn estimate(
+        &self,
+        requests: &[Request],
+        config: JudgeConfig,
+        pool_depth: usize,
+    ) -> Result<(u64, u64)> {
+        let (mut calls, mut tokens) = (0, 0);
+        for request in requests {
+            let CallsAtMost { hops, pool } = calls_at_most(request.query_type, config, pool_depth);
+            if hops {
+                for &chunk in &request.sources {
+                    calls += 1;
+                    tokens += self.prompt_tokens(chunk)?;
+                }
+            }
+            if let Some(&chunk) = request.sources.first().filter(|_| pool > 0) {
+                calls += pool as u64;
+                tokens += pool as u64 * self.prompt_tokens(chunk)?;
+            }
+        }
+        Ok((calls, tokens))
+    }
+
+    /// Prompt tokens of an ask about `chunk`, the query's allowance included.
+    fn prompt_tokens(&self, chunk: usize) -> Result<u64> {
+        let messages = self.messages("", chunk)?;
+        Ok(u64::from(estimate_tokens(&messages, self.format().as_ref())) + QUERY_TOKENS)
+    }
+
+    fn messages(&self, query: &str, chunk: usize) -> Result<Vec<Message>> {
+        let stored = self.index.stored(chunk)?;
+        let user = self.prompts.judge.render(&[
+            ("query", query),
+            ("title", &stored.title),
+            ("text", &stored.text),
+        ])?;
+        Ok(vec![Message::new(Role::User, user)])
+    }
+
+    fn format(&self) -> Option<serde_json::Value> {
+        self.mode.mode.response_format("grade", &self.prompts.judge_schema)
+    }
+
+    /// Asks about one (query, chunk) pair, at temperature 0.
+    async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Grade, LlmError> {
+        let messages = self.messages(&ask.query, ask.chunk).map_err(|e| LlmError::Body(e.to_string()))?;
+        let format = self.format();
+        let repair = |error: &str| {
+            self.prompts.judge_repair.render(&[("error", error)]).map_err(|e| LlmError::Body(e.to_string()))
+        };
+        let answer =
+            self.session.ask_until(messages, format.as_ref(), 0.0, self.repairs, repair, parse_grade).await;
+        if !matches!(answer, Err(LlmError::Deferred)) {
+            progress.inc(1);
+        }
+        Ok(match Unusable::settle(answer)? {
+            Ok(grade) => {
+                self.mode.worked(&self.session);
+                Ok(grade.grade)
+            }
+            Err(Unusable { kind, reason, reply }) => Err(Ungraded { kind, reason, reply }),
+        })
+    }
+}
+
+impl Judge for LlmJudge<'_> {
+    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>> {
+        let say = |line: String| progress.say(&line);
+        let graded = self.session.run_ordered(asks, "judge", &say, |ask| self.grade_one(ask, progress));
+        Ok(self.session.block_on(graded)?)
+    }
+}
+
+/// The judge's grade of one chunk for one query.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+struct ReplyGrade {
+    /// 0–3.
+    grade: u8,
+    /// Why, in a sentence.
+    #[serde(default)]
+    reason: String,
+}
+
+/// Parses and validates a judge's reply.
+///
+/// # Errors
+/// A sentence naming the problem, for the repair re-ask.
+fn parse_grade(content: &str) -> std::result::Result<ReplyGrade, String> {
+    let object = extract_json(content, "grade")?;
+    let grade: ReplyGrade = serde_json::from_value(object).map_err(|e| format!("invalid JSON: {e}"))?;
+    if grade.grade > 3 {
+        return Err(format!("grade {} is not one of 0, 1, 2, 3", grade.grade));
+    }
+    Ok(grade)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grades_parse_and_out_of_range_ones_are_errors() {
+        let parsed =
+            parse_grade("<think>hmm</think>```json\n{\"grade\": 2, \"reason\": \"most of it\"}\n```");
+        assert_eq!(parsed, Ok(ReplyGrade { grade: 2, reason: "most of it".into() }));
+        assert!(parse_grade(r#"{"grade": 5, "reason": ""}"#).is_err_and(|e| e.contains("grade 5")));
+        // UMBRELA order: the reasoning (which may quote braces) before the grade.
+        let reasoned = r#"{"reason": "intent: dosage {adult}; the passage gives it", "grade": 3}"#;
+        assert_eq!(parse_grade(reasoned).map(|g| g.grade), Ok(3));
+        assert!(parse_grade(r#"{"grade": "high"}"#).is_err_and(|e| e.contains("invalid JSON")));
+        assert!(parse_grade("three").is_err_and(|e| e.contains("no JSON object with \"grade\"")));
+    }
+}
