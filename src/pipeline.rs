@@ -437,53 +437,92 @@ fn read_and_chunk(
     stage: &crate::progress::Stage,
 ) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, ReadReport)> {
     let chunker = Chunker::new(config.chunking)?;
-    let mut groups = ChunkGroups::new(config.chunk_dup_threshold);
-    let mut file = output::AtomicFile::create(corpus_file)?;
-    let mut metas = Vec::new();
-    let mut corpus_hash = ContentHasher::default();
-    let mut chunks_hash = ContentHasher::default();
-    let mut languages = Languages::default();
-    let mut keep = |chunk: &Chunk| -> Result<()> {
-        chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-        file.write_json_line(&output::corpus_line(chunk))?;
-        groups.add(&chunk.text);
-        metas.push(chunk.meta());
-        Ok(())
-    };
+    let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
+    let mut tally = CorpusTally::default();
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
         match item {
             Item::Document(doc) => {
-                corpus_hash.update(&[doc.id.as_str(), &doc.title, &doc.text]);
-                languages.add(&doc.text);
-                chunker
-                    .chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64))
-                    .iter()
-                    .try_for_each(&mut keep)?;
+                tally.add(doc.id.as_str(), &doc.title, &doc.text);
+                let chunks = chunker.chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64));
+                chunks.iter().try_for_each(|chunk| sink.keep(chunk))?;
             }
             Item::Chunk(chunk) => {
-                corpus_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-                languages.add(&chunk.text);
-                keep(&chunk)?;
+                tally.add(chunk.id.as_str(), &chunk.title, &chunk.text);
+                sink.keep(&chunk)?;
                 stage.inc(chunk.text.len() as u64);
             }
         }
         Ok(())
     })?;
+    let ChunkSink { file, mut groups, metas, hash } = sink;
     file.commit()?;
     groups.seal();
-    let summary = CorpusSummary {
-        documents: report.documents,
-        skipped: report.skipped.len(),
-        ignored: report.ignored,
-        hash: corpus_hash.finish(),
-        chunks: metas.len(),
-        chunks_hash: chunks_hash.finish(),
-        language: languages.corpus(),
-        languages: languages.documents,
-        duplicate_groups: groups.groups().len(),
-        chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
-    };
+    let summary = tally.summary(&report, &metas, &groups, hash);
     Ok((metas, groups, summary, report))
+}
+
+/// Where the chunks go as they are made: `corpus.jsonl`, the duplicate groups, and the metadata
+/// that stays in memory; their hash is taken on the way.
+struct ChunkSink {
+    file: output::AtomicFile,
+    groups: ChunkGroups,
+    metas: Vec<ChunkMeta>,
+    hash: ContentHasher,
+}
+
+impl ChunkSink {
+    fn create(corpus_file: &Path, dup_threshold: f64) -> Result<Self> {
+        Ok(Self {
+            file: output::AtomicFile::create(corpus_file)?,
+            groups: ChunkGroups::new(dup_threshold),
+            metas: Vec::new(),
+            hash: ContentHasher::default(),
+        })
+    }
+
+    fn keep(&mut self, chunk: &Chunk) -> Result<()> {
+        self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+        self.file.write_json_line(&output::corpus_line(chunk))?;
+        self.groups.add(&chunk.text);
+        self.metas.push(chunk.meta());
+        Ok(())
+    }
+}
+
+/// What is tallied of the corpus as it is read, before chunking: its hash and its languages.
+#[derive(Default)]
+struct CorpusTally {
+    hash: ContentHasher,
+    languages: Languages,
+}
+
+impl CorpusTally {
+    /// Adds a document (or, prechunked, a chunk).
+    fn add(&mut self, id: &str, title: &str, text: &str) {
+        self.hash.update(&[id, title, text]);
+        self.languages.add(text);
+    }
+
+    fn summary(
+        self,
+        report: &ReadReport,
+        metas: &[ChunkMeta],
+        groups: &ChunkGroups,
+        chunks_hash: ContentHasher,
+    ) -> CorpusSummary {
+        CorpusSummary {
+            documents: report.documents,
+            skipped: report.skipped.len(),
+            ignored: report.ignored,
+            hash: self.hash.finish(),
+            chunks: metas.len(),
+            chunks_hash: chunks_hash.finish(),
+            language: self.languages.corpus(),
+            languages: self.languages.documents,
+            duplicate_groups: groups.groups().len(),
+            chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
+        }
+    }
 }
 
 /// Languages of the documents read, detected one by one.
