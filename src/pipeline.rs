@@ -8,7 +8,7 @@ use crate::dedup::ChunkGroups;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
-    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Prompts, Quotas, Request,
+    Estimate, Generator, LlmGenerator, LlmReport, Margin, OfflineGenerator, Planner, Prompts, Quotas, Request,
 };
 use crate::id::{ChunkId, ContentHasher};
 use crate::index::{Analyzer, ChunkIndex, IndexError};
@@ -79,14 +79,16 @@ pub fn build(
     let mut generator = make_generator(config, &index, out, language, *progress)?;
     timings.add("connect", stage.finish(&generator_line(generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
-    let group = generator.queries_per_call();
-    let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
+    let per_call = generator.queries_per_call();
+    let mut planner =
+        Planner::new(&index, &groups, config.per_doc_cap, config.queries, per_call, config.seed);
     if config.dry_run {
         let dry_run = dry_run(config, generator.as_mut(), &mut planner, &quotas)?;
         return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
     }
     if submits_batches(config) {
-        let mut fresh = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
+        let mut fresh =
+            Planner::new(&index, &groups, config.per_doc_cap, config.queries, per_call, config.seed);
         check_batch_budget(config, &dry_run(config, generator.as_mut(), &mut fresh, &quotas)?)?;
     }
     let mut rounds = Rounds::new(&quotas, config.dedup_threshold, config.judge);
@@ -96,12 +98,12 @@ pub fn build(
     let filter =
         RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan(round == config.max_rounds);
+        let wanted = rounds.to_plan(Margin::of_round(round, config.max_rounds));
         if wanted.is_empty() {
             break;
         }
         let stage = progress.stage("plan", 0);
-        let requests = planner.plan(&wanted, round, group)?;
+        let requests = planner.plan(&wanted, round, per_call)?;
         timings.add("plan", stage.finish(&format!("round {round}: {} requests", requests.len())));
         if requests.is_empty() {
             break;
@@ -235,12 +237,12 @@ fn dry_run(
     quotas: &Quotas,
 ) -> Result<DryRun> {
     let mut rounds = Rounds::new(quotas, config.dedup_threshold, config.judge);
-    let group = generator.queries_per_call();
+    let per_call = generator.queries_per_call();
     let mut range =
         DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan(round == config.max_rounds);
-        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        let wanted = rounds.to_plan(Margin::of_round(round, config.max_rounds));
+        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, per_call)? };
         if requests.is_empty() {
             break;
         }
@@ -457,7 +459,7 @@ fn read_and_chunk(
     let ChunkSink { file, mut groups, metas, hash } = sink;
     file.commit()?;
     groups.seal();
-    let summary = tally.summary(&report, &metas, &groups, hash);
+    let summary = tally.summary(&report, &metas, &groups, &hash);
     Ok((metas, groups, summary, report))
 }
 
@@ -508,7 +510,7 @@ impl CorpusTally {
         report: &ReadReport,
         metas: &[ChunkMeta],
         groups: &ChunkGroups,
-        chunks_hash: ContentHasher,
+        chunks_hash: &ContentHasher,
     ) -> CorpusSummary {
         CorpusSummary {
             documents: report.documents,

@@ -15,7 +15,7 @@ mod terms;
 pub use llm::{JsonMode, LlmGeneration, LlmGenerator, LlmReport, LlmSummary};
 pub use offline::{OfflineGenerator, TopicConfig};
 pub(crate) use plan::auto_cap;
-pub use plan::{Mix, Planner, Quotas, parse_shares, top_up};
+pub use plan::{Margin, Mix, Planner, Quotas, parse_shares, top_up};
 pub use prompt::Prompts;
 pub(crate) use terms::is_query_word;
 

@@ -56,8 +56,20 @@ fn is_first_version(version: &u32) -> bool {
 }
 
 /// What made a version.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum MadeBy {
     /// Decisions applied (`review apply`, `review agree --resolve`).
     #[default]
@@ -69,14 +81,10 @@ pub enum MadeBy {
 }
 
 impl MadeBy {
-    /// Its label in the manifest.
+    /// Its label in the manifest: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Review => "review",
-            Self::Build => "build",
-            Self::Refresh => "refresh",
-        }
+        self.into()
     }
 
     #[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
