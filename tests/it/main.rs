@@ -18,6 +18,7 @@ mod readme;
 mod rebuild;
 mod refresh;
 mod review;
+mod validate;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
