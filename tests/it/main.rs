@@ -17,6 +17,7 @@ mod pooling;
 mod readme;
 mod rebuild;
 mod refresh;
+mod report;
 mod review;
 mod validate;
 
