@@ -5,6 +5,7 @@
 use crate::id::{ChunkId, DocId, QueryId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumString, IntoStaticStr, VariantArray};
 
 /// Version of the output file formats, recorded in the manifest.
 pub const FORMAT_VERSION: u32 = 3;
@@ -62,22 +63,9 @@ pub struct ChunkMeta {
 }
 
 /// The kinds of query a generator writes.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, EnumString, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum QueryType {
     /// Asks for what one chunk says, in its words.
@@ -206,22 +194,9 @@ impl Candidate {
 }
 
 /// Where a candidate ends up.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Status {
     /// In the test set.
@@ -241,22 +216,9 @@ impl Status {
 }
 
 /// Why a candidate got its status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Reason {
     /// Every source (or, with `--multi-hop-rule any`, one) ranks within the top N.
@@ -307,22 +269,9 @@ impl Reason {
 }
 
 /// How hard a query is for BM25, measured (see [`Difficulty::measure`]).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Difficulty {
     /// The source ranks first and the query mostly uses its words.
@@ -463,22 +412,9 @@ impl Judged {
 /// What kind of failure left a request without a query (or a question without a grade): what
 /// the report counts. The message that goes with it (a server's words, a parse error) is kept in
 /// `rejects.jsonl`, never used as a key.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum FailureKind {
     /// The offline generator found too few usable terms in the chunk.
@@ -538,22 +474,9 @@ pub mod grade {
 }
 
 /// Where a relevance judgment comes from (recorded in `qrels/provenance.tsv`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, EnumString, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Provenance {
     /// A chunk the query was written from (a source or a hop).
@@ -674,7 +597,6 @@ pub struct ReviewItem {
 mod tests {
     use super::*;
     use serde::Serialize;
-    use strum::VariantArray;
 
     /// Every variant's label is the name serde writes, and parses back where a parser exists.
     fn labels_are_serde_names<T: VariantArray + Serialize + Copy>(label: fn(T) -> &'static str) {

@@ -35,22 +35,9 @@ pub const GRADE_MAX: u8 = 3;
 
 /// What a reviewer decided about a query, in order of severity (the `strict` policy lets the
 /// most severe win).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::VariantArray)]
 #[strum(serialize_all = "snake_case", ascii_case_insensitive)]
 pub enum Decision {
     /// The query and its qrels are right as they are (grades may still be corrected).
