@@ -216,3 +216,125 @@ pub(crate) fn repeats(judgments: &[Located]) -> Vec<Problem> {
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Provenance, Qrel, Status};
+    use crate::review::set::{SetManifest, Version};
+
+    fn query(id: &str, query_type: QueryType, line: usize) -> QueryLine {
+        let (id, text) = (QueryId::parse(id).unwrap(), format!("what is {id}?"));
+        QueryLine { id, text, query_type, status: Status::Kept, raw: String::new(), line }
+    }
+
+    /// A set of a direct query answered by `a:1` and a no_answer query, over chunks `a:1`, `b:2`.
+    fn set() -> ReviewSet {
+        let qrel = Qrel {
+            query_id: QueryId::parse("direct-1").unwrap(),
+            chunk_id: ChunkId::parse("a:1").unwrap(),
+            grade: 3,
+            provenance: Provenance::Source,
+        };
+        let base = Version {
+            queries: vec![
+                query("direct-1", QueryType::Direct, 1),
+                query("no_answer-2", QueryType::NoAnswer, 2),
+            ],
+            qrels: vec![qrel],
+        };
+        ReviewSet {
+            dir: "set".into(),
+            manifest: SetManifest { rest: serde_json::Map::new(), review: None },
+            current: base.clone(),
+            base,
+            queue: Vec::new(),
+            chunks: ["a:1", "b:2"].into_iter().map(|c| ChunkId::parse(c).unwrap()).collect(),
+            ledger: Vec::new(),
+            earlier_ledger: Vec::new(),
+        }
+    }
+
+    /// A judgment of `query` read at line `line`, with `decision` and `grades` (chunk, grade).
+    fn judged(line: usize, query: &str, decision: Option<Decision>, grades: &[(&str, u8)]) -> Located {
+        let grades =
+            grades.iter().map(|&(c, grade)| ChunkGrade { chunk_id: ChunkId::parse(c).unwrap(), grade });
+        let judgment = Judgment {
+            query_id: QueryId::parse(query).unwrap(),
+            reviewer: "ann".into(),
+            decision,
+            reject_reason: None,
+            edited_text: None,
+            grades: grades.collect(),
+        };
+        Located::new(Location::Line(line), judgment)
+    }
+
+    fn messages(problems: &[Problem]) -> Vec<String> {
+        problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn each_rule_against_the_set_names_its_problem() {
+        let set = set();
+        let mut edited = judged(7, "direct-1", Some(Decision::Accept), &[]);
+        edited.shown_text = Some("what is  direct-1?\n".into());
+        let mut changed = judged(8, "direct-1", Some(Decision::Accept), &[]);
+        changed.shown_text = Some("what else?".into());
+        let judgments = [
+            judged(1, "direct-9", Some(Decision::Accept), &[]),
+            judged(2, "direct-1", Some(Decision::Accept), &[("c:3", 2)]),
+            judged(3, "direct-1", Some(Decision::Answerable), &[]),
+            judged(4, "no_answer-2", Some(Decision::Accept), &[("b:2", 2)]),
+            judged(5, "direct-1", None, &[("a:1", 0)]),
+            judged(6, "no_answer-2", Some(Decision::Answerable), &[("b:2", 0)]),
+            edited,
+            changed,
+        ];
+        assert_eq!(
+            messages(&against_set(&set, &judgments)),
+            [
+                "line 1: unknown query id direct-9 (not in the set)",
+                "line 2: unknown chunk id c:3 (not in corpus.jsonl)",
+                "line 3: answerable is only for no_answer queries; direct-1 is direct",
+                "line 4: no_answer-2 is a no_answer query: grading a chunk 1–3 says it is answerable; choose the \
+                 decision answerable",
+                "line 5: direct-1 would be left with no relevant chunk: grade a chunk 1–3, add one, or reject",
+                "line 6: no_answer-2 would be left with no relevant chunk: grade a chunk 1–3, add one, or reject",
+                "line 8: the query text of direct-1 was changed here but the decision is not edit: choose edit and \
+                 put the new text in edited_text",
+            ],
+            "line 7 only changes spaces"
+        );
+        let fine = [
+            judged(1, "direct-1", Some(Decision::Reject), &[("a:1", 0)]),
+            judged(2, "no_answer-2", None, &[]),
+        ];
+        assert_eq!(messages(&against_set(&set, &fine)), Vec::<String>::new());
+    }
+
+    #[test]
+    fn form_rules_and_repeats() {
+        let mut rejected = judged(1, "direct-1", Some(Decision::Reject), &[]);
+        rejected.judgment.edited_text = Some("new".into());
+        let mut accepted = judged(2, "no_answer-2", Some(Decision::Accept), &[]);
+        accepted.judgment.reject_reason = Some("off topic".into());
+        let judgments = [rejected, accepted, judged(3, "direct-1", Some(Decision::Edit), &[])];
+        assert_eq!(
+            messages(&resolved_form(&judgments)),
+            [
+                "line 1: direct-1: reject needs a reject_reason",
+                "line 1: direct-1: edited_text is given but the decision is not edit",
+                "line 2: no_answer-2: reject_reason is given but the decision is not reject",
+                "line 3: direct-1: edit needs an edited_text",
+            ]
+        );
+        assert_eq!(
+            messages(&repeats(&judgments)),
+            [
+                "line 3: direct-1 is judged by ann here and by ann (line 1); two reviewers' judgments are merged by \
+              review agree --resolve"
+            ]
+        );
+    }
+}
