@@ -1,6 +1,6 @@
 //! Reads a decisions file, JSONL, CSV or a Label Studio JSON export, into [`Judgment`]s.
 //!
-//! Every format is first read into [`RawRow`]s (the decision fields as written), which one
+//! Every format is first read into `RawRow`s (`raw.rs`: the decision fields as written), which one
 //! function checks for form: known decision, grades 0–3, ids without whitespace or `#`, a reason
 //! for a rejection, a text for an edit, an answering chunk for `answerable`. Every problem of every
 //! row is collected with its line (JSONL), row (CSV, the header is row 1) or task (Label Studio);
