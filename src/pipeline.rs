@@ -8,7 +8,8 @@ use crate::dedup::ChunkGroups;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
-    Estimate, Generator, LlmGenerator, LlmReport, OfflineGenerator, Planner, Preflight, Prompts, Quotas,
+    Estimate, Generator, LlmGenerator, LlmReport, Margin, OfflineGenerator, Planner, Preflight, Prompts,
+    Quotas,
 };
 use crate::id::{ChunkId, ContentHasher};
 use crate::index::{Analyzer, ChunkIndex, IndexError};
@@ -80,14 +81,16 @@ pub fn build(
     let mut stages = make_stages(config, &index, out, language, *progress)?;
     timings.add("connect", stage.finish(&generator_line(stages.generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
-    let group = stages.generator.queries_per_call();
-    let mut planner = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
+    let per_call = stages.generator.queries_per_call();
+    let mut planner =
+        Planner::new(&index, &groups, config.per_doc_cap, config.queries, per_call, config.seed);
     if config.dry_run {
         let dry_run = dry_run(config, &stages, &mut planner, &quotas)?;
         return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
     }
     if submits_batches(config) {
-        let mut fresh = Planner::new(&index, &groups, config.per_doc_cap, config.queries, group, config.seed);
+        let mut fresh =
+            Planner::new(&index, &groups, config.per_doc_cap, config.queries, per_call, config.seed);
         check_batch_budget(config, &dry_run(config, &stages, &mut fresh, &quotas)?)?;
     }
     let mut rounds = Rounds::new(&quotas, config.dedup_threshold, config.judge);
@@ -97,12 +100,12 @@ pub fn build(
     let filter =
         RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs).with_threads(config.threads);
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan(round == config.max_rounds);
+        let wanted = rounds.to_plan(Margin::of_round(round, config.max_rounds));
         if wanted.is_empty() {
             break;
         }
         let stage = progress.stage("plan", 0);
-        let requests = planner.plan(&wanted, round, group)?;
+        let requests = planner.plan(&wanted, round, per_call)?;
         timings.add("plan", stage.finish(&format!("round {round}: {} requests", requests.len())));
         if requests.is_empty() {
             break;
@@ -236,12 +239,12 @@ fn dry_run(
     quotas: &Quotas,
 ) -> Result<DryRun> {
     let mut rounds = Rounds::new(quotas, config.dedup_threshold, config.judge);
-    let group = stages.generator.queries_per_call();
+    let per_call = stages.generator.queries_per_call();
     let mut range =
         DryRun { low_yield_percent: (DRY_RUN_LOW_YIELD * 100.0).round() as u32, ..DryRun::default() };
     for round in 1..=config.max_rounds {
-        let wanted = rounds.to_plan(round == config.max_rounds);
-        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
+        let wanted = rounds.to_plan(Margin::of_round(round, config.max_rounds));
+        let requests = if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, per_call)? };
         if requests.is_empty() {
             break;
         }
@@ -443,51 +446,26 @@ fn read_and_chunk(
     stage: &crate::progress::Stage,
 ) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, ReadReport)> {
     let chunker = Chunker::new(config.chunking)?;
-    let mut groups = ChunkGroups::new(config.chunk_dup_threshold);
-    let mut file = output::AtomicFile::create(corpus_file)?;
-    let mut metas = Vec::new();
-    let mut corpus_hash = ContentHasher::default();
-    let mut chunks_hash = ContentHasher::default();
-    let mut languages = Languages::default();
-    let mut keep = |chunk: &Chunk| -> Result<()> {
-        chunks_hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-        file.write_json_line(&output::corpus_line(chunk))?;
-        groups.add(&chunk.text);
-        metas.push(chunk.meta());
-        Ok(())
-    };
+    let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
+    let mut tally = CorpusTally::default();
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        hash_item(&mut corpus_hash, &item);
+        tally.add(&item);
         match item {
             Item::Document(doc) => {
-                languages.add(&doc.text);
-                chunker
-                    .chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64))
-                    .iter()
-                    .try_for_each(&mut keep)?;
+                let chunks = chunker.chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64));
+                chunks.iter().try_for_each(|chunk| sink.keep(chunk))?;
             }
             Item::Chunk(chunk) => {
-                languages.add(&chunk.text);
-                keep(&chunk)?;
+                sink.keep(&chunk)?;
                 stage.inc(chunk.text.len() as u64);
             }
         }
         Ok(())
     })?;
+    let ChunkSink { file, mut groups, metas, hash } = sink;
     file.commit()?;
     groups.seal();
-    let summary = CorpusSummary {
-        documents: report.documents,
-        skipped: report.skipped.len(),
-        ignored: report.ignored,
-        hash: corpus_hash.finish(),
-        chunks: metas.len(),
-        chunks_hash: chunks_hash.finish(),
-        language: languages.corpus(),
-        languages: languages.documents,
-        duplicate_groups: groups.groups().len(),
-        chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
-    };
+    let summary = tally.summary(&report, &metas, &groups, &hash);
     Ok((metas, groups, summary, report))
 }
 
@@ -508,6 +486,73 @@ pub(crate) fn corpus_hash(config: &BuildConfig, out: &Path) -> Result<String> {
         Ok(())
     })?;
     Ok(hasher.finish())
+}
+
+/// Where the chunks go as they are made: `corpus.jsonl`, the duplicate groups, and the metadata
+/// that stays in memory; their hash is taken on the way.
+struct ChunkSink {
+    file: output::AtomicFile,
+    groups: ChunkGroups,
+    metas: Vec<ChunkMeta>,
+    hash: ContentHasher,
+}
+
+impl ChunkSink {
+    fn create(corpus_file: &Path, dup_threshold: f64) -> Result<Self> {
+        Ok(Self {
+            file: output::AtomicFile::create(corpus_file)?,
+            groups: ChunkGroups::new(dup_threshold),
+            metas: Vec::new(),
+            hash: ContentHasher::default(),
+        })
+    }
+
+    fn keep(&mut self, chunk: &Chunk) -> Result<()> {
+        self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
+        self.file.write_json_line(&output::corpus_line(chunk))?;
+        self.groups.add(&chunk.text);
+        self.metas.push(chunk.meta());
+        Ok(())
+    }
+}
+
+/// What is tallied of the corpus as it is read, before chunking: its hash and its languages.
+#[derive(Default)]
+struct CorpusTally {
+    hash: ContentHasher,
+    languages: Languages,
+}
+
+impl CorpusTally {
+    /// Adds a document (or, prechunked, a chunk).
+    fn add(&mut self, item: &Item) {
+        hash_item(&mut self.hash, item);
+        self.languages.add(match item {
+            Item::Document(doc) => &doc.text,
+            Item::Chunk(chunk) => &chunk.text,
+        });
+    }
+
+    fn summary(
+        self,
+        report: &ReadReport,
+        metas: &[ChunkMeta],
+        groups: &ChunkGroups,
+        chunks_hash: &ContentHasher,
+    ) -> CorpusSummary {
+        CorpusSummary {
+            documents: report.documents,
+            skipped: report.skipped.len(),
+            ignored: report.ignored,
+            hash: self.hash.finish(),
+            chunks: metas.len(),
+            chunks_hash: chunks_hash.finish(),
+            language: self.languages.corpus(),
+            languages: self.languages.documents,
+            duplicate_groups: groups.groups().len(),
+            chunks_in_groups: groups.groups().iter().map(Vec::len).sum(),
+        }
+    }
 }
 
 /// Languages of the documents read, detected one by one.

@@ -5,6 +5,7 @@
 use crate::id::{ChunkId, DocId, QueryId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumString, IntoStaticStr, VariantArray};
 
 /// Version of the output file formats, recorded in the manifest.
 pub const FORMAT_VERSION: u32 = 3;
@@ -64,6 +65,8 @@ pub struct ChunkMeta {
 /// The kinds of query a generator writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, EnumString, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum QueryType {
     /// Asks for what one chunk says, in its words.
     Direct,
@@ -79,21 +82,16 @@ impl QueryType {
     /// All types, in report order.
     pub const ALL: [Self; 4] = [Self::Direct, Self::Paraphrase, Self::MultiHop, Self::NoAnswer];
 
-    /// The label used in flags, ids and files.
+    /// The label used in flags, ids and files: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Direct => "direct",
-            Self::Paraphrase => "paraphrase",
-            Self::MultiHop => "multi_hop",
-            Self::NoAnswer => "no_answer",
-        }
+        self.into()
     }
 
     /// Parses a label as written by [`QueryType::label`].
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.label() == label)
+        label.parse().ok()
     }
 }
 
@@ -198,6 +196,8 @@ impl Candidate {
 /// Where a candidate ends up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Status {
     /// In the test set.
     Kept,
@@ -208,20 +208,18 @@ pub enum Status {
 }
 
 impl Status {
-    /// The label used in files and reports.
+    /// The label used in files and reports: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Kept => "kept",
-            Self::Flagged => "flagged",
-            Self::Dropped => "dropped",
-        }
+        self.into()
     }
 }
 
 /// Why a candidate got its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Reason {
     /// Every source (or, with `--multi-hop-rule any`, one) ranks within the top N.
     SourceInTopN,
@@ -263,34 +261,18 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// The label used in reports.
+    /// The label used in reports: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::SourceInTopN => "source_in_top_n",
-            Self::SourceNotInTopN => "source_not_in_top_n",
-            Self::TopicInTopN => "topic_in_top_n",
-            Self::HopNotInTopN => "hop_not_in_top_n",
-            Self::NoAnswerConfirmed => "no_answer_confirmed",
-            Self::AbsentTermFound => "absent_term_found",
-            Self::NoAnswerUnchecked => "no_answer_unchecked",
-            Self::Duplicate => "duplicate",
-            Self::OverQuota => "over_quota",
-            Self::EvidenceNotInSource => "evidence_not_in_source",
-            Self::WrongLanguage => "wrong_language",
-            Self::NearDuplicate => "near_duplicate",
-            Self::CopiesSource => "copies_source",
-            Self::OneChunkAnswers => "one_chunk_answers",
-            Self::AnsweredInCorpus => "answered_in_corpus",
-            Self::Reclassified => "reclassified",
-            Self::JudgeFailed => "judge_failed",
-        }
+        self.into()
     }
 }
 
 /// How hard a query is for BM25, measured (see [`Difficulty::measure`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Difficulty {
     /// The source ranks first and the query mostly uses its words.
     Easy,
@@ -319,14 +301,10 @@ impl Difficulty {
         }
     }
 
-    /// The label used in files and reports.
+    /// The label used in files and reports: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Easy => "easy",
-            Self::Medium => "medium",
-            Self::Hard => "hard",
-        }
+        self.into()
     }
 }
 
@@ -434,10 +412,9 @@ impl Judged {
 /// What kind of failure left a request without a query (or a question without a grade): what
 /// the report counts. The message that goes with it (a server's words, a parse error) is kept in
 /// `rejects.jsonl`, never used as a key.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, strum::IntoStaticStr,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum FailureKind {
     /// The offline generator found too few usable terms in the chunk.
@@ -499,6 +476,8 @@ pub mod grade {
 /// Where a relevance judgment comes from (recorded in `qrels/provenance.tsv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr, EnumString, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Provenance {
     /// A chunk the query was written from (a source or a hop).
     Source,
@@ -516,25 +495,16 @@ pub enum Provenance {
 }
 
 impl Provenance {
-    /// The label used in `qrels/provenance.tsv`.
+    /// The label used in `qrels/provenance.tsv`: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Source => "source",
-            Self::Duplicate => "duplicate",
-            Self::Topic => "topic",
-            Self::Judge => "judge",
-            Self::Human => "human",
-            Self::Refresh => "refresh",
-        }
+        self.into()
     }
 
     /// Parses a label as written by [`Provenance::label`].
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        [Self::Source, Self::Duplicate, Self::Topic, Self::Judge, Self::Human, Self::Refresh]
-            .into_iter()
-            .find(|p| p.label() == label)
+        label.parse().ok()
     }
 }
 
@@ -621,4 +591,37 @@ pub struct ReviewItem {
     /// Always empty here; `qrelgen review export` gives annotators the decision fields to fill
     /// (`accept`, `edit`, `answerable`, `reject`; see `review::Decision`).
     pub decision: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Serialize;
+
+    /// Every variant's label is the name serde writes, and parses back where a parser exists.
+    fn labels_are_serde_names<T: VariantArray + Serialize + Copy>(label: fn(T) -> &'static str) {
+        for &variant in T::VARIANTS {
+            assert_eq!(serde_json::to_value(variant).unwrap(), label(variant));
+        }
+    }
+
+    #[test]
+    fn labels_are_the_names_serde_writes() {
+        labels_are_serde_names(QueryType::label);
+        labels_are_serde_names(Status::label);
+        labels_are_serde_names(Reason::label);
+        labels_are_serde_names(Difficulty::label);
+        labels_are_serde_names(FailureKind::label);
+        labels_are_serde_names(Provenance::label);
+        assert_eq!(Reason::SourceInTopN.label(), "source_in_top_n");
+        assert_eq!(QueryType::MultiHop.to_string(), "multi_hop");
+        for &t in QueryType::VARIANTS {
+            assert_eq!(QueryType::from_label(t.label()), Some(t));
+        }
+        for &p in Provenance::VARIANTS {
+            assert_eq!(Provenance::from_label(p.label()), Some(p));
+        }
+        assert_eq!(QueryType::from_label("Direct"), None, "labels are exact");
+        assert_eq!(Provenance::from_label("bm25"), None);
+    }
 }

@@ -11,7 +11,7 @@
 use crate::dedup::Dedup;
 use crate::error::Result;
 use crate::filter::RoundTrip;
-use crate::generate::{Generator, Quotas, Request, top_up};
+use crate::generate::{Generator, Margin, Quotas, Request, top_up};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::judge::{Asks, Judge, JudgeConfig, LlmJudge, Phase};
@@ -156,15 +156,15 @@ impl Rounds {
 
     /// Requests to plan per type: the first round asks for the quota; later rounds ask for the
     /// deficit divided by the share of that type's planned requests that joined the set so far,
-    /// so top-ups converge in a round or two, and the `last` round adds a margin so that it
-    /// fills ([`top_up`]).
-    pub(crate) fn to_plan(&self, last: bool) -> Quotas {
+    /// so top-ups converge in a round or two, and the last round adds a [`Margin::Safe`] so that
+    /// it fills ([`top_up`]).
+    pub(crate) fn to_plan(&self, margin: Margin) -> Quotas {
         self.counts
             .iter()
             .filter(|(_, c)| Self::deficit(c) > 0)
             .map(|(&t, c)| {
                 let keep_rate = if c.planned == 0 { 1.0 } else { c.filled as f64 / c.planned as f64 };
-                (t, top_up(Self::deficit(c), keep_rate, last))
+                (t, top_up(Self::deficit(c), keep_rate, margin))
             })
             .collect()
     }
@@ -440,20 +440,20 @@ mod tests {
         let counts = &rounds.counts[&QueryType::Direct];
         assert_eq!((counts.kept, counts.dropped), (2, 2));
         assert_eq!(counts.dropped_by_reason.values().sum::<usize>(), 2);
-        assert!(rounds.to_plan(false).is_empty(), "the quota is filled");
+        assert!(rounds.to_plan(Margin::Expected).is_empty(), "the quota is filled");
     }
 
     #[test]
     fn a_top_up_asks_for_the_deficit_over_the_yield() {
         let mut rounds = rounds(10);
-        assert_eq!(rounds.to_plan(false)[&QueryType::Direct], 10, "round 1 plans the quota");
+        assert_eq!(rounds.to_plan(Margin::Expected)[&QueryType::Direct], 10, "round 1 plans the quota");
         let counts = rounds.count(QueryType::Direct);
         (counts.planned, counts.filled) = (10, 5);
         // 5 missing at a yield of 1/2: 10 requests.
-        assert_eq!(rounds.to_plan(false)[&QueryType::Direct], 10);
+        assert_eq!(rounds.to_plan(Margin::Expected)[&QueryType::Direct], 10);
         rounds.count(QueryType::Direct).filled = 1;
         // 9 missing at a yield of 1/10: capped at 4 per missing query.
-        assert_eq!(rounds.to_plan(false)[&QueryType::Direct], 36);
+        assert_eq!(rounds.to_plan(Margin::Expected)[&QueryType::Direct], 36);
         let short = rounds.shortfalls(&[(QueryType::Direct, 10)].into_iter().collect());
         assert_eq!((short[0].wanted, short[0].got), (10, 1));
     }

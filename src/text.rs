@@ -9,6 +9,8 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization};
 /// The languages qrelgen writes queries in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Language {
     /// English (or any Latin-script language).
     En,
@@ -17,13 +19,10 @@ pub enum Language {
 }
 
 impl Language {
-    /// `en` or `zh`: the prompt folder and the flag value.
+    /// `en` or `zh`: the prompt folder and the flag value (serde's name).
     #[must_use]
     pub fn code(self) -> &'static str {
-        match self {
-            Self::En => "en",
-            Self::Zh => "zh",
-        }
+        self.into()
     }
 
     /// The name given to the model.
@@ -230,6 +229,15 @@ fn fold_char(c: char, out: &mut impl FnMut(char)) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn language_codes_are_the_names_serde_writes() {
+        use strum::VariantArray as _;
+        for &language in Language::VARIANTS {
+            assert_eq!(serde_json::to_value(language).unwrap(), language.code());
+        }
+        assert_eq!(Language::Zh.code(), "zh");
+    }
 
     #[track_caller]
     fn check_quote(quote: &str, source: &str, expected: bool) {

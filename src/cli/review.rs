@@ -10,6 +10,7 @@ use qrelgen::review::apply::{self, Batch, Outcome};
 use qrelgen::review::decisions::{self, Decisions, ReviewerMap, Reviewers};
 use qrelgen::review::estimate::Interval;
 use qrelgen::review::export::{self, ExportItem};
+use qrelgen::review::label_studio;
 use qrelgen::review::set::ReviewSet;
 use qrelgen::review::status::{self, ReviewStatus};
 use qrelgen::review::{Decision, Format, Located, Location};
@@ -238,7 +239,7 @@ fn export_label_studio(items: &[ExportItem], to: Option<&Path>, set: &Path) -> a
         );
     }
     let (mut task_bytes, mut config_bytes) = (Vec::new(), Vec::new());
-    export::write_label_studio(items, &mut task_bytes, &mut config_bytes)?;
+    label_studio::write(items, &mut task_bytes, &mut config_bytes)?;
     output::write_atomic(&tasks, |w| w.write_all(&task_bytes))?;
     output::write_atomic(&config, |w| w.write_all(&config_bytes))?;
     Ok(format!(" to {} (tasks) and {} (labeling config)", tasks.display(), config.display()))

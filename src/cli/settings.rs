@@ -409,8 +409,16 @@ impl Settings {
         })
     }
 
-    /// Rejects values no build can use, naming the flag.
+    /// Rejects values no build can use, naming the flag (the first one, in this order).
     fn validate(&self) -> anyhow::Result<()> {
+        self.check_counts()?;
+        self.check_ranges()?;
+        self.check_pools()?;
+        self.check_amounts()
+    }
+
+    /// Counts, sizes and durations are at least 1.
+    fn check_counts(&self) -> anyhow::Result<()> {
         for (flag, value) in [
             ("--queries", self.queries),
             ("--per-doc-cap", self.per_doc_cap),
@@ -430,6 +438,11 @@ impl Settings {
                 bail!("invalid {flag}: must be at least 1");
             }
         }
+        Ok(())
+    }
+
+    /// Similarities, shares and cosines are within their ranges.
+    fn check_ranges(&self) -> anyhow::Result<()> {
         for (flag, value) in
             [("--dedup-threshold", self.dedup_threshold), ("--chunk-dup-threshold", self.chunk_dup_threshold)]
         {
@@ -443,6 +456,11 @@ impl Settings {
         if self.topic_min_cosine.is_some_and(|c| !(-1.0..=1.0).contains(&c)) {
             bail!("invalid --topic-min-cosine: a cosine is between -1 and 1");
         }
+        Ok(())
+    }
+
+    /// Pools that would hold nothing, and judge settings without the LLM judge.
+    fn check_pools(&self) -> anyhow::Result<()> {
         if self.pool_run.as_ref().is_some_and(|runs| !runs.is_empty()) && self.pool_run_depth == Some(0) {
             bail!("invalid --pool-run-depth 0: it would pool nothing from the runs\nhint: use 1 or more");
         }
@@ -456,6 +474,11 @@ impl Settings {
                 "--judge-pool and --reclassify need the LLM judge\nhint: pass --base-url and --model (or set OPENAI_BASE_URL and QRELGEN_MODEL)"
             );
         }
+        Ok(())
+    }
+
+    /// The temperature, budgets and prices are finite and not negative.
+    fn check_amounts(&self) -> anyhow::Result<()> {
         for (flag, value) in [
             ("--temperature", self.temperature.map(f64::from)),
             ("--max-cost", self.max_cost),
@@ -490,7 +513,25 @@ impl Settings {
         }
     }
 
+    /// The LLM generator's settings: the endpoint, the calls, the generation.
     fn llm_setup(&self, api_key: Option<String>) -> anyhow::Result<LlmSetup> {
+        let endpoint = self.endpoint(api_key)?;
+        let styles =
+            parse_shares(self.styles.as_deref().unwrap_or("question=0.5,keyword=0.3,colloquial=0.2"))
+                .map_err(|e| anyhow::anyhow!("invalid --styles: {e}"))?;
+        let price = self.price()?;
+        // A day is plenty for one reply, and keeps the arithmetic below far from overflow.
+        let timeout = Duration::from_secs(self.timeout.unwrap_or(300).clamp(1, 86_400));
+        Ok(LlmSetup {
+            llm: self.llm_config(endpoint, timeout, price),
+            generation: self.generation(styles, timeout),
+            prompts: self.prompts.clone(),
+            cache: self.cache.clone(),
+        })
+    }
+
+    /// The endpoint: `--base-url` and `--model` are needed, the key is optional.
+    fn endpoint(&self, api_key: Option<String>) -> anyhow::Result<Endpoint> {
         let Some(base_url) = self.base_url.clone() else {
             bail!(
                 "--generator llm needs an endpoint\nhint: pass --base-url (or set OPENAI_BASE_URL), e.g. https://api.openai.com/v1"
@@ -499,11 +540,11 @@ impl Settings {
         let Some(model) = self.model.clone() else {
             bail!("--generator llm needs a model\nhint: pass --model (or set QRELGEN_MODEL)");
         };
-        let styles =
-            parse_shares(self.styles.as_deref().unwrap_or("question=0.5,keyword=0.3,colloquial=0.2"))
-                .map_err(|e| anyhow::anyhow!("invalid --styles: {e}"))?;
-        // A day is plenty for one reply, and keeps the arithmetic below far from overflow.
-        let timeout = Duration::from_secs(self.timeout.unwrap_or(300).clamp(1, 86_400));
+        Ok(Endpoint { base_url, model, api_key: api_key.filter(|k| !k.is_empty()) })
+    }
+
+    /// The prices, if either is given (the other is then 0); `--max-cost` needs them.
+    fn price(&self) -> anyhow::Result<Option<Price>> {
         let price = match (self.price_prompt, self.price_completion) {
             (None, None) => None,
             (prompt, completion) => {
@@ -515,41 +556,43 @@ impl Settings {
                 "--max-cost needs prices\nhint: add --price-prompt and --price-completion (per million tokens)"
             );
         }
-        Ok(LlmSetup {
-            llm: LlmConfig {
-                endpoint: Endpoint { base_url, model, api_key: api_key.filter(|k| !k.is_empty()) },
-                timeout,
-                limits: LimitConfig {
-                    concurrency: self.concurrency.unwrap_or(4).max(1),
-                    rpm: self.rpm,
-                    tpm: self.tpm,
-                },
-                retry: RetryPolicy {
-                    max_attempts: self.attempts.unwrap_or(6).max(1),
-                    ..RetryPolicy::default()
-                },
-                temperature: self.temperature.unwrap_or(0.7),
-                max_tokens: self.max_tokens.unwrap_or(1500),
-                seed: self.seed.unwrap_or(42),
-                budget: Budget { max_tokens_total: self.max_tokens_total, max_cost: self.max_cost, price },
-                batch: None,
-                batch_discount: qrelgen::llm::DEFAULT_DISCOUNT,
+        Ok(price)
+    }
+
+    /// How the calls are made: pace, retries, sampling, budget.
+    fn llm_config(&self, endpoint: Endpoint, timeout: Duration, price: Option<Price>) -> LlmConfig {
+        LlmConfig {
+            endpoint,
+            timeout,
+            limits: LimitConfig {
+                concurrency: self.concurrency.unwrap_or(4).max(1),
+                rpm: self.rpm,
+                tpm: self.tpm,
             },
-            generation: LlmGeneration {
-                json_mode: self.json_mode.map(|m| match m {
-                    JsonModeArg::Schema => JsonMode::Schema,
-                    JsonModeArg::Object => JsonMode::Object,
-                    JsonModeArg::Plain => JsonMode::Plain,
-                }),
-                repairs: self.repairs.unwrap_or(2),
-                styles,
-                queries_per_call: self.queries_per_call.unwrap_or(4),
-                stall_after: self
-                    .stall_timeout
-                    .map_or(timeout.saturating_mul(3), |s| Duration::from_secs(s.min(86_400 * 3))),
-            },
-            prompts: self.prompts.clone(),
-            cache: self.cache.clone(),
-        })
+            retry: RetryPolicy { max_attempts: self.attempts.unwrap_or(6).max(1), ..RetryPolicy::default() },
+            temperature: self.temperature.unwrap_or(0.7),
+            max_tokens: self.max_tokens.unwrap_or(1500),
+            seed: self.seed.unwrap_or(42),
+            budget: Budget { max_tokens_total: self.max_tokens_total, max_cost: self.max_cost, price },
+            batch: None,
+            batch_discount: qrelgen::llm::DEFAULT_DISCOUNT,
+        }
+    }
+
+    /// What is asked of the model: JSON mode, repairs, styles, queries per call, the stall clock.
+    fn generation(&self, styles: Vec<(String, f64)>, timeout: Duration) -> LlmGeneration {
+        LlmGeneration {
+            json_mode: self.json_mode.map(|m| match m {
+                JsonModeArg::Schema => JsonMode::Schema,
+                JsonModeArg::Object => JsonMode::Object,
+                JsonModeArg::Plain => JsonMode::Plain,
+            }),
+            repairs: self.repairs.unwrap_or(2),
+            styles,
+            queries_per_call: self.queries_per_call.unwrap_or(4),
+            stall_after: self
+                .stall_timeout
+                .map_or(timeout.saturating_mul(3), |s| Duration::from_secs(s.min(86_400 * 3))),
+        }
     }
 }

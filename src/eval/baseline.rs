@@ -11,7 +11,7 @@ use super::files;
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, ContentHasher, QueryId};
-use crate::index::{Analyzer, ChunkIndex, Provenance, Segmenter};
+use crate::index::{Analyzer, ChunkIndex, IndexOrigin, Segmenter};
 use crate::progress::Progress;
 use crate::record::Chunk;
 use crate::review::set::read_jsonl;
@@ -37,7 +37,7 @@ pub struct BaselineRun {
     /// Every query of the set, in file order.
     pub results: Vec<Ranked>,
     /// Reused or rebuilt.
-    pub index: Provenance,
+    pub index: IndexOrigin,
 }
 
 /// The manifest fields the baseline needs.

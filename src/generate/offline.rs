@@ -18,7 +18,7 @@
 //! - `no_answer`: popular terms of a chunk plus one word that occurs nowhere in the corpus
 //!   (verified in the index), which names what the corpus cannot answer.
 
-use super::terms::{TermModel, is_query_word};
+use super::terms::{TermModel, Weighting, is_query_word};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
 use crate::index::{ChunkIndex, CorpusModel, TermStat};
@@ -127,7 +127,8 @@ impl<'a> OfflineGenerator<'a> {
                 // neither hop (topical ones seldom find both); written in the corpus's forms.
                 let salient = |c: usize| -> Result<TermModel> {
                     let t = text(c)?;
-                    let model = TermModel::new(self.index, self.index.term_stats(&t)?, true);
+                    let model =
+                        TermModel::new(self.index, self.index.term_stats(&t)?, Weighting::Discriminative);
                     Ok(self.in_language(model.written_as(&self.corpus.terms), &t))
                 };
                 let second = request.sources.get(1).copied().unwrap_or(first);
@@ -135,8 +136,10 @@ impl<'a> OfflineGenerator<'a> {
             }
             QueryType::NoAnswer => {
                 let t = text(first)?;
-                let popular =
-                    self.in_language(TermModel::new(self.index, self.index.term_stats(&t)?, false), &t);
+                let popular = self.in_language(
+                    TermModel::new(self.index, self.index.term_stats(&t)?, Weighting::Popular),
+                    &t,
+                );
                 return Ok(self
                     .no_answer(&popular, &shape, &mut rng)
                     .map(|(q, absent)| (q, Some(absent), None)));

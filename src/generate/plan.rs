@@ -1,7 +1,7 @@
 //! Planning: how many queries of each type, and which chunks they are written from.
 
 use super::Request;
-use super::terms::{TermModel, is_query_word};
+use super::terms::{TermModel, Weighting, is_query_word};
 use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::id::DocId;
@@ -138,7 +138,7 @@ pub struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     /// A planner over the chunks of `index` allowing `cap` queries per document (`None`: twice
-    /// a fair share of `total_queries`, at least 2 and at least `group`, so one chunk can serve a
+    /// a fair share of `total_queries`, at least 2 and at least `per_call`, so one chunk can serve a
     /// whole call). A chunk's near-identical copies (`groups`) are never its multi_hop partner.
     #[must_use]
     pub fn new(
@@ -146,7 +146,7 @@ impl<'a> Planner<'a> {
         groups: &'a ChunkGroups,
         cap: Option<usize>,
         total_queries: usize,
-        group: usize,
+        per_call: usize,
         seed: u64,
     ) -> Self {
         let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
@@ -160,7 +160,7 @@ impl<'a> Planner<'a> {
             docs[doc].push(position);
         }
         let planned_per_doc = vec![0; docs.len()];
-        let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()).max(group));
+        let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()).max(per_call));
         Self {
             index,
             groups,
@@ -193,28 +193,28 @@ impl<'a> Planner<'a> {
 
     /// Plans up to `wanted` requests per type for `round`; fewer when chunks run out.
     ///
-    /// With `group` > 1, one chunk (or one multi_hop pair) gets up to `group` requests, of the
+    /// With `per_call` > 1, one chunk (or one multi_hop pair) gets up to `per_call` requests, of the
     /// types with the most left to plan, so a generator can serve them with one call.
     ///
     /// # Errors
     /// [`crate::Error::Index`] when a search fails.
-    pub fn plan(&mut self, wanted: &Quotas, round: u32, group: usize) -> Result<Vec<Request>> {
+    pub fn plan(&mut self, wanted: &Quotas, round: u32, per_call: usize) -> Result<Vec<Request>> {
         let (mut hops, mut singles): (Quotas, Quotas) =
             wanted.iter().filter(|(_, n)| **n > 0).partition(|(t, _)| **t == QueryType::MultiHop);
         // Pairs first: they are the hardest to place, and single-chunk types must not use up
         // every document's cap before them.
-        let mut requests = self.fill(&mut hops, round, group.clamp(1, 2), "multi_hop")?;
-        requests.extend(self.fill(&mut singles, round, group.max(1), "single")?);
+        let mut requests = self.fill(&mut hops, round, per_call.clamp(1, 2), "multi_hop")?;
+        requests.extend(self.fill(&mut singles, round, per_call.max(1), "single")?);
         Ok(requests)
     }
 
-    /// Visits documents in a seeded round-robin, giving each picked chunk up to `group`
+    /// Visits documents in a seeded round-robin, giving each picked chunk up to `per_call`
     /// requests, until `remaining` is planned or no document can give more.
     fn fill(
         &mut self,
         remaining: &mut Quotas,
         round: u32,
-        group: usize,
+        per_call: usize,
         label: &str,
     ) -> Result<Vec<Request>> {
         let mut requests = Vec::new();
@@ -230,7 +230,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 let Some(sources) = self.take(doc, first, &mut rng)? else { continue };
-                for _ in 0..group {
+                for _ in 0..per_call {
                     let Some(query_type) = most_wanted(remaining, &wanted) else { break };
                     if self.planned_per_doc[doc] >= self.cap {
                         break;
@@ -288,7 +288,11 @@ impl<'a> Planner<'a> {
     /// at least two chunks away in the same one, and not a copy of it.
     fn partner(&mut self, chunk: usize) -> Result<Option<usize>> {
         let this = self.index.meta(chunk);
-        let model = TermModel::new(self.index, self.index.term_stats(&self.index.text(chunk)?)?, true);
+        let model = TermModel::new(
+            self.index,
+            self.index.term_stats(&self.index.text(chunk)?)?,
+            Weighting::Discriminative,
+        );
         let terms: Vec<String> = model.top(PARTNER_QUERY_TERMS).into_iter().map(|s| s.term.clone()).collect();
         for hit in self.index.search_terms(&terms, PARTNER_CANDIDATES)? {
             let other = self.index.meta(hit.chunk);
@@ -327,18 +331,35 @@ const MAX_TOP_UP_FACTOR: f64 = 4.0;
 /// The one-sided z-score of the chance that the last round fills a type (2: about 97.5 %).
 const LAST_ROUND_Z: f64 = 2.0;
 
+/// How far beyond the expected need a round plans ([`top_up`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Margin {
+    /// A later round can still make up for a shortfall: the expected need.
+    Expected,
+    /// The last round: enough to fill with about 97.5 % probability.
+    Safe,
+}
+
+impl Margin {
+    /// The margin of round `round` out of `max_rounds`: safe in the last one.
+    #[must_use]
+    pub fn of_round(round: u32, max_rounds: u32) -> Self {
+        if round == max_rounds { Self::Safe } else { Self::Expected }
+    }
+}
+
 /// Requests to plan for `deficit` missing queries of a type whose requests joined the set at
 /// `keep_rate` so far (1 before any round).
 ///
-/// A round that a later round can still make up for plans the expected need, `deficit /
-/// keep_rate` (at most four times the deficit). Planning the expected need
-/// falls short about half the time, so the last round (`last`) plans enough that the kept
-/// requests, binomial with the keep rate, reach the deficit with about 97.5 % probability:
+/// A round that a later round can still make up for ([`Margin::Expected`]) plans the expected
+/// need, `deficit / keep_rate` (at most four times the deficit). Planning the expected need
+/// falls short about half the time, so the last round ([`Margin::Safe`]) plans enough that the
+/// kept requests, binomial with the keep rate, reach the deficit with about 97.5 % probability:
 /// the least `n` with `n·p − z·√(n·p·(1−p)) ≥ deficit` (normal approximation).
 #[must_use]
-pub fn top_up(deficit: usize, keep_rate: f64, last: bool) -> usize {
+pub fn top_up(deficit: usize, keep_rate: f64, margin: Margin) -> usize {
     let p = keep_rate.max(1.0 / MAX_TOP_UP_FACTOR);
-    if !last || p >= 1.0 {
+    if margin == Margin::Expected || p >= 1.0 {
         return (deficit as f64 * (1.0 / p).min(MAX_TOP_UP_FACTOR)).ceil() as usize;
     }
     // With m = n·p: √m = (z·√(1−p) + √(z²·(1−p) + 4·deficit)) / 2.
@@ -402,17 +423,17 @@ mod tests {
     #[test]
     fn top_up_plans_the_expected_need_then_a_safe_margin_in_the_last_round() {
         // Before any round (rate 1) and at a rate of 1/2: the expected need.
-        assert_eq!(top_up(10, 1.0, false), 10);
-        assert_eq!(top_up(10, 0.5, false), 20);
+        assert_eq!(top_up(10, 1.0, Margin::Expected), 10);
+        assert_eq!(top_up(10, 0.5, Margin::Expected), 20);
         // At most four times the deficit.
-        assert_eq!(top_up(10, 0.1, false), 40);
+        assert_eq!(top_up(10, 0.1, Margin::Expected), 40);
         // A sure keep needs no margin, even in the last round.
-        assert_eq!(top_up(10, 1.0, true), 10);
+        assert_eq!(top_up(10, 1.0, Margin::Safe), 10);
         // p = 0.4, deficit 1: √m = (2·√0.6 + √(2.4 + 4)) / 2 = 2.0396…, m = 4.160, n = 10.4 → 11;
         // P(none of 11 kept) = 0.6^11 = 0.4 %.
-        assert_eq!(top_up(1, 0.4, true), 11);
+        assert_eq!(top_up(1, 0.4, Margin::Safe), 11);
         // Deficit 45: √m = (1.549 + √(2.4 + 180)) / 2 = 7.527, m = 56.66, n = 141.6 → 142.
-        assert_eq!(top_up(45, 0.4, true), 142);
+        assert_eq!(top_up(45, 0.4, Margin::Safe), 142);
     }
 
     #[test]

@@ -37,15 +37,27 @@ pub struct TermModel {
     terms: Vec<(TermStat, f64)>,
 }
 
+/// How [`TermModel::new`] weighs a chunk's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weighting {
+    /// tf·idf²: rare terms dominate, as in a known-item query.
+    Discriminative,
+    /// Plain tf: the chunk's most frequent terms.
+    Popular,
+}
+
 impl TermModel {
-    /// The model of a chunk's term statistics: tf·idf² weights when `discriminative` (rare terms
-    /// dominate, as in a known-item query), plain tf otherwise.
-    pub fn new(index: &ChunkIndex, stats: Vec<TermStat>, discriminative: bool) -> Self {
+    /// The model of a chunk's term statistics, weighted by `weighting`.
+    pub fn new(index: &ChunkIndex, stats: Vec<TermStat>, weighting: Weighting) -> Self {
         let terms = stats
             .into_iter()
             .filter(|s| is_query_word(&s.surface))
             .map(|s| {
-                let weight = f64::from(s.tf) * if discriminative { index.idf(s.df).powi(2) } else { 1.0 };
+                let idf = match weighting {
+                    Weighting::Discriminative => index.idf(s.df).powi(2),
+                    Weighting::Popular => 1.0,
+                };
+                let weight = f64::from(s.tf) * idf;
                 (s, weight)
             })
             .collect();

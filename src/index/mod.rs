@@ -79,14 +79,14 @@ pub struct StoredText {
 
 /// Whether [`ChunkIndex::open_or_build`] reused the index on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provenance {
+pub enum IndexOrigin {
     /// The chunks had not changed.
     Reused,
     /// Built from the chunks.
     Built,
 }
 
-impl std::fmt::Display for Provenance {
+impl std::fmt::Display for IndexOrigin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Reused => "reused, chunks unchanged",
@@ -202,7 +202,7 @@ impl ChunkIndex {
         threads: usize,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
-    ) -> Result<(Self, Provenance), E> {
+    ) -> Result<(Self, IndexOrigin), E> {
         let stamp = format!("{}\n{fingerprint}\n", analyzer.version());
         let stamp_path = dir.join(FINGERPRINT_FILE);
         if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
@@ -210,12 +210,12 @@ impl ChunkIndex {
             && opened.searcher.num_docs() == chunks.len() as u64
         {
             progress.inc(chunks.len() as u64);
-            return Ok((opened.attach(dir, chunks, analyzer, threads)?, Provenance::Reused));
+            return Ok((opened.attach(dir, chunks, analyzer, threads)?, IndexOrigin::Reused));
         }
         reset_dir(dir)?;
         build(dir, &analyzer, threads, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
-        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, Provenance::Built))
+        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, IndexOrigin::Built))
     }
 
     /// The threads its users may read it with (those it was built with).
@@ -493,7 +493,7 @@ fn write_error(path: &Path, source: std::io::Error) -> IndexError {
 
 /// Builds (or reuses) an index over in-memory chunks: for tests.
 #[cfg(test)]
-pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, Provenance) {
+pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, IndexOrigin) {
     let metas = chunks.iter().map(Chunk::meta).collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
     ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), 2, &Stage::hidden(), |add| {
@@ -524,7 +524,7 @@ pub(crate) fn test_chunks(texts: &[&str]) -> Vec<Chunk> {
 mod tests {
     use super::*;
 
-    fn build_index(dir: &Path, texts: &[&str]) -> (ChunkIndex, Provenance) {
+    fn build_index(dir: &Path, texts: &[&str]) -> (ChunkIndex, IndexOrigin) {
         from_chunks(dir, &test_chunks(texts))
     }
 
@@ -594,15 +594,15 @@ mod tests {
     fn rebuilds_only_when_chunks_change() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index");
-        assert_eq!(build_index(&path, &["one", "two"]).1, Provenance::Built);
-        assert_eq!(build_index(&path, &["one", "two"]).1, Provenance::Reused);
+        assert_eq!(build_index(&path, &["one", "two"]).1, IndexOrigin::Built);
+        assert_eq!(build_index(&path, &["one", "two"]).1, IndexOrigin::Reused);
         let (index, provenance) = build_index(&path, &["one", "two", "three"]);
-        assert_eq!(provenance, Provenance::Built);
+        assert_eq!(provenance, IndexOrigin::Built);
         assert_eq!(index.len(), 3);
     }
 
     /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
-    fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, Provenance)> {
+    fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, IndexOrigin)> {
         let metas = chunks.iter().map(Chunk::meta).collect();
         ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
             chunks.into_iter().take(fed).try_for_each(add)

@@ -36,7 +36,8 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     llm_section(&mut out, summary.manifest, summary.judged);
     styles_table(&mut out, summary.judged);
     reasons_table(&mut out, summary.manifest);
-    controls_table(&mut out, summary.judged, summary.manifest.llm.is_some());
+    let decider = if summary.manifest.llm.is_some() { Decider::Judge } else { Decider::Lexical };
+    controls_table(&mut out, summary.judged, decider);
     rank_histogram(&mut out, summary.judged, summary.manifest.config.filter.top_n);
     overlap_table(&mut out, summary.judged);
     difficulty_table(&mut out, summary.judged);
@@ -354,9 +355,10 @@ impl Control {
         }
     }
 
-    /// Whether the control examines `j` (`judge`: the LLM judge ran).
-    fn applies(self, j: &Judged, judge: bool) -> bool {
-        let asked = j.candidate.query_type;
+    /// Whether the control examines `j`, when `decider` decided the no_answer and multi_hop
+    /// questions.
+    fn applies(self, j: &Judged, decider: Decider) -> bool {
+        let (asked, judge) = (j.candidate.query_type, decider == Decider::Judge);
         match self {
             Self::Evidence => !j.candidate.evidence.is_empty(),
             Self::RoundTrip => asked != QueryType::NoAnswer,
@@ -376,6 +378,15 @@ impl Control {
     }
 }
 
+/// Who decided whether a no_answer query is answered and a multi_hop query needs its hops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decider {
+    /// The LLM judge (LLM generator).
+    Judge,
+    /// The lexical checks: the absent term, each hop's terms (offline generator).
+    Lexical,
+}
+
 /// What one control did to the candidates of one type.
 #[derive(Debug, Default)]
 struct ControlCounts {
@@ -387,11 +398,11 @@ struct ControlCounts {
 }
 
 /// What the controls did, per control and type (the type a candidate was generated as).
-fn controls_table(out: &mut String, judged: &[Judged], judge: bool) {
+fn controls_table(out: &mut String, judged: &[Judged], decider: Decider) {
     let mut rows: BTreeMap<(Control, QueryType), ControlCounts> = BTreeMap::new();
     for j in judged {
         let caught_by = Control::of(j.verdict.reason);
-        for control in Control::ALL.into_iter().filter(|c| c.applies(j, judge)) {
+        for control in Control::ALL.into_iter().filter(|c| c.applies(j, decider)) {
             let row = rows.entry((control, j.candidate.query_type)).or_default();
             row.examined += 1;
             let caught = caught_by == Some(control);

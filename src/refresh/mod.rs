@@ -441,7 +441,7 @@ impl Fresh<'_> {
         let group = stages.generator.queries_per_call();
         let mut planner = self.planner(groups, added, n, group);
         for round in 1..=self.config.max_rounds {
-            let wanted = rounds.to_plan(round == self.config.max_rounds);
+            let wanted = rounds.to_plan(crate::generate::Margin::of_round(round, self.config.max_rounds));
             let requests =
                 if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
             if requests.is_empty() {

@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, HashMap};
 /// How two reviewers' judgments of the same query are merged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Policy {
     /// The more severe decision wins (reject > answerable > edit > accept); the lower grade wins.
     Strict,
@@ -26,13 +28,10 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// The label used in flags and the manifest.
+    /// The label used in flags and the manifest: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Strict => "strict",
-            Self::Lenient => "lenient",
-        }
+        self.into()
     }
 
     fn pick<T: Ord>(self, a: T, b: T) -> T {

@@ -24,9 +24,10 @@
 
 use super::agreement::Policy;
 use super::decisions::Decisions;
+use super::rules;
 use super::set::{QueryLine, ReviewSet, Version, malformed};
 use super::version::{self, Counts, Entry, Input, InputFile, MadeBy, VersionRecord};
-use super::{Decision, Judgment, Located, Location, Problem};
+use super::{Decision, Judgment, Located};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, ContentHasher, QueryId};
 use crate::output::layout::APPLIED_DIR;
@@ -73,108 +74,6 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Problems of `judgments` against the set (known queries and chunks, decisions that fit the
-/// type, a relevant chunk left, no text changed without `edit`), in file order.
-pub(crate) fn problems(set: &ReviewSet, judgments: &[Located]) -> Vec<Problem> {
-    let queries: HashMap<&QueryId, &QueryLine> = set.base.queries.iter().map(|q| (&q.id, q)).collect();
-    let mut machine: HashMap<&QueryId, BTreeMap<&ChunkId, u8>> = HashMap::new();
-    for q in &set.base.qrels {
-        machine.entry(&q.query_id).or_default().insert(&q.chunk_id, q.grade);
-    }
-    let mut before: HashMap<&QueryId, Option<Decision>> = HashMap::new();
-    for j in set.ledger.iter().map(|e| &e.judgment) {
-        let grades = machine.entry(&j.query_id).or_default();
-        grades.extend(j.grades.iter().map(|g| (&g.chunk_id, g.grade)));
-        if j.decision.is_some() {
-            before.insert(&j.query_id, j.decision);
-        }
-    }
-    let mut problems = Vec::new();
-    for Located { at, judgment: j, shown_text } in judgments {
-        let mut problem = |message: String| problems.push(Problem::new(*at, message));
-        let Some(query) = queries.get(&j.query_id) else {
-            problem(format!("unknown query id {} (not in the set)", j.query_id));
-            continue;
-        };
-        let query_type = query.query_type;
-        for g in j.grades.iter().filter(|g| !set.chunks.contains(&g.chunk_id)) {
-            problem(format!("unknown chunk id {} (not in corpus.jsonl)", g.chunk_id));
-        }
-        let answered = j.grades.iter().any(|g| g.grade >= 1);
-        let no_answer = query_type == QueryType::NoAnswer;
-        if j.decision == Some(Decision::Answerable) && !no_answer {
-            problem(format!("answerable is only for no_answer queries; {} is {query_type}", j.query_id));
-        }
-        if no_answer && answered && j.decision != Some(Decision::Answerable) {
-            problem(format!(
-                "{} is a no_answer query: grading a chunk 1–3 says it is answerable; choose the decision answerable",
-                j.query_id
-            ));
-        }
-        let decision = j.decision.or_else(|| before.get(&j.query_id).copied().flatten());
-        let must_answer = if no_answer {
-            decision == Some(Decision::Answerable)
-        } else {
-            decision != Some(Decision::Reject)
-        };
-        if must_answer {
-            let mut grades = machine.get(&j.query_id).cloned().unwrap_or_default();
-            grades.extend(j.grades.iter().map(|g| (&g.chunk_id, g.grade)));
-            if grades.values().all(|&g| g == 0) {
-                problem(format!(
-                    "{} would be left with no relevant chunk: grade a chunk 1–3, add one, or reject",
-                    j.query_id
-                ));
-            }
-        }
-        if let Some(shown) = shown_text.as_deref()
-            && j.decision != Some(Decision::Edit)
-            && !same_words(shown, &query.text)
-        {
-            problem(format!(
-                "the query text of {} was changed here but the decision is not edit: choose edit and put the \
-                 new text in edited_text",
-                j.query_id
-            ));
-        }
-    }
-    problems
-}
-
-/// Whether two texts have the same words (a spreadsheet may change spaces and line ends).
-fn same_words(a: &str, b: &str) -> bool {
-    a.split_whitespace().eq(b.split_whitespace())
-}
-
-/// The form rules of a decisions row, for judgments that were not read from one (merged from two
-/// reviewers): the same rules, so a resolved judgment cannot be what a file could not say.
-fn form_problems(judgments: &[Located]) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    for Located { at, judgment: j, .. } in judgments {
-        let mut problem =
-            |message: String| problems.push(Problem::new(*at, format!("{}: {message}", j.query_id)));
-        super::decisions::rules(super::decisions::Fields::of(j), &mut problem);
-    }
-    problems
-}
-
-/// Queries judged more than once in one batch (by two reviewers: that is for `review agree`).
-fn repeats(judgments: &[Located]) -> Vec<Problem> {
-    let mut seen: HashMap<&QueryId, (Location, &str)> = HashMap::new();
-    let mut problems = Vec::new();
-    for Located { at, judgment: j, .. } in judgments {
-        if let Some((first, reviewer)) = seen.insert(&j.query_id, (*at, &j.reviewer)) {
-            let message = format!(
-                "{} is judged by {} here and by {reviewer} ({first}); two reviewers' judgments are merged \
-                 by review agree --resolve",
-                j.query_id, j.reviewer
-            );
-            problems.push(Problem::new(*at, message));
-        }
-    }
-    problems
-}
-
 /// Applies `batch` to `set`: checks it, and writes the next version unless the same input was
 /// applied before or nothing would change.
 ///
@@ -188,9 +87,9 @@ pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
     if let Some(done) = history.into_iter().find(|record| record.key == key) {
         return Ok(Outcome::AlreadyApplied { version: done.version });
     }
-    let mut problems = problems(set, &batch.judgments);
-    problems.append(&mut form_problems(&batch.judgments));
-    problems.append(&mut repeats(&batch.judgments));
+    let mut problems = rules::against_set(set, &batch.judgments);
+    problems.append(&mut rules::resolved_form(&batch.judgments));
+    problems.append(&mut rules::repeats(&batch.judgments));
     problems.sort_by_key(|p| p.at);
     if !problems.is_empty() {
         let path = batch.inputs.first().map_or_else(|| set.dir.clone(), |d| d.path.clone());

@@ -1,6 +1,6 @@
 //! Reads a decisions file, JSONL, CSV or a Label Studio JSON export, into [`Judgment`]s.
 //!
-//! Every format is first read into [`RawRow`]s (the decision fields as written), which one
+//! Every format is first read into `RawRow`s (`raw.rs`: the decision fields as written), which one
 //! function checks for form: known decision, grades 0–3, ids without whitespace or `#`, a reason
 //! for a rejection, a text for an edit, an answering chunk for `answerable`. Every problem of every
 //! row is collected with its line (JSONL), row (CSV, the header is row 1) or task (Label Studio);
@@ -8,6 +8,8 @@
 //! are pending and skipped. [`read_for`] also checks the judgments against the set and reports
 //! those problems together with the form problems.
 
+use super::raw::{RawGrade, RawRow, without_bom};
+use super::rules::{self, Fields};
 use super::set::ReviewSet;
 use super::{
     ChunkGrade, Decision, Format, GRADE_MAX, Judgment, Located, Location, Problem, Slot, field, slot_field,
@@ -121,7 +123,7 @@ pub fn read_for(
     reviewers: &Reviewers,
 ) -> Result<Decisions> {
     let (decisions, mut problems) = parse(path, format, reviewers)?;
-    problems.extend(super::apply::problems(set, &decisions.judgments));
+    problems.extend(rules::against_set(set, &decisions.judgments));
     problems.sort_by_key(|p| p.at);
     if !problems.is_empty() {
         return Err(Error::Decisions { path: path.to_owned(), problems });
@@ -224,65 +226,6 @@ fn name_users(rows: &mut [RawRow], reviewers: &Reviewers) -> Result<Vec<String>>
     Ok(warnings)
 }
 
-/// The decision fields of one row, as written (trimmed; empty means not given).
-#[derive(Debug, Clone)]
-pub(crate) struct RawRow {
-    pub at: Location,
-    pub query_id: String,
-    pub reviewer: String,
-    pub decision: String,
-    pub reject_reason: String,
-    pub edited_text: String,
-    pub add: String,
-    pub grades: Vec<RawGrade>,
-    /// The query text the row shows, if the format has one.
-    pub shown_text: Option<String>,
-    /// The Label Studio user id of an annotator known only by number.
-    pub user: Option<u64>,
-}
-
-impl RawRow {
-    /// An empty row at `at`.
-    pub fn new(at: Location) -> Self {
-        Self {
-            at,
-            query_id: String::new(),
-            reviewer: String::new(),
-            decision: String::new(),
-            reject_reason: String::new(),
-            edited_text: String::new(),
-            add: String::new(),
-            grades: Vec::new(),
-            shown_text: None,
-            user: None,
-        }
-    }
-
-    /// Sets the decision field `name` (one of [`field`]); `false` if it is not one.
-    pub fn set(&mut self, name: &str, value: &str) -> bool {
-        let slot = match name {
-            field::QUERY_ID => &mut self.query_id,
-            field::REVIEWER => &mut self.reviewer,
-            field::DECISION => &mut self.decision,
-            field::REJECT_REASON => &mut self.reject_reason,
-            field::EDITED_TEXT => &mut self.edited_text,
-            field::ADD => &mut self.add,
-            _ => return false,
-        };
-        value.trim().clone_into(slot);
-        true
-    }
-}
-
-/// A grade as written, with the chunk it is for.
-#[derive(Debug, Clone)]
-pub(crate) struct RawGrade {
-    /// The field it was read from, for messages.
-    pub field: String,
-    pub chunk_id: String,
-    pub grade: String,
-}
-
 /// The rows of a file, checked: the judgments of the good rows, every problem found and what
 /// was ignored.
 #[derive(Default)]
@@ -342,7 +285,7 @@ fn judgment(
     if let Err(message) = &query_id {
         problem(message.clone());
     }
-    rules(
+    rules::form(
         Fields {
             decision,
             reject_reason: &row.reject_reason,
@@ -363,49 +306,6 @@ fn judgment(
             grades,
         })),
         _ => Err(problems),
-    }
-}
-
-/// The decision fields of a judgment, for [`rules`].
-#[derive(Clone, Copy)]
-pub(crate) struct Fields<'a> {
-    pub decision: Option<Decision>,
-    pub reject_reason: &'a str,
-    pub edited_text: &'a str,
-    pub grades: &'a [ChunkGrade],
-}
-
-impl<'a> Fields<'a> {
-    /// The fields of a judgment.
-    pub fn of(j: &'a Judgment) -> Self {
-        Self {
-            decision: j.decision,
-            reject_reason: j.reject_reason.as_deref().unwrap_or_default(),
-            edited_text: j.edited_text.as_deref().unwrap_or_default(),
-            grades: &j.grades,
-        }
-    }
-}
-
-/// What each decision needs, and fields that need a decision: the form rules every judgment
-/// keeps, read from a file or merged from two reviewers.
-pub(crate) fn rules(f: Fields<'_>, problem: &mut impl FnMut(String)) {
-    let answered = f.grades.iter().any(|g| g.grade >= 1);
-    match f.decision {
-        Some(Decision::Reject) if f.reject_reason.is_empty() => {
-            problem("reject needs a reject_reason".to_owned());
-        }
-        Some(Decision::Edit) if f.edited_text.is_empty() => problem("edit needs an edited_text".to_owned()),
-        Some(Decision::Answerable) if !answered => {
-            problem("answerable needs the chunk that answers it: grade it 1–3, or list it in add".to_owned());
-        }
-        _ => {}
-    }
-    if !f.edited_text.is_empty() && f.decision != Some(Decision::Edit) {
-        problem("edited_text is given but the decision is not edit".to_owned());
-    }
-    if !f.reject_reason.is_empty() && f.decision != Some(Decision::Reject) {
-        problem("reject_reason is given but the decision is not reject".to_owned());
     }
 }
 
@@ -477,11 +377,6 @@ struct JsonChunk {
 enum JsonGrade {
     Number(serde_json::Number),
     Text(String),
-}
-
-/// `bytes` without a leading UTF-8 byte order mark (spreadsheets and some editors write one).
-pub(crate) fn without_bom(bytes: &[u8]) -> &[u8] {
-    bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes)
 }
 
 fn jsonl_rows(bytes: &[u8]) -> std::result::Result<Vec<RawRow>, Vec<Problem>> {

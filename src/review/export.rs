@@ -6,7 +6,6 @@
 //! `grade`, and empty decision fields ([`super::field`]). Items show what the machine made: the
 //! text and grades of version 1, whatever was applied since.
 
-use super::label_studio::{self, Slots};
 use super::set::ReviewSet;
 use super::{Decision, Role, Slot, field, slot_field};
 use crate::html;
@@ -147,6 +146,15 @@ fn marked(text: &str, marks: &[Range<usize>], open: &str, close: &str, escape: f
     out
 }
 
+/// How many source and pool slots every task has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    /// Source slots.
+    pub sources: usize,
+    /// Pool slots.
+    pub pool: usize,
+}
+
 /// How many source and pool slots the items need.
 #[must_use]
 pub fn slots(items: &[ExportItem]) -> Slots {
@@ -235,22 +243,6 @@ fn csv_record(item: &ExportItem, slots: Slots) -> Vec<String> {
     }
     record.extend(std::iter::repeat_n(String::new(), 5));
     record
-}
-
-/// Writes the Label Studio tasks (a JSON array) to `tasks` and the labeling config to `config`.
-///
-/// # Errors
-/// The writers' errors.
-pub fn write_label_studio(
-    items: &[ExportItem],
-    tasks: &mut dyn Write,
-    config: &mut dyn Write,
-) -> std::io::Result<()> {
-    let slots = slots(items);
-    let all: Vec<label_studio::Task> = items.iter().map(|item| label_studio::task(item, slots)).collect();
-    serde_json::to_writer_pretty(&mut *tasks, &all)?;
-    tasks.write_all(b"\n")?;
-    config.write_all(label_studio::config(slots).as_bytes())
 }
 
 #[cfg(test)]

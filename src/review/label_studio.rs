@@ -10,23 +10,15 @@
 //! reader refuses a control it does not know, so a config and a reader that drift apart fail
 //! loudly.
 
-use super::decisions::{RawGrade, RawRow};
-use super::export::ExportItem;
+use super::export::{self, ExportItem, Slots};
+use super::raw::{RawGrade, RawRow, without_bom};
 use super::{Decision, GRADE_MAX, Location, Problem, Role, Slot, field, slot_field};
 use crate::html;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-
-/// How many source and pool slots every task has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slots {
-    /// Source slots.
-    pub sources: usize,
-    /// Pool slots.
-    pub pool: usize,
-}
+use std::io::Write;
 
 /// Task data fields that are not slots, and the suffix of a slot's grade options.
 mod data {
@@ -181,6 +173,18 @@ pub fn config(slots: Slots) -> String {
     xml
 }
 
+/// Writes the Label Studio tasks (a JSON array) to `tasks` and the labeling config to `config`.
+///
+/// # Errors
+/// The writers' errors.
+pub fn write(items: &[ExportItem], tasks: &mut dyn Write, config: &mut dyn Write) -> std::io::Result<()> {
+    let slots = export::slots(items);
+    let all: Vec<Task> = items.iter().map(|item| task(item, slots)).collect();
+    serde_json::to_writer_pretty(&mut *tasks, &all)?;
+    tasks.write_all(b"\n")?;
+    config.write_all(self::config(slots).as_bytes())
+}
+
 /// A task of a Label Studio JSON export (unknown fields ignored).
 #[derive(Deserialize)]
 struct ExportedTask {
@@ -244,7 +248,7 @@ impl RegionValue {
 /// The decision rows of a Label Studio export, JSON (one per annotation not cancelled) or
 /// JSON-MIN (one per record).
 pub(crate) fn rows(bytes: &[u8]) -> Result<Vec<RawRow>, Vec<Problem>> {
-    let bytes = super::decisions::without_bom(bytes);
+    let bytes = without_bom(bytes);
     let not_an_export = |e: serde_json::Error| {
         let at = Location::Line(e.line());
         vec![Problem::new(at, format!("not a Label Studio JSON export (a list of tasks): {e}"))]

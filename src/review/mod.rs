@@ -16,6 +16,9 @@ pub mod decisions;
 pub mod estimate;
 pub mod export;
 pub mod label_studio;
+mod log;
+mod raw;
+mod rules;
 pub mod set;
 pub mod status;
 pub mod version;
@@ -34,6 +37,8 @@ pub const GRADE_MAX: u8 = 3;
 /// most severe win).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::VariantArray)]
+#[strum(serialize_all = "snake_case", ascii_case_insensitive)]
 pub enum Decision {
     /// The query and its qrels are right as they are (grades may still be corrected).
     Accept,
@@ -49,21 +54,16 @@ impl Decision {
     /// Every decision, in order of severity.
     pub const ALL: [Self; 4] = [Self::Accept, Self::Edit, Self::Answerable, Self::Reject];
 
-    /// The label written in decision files.
+    /// The label written in decision files: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Accept => "accept",
-            Self::Edit => "edit",
-            Self::Answerable => "answerable",
-            Self::Reject => "reject",
-        }
+        self.into()
     }
 
     /// Parses a label as written by [`Decision::label`] (any case).
     #[must_use]
     pub fn from_label(label: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.label().eq_ignore_ascii_case(label))
+        label.parse().ok()
     }
 
     /// Whether the query, as the machine made it, was good: an accept counts, even with corrected
@@ -271,5 +271,21 @@ mod tests {
         assert_eq!(Decision::from_label("maybe"), None);
         assert!(Decision::Reject > Decision::Answerable && Decision::Edit > Decision::Accept);
         assert!(Decision::Accept.is_good() && !Decision::Edit.is_good());
+    }
+
+    #[test]
+    fn labels_are_the_names_serde_writes() {
+        use strum::VariantArray as _;
+        for &d in Decision::VARIANTS {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.label());
+            assert_eq!(Decision::from_label(&d.label().to_uppercase()), Some(d));
+        }
+        for &p in agreement::Policy::VARIANTS {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.label());
+        }
+        for &m in version::MadeBy::VARIANTS {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.label());
+        }
+        assert_eq!(Decision::ALL, Decision::VARIANTS, "ALL is in declaration (severity) order");
     }
 }

@@ -4,7 +4,7 @@
 //! Records are read tolerantly: fields this module does not know are ignored, and query lines are
 //! kept verbatim so that lines no decision touches are written back byte for byte.
 
-use super::version::{Entry, ReviewLog, version_dir};
+use super::log::{Entry, ReviewLog, version_dir};
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
 use crate::output::layout::{

@@ -13,165 +13,16 @@
 //! moving a live file fails, the files it replaced are put back). Nothing that differs between identical applies (times,
 //! paths) is recorded, so the same decisions give byte-identical files.
 
-use super::agreement::Policy;
 use super::set::{ReviewSet, SetManifest, Version, read_all, read_manifest};
-use super::{Decision, Format, Judgment, Location};
 use crate::error::Result;
 use crate::output::layout::{
     BUILD_ONLY_FILES, LEDGER, MANIFEST, NO_ANSWER, QRELS_TREC, QUERIES, REVIEW_DIR, VERSION_FILES,
     VERSIONS_DIR,
 };
 use crate::output::{self, Staging};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The folder that keeps version `n` once a later one exists.
-#[must_use]
-pub fn version_dir(set: &Path, n: u32) -> PathBuf {
-    set.join(VERSIONS_DIR).join(format!("v{n}"))
-}
-
-/// The `review` section of `manifest.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReviewLog {
-    /// The version in the folder.
-    pub version: u32,
-    /// The version it was made from.
-    pub parent: u32,
-    /// The version the last build wrote (1, or the one a `build --force` made): later versions
-    /// are derived from it and the judgments applied since.
-    #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
-    pub base: u32,
-    /// Every version made by applying decisions or by a forced rebuild, oldest first.
-    pub history: Vec<VersionRecord>,
-}
-
-fn first_version() -> u32 {
-    1
-}
-
-#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
-fn is_first_version(version: &u32) -> bool {
-    *version == 1
-}
-
-/// What made a version.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MadeBy {
-    /// Decisions applied (`review apply`, `review agree --resolve`).
-    #[default]
-    Review,
-    /// A build into the reviewed set with `--force`.
-    Build,
-    /// `qrelgen refresh` from a changed corpus.
-    Refresh,
-}
-
-impl MadeBy {
-    /// Its label in the manifest.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Review => "review",
-            Self::Build => "build",
-            Self::Refresh => "refresh",
-        }
-    }
-
-    #[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
-    fn is_review(&self) -> bool {
-        *self == Self::Review
-    }
-}
-
-/// How one version was made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VersionRecord {
-    /// Its number.
-    pub version: u32,
-    /// The version it was made from.
-    pub parent: u32,
-    /// What made it (a review unless said).
-    #[serde(default, skip_serializing_if = "MadeBy::is_review")]
-    pub made_by: MadeBy,
-    /// blake3 of the decisions files (and the policy, when two reviewers were resolved): the key
-    /// that makes a second apply of the same input a no-op.
-    pub key: String,
-    /// The decisions files applied.
-    pub inputs: Vec<InputFile>,
-    /// Who judged.
-    pub reviewers: Vec<String>,
-    /// How two reviewers' judgments were merged, if they were.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub resolve: Option<Policy>,
-    /// What the decisions did, and the size of the set they left.
-    pub counts: Counts,
-}
-
-/// A decisions file as applied.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputFile {
-    /// Its file name when it was applied.
-    pub name: String,
-    /// Its copy in the set folder.
-    pub stored: String,
-    /// blake3 of its bytes.
-    pub blake3: String,
-    /// Its format.
-    pub format: Format,
-}
-
-/// What a version's decisions did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Judgments read (rows with a decision or a grade).
-    pub judgments: usize,
-    /// Queries accepted.
-    pub accepted: usize,
-    /// Queries edited.
-    pub edited: usize,
-    /// `no_answer` queries found answerable.
-    pub answerable: usize,
-    /// Queries rejected.
-    pub rejected: usize,
-    /// Chunk grades given.
-    pub grades: usize,
-    /// Queries in the set after the decisions.
-    pub queries: usize,
-    /// qrels rows (grade 1 or more) after the decisions.
-    pub qrels: usize,
-}
-
-impl Counts {
-    /// Counts the decisions and grades of `judgments`.
-    #[must_use]
-    pub fn of(judgments: &[Judgment]) -> Self {
-        let decided = |d| judgments.iter().filter(|j| j.decision == Some(d)).count();
-        Self {
-            judgments: judgments.len(),
-            accepted: decided(Decision::Accept),
-            edited: decided(Decision::Edit),
-            answerable: decided(Decision::Answerable),
-            rejected: decided(Decision::Reject),
-            grades: judgments.iter().map(|j| j.grades.len()).sum(),
-            queries: 0,
-            qrels: 0,
-        }
-    }
-}
-
-/// One line of the ledger: a judgment and the version that applied it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// The version it made.
-    pub version: u32,
-    /// Where it was read (line, row, task, or resolved).
-    pub at: Location,
-    /// The judgment.
-    #[serde(flatten)]
-    pub judgment: Judgment,
-}
+pub use super::log::{Counts, Entry, InputFile, MadeBy, ReviewLog, VersionRecord, version_dir};
 
 /// A decisions file to keep beside the version it makes.
 pub struct Input<'a> {

@@ -17,7 +17,9 @@ mod pooling;
 mod readme;
 mod rebuild;
 mod refresh;
+mod report;
 mod review;
+mod validate;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,30 +1,33 @@
 //! The module graph has no cycles: read from the `crate::` paths in the code (not in comments)
-//! of each top-level module of `src/`, as docs/ARCHITECTURE.md describes.
+//! of each top-level module of `src/`, as docs/ARCHITECTURE.md describes; and likewise inside
+//! `src/review/`, from the `super::` and `crate::review::` paths of its submodules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// The top-level modules of `src/` (a file `x.rs` or a folder `x/`), but the crate roots.
-fn modules(src: &Path) -> BTreeSet<String> {
-    fs_err::read_dir(src)
+/// The modules of `dir` (a file `x.rs` or a folder `x/`), but those in `roots` (the crate roots,
+/// or the `mod.rs` of a folder).
+fn modules(dir: &Path, roots: &[&str]) -> BTreeSet<String> {
+    fs_err::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?.to_owned();
             if p.is_dir() { Some(name) } else { name.strip_suffix(".rs").map(str::to_owned) }
         })
-        .filter(|m| m != "lib" && m != "main")
+        .filter(|m| !roots.contains(&m.as_str()))
         .collect()
 }
 
-/// The modules that `code` names after `crate::`, outside comments.
-fn named(code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+/// The modules that `code` names after one of `prefixes` (`crate::`), outside comments.
+fn named(code: &str, prefixes: &[&str], known: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-        for (at, _) in line.match_indices("crate::") {
-            let rest = &line[at + "crate::".len()..];
+        let uses = prefixes.iter().flat_map(|p| line.match_indices(p).map(move |(at, _)| at + p.len()));
+        for start in uses {
+            let rest = &line[start..];
             let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
             if known.contains(&rest[..end]) {
                 found.insert(rest[..end].to_owned());
@@ -34,8 +37,9 @@ fn named(code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
     found
 }
 
-fn graph(src: &Path) -> Graph {
-    let known = modules(src);
+/// The modules of `src` (but `roots`) and those each names after one of `prefixes`.
+fn graph(src: &Path, roots: &[&str], prefixes: &[&str]) -> Graph {
+    let known = modules(src, roots);
     let mut graph = Graph::new();
     for entry in walkdir::WalkDir::new(src) {
         let entry = entry.unwrap();
@@ -47,7 +51,7 @@ fn graph(src: &Path) -> Graph {
         }
         let code = fs_err::read_to_string(entry.path()).unwrap();
         let edges = graph.entry(top.clone()).or_default();
-        edges.extend(named(&code, &known).into_iter().filter(|m| *m != top));
+        edges.extend(named(&code, prefixes, &known).into_iter().filter(|m| *m != top));
     }
     graph
 }
@@ -83,10 +87,23 @@ fn cycle(graph: &Graph) -> Option<Vec<String>> {
 
 #[test]
 fn the_top_level_modules_import_each_other_without_cycles() {
-    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &["lib", "main"], &["crate::"]);
     assert!(graph.len() > 10 && graph["pipeline"].contains("filter"), "the graph was read: {graph:?}");
     if let Some(found) = cycle(&graph) {
         panic!("the modules import each other in a cycle: {}", found.join(" → "));
+    }
+}
+
+#[test]
+fn the_review_submodules_import_each_other_without_cycles() {
+    let review = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/review");
+    let graph = graph(&review, &["mod"], &["super::", "crate::review::"]);
+    assert!(
+        graph.len() > 8 && graph["apply"].contains("rules") && graph["decisions"].contains("rules"),
+        "the graph was read: {graph:?}"
+    );
+    if let Some(found) = cycle(&graph) {
+        panic!("the review modules import each other in a cycle: {}", found.join(" → "));
     }
 }
 
