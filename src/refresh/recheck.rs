@@ -172,7 +172,7 @@ impl<'a> Recheck<'a> {
             new_pool: Vec::new(),
         };
         if line.query_type == QueryType::NoAnswer && !answerable {
-            let mut verdict = self.filter.judge(&candidate)?;
+            let mut verdict = self.filter.check(&candidate)?;
             if verdict.status != Status::Dropped {
                 return Ok(kept(QueryChange::Kept, None));
             }
@@ -185,7 +185,7 @@ impl<'a> Recheck<'a> {
         }
         let unchanged = |id: &ChunkId| self.map.get(id).is_none_or(|m| m.change == ChunkChange::Unchanged);
         if rows.iter().map(|r| &r.chunk_id).chain(&candidate.sources).all(unchanged) {
-            let mut verdict = self.filter.judge(&candidate)?;
+            let mut verdict = self.filter.check(&candidate)?;
             let mut judged_ids: HashSet<&ChunkId> = rows.iter().map(|r| &r.chunk_id).collect();
             // The new version of a chunk that was in the old pool has not newly entered it.
             let old_pool =
@@ -268,7 +268,7 @@ impl<'a> Recheck<'a> {
         }
         let old_sources = std::mem::replace(&mut candidate.sources, sources);
         candidate.topic = candidate.topic.take().map(|topic| self.remap(&topic));
-        let mut verdict = self.filter.judge(&candidate)?;
+        let mut verdict = self.filter.check(&candidate)?;
         if !confirmed && verdict.status == Status::Dropped {
             let reason = format!("the round trip on the new corpus dropped it ({})", verdict.reason.label());
             return Ok(retired(checked, reason));
