@@ -106,17 +106,22 @@ pub struct TopicSpace {
 }
 
 impl TopicSpace {
-    /// The space of `vectors` (row-major, `dim` per chunk), scanned with `threads` threads.
-    fn new(dim: usize, vectors: &[f32], threads: usize) -> Self {
-        let chunks = vectors.len().checked_div(dim).unwrap_or(0);
-        let mut blocks = vec![0.0; chunks.div_ceil(LANES) * dim * LANES];
-        for (chunk, vector) in vectors.chunks_exact(dim.max(1)).enumerate() {
-            let (block, lane) = (chunk / LANES, chunk % LANES);
-            for (d, &x) in vector.iter().enumerate() {
-                blocks[(block * dim + d) * LANES + lane] = x;
-            }
+    /// An empty space of `dim` dimensions for `capacity` chunks, scanned with `threads` threads.
+    fn empty(dim: usize, capacity: usize, threads: usize) -> Self {
+        let blocks = Vec::with_capacity(capacity.div_ceil(LANES) * dim * LANES);
+        Self { dim, chunks: 0, blocks, threads: threads.max(1) }
+    }
+
+    /// Adds the next chunk's vector (`dim` values).
+    fn push(&mut self, vector: &[f32]) {
+        let (block, lane) = (self.chunks / LANES, self.chunks % LANES);
+        if lane == 0 {
+            self.blocks.resize(self.blocks.len() + self.dim * LANES, 0.0);
         }
-        Self { dim, chunks, blocks, threads: threads.max(1) }
+        for (d, &x) in vector.iter().enumerate() {
+            self.blocks[(block * self.dim + d) * LANES + lane] = x;
+        }
+        self.chunks += 1;
     }
 
     /// Number of dimensions (fewer than [`DIMENSIONS`] for a tiny corpus).
@@ -262,31 +267,17 @@ impl CorpusModel {
     /// # Errors
     /// [`super::IndexError::Tantivy`] when a chunk text cannot be read.
     pub fn build(index: &ChunkIndex) -> Result<Self> {
-        let mut ids: HashMap<String, u32> = HashMap::new();
-        let mut names: Vec<String> = Vec::new();
-        let mut surfaces: Vec<HashMap<String, u32>> = Vec::new();
-        let mut rows: Vec<Vec<(u32, u32)>> = Vec::with_capacity(index.len());
-        for tokens in analysed(index) {
-            let mut counts: HashMap<u32, u32> = HashMap::new();
-            for token in tokens? {
-                let id = *ids.entry(token.term.clone()).or_insert_with(|| {
-                    names.push(token.term.clone());
-                    surfaces.push(HashMap::new());
-                    (names.len() - 1) as u32
-                });
-                *counts.entry(id).or_default() += 1;
-                *surfaces[id as usize].entry(token.surface).or_default() += 1;
+        let n = index.len();
+        let step = n.div_ceil(FIT_SAMPLE).max(1);
+        let mut vocabulary = Vocabulary::default();
+        let mut sample: Vec<Vec<(u32, u32)>> = Vec::new();
+        for (chunk, tokens) in analysed(index).enumerate() {
+            let row = vocabulary.count(tokens?);
+            if chunk % step == 0 {
+                sample.push(row);
             }
-            let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
-            row.sort_unstable();
-            rows.push(row);
         }
-        let mut df = vec![0u32; names.len()];
-        let mut cf = vec![0u64; names.len()];
-        for (term, tf) in rows.iter().flatten() {
-            df[*term as usize] += 1;
-            cf[*term as usize] += u64::from(*tf);
-        }
+        let Vocabulary { ids, names, surfaces, df, cf } = vocabulary;
         let usage = names
             .iter()
             .zip(surfaces)
@@ -296,10 +287,71 @@ impl CorpusModel {
                 (name.clone(), TermUsage { df: df[id], cf: cf[id], surface })
             })
             .collect();
-        let terms = CorpusTerms { chunks: rows.len(), usage };
-        let space = topic_space(&rows, &df, names.len(), DIMENSIONS, index.threads());
+        let terms = CorpusTerms { chunks: n, usage };
+        let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
+            return Ok(Self { terms, space: TopicSpace::default() });
+        };
+        drop(sample);
+        // The second pass: each chunk's counts again, projected and dropped, so that only the
+        // fit sample's counts are ever held.
+        let mut space = TopicSpace::empty(projection.dim, n, index.threads());
+        for tokens in analysed(index) {
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for token in tokens? {
+                if let Some(&id) = ids.get(&token.term) {
+                    *counts.entry(id).or_default() += 1;
+                }
+            }
+            space.push(&projection.project(&sorted(counts), &df, n));
+        }
         Ok(Self { terms, space })
     }
+}
+
+/// The terms met so far: ids in order of first use, written forms, document and collection
+/// frequencies.
+#[derive(Default)]
+struct Vocabulary {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+    surfaces: Vec<HashMap<String, u32>>,
+    df: Vec<u32>,
+    cf: Vec<u64>,
+}
+
+impl Vocabulary {
+    /// Counts one chunk's tokens; its row of (term, count), by term.
+    fn count(&mut self, tokens: Vec<super::Token>) -> Vec<(u32, u32)> {
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for token in tokens {
+            let id = if let Some(&id) = self.ids.get(&token.term) {
+                id
+            } else {
+                let id = self.names.len() as u32;
+                self.ids.insert(token.term.clone(), id);
+                self.names.push(token.term);
+                self.surfaces.push(HashMap::new());
+                self.df.push(0);
+                self.cf.push(0);
+                id
+            };
+            *counts.entry(id).or_default() += 1;
+            *self.surfaces[id as usize].entry(token.surface).or_default() += 1;
+        }
+        let row = sorted(counts);
+        for &(term, tf) in &row {
+            self.df[term as usize] += 1;
+            self.cf[term as usize] += u64::from(tf);
+        }
+        row
+    }
+}
+
+/// A row of (term, count) from counts, by term.
+fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
+    let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
+    row.sort_unstable();
+    row
 }
 
 /// Chunks a thread of [`analysed`] reads and analyses at a time.
@@ -368,58 +420,82 @@ fn weighted(row: &[(u32, u32)], df: &[u32], n: f64) -> Row {
     weighted
 }
 
-/// The rows (term counts, weighted by [`weighted`]) projected on the top `wanted` right
-/// singular vectors of the matrix of a sample of them (a randomized truncated SVD), each of
-/// unit length.
-fn topic_space(
-    rows: &[Vec<(u32, u32)>],
-    df: &[u32],
-    vocabulary: usize,
-    wanted: usize,
-    threads: usize,
-) -> TopicSpace {
-    let n = rows.len() as f64;
-    let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
-    let sample: Vec<Row> = rows.iter().step_by(step).map(|row| weighted(row, df, n)).collect();
-    let fit: Vec<&Row> = sample.iter().collect();
-    let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
-    if width == 0 {
-        return TopicSpace::default();
-    }
-    let mut rng = stream(0, "topics/omega");
-    let omega: Vec<f64> =
-        (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
-    // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
-    let mut y = times(&fit, &omega, width);
-    for _ in 0..POWER_ITERATIONS {
-        orthonormalize(&mut y, width);
-        let mut z = transposed_times(&fit, &y, vocabulary, width);
-        orthonormalize(&mut z, width);
-        y = times(&fit, &z, width);
-    }
-    orthonormalize(&mut y, width);
-    // B = Qᵀ A (stored transposed, vocabulary × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
-    let b = transposed_times(&fit, &y, vocabulary, width);
-    let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
-    let top = values.first().copied().unwrap_or(0.0);
-    let kept: Vec<usize> =
-        (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
-    let dim = kept.len();
-    let mut v = vec![0.0; vocabulary * dim];
-    for t in 0..vocabulary {
-        let bt = &b[t * width..(t + 1) * width];
-        for (k, &c) in kept.iter().enumerate() {
-            let sigma = values[c].sqrt();
-            v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+/// The map from weighted term counts to the topic space: the top right singular vectors of the
+/// matrix of a sample of the rows (a randomized truncated SVD), vocabulary × `dim`, row-major.
+struct Projection {
+    dim: usize,
+    v: Vec<f64>,
+}
+
+impl Projection {
+    /// Fits the top `wanted` singular vectors of `sample` (term counts of chunks of a corpus of
+    /// `n`, weighted by [`weighted`]); `None` when the sample spans nothing.
+    fn fit(
+        sample: &[Vec<(u32, u32)>],
+        df: &[u32],
+        n: usize,
+        vocabulary: usize,
+        wanted: usize,
+    ) -> Option<Self> {
+        let sample: Vec<Row> = sample.iter().map(|row| weighted(row, df, n as f64)).collect();
+        let fit: Vec<&Row> = sample.iter().collect();
+        let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
+        if width == 0 {
+            return None;
         }
+        let mut rng = stream(0, "topics/omega");
+        let omega: Vec<f64> =
+            (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
+        // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
+        let mut y = times(&fit, &omega, width);
+        for _ in 0..POWER_ITERATIONS {
+            orthonormalize(&mut y, width);
+            let mut z = transposed_times(&fit, &y, vocabulary, width);
+            orthonormalize(&mut z, width);
+            y = times(&fit, &z, width);
+        }
+        orthonormalize(&mut y, width);
+        // B = Qᵀ A (stored transposed, vocabulary × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
+        let b = transposed_times(&fit, &y, vocabulary, width);
+        let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
+        let top = values.first().copied().unwrap_or(0.0);
+        let kept: Vec<usize> =
+            (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
+        let dim = kept.len();
+        let mut v = vec![0.0; vocabulary * dim];
+        for t in 0..vocabulary {
+            let bt = &b[t * width..(t + 1) * width];
+            for (k, &c) in kept.iter().enumerate() {
+                let sigma = values[c].sqrt();
+                v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+            }
+        }
+        Some(Self { dim, v })
     }
-    let mut vectors = Vec::with_capacity(rows.len() * dim);
-    for row in rows {
-        let projected = times(&[&weighted(row, df, n)], &v, dim);
+
+    /// A chunk's row of term counts, weighted, projected and of unit length (all zeros when it
+    /// projects to nothing).
+    fn project(&self, row: &[(u32, u32)], df: &[u32], n: usize) -> Vec<f32> {
+        let projected = times(&[&weighted(row, df, n as f64)], &self.v, self.dim);
         let norm = projected.iter().map(|x| x * x).sum::<f64>().sqrt();
-        vectors.extend(projected.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }));
+        projected.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }).collect()
     }
-    TopicSpace::new(dim, &vectors, threads)
+}
+
+/// The rows projected into the space fitted on every `step`-th of them (as
+/// [`CorpusModel::build`] does in two passes): for tests.
+#[cfg(test)]
+fn topic_space(rows: &[Vec<(u32, u32)>], df: &[u32], vocabulary: usize, wanted: usize) -> TopicSpace {
+    let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
+    let sample: Vec<Vec<(u32, u32)>> = rows.iter().step_by(step).cloned().collect();
+    let Some(projection) = Projection::fit(&sample, df, rows.len(), vocabulary, wanted) else {
+        return TopicSpace::default();
+    };
+    let mut space = TopicSpace::empty(projection.dim, rows.len(), 1);
+    for row in rows {
+        space.push(&projection.project(row, df, rows.len()));
+    }
+    space
 }
 
 /// Sparse rows × a dense (vocabulary × width) matrix: rows.len() × width, row-major.
@@ -607,7 +683,7 @@ mod tests {
             &[(6, 1), (7, 1)],
         ];
         let rows: Vec<Vec<(u32, u32)>> = raw.iter().map(|r| r.to_vec()).collect();
-        let space = topic_space(&rows, &[2; 8], 8, 2, 1);
+        let space = topic_space(&rows, &[2; 8], 8, 2);
         assert_eq!(space.dim(), 2);
         assert!(space.cosine(0, 2) > 0.9, "{}", space.cosine(0, 2));
         assert!(space.cosine(0, 3).abs() < 0.1, "{}", space.cosine(0, 3));
@@ -657,7 +733,8 @@ mod tests {
             vectors.extend(v.iter().map(|x| if norm > 0.0 { x / norm } else { 0.0 }));
         }
         for threads in [1, 2, 3] {
-            let space = TopicSpace::new(dim, &vectors, threads);
+            let mut space = TopicSpace::empty(dim, 9_000, threads);
+            vectors.chunks_exact(dim).for_each(|v| space.push(v));
             for chunk in [0, 1, 2, 97, 4_500, 8_999] {
                 for (min, cap) in [(f32::MIN, 3), (0.5, 51), (0.9, 2_000), (-1.0, 10_000), (0.2, 0)] {
                     let expected = plain_neighbours(&vectors, dim, chunk, min, cap);
