@@ -19,7 +19,7 @@ use super::ChunkIndex;
 use super::error::Result;
 use crate::rng::stream;
 use rand::Rng as _;
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 
 /// Dimensions of the topic space: the 50–100 that LSA studies found best on small test
 /// collections (Deerwester et al. 1990; Dumais 1991), at the low end so the space stays topical.
