@@ -18,8 +18,8 @@
 use super::ChunkIndex;
 use super::error::Result;
 use crate::rng::stream;
-use rand::Rng as _;
 use foldhash::{HashMap, HashMapExt as _};
+use rand::Rng as _;
 
 /// Dimensions of the topic space: the 50–100 that LSA studies found best on small test
 /// collections (Deerwester et al. 1990; Dumais 1991), at the low end so the space stays topical.
