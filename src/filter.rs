@@ -107,10 +107,10 @@ pub struct Checks {
     pub hop_terms: bool,
 }
 
-/// Candidates a thread of [`RoundTrip::judge_all`] takes at a time.
+/// Candidates a thread of [`RoundTrip::check_all`] takes at a time.
 const BATCH: usize = 16;
 
-/// Judges candidates against the index.
+/// Checks candidates against the index: the round trip.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
     /// What the queries are searched in: the index itself unless [`RoundTrip::with_retriever`].
@@ -218,7 +218,7 @@ impl<'a> RoundTrip<'a> {
         }
     }
 
-    /// The same filter, judging with `threads` threads in [`RoundTrip::judge_all`].
+    /// The same filter, judging with `threads` threads in [`RoundTrip::check_all`].
     #[must_use]
     pub fn with_threads(self, threads: usize) -> Self {
         Self { threads: threads.max(1), ..self }
@@ -243,19 +243,19 @@ impl<'a> RoundTrip<'a> {
         Self { retriever, ..self }
     }
 
-    /// The verdicts on `candidates`, in their order, judged by the filter's threads (all
-    /// searching one index); each verdict is the one [`RoundTrip::judge`] gives, whatever the
-    /// number of threads. `progress` counts the candidates judged.
+    /// The verdicts on `candidates`, in their order, checked by the filter's threads (all
+    /// searching one index); each verdict is the one [`RoundTrip::check`] gives, whatever the
+    /// number of threads. `progress` counts the candidates checked.
     ///
     /// # Errors
     /// The error of the first candidate (in order) whose search fails.
-    pub fn judge_all(&self, candidates: &[&Candidate], progress: &Stage) -> Result<Vec<Verdict>> {
+    pub fn check_all(&self, candidates: &[&Candidate], progress: &Stage) -> Result<Vec<Verdict>> {
         let threads = self.threads.min(candidates.len().div_ceil(BATCH)).max(1);
         if threads == 1 {
             return candidates
                 .iter()
                 .map(|c| {
-                    let verdict = self.judge(c);
+                    let verdict = self.check(c);
                     progress.inc(1);
                     verdict
                 })
@@ -270,27 +270,27 @@ impl<'a> RoundTrip<'a> {
                     return done;
                 }
                 for (at, candidate) in candidates.iter().enumerate().skip(start).take(BATCH) {
-                    done.push((at, self.judge(candidate)));
+                    done.push((at, self.check(candidate)));
                     progress.inc(1);
                 }
             }
         };
-        let mut judged: Vec<(usize, Result<Verdict>)> = std::thread::scope(|scope| {
+        let mut checked: Vec<(usize, Result<Verdict>)> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
             workers
                 .into_iter()
                 .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
                 .collect()
         });
-        judged.sort_by_key(|(at, _)| *at);
-        judged.into_iter().map(|(_, verdict)| verdict).collect()
+        checked.sort_by_key(|(at, _)| *at);
+        checked.into_iter().map(|(_, verdict)| verdict).collect()
     }
 
     /// The verdict on one candidate.
     ///
     /// # Errors
     /// [`crate::Error::Index`] when the search fails.
-    pub fn judge(&self, candidate: &Candidate) -> Result<Verdict> {
+    pub fn check(&self, candidate: &Candidate) -> Result<Verdict> {
         if let Some(reason) = self.precheck(candidate)? {
             return Ok(Verdict::dropped(reason));
         }
@@ -569,7 +569,7 @@ mod tests {
 
     #[track_caller]
     fn check(filter: &RoundTrip<'_>, c: &Candidate, status: Status, reason: Reason, ranks: &[Option<u32>]) {
-        let verdict = filter.judge(c).unwrap();
+        let verdict = filter.check(c).unwrap();
         assert_eq!((verdict.status, verdict.reason, verdict.ranks.as_slice()), (status, reason, ranks));
     }
 
@@ -644,11 +644,11 @@ mod tests {
         let reworded =
             candidate(QueryType::Paraphrase, "bandwidth throttling sluggish transfers", &[3], None);
         with_filter(relabel, |f| {
-            let verdict = f.judge(&copy).unwrap();
+            let verdict = f.check(&copy).unwrap();
             assert_eq!((verdict.status, verdict.relabelled), (Status::Kept, Some(QueryType::Direct)));
             // "bandwidth limits slow (the) upload": one run of four terms ("the" is a stop word).
             assert_eq!(verdict.longest_shared, 4);
-            let verdict = f.judge(&reworded).unwrap();
+            let verdict = f.check(&reworded).unwrap();
             assert_eq!((verdict.relabelled, verdict.longest_shared), (None, 1));
             assert!((verdict.overlap - 0.25).abs() < 1e-9, "{}", verdict.overlap);
         });
@@ -687,14 +687,14 @@ mod tests {
         let filter =
             RoundTrip::new(&index, &groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
         let query = candidate(QueryType::Direct, "quota exceeded", &[0], None);
-        let verdict = filter.judge(&query).unwrap();
+        let verdict = filter.check(&query).unwrap();
         assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Kept, &[Some(1)][..]));
         assert_eq!(verdict.copies.iter().map(ChunkId::as_str).collect::<Vec<_>>(), ["c1"]);
         assert!(verdict.pool.iter().all(|p| p.chunk_id.as_str() != "c1"), "a copy is not pooled");
         let no_groups = ChunkGroups::new(1.0);
         let alone =
             RoundTrip::new(&index, &no_groups, config(1, OnMiss::Drop, HopRule::All), Checks::default());
-        let verdict = alone.judge(&query).unwrap();
+        let verdict = alone.check(&query).unwrap();
         assert_eq!((verdict.status, verdict.ranks.as_slice()), (Status::Dropped, &[None][..]));
     }
 
@@ -721,7 +721,7 @@ mod tests {
     fn overlap_counts_distinct_query_terms_in_sources() {
         with_filter(config(3, OnMiss::Drop, HopRule::All), |f| {
             let c = candidate(QueryType::Direct, "quota quota walrus", &[0], None);
-            let verdict = f.judge(&c).unwrap();
+            let verdict = f.check(&c).unwrap();
             assert!((verdict.overlap - 0.5).abs() < 1e-9, "{}", verdict.overlap);
         });
     }

@@ -344,8 +344,7 @@ pub(crate) fn chunk_and_index(
         chunks,
         &corpus.chunks_hash,
         analyzer,
-        // One writer: `qrelgen run` writes BM25 scores, whose last bits depend on the segments.
-        1,
+        config.threads,
         &stage,
         |add| reread_chunks(&corpus_file, add),
     )?;

@@ -231,7 +231,7 @@ impl Rounds {
         let fresh: Vec<bool> = candidates.iter().map(|c| self.seen.insert(c.id.clone())).collect();
         let searched: Vec<&Candidate> =
             candidates.iter().zip(&fresh).filter(|(_, f)| **f).map(|(c, _)| c).collect();
-        let mut verdicts = filter.judge_all(&searched, stage)?.into_iter();
+        let mut verdicts = filter.check_all(&searched, stage)?.into_iter();
         stage.inc((candidates.len() - searched.len()) as u64);
         Ok(candidates
             .into_iter()

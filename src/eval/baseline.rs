@@ -81,8 +81,7 @@ pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun
         metas,
         &fingerprint,
         Analyzer::new(segmenter),
-        // One writer: the run writes BM25 scores, whose last bits depend on the segments.
-        1,
+        crate::config::all_cores().get(),
         &stage,
         |add| corpus::read_prechunked(&corpus_file, |c| Ok(add(c)?)).map(drop),
     )?;

@@ -9,6 +9,7 @@
 //! the analyzer) change.
 
 mod analyzer;
+mod bm25;
 mod error;
 mod retriever;
 mod segment;
@@ -23,12 +24,11 @@ pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 use crate::id::ChunkId;
 use crate::progress::Stage;
 use crate::record::{Chunk, ChunkMeta};
+use bm25::Bm25;
 use error::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use tantivy::collector::TopDocs;
-use tantivy::columnar::ColumnValues;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     FAST, Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
@@ -42,16 +42,14 @@ const FINGERPRINT_FILE: &str = "qrelgen-fingerprint";
 const WRITER_MEMORY: usize = 200_000_000;
 /// Least memory tantivy accepts per writer thread.
 const WRITER_MEMORY_PER_THREAD: usize = 15_000_000;
-/// Extra hits fetched at first so that score ties at the cut-off can be broken by chunk position;
-/// when the ties reach past them, the search is repeated deeper.
-const TIE_MARGIN: usize = 4;
 
 /// A search result.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit {
     /// Position of the chunk in the chunk list.
     pub chunk: usize,
-    /// BM25 score.
+    /// BM25 score: the sum of tantivy's term scores in sorted term order, the same bits
+    /// whatever the index's segments.
     pub score: f32,
 }
 
@@ -107,7 +105,8 @@ struct Fields {
 struct Opened {
     searcher: Searcher,
     fields: Fields,
-    ords: Vec<Arc<dyn ColumnValues<u64>>>,
+    /// Per segment, each document's chunk position (its `ord`).
+    positions: Vec<Vec<u32>>,
 }
 
 impl Opened {
@@ -125,13 +124,15 @@ impl Opened {
         };
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(err)?;
         let searcher = reader.searcher();
-        let ords = searcher
-            .segment_readers()
-            .iter()
-            .map(|s| s.fast_fields().column_first_or_default::<u64>("ord"))
-            .collect::<tantivy::Result<_>>()
-            .map_err(err)?;
-        Ok(Self { searcher, fields, ords })
+        let mut positions = Vec::new();
+        for segment in searcher.segment_readers() {
+            let ords = segment.fast_fields().column_first_or_default::<u64>("ord").map_err(err)?;
+            // A position past the chunk list is caught by `attach`.
+            positions.push(
+                (0..ords.num_vals()).map(|doc| ords.get_val(doc).min(u64::from(u32::MAX)) as u32).collect(),
+            );
+        }
+        Ok(Self { searcher, fields, positions })
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
@@ -147,19 +148,21 @@ impl Opened {
             return Err(mismatch());
         }
         let mut addresses = vec![DocAddress::new(u32::MAX, u32::MAX); chunks.len()];
-        for (segment, column) in self.ords.iter().enumerate() {
-            for doc in 0..column.num_vals() {
-                let position = usize::try_from(column.get_val(doc)).map_err(|_| mismatch())?;
-                *addresses.get_mut(position).ok_or_else(mismatch)? = DocAddress::new(segment as u32, doc);
+        for (segment, positions) in self.positions.iter().enumerate() {
+            for (doc, &position) in positions.iter().enumerate() {
+                *addresses.get_mut(position as usize).ok_or_else(mismatch)? =
+                    DocAddress::new(segment as u32, doc as u32);
             }
         }
+        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions)
+            .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
         by_id.sort_by(|a, b| chunks[*a as usize].id.cmp(&chunks[*b as usize].id));
         Ok(ChunkIndex {
             dir: dir.to_owned(),
             searcher: self.searcher,
             fields: self.fields,
-            ords: self.ords,
+            bm25,
             addresses,
             chunks,
             by_id,
@@ -174,7 +177,7 @@ pub struct ChunkIndex {
     dir: PathBuf,
     searcher: Searcher,
     fields: Fields,
-    ords: Vec<Arc<dyn ColumnValues<u64>>>,
+    bm25: Bm25,
     addresses: Vec<DocAddress>,
     chunks: Vec<ChunkMeta>,
     by_id: Vec<u32>,
@@ -188,7 +191,8 @@ impl ChunkIndex {
     ///
     /// `fingerprint` identifies the chunk list (a hash of ids, titles and texts). The number of
     /// threads changes how documents fall into segments, never a score or a ranking: BM25
-    /// statistics are index-wide and ties rank by chunk position.
+    /// statistics are index-wide, a chunk's term scores are summed in one order and ties rank
+    /// by chunk position.
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when tantivy fails, [`IndexError::Mismatch`] when the fed chunks
@@ -284,7 +288,8 @@ impl ChunkIndex {
         self.search_terms(&self.analyzer.terms(query), limit)
     }
 
-    /// The top `limit` chunks for already-analyzed terms (each counted once), best first.
+    /// The top `limit` chunks for already-analyzed terms (each counted once), best first, equal
+    /// scores by position: a prefix of one total order, whatever `limit` and the segments.
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when tantivy fails.
@@ -295,44 +300,7 @@ impl ChunkIndex {
         if unique.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let clauses: Vec<(Occur, Box<dyn Query>)> = unique
-            .into_iter()
-            .map(|t| {
-                let term = Term::from_field_text(self.fields.search, t);
-                let query = TermQuery::new(term, IndexRecordOption::WithFreqs);
-                (Occur::Should, Box::new(query) as Box<dyn Query>)
-            })
-            .collect();
-        let query = BooleanQuery::new(clauses);
-        let mut fetch = limit + TIE_MARGIN;
-        loop {
-            let collector = TopDocs::with_limit(fetch).order_by_score();
-            let top = self.searcher.search(&query, &collector).map_err(|e| self.error(e))?;
-            let mut hits: Vec<Hit> = top.into_iter().map(|(score, addr)| self.hit(score, addr)).collect();
-            let ties = tie_groups(&hits);
-            // Chunks tied with the last hit fetched may be missing: fetch deeper unless it is not
-            // tied with the cut-off.
-            if hits.len() < fetch || ties[fetch - 1] != ties[limit - 1] {
-                // Tied chunks share the score of their group's first, so scores never rise.
-                let mut ranked: Vec<(usize, f32, usize)> = Vec::with_capacity(hits.len());
-                for (tie, hit) in ties.into_iter().zip(&hits) {
-                    let score = match ranked.last() {
-                        Some(&(last, score, _)) if last == tie => score,
-                        _ => hit.score,
-                    };
-                    ranked.push((tie, score, hit.chunk));
-                }
-                ranked.sort_by_key(|&(tie, _, chunk)| (tie, chunk));
-                hits = ranked.into_iter().take(limit).map(|(_, score, chunk)| Hit { chunk, score }).collect();
-                return Ok(hits);
-            }
-            fetch *= 2;
-        }
-    }
-
-    fn hit(&self, score: f32, addr: DocAddress) -> Hit {
-        let ord = self.ords[addr.segment_ord as usize].get_val(addr.doc_id);
-        Hit { chunk: usize::try_from(ord).unwrap_or(usize::MAX), score }
+        self.bm25.search(&unique, limit).map_err(|e| self.error(e))
     }
 
     /// Up to `limit` chunks that contain every one of `terms` (analyzed terms), by position;
@@ -353,13 +321,7 @@ impl ChunkIndex {
             .collect();
         let collector = TopDocs::with_limit(limit).order_by_score();
         let top = self.searcher.search(&BooleanQuery::new(clauses), &collector).map_err(|e| self.error(e))?;
-        let mut found: Vec<usize> = top
-            .into_iter()
-            .map(|(_, addr)| {
-                usize::try_from(self.ords[addr.segment_ord as usize].get_val(addr.doc_id))
-                    .unwrap_or(usize::MAX)
-            })
-            .collect();
+        let mut found: Vec<usize> = top.into_iter().map(|(_, addr)| self.position_of(addr)).collect();
         found.sort_unstable();
         Ok(found)
     }
@@ -398,30 +360,13 @@ impl ChunkIndex {
         (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
     }
 
+    fn position_of(&self, addr: DocAddress) -> usize {
+        self.bm25.position(addr)
+    }
+
     fn error(&self, source: tantivy::TantivyError) -> IndexError {
         IndexError::Tantivy { path: self.dir.clone(), source }
     }
-}
-
-/// Scores closer than this (relative) are equal: tantivy sums a chunk's term scores in an order
-/// that depends on how documents fall into segments, so an exact tie can come out a few units
-/// in the last place apart.
-const TIE_TOLERANCE: f32 = 1e-5;
-
-/// For hits ordered by descending score, the number of each one's tie group: consecutive hits
-/// whose scores are equal within [`TIE_TOLERANCE`] share a group.
-fn tie_groups(hits: &[Hit]) -> Vec<usize> {
-    let mut group = 0;
-    let mut groups = Vec::with_capacity(hits.len());
-    for (i, hit) in hits.iter().enumerate() {
-        if let Some(previous) = i.checked_sub(1).map(|p| hits[p].score)
-            && previous - hit.score > TIE_TOLERANCE * previous.abs().max(hit.score.abs())
-        {
-            group += 1;
-        }
-        groups.push(group);
-    }
-    groups
 }
 
 fn schema() -> (Schema, Fields) {
@@ -453,6 +398,9 @@ fn build<E: From<IndexError>>(
     register(&index, analyzer);
     let threads = threads.clamp(1, WRITER_MEMORY / WRITER_MEMORY_PER_THREAD);
     let mut writer: IndexWriter = index.writer_with_num_threads(threads, WRITER_MEMORY).map_err(err)?;
+    // No merges: each writer thread leaves its segments as they are (a few per 100 MB of
+    // text), which searching over costs less than merging them would.
+    writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut position = 0u64;
     feed(&mut |chunk| {
         let mut doc = TantivyDocument::default();
@@ -629,15 +577,6 @@ mod tests {
     }
 
     #[test]
-    fn scores_within_the_tolerance_tie_and_rank_by_position() {
-        let hits = |scores: &[f32]| -> Vec<Hit> {
-            scores.iter().enumerate().map(|(chunk, &score)| Hit { chunk, score }).collect()
-        };
-        assert_eq!(tie_groups(&hits(&[3.0, 3.000_001, 2.999_999, 2.5, 2.5, 1.0])), [0, 0, 0, 1, 1, 2]);
-        assert_eq!(tie_groups(&hits(&[])), Vec::<usize>::new());
-    }
-
-    #[test]
     fn tied_chunks_share_one_score_and_rank_by_position() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let (index, _) = build_index(dir.path(), &["apple pie", "quota", "apple pie", "apple pie", "apple"]);
@@ -646,50 +585,120 @@ mod tests {
         assert!(hits.iter().all(|h| h.score.to_bits() == hits[0].score.to_bits()), "{hits:?}");
     }
 
-    #[test]
-    fn rankings_do_not_depend_on_the_writer_threads() {
-        // Many exact ties (repeated texts) spread over the segments of several writer threads.
+    /// An index of `texts` built with `threads` writer threads, and its folder.
+    fn built_with(texts: &[&str], threads: usize) -> (tempfile::TempDir, ChunkIndex) {
+        let dir = tempfile::tempdir().unwrap();
+        let chunks = test_chunks(texts);
+        let metas = chunks.iter().map(Chunk::meta).collect();
+        let (index, _) = ChunkIndex::open_or_build(
+            dir.path(),
+            metas,
+            "t",
+            Analyzer::default(),
+            threads,
+            &Stage::hidden(),
+            |add| chunks.into_iter().try_for_each(add),
+        )
+        .unwrap();
+        (dir, index)
+    }
+
+    /// Texts of a few words from a small vocabulary: many chunks share a score exactly.
+    fn tied_texts(chunks: usize) -> Vec<String> {
         let words = ["quota", "storage", "sync", "error", "links", "password", "upload", "folder"];
-        let texts: Vec<String> = (0..600)
+        (0..chunks)
             .map(|i| {
                 (0..6)
                     .map(|j| words[(i * 7 + j * j * 3 + i / 11) % words.len()])
                     .collect::<Vec<_>>()
                     .join(" ")
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn scores_and_rankings_do_not_depend_on_the_writer_threads() {
+        // Many exact ties (repeated texts) spread over the segments of several writer threads.
+        let texts = tied_texts(600);
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let build = |threads: usize| {
-            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-            let chunks = test_chunks(&texts);
-            let metas = chunks.iter().map(Chunk::meta).collect();
-            let (index, _) = ChunkIndex::open_or_build(
-                dir.path(),
-                metas,
-                "t",
-                Analyzer::default(),
-                threads,
-                &Stage::hidden(),
-                |add| chunks.into_iter().try_for_each(add),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-            (dir, index)
-        };
-        let (_one, serial) = build(1);
-        let (_many, parallel) = build(4);
+        let (_one, serial) = built_with(&texts, 1);
+        let (_many, parallel) = built_with(&texts, 4);
+        assert_eq!(serial.searcher.segment_readers().len(), 1);
+        assert!(parallel.searcher.segment_readers().len() > 1, "the test needs several segments");
         for query in ["quota", "sync error", "links password upload", "folder quota storage sync"] {
-            for limit in [1, 3, 10, 40] {
-                let chunks = |index: &ChunkIndex| -> Vec<usize> {
-                    index
-                        .search(query, limit)
-                        .unwrap_or_else(|e| panic!("{e}"))
-                        .iter()
-                        .map(|h| h.chunk)
-                        .collect()
+            for limit in [1, 3, 10, 40, 600] {
+                let hits = |index: &ChunkIndex| -> Vec<(usize, u32)> {
+                    index.search(query, limit).unwrap().iter().map(|h| (h.chunk, h.score.to_bits())).collect()
                 };
-                let expected = chunks(&serial);
-                assert_eq!(expected.len(), limit);
-                assert_eq!(chunks(&parallel), expected, "{query} top {limit}");
+                let expected = hits(&serial);
+                assert!(expected.len() == limit || limit == 600, "{query} top {limit}");
+                assert_eq!(hits(&parallel), expected, "{query} top {limit}");
+            }
+        }
+    }
+
+    #[test]
+    fn scores_are_tantivys_bm25() {
+        let texts = tied_texts(300);
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (_dir, index) = built_with(&texts, 3);
+        for query in ["quota", "sync error", "links password upload folder"] {
+            let ours = index.search(query, texts.len()).unwrap();
+            let terms = index.analyzer().terms(query);
+            let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+                .iter()
+                .map(|t| {
+                    let term = Term::from_field_text(index.fields.search, t);
+                    (
+                        Occur::Should,
+                        Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)) as Box<dyn Query>,
+                    )
+                })
+                .collect();
+            let collector = TopDocs::with_limit(texts.len()).order_by_score();
+            let theirs = index.searcher.search(&BooleanQuery::new(clauses), &collector).unwrap();
+            let mut theirs: Vec<(usize, f32)> =
+                theirs.into_iter().map(|(score, addr)| (index.position_of(addr), score)).collect();
+            theirs.sort_by_key(|&(chunk, _)| chunk);
+            let mut by_chunk: Vec<(usize, f32)> = ours.iter().map(|h| (h.chunk, h.score)).collect();
+            by_chunk.sort_by_key(|&(chunk, _)| chunk);
+            assert_eq!(by_chunk.len(), theirs.len(), "{query}: the same chunks match");
+            for ((chunk, mine), (other, score)) in by_chunk.into_iter().zip(theirs) {
+                assert_eq!(chunk, other);
+                assert!((mine - score).abs() <= 1e-6 * score, "{query}: chunk {chunk}: {mine} vs {score}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// The oracle of tantivy's collector tests: every page of results, whatever its depth,
+        /// is a slice of the full ordering, which is by score then position, even when far
+        /// more chunks tie than any margin (hundreds of copies of a few texts over several
+        /// segments).
+        #[test]
+        fn every_page_is_a_slice_of_the_full_ordering(
+            picks in proptest::collection::vec(0..4usize, 40..300),
+            threads in 1..4usize,
+            query in 0..3usize,
+        ) {
+            let templates = ["quota storage", "quota storage sync", "sync error links", "quota"];
+            let texts: Vec<&str> = picks.iter().map(|&p| templates[p]).collect();
+            let (_dir, index) = built_with(&texts, threads);
+            let query = ["quota", "storage sync", "quota links error"][query];
+            let full = index.search(query, texts.len()).unwrap();
+            for pair in full.windows(2) {
+                let ordered = pair[0].score > pair[1].score
+                    || (pair[0].score.to_bits() == pair[1].score.to_bits() && pair[0].chunk < pair[1].chunk);
+                proptest::prop_assert!(ordered, "{pair:?}");
+            }
+            for offset in [0, 1, 7, 33] {
+                for size in [1, 5, 16, 17, 100] {
+                    let page: Vec<Hit> = index.search(query, offset + size).unwrap().into_iter().skip(offset).collect();
+                    let expected: Vec<Hit> = full.iter().skip(offset).take(size).copied().collect();
+                    proptest::prop_assert_eq!(page, expected, "offset {} size {}", offset, size);
+                }
             }
         }
     }

@@ -11,14 +11,15 @@
 //! 1995) tells topical words from words spread evenly like function words, the common written
 //! form is the one a query uses, and [`TopicSpace::neighbours`] finds the chunks that share a
 //! source's topic (its co-relevant chunks). Everything here is deterministic: sorted walks, a
-//! fixed random stream, single-threaded arithmetic in a fixed order (only reading and analysing
-//! the chunks is spread over threads, and its results are taken in chunk order).
+//! fixed random stream, arithmetic in a fixed order (reading and analysing the chunks is spread
+//! over threads, its results taken in chunk order; the neighbour scan is split over threads, each
+//! cosine summed as a plain dot product is and the parts merged in one total order).
 
 use super::ChunkIndex;
 use super::error::Result;
 use crate::rng::stream;
+use foldhash::{HashMap, HashMapExt as _};
 use rand::Rng as _;
-use std::collections::HashMap;
 
 /// Dimensions of the topic space: the 50–100 that LSA studies found best on small test
 /// collections (Deerwester et al. 1990; Dumais 1991), at the low end so the space stays topical.
@@ -82,15 +83,47 @@ fn residual_idf(df: f64, cf: f64, n: f64) -> f64 {
     observed - poisson
 }
 
+/// Chunks whose vectors [`TopicSpace`] stores side by side: a block's cosines with one vector
+/// are computed together, one lane per chunk (16 `f32`s: four SSE registers, two AVX ones).
+const LANES: usize = 16;
+/// Below this many chunks [`TopicSpace::neighbours`] scans on one thread.
+const PARALLEL_SCAN: usize = 8_192;
+
 /// The chunks in a latent topic space: one unit vector per chunk (all zeros for a chunk with
 /// no term shared with another chunk).
+///
+/// The vectors are stored in blocks of [`LANES`] chunks, dimension by dimension, so that a scan
+/// computes sixteen cosines at once; each is summed dimension by dimension from -0.0, as
+/// `Iterator::sum` does, so it has the same bits as the plain dot product.
 #[derive(Debug, Clone, Default)]
 pub struct TopicSpace {
     dim: usize,
-    vectors: Vec<f32>,
+    chunks: usize,
+    /// Block `b`, dimension `d`, lane `l` at `(b * dim + d) * LANES + l`; the last block padded
+    /// with zero vectors.
+    blocks: Vec<f32>,
+    threads: usize,
 }
 
 impl TopicSpace {
+    /// An empty space of `dim` dimensions for `capacity` chunks, scanned with `threads` threads.
+    fn empty(dim: usize, capacity: usize, threads: usize) -> Self {
+        let blocks = Vec::with_capacity(capacity.div_ceil(LANES) * dim * LANES);
+        Self { dim, chunks: 0, blocks, threads: threads.max(1) }
+    }
+
+    /// Adds the next chunk's vector (`dim` values).
+    fn push(&mut self, vector: &[f32]) {
+        let (block, lane) = (self.chunks / LANES, self.chunks % LANES);
+        if lane == 0 {
+            self.blocks.resize(self.blocks.len() + self.dim * LANES, 0.0);
+        }
+        for (d, &x) in vector.iter().enumerate() {
+            self.blocks[(block * self.dim + d) * LANES + lane] = x;
+        }
+        self.chunks += 1;
+    }
+
     /// Number of dimensions (fewer than [`DIMENSIONS`] for a tiny corpus).
     #[must_use]
     pub fn dim(&self) -> usize {
@@ -100,36 +133,118 @@ impl TopicSpace {
     /// Cosine similarity of two chunks in the space.
     #[must_use]
     pub fn cosine(&self, a: usize, b: usize) -> f32 {
-        dot(self.vector(a), self.vector(b))
+        dot(&self.vector(a), &self.vector(b))
     }
 
-    fn vector(&self, chunk: usize) -> &[f32] {
-        self.vectors.get(chunk * self.dim..(chunk + 1) * self.dim).unwrap_or(&[])
+    fn vector(&self, chunk: usize) -> Vec<f32> {
+        if chunk >= self.chunks {
+            return Vec::new();
+        }
+        let (block, lane) = (chunk / LANES, chunk % LANES);
+        (0..self.dim).map(|d| self.blocks[(block * self.dim + d) * LANES + lane]).collect()
     }
 
     /// The chunks whose cosine with `chunk` is at least `min_cosine`, most similar first (ties
     /// by position), at most `cap`, `chunk` itself left out.
+    ///
+    /// An exact scan of every chunk, sixteen at a time and split over the space's threads, each
+    /// keeping only its best `cap` as it goes.
     #[must_use]
     pub fn neighbours(&self, chunk: usize, min_cosine: f32, cap: usize) -> Vec<(usize, f32)> {
         let own = self.vector(chunk);
-        if own.iter().all(|&x| x == 0.0) {
+        if cap == 0 || own.iter().all(|&x| x == 0.0) {
             return Vec::new();
         }
-        let mut near: Vec<(usize, f32)> = self
-            .vectors
-            .chunks_exact(self.dim.max(1))
-            .enumerate()
-            .filter(|&(other, _)| other != chunk)
-            .map(|(other, v)| (other, dot(own, v)))
-            .filter(|&(_, cosine)| cosine >= min_cosine)
-            .collect();
-        let closer = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if near.len() > cap {
-            near.select_nth_unstable_by(cap, closer);
-            near.truncate(cap);
-        }
+        let blocks = self.chunks.div_ceil(LANES);
+        let threads = if self.chunks < PARALLEL_SCAN { 1 } else { self.threads };
+        let per_thread = blocks.div_ceil(threads);
+        let scan = |from: usize| {
+            let mut best = Best::new(cap);
+            for block in from..(from + per_thread).min(blocks) {
+                let cosines = self.block_cosines(&own, block);
+                for (lane, &cosine) in cosines.iter().enumerate() {
+                    let other = block * LANES + lane;
+                    if other != chunk && other < self.chunks && cosine >= min_cosine {
+                        best.offer(other, cosine);
+                    }
+                }
+            }
+            best.into_sorted()
+        };
+        let mut near: Vec<(usize, f32)> = if threads == 1 {
+            scan(0)
+        } else {
+            std::thread::scope(|scope| {
+                let parts: Vec<_> = (0..blocks)
+                    .step_by(per_thread.max(1))
+                    .map(|from| scope.spawn(move || scan(from)))
+                    .collect();
+                parts
+                    .into_iter()
+                    .flat_map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                    .collect()
+            })
+        };
         near.sort_by(closer);
+        near.truncate(cap);
         near
+    }
+
+    /// The cosines of `own` with the sixteen chunks of `block`.
+    fn block_cosines(&self, own: &[f32], block: usize) -> [f32; LANES] {
+        let mut sums = [-0.0f32; LANES];
+        let columns = &self.blocks[block * self.dim * LANES..(block + 1) * self.dim * LANES];
+        for (&x, column) in own.iter().zip(columns.chunks_exact(LANES)) {
+            for (sum, &y) in sums.iter_mut().zip(column) {
+                *sum += x * y;
+            }
+        }
+        sums
+    }
+}
+
+/// The order of neighbours: most similar first, ties by position.
+fn closer(a: &(usize, f32), b: &(usize, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The best `cap` neighbours offered so far, offered in ascending position.
+struct Best {
+    cap: usize,
+    kept: Vec<(usize, f32)>,
+    /// Once `cap` are kept: the cosine a later (higher) position must beat.
+    floor: Option<f32>,
+}
+
+impl Best {
+    fn new(cap: usize) -> Self {
+        Self { cap, kept: Vec::new(), floor: None }
+    }
+
+    fn offer(&mut self, chunk: usize, cosine: f32) {
+        // Positions only grow, so a cosine equal to the floor loses to the one kept.
+        if self.floor.is_some_and(|floor| cosine.total_cmp(&floor).is_le()) {
+            return;
+        }
+        self.kept.push((chunk, cosine));
+        if self.kept.len() >= 2 * self.cap.max(512) {
+            self.shrink();
+        }
+    }
+
+    /// Keeps the best `cap` and raises the floor to the worst of them.
+    fn shrink(&mut self) {
+        if self.kept.len() > self.cap {
+            self.kept.select_nth_unstable_by(self.cap - 1, closer);
+            self.kept.truncate(self.cap);
+            self.floor = self.kept.iter().map(|k| k.1).min_by(f32::total_cmp);
+        }
+    }
+
+    fn into_sorted(mut self) -> Vec<(usize, f32)> {
+        self.shrink();
+        self.kept.sort_by(closer);
+        self.kept
     }
 }
 
@@ -152,31 +267,17 @@ impl CorpusModel {
     /// # Errors
     /// [`super::IndexError::Tantivy`] when a chunk text cannot be read.
     pub fn build(index: &ChunkIndex) -> Result<Self> {
-        let mut ids: HashMap<String, u32> = HashMap::new();
-        let mut names: Vec<String> = Vec::new();
-        let mut surfaces: Vec<HashMap<String, u32>> = Vec::new();
-        let mut rows: Vec<Vec<(u32, u32)>> = Vec::with_capacity(index.len());
-        for tokens in analysed(index) {
-            let mut counts: HashMap<u32, u32> = HashMap::new();
-            for token in tokens? {
-                let id = *ids.entry(token.term.clone()).or_insert_with(|| {
-                    names.push(token.term.clone());
-                    surfaces.push(HashMap::new());
-                    (names.len() - 1) as u32
-                });
-                *counts.entry(id).or_default() += 1;
-                *surfaces[id as usize].entry(token.surface).or_default() += 1;
+        let n = index.len();
+        let step = n.div_ceil(FIT_SAMPLE).max(1);
+        let mut vocabulary = Vocabulary::default();
+        let mut sample: Vec<Vec<(u32, u32)>> = Vec::new();
+        for (chunk, tokens) in analysed(index).enumerate() {
+            let row = vocabulary.count(tokens?);
+            if chunk % step == 0 {
+                sample.push(row);
             }
-            let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
-            row.sort_unstable();
-            rows.push(row);
         }
-        let mut df = vec![0u32; names.len()];
-        let mut cf = vec![0u64; names.len()];
-        for (term, tf) in rows.iter().flatten() {
-            df[*term as usize] += 1;
-            cf[*term as usize] += u64::from(*tf);
-        }
+        let Vocabulary { ids, names, surfaces, df, cf } = vocabulary;
         let usage = names
             .iter()
             .zip(surfaces)
@@ -186,10 +287,71 @@ impl CorpusModel {
                 (name.clone(), TermUsage { df: df[id], cf: cf[id], surface })
             })
             .collect();
-        let terms = CorpusTerms { chunks: rows.len(), usage };
-        let space = topic_space(&rows, &df, names.len(), DIMENSIONS);
+        let terms = CorpusTerms { chunks: n, usage };
+        let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
+            return Ok(Self { terms, space: TopicSpace::default() });
+        };
+        drop(sample);
+        // The second pass: each chunk's counts again, projected and dropped, so that only the
+        // fit sample's counts are ever held.
+        let mut space = TopicSpace::empty(projection.dim, n, index.threads());
+        for tokens in analysed(index) {
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for token in tokens? {
+                if let Some(&id) = ids.get(&token.term) {
+                    *counts.entry(id).or_default() += 1;
+                }
+            }
+            space.push(&projection.project(&sorted(counts), &df, n));
+        }
         Ok(Self { terms, space })
     }
+}
+
+/// The terms met so far: ids in order of first use, written forms, document and collection
+/// frequencies.
+#[derive(Default)]
+struct Vocabulary {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+    surfaces: Vec<HashMap<String, u32>>,
+    df: Vec<u32>,
+    cf: Vec<u64>,
+}
+
+impl Vocabulary {
+    /// Counts one chunk's tokens; its row of (term, count), by term.
+    fn count(&mut self, tokens: Vec<super::Token>) -> Vec<(u32, u32)> {
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for token in tokens {
+            let id = if let Some(&id) = self.ids.get(&token.term) {
+                id
+            } else {
+                let id = self.names.len() as u32;
+                self.ids.insert(token.term.clone(), id);
+                self.names.push(token.term);
+                self.surfaces.push(HashMap::new());
+                self.df.push(0);
+                self.cf.push(0);
+                id
+            };
+            *counts.entry(id).or_default() += 1;
+            *self.surfaces[id as usize].entry(token.surface).or_default() += 1;
+        }
+        let row = sorted(counts);
+        for &(term, tf) in &row {
+            self.df[term as usize] += 1;
+            self.cf[term as usize] += u64::from(tf);
+        }
+        row
+    }
+}
+
+/// A row of (term, count) from counts, by term.
+fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
+    let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
+    row.sort_unstable();
+    row
 }
 
 /// Chunks a thread of [`analysed`] reads and analyses at a time.
@@ -258,52 +420,82 @@ fn weighted(row: &[(u32, u32)], df: &[u32], n: f64) -> Row {
     weighted
 }
 
-/// The rows (term counts, weighted by [`weighted`]) projected on the top `wanted` right
-/// singular vectors of the matrix of a sample of them (a randomized truncated SVD), each of
-/// unit length.
-fn topic_space(rows: &[Vec<(u32, u32)>], df: &[u32], vocabulary: usize, wanted: usize) -> TopicSpace {
-    let n = rows.len() as f64;
-    let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
-    let sample: Vec<Row> = rows.iter().step_by(step).map(|row| weighted(row, df, n)).collect();
-    let fit: Vec<&Row> = sample.iter().collect();
-    let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
-    if width == 0 {
-        return TopicSpace::default();
-    }
-    let mut rng = stream(0, "topics/omega");
-    let omega: Vec<f64> =
-        (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
-    // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
-    let mut y = times(&fit, &omega, width);
-    for _ in 0..POWER_ITERATIONS {
-        orthonormalize(&mut y, width);
-        let mut z = transposed_times(&fit, &y, vocabulary, width);
-        orthonormalize(&mut z, width);
-        y = times(&fit, &z, width);
-    }
-    orthonormalize(&mut y, width);
-    // B = Qᵀ A (stored transposed, vocabulary × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
-    let b = transposed_times(&fit, &y, vocabulary, width);
-    let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
-    let top = values.first().copied().unwrap_or(0.0);
-    let kept: Vec<usize> =
-        (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
-    let dim = kept.len();
-    let mut v = vec![0.0; vocabulary * dim];
-    for t in 0..vocabulary {
-        let bt = &b[t * width..(t + 1) * width];
-        for (k, &c) in kept.iter().enumerate() {
-            let sigma = values[c].sqrt();
-            v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+/// The map from weighted term counts to the topic space: the top right singular vectors of the
+/// matrix of a sample of the rows (a randomized truncated SVD), vocabulary × `dim`, row-major.
+struct Projection {
+    dim: usize,
+    v: Vec<f64>,
+}
+
+impl Projection {
+    /// Fits the top `wanted` singular vectors of `sample` (term counts of chunks of a corpus of
+    /// `n`, weighted by [`weighted`]); `None` when the sample spans nothing.
+    fn fit(
+        sample: &[Vec<(u32, u32)>],
+        df: &[u32],
+        n: usize,
+        vocabulary: usize,
+        wanted: usize,
+    ) -> Option<Self> {
+        let sample: Vec<Row> = sample.iter().map(|row| weighted(row, df, n as f64)).collect();
+        let fit: Vec<&Row> = sample.iter().collect();
+        let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
+        if width == 0 {
+            return None;
         }
+        let mut rng = stream(0, "topics/omega");
+        let omega: Vec<f64> =
+            (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
+        // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
+        let mut y = times(&fit, &omega, width);
+        for _ in 0..POWER_ITERATIONS {
+            orthonormalize(&mut y, width);
+            let mut z = transposed_times(&fit, &y, vocabulary, width);
+            orthonormalize(&mut z, width);
+            y = times(&fit, &z, width);
+        }
+        orthonormalize(&mut y, width);
+        // B = Qᵀ A (stored transposed, vocabulary × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
+        let b = transposed_times(&fit, &y, vocabulary, width);
+        let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
+        let top = values.first().copied().unwrap_or(0.0);
+        let kept: Vec<usize> =
+            (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
+        let dim = kept.len();
+        let mut v = vec![0.0; vocabulary * dim];
+        for t in 0..vocabulary {
+            let bt = &b[t * width..(t + 1) * width];
+            for (k, &c) in kept.iter().enumerate() {
+                let sigma = values[c].sqrt();
+                v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+            }
+        }
+        Some(Self { dim, v })
     }
-    let mut vectors = Vec::with_capacity(rows.len() * dim);
-    for row in rows {
-        let projected = times(&[&weighted(row, df, n)], &v, dim);
+
+    /// A chunk's row of term counts, weighted, projected and of unit length (all zeros when it
+    /// projects to nothing).
+    fn project(&self, row: &[(u32, u32)], df: &[u32], n: usize) -> Vec<f32> {
+        let projected = times(&[&weighted(row, df, n as f64)], &self.v, self.dim);
         let norm = projected.iter().map(|x| x * x).sum::<f64>().sqrt();
-        vectors.extend(projected.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }));
+        projected.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }).collect()
     }
-    TopicSpace { dim, vectors }
+}
+
+/// The rows projected into the space fitted on every `step`-th of them (as
+/// [`CorpusModel::build`] does in two passes): for tests.
+#[cfg(test)]
+fn topic_space(rows: &[Vec<(u32, u32)>], df: &[u32], vocabulary: usize, wanted: usize) -> TopicSpace {
+    let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
+    let sample: Vec<Vec<(u32, u32)>> = rows.iter().step_by(step).cloned().collect();
+    let Some(projection) = Projection::fit(&sample, df, rows.len(), vocabulary, wanted) else {
+        return TopicSpace::default();
+    };
+    let mut space = TopicSpace::empty(projection.dim, rows.len(), 1);
+    for row in rows {
+        space.push(&projection.project(row, df, rows.len()));
+    }
+    space
 }
 
 /// Sparse rows × a dense (vocabulary × width) matrix: rows.len() × width, row-major.
@@ -498,6 +690,66 @@ mod tests {
         let near: Vec<usize> = space.neighbours(0, 0.5, 10).into_iter().map(|(c, _)| c).collect();
         assert_eq!(near, [1, 2]);
         assert_eq!(space.neighbours(0, 0.5, 1).len(), 1, "capped");
+    }
+
+    /// The neighbours by a plain scan: every chunk's dot product, filtered, sorted, capped.
+    fn plain_neighbours(
+        vectors: &[f32],
+        dim: usize,
+        chunk: usize,
+        min: f32,
+        cap: usize,
+    ) -> Vec<(usize, f32)> {
+        let own = &vectors[chunk * dim..(chunk + 1) * dim];
+        if own.iter().all(|&x| x == 0.0) {
+            return Vec::new();
+        }
+        let mut near: Vec<(usize, f32)> = vectors
+            .chunks_exact(dim)
+            .enumerate()
+            .filter(|&(other, _)| other != chunk)
+            .map(|(other, v)| (other, dot(own, v)))
+            .filter(|&(_, cosine)| cosine >= min)
+            .collect();
+        near.sort_by(closer);
+        near.truncate(cap);
+        near
+    }
+
+    #[test]
+    fn the_blocked_scan_finds_what_a_plain_scan_finds_bit_for_bit() {
+        // 9,000 chunks (past the parallel threshold) of 7 dimensions, a third of them copies
+        // of a few vectors (ties far longer than any cap) and some all zeros.
+        let dim = 7;
+        let mut rng = stream(3, "topics/test");
+        let mut vectors = Vec::new();
+        for chunk in 0..9_000 {
+            let v: Vec<f32> = match chunk % 3 {
+                0 => (0..dim).map(|d| [0.5, -0.25, 0.125][(chunk / 3 + d) % 3]).collect(),
+                _ if chunk % 97 == 0 => vec![0.0; dim],
+                _ => (0..dim).map(|_| rng.random_range(-1.0f32..1.0)).collect(),
+            };
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            vectors.extend(v.iter().map(|x| if norm > 0.0 { x / norm } else { 0.0 }));
+        }
+        for threads in [1, 2, 3] {
+            let mut space = TopicSpace::empty(dim, 9_000, threads);
+            vectors.chunks_exact(dim).for_each(|v| space.push(v));
+            for chunk in [0, 1, 2, 97, 4_500, 8_999] {
+                for (min, cap) in [(f32::MIN, 3), (0.5, 51), (0.9, 2_000), (-1.0, 10_000), (0.2, 0)] {
+                    let expected = plain_neighbours(&vectors, dim, chunk, min, cap);
+                    let got = space.neighbours(chunk, min, cap);
+                    let bits =
+                        |n: &[(usize, f32)]| n.iter().map(|&(c, x)| (c, x.to_bits())).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&expected),
+                        "threads {threads} chunk {chunk} min {min} cap {cap}"
+                    );
+                }
+            }
+            assert_eq!(space.cosine(3, 6).to_bits(), dot(&vectors[21..28], &vectors[42..49]).to_bits());
+        }
     }
 
     #[test]

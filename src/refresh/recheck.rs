@@ -230,7 +230,7 @@ impl<'a> Recheck<'a> {
     /// The round trip's verdict on `candidate` in the new corpus, with the grades its pooled
     /// chunks already had (from the build record `old` or a judge row among `rows`).
     fn now(&self, candidate: &Candidate, rows: &[Qrel], old: Option<&Judged>) -> Result<Verdict> {
-        let mut verdict = self.filter.judge(candidate)?;
+        let mut verdict = self.filter.check(candidate)?;
         let graded = |id: &ChunkId| {
             let row = rows.iter().find(|r| &r.chunk_id == id && r.provenance == Provenance::Judge);
             let pooled = || old?.verdict.pool.iter().find(|p| &p.chunk_id == id)?.grade;
