@@ -17,7 +17,7 @@ use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
 use crate::progress::{Progress, Timings};
-use crate::record::{Chunk, ChunkMeta, FORMAT_VERSION, Judged, QueryType};
+use crate::record::{Checked, Chunk, ChunkMeta, FORMAT_VERSION, QueryType};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::sample;
@@ -134,7 +134,7 @@ pub fn build(
     };
 
     let stage = progress.stage("sample", 0);
-    let set: Vec<&Judged> = rounds.judged.iter().filter(|j| j.in_set()).collect();
+    let set: Vec<&Checked> = rounds.judged.iter().filter(|j| j.in_set()).collect();
     let queue = sample::review_items(&sample::sample(&set, config.review, config.seed), &index)?;
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
 

@@ -369,7 +369,7 @@ impl Verdict {
 
 /// A candidate together with its verdict: one line of `candidates.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Judged {
+pub struct Checked {
     /// The query.
     #[serde(flatten)]
     pub candidate: Candidate,
@@ -378,7 +378,7 @@ pub struct Judged {
     pub verdict: Verdict,
 }
 
-impl Judged {
+impl Checked {
     /// Whether the query is part of the test set (kept or flagged).
     #[must_use]
     pub fn in_set(&self) -> bool {

@@ -3,7 +3,7 @@
 //! their generated type first, near-duplicates dropped, reclassified no_answer queries kept
 //! beyond the quotas); later rounds top up the types still short.
 //!
-//! Input: [`Request`]s per round. Output: every candidate with its verdict ([`Judged`]), the
+//! Input: [`Request`]s per round. Output: every candidate with its verdict ([`Checked`]), the
 //! rejects, and per-type [`TypeCounts`] and [`Shortfall`]s. Invariants: a query id is judged once
 //! (a repeat is dropped unsearched); a type's `filled` never exceeds its quota; every candidate
 //! is counted under the type it was generated as.
@@ -16,7 +16,7 @@ use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::judge::{Asks, Judge, JudgeConfig, LlmJudge, Phase};
 use crate::progress::{Progress, Stage, Timings};
-use crate::record::{Candidate, FailureKind, Judged, QueryType, Reason, Reject, Status, Verdict};
+use crate::record::{Candidate, Checked, FailureKind, QueryType, Reason, Reject, Status, Verdict};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -111,7 +111,7 @@ pub(crate) struct Rounds {
     pub(crate) dedup: Dedup,
     judge: JudgeConfig,
     /// Every candidate so far, with its verdict.
-    pub(crate) judged: Vec<Judged>,
+    pub(crate) judged: Vec<Checked>,
     /// Requests that yielded no usable query, grades the judge could not give.
     pub(crate) rejects: Vec<Reject>,
     /// Per-type counts.
@@ -227,7 +227,7 @@ impl Rounds {
         filter: &RoundTrip<'_>,
         candidates: Vec<Candidate>,
         stage: &Stage,
-    ) -> Result<Vec<Judged>> {
+    ) -> Result<Vec<Checked>> {
         let fresh: Vec<bool> = candidates.iter().map(|c| self.seen.insert(c.id.clone())).collect();
         let searched: Vec<&Candidate> =
             candidates.iter().zip(&fresh).filter(|(_, f)| **f).map(|(c, _)| c).collect();
@@ -239,7 +239,7 @@ impl Rounds {
             .map(|(candidate, fresh)| {
                 // A repeat of an earlier candidate is dropped unsearched.
                 let verdict = if fresh { verdicts.next() } else { None };
-                Judged { candidate, verdict: verdict.unwrap_or_else(|| Verdict::dropped(Reason::Duplicate)) }
+                Checked { candidate, verdict: verdict.unwrap_or_else(|| Verdict::dropped(Reason::Duplicate)) }
             })
             .collect())
     }
@@ -250,7 +250,7 @@ impl Rounds {
         &mut self,
         judge: &mut dyn Judge,
         index: &ChunkIndex,
-        items: &mut [Judged],
+        items: &mut [Checked],
         phase: Phase,
         progress: Progress,
     ) -> Result<Duration> {
@@ -281,7 +281,7 @@ impl Rounds {
     /// set is too alike: queries of their generated type first, then relabelled ones, so a copy
     /// never takes the place of an original. A reclassified no_answer query (`--reclassify`)
     /// is kept beyond the quotas.
-    fn admit(&mut self, items: &mut [Judged]) {
+    fn admit(&mut self, items: &mut [Checked]) {
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| items[i].verdict.relabelled.is_some());
         for i in order {
@@ -305,7 +305,7 @@ impl Rounds {
     }
 
     /// Counts the round's candidates under the type they were generated as, and keeps them.
-    fn record(&mut self, items: Vec<Judged>) {
+    fn record(&mut self, items: Vec<Checked>) {
         for item in items {
             let counts = self.count(item.candidate.query_type);
             counts.relabelled += usize::from(item.verdict.relabelled.is_some());
@@ -398,10 +398,10 @@ mod tests {
     use super::*;
     use crate::judge::OnAnswered;
 
-    fn kept(text: &str) -> Judged {
+    fn kept(text: &str) -> Checked {
         let mut verdict = Verdict::dropped(Reason::SourceInTopN);
         verdict.mark(Status::Kept, Reason::SourceInTopN);
-        Judged { candidate: Candidate::sample(QueryType::Direct, text, &["d:1"]), verdict }
+        Checked { candidate: Candidate::sample(QueryType::Direct, text, &["d:1"]), verdict }
     }
 
     fn rounds(direct: usize) -> Rounds {

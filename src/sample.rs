@@ -7,7 +7,7 @@
 
 use crate::error::Result;
 use crate::index::ChunkIndex;
-use crate::record::{Judged, PoolChunk, Pooled, QueryType, ReviewItem, ReviewSource, Status};
+use crate::record::{Checked, PoolChunk, Pooled, QueryType, ReviewItem, ReviewSource, Status};
 use crate::rng::stream;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
@@ -65,9 +65,9 @@ pub fn allocate(available: &BTreeMap<QueryType, usize>, config: SampleConfig) ->
 /// Draws the review queue from the queries in the set: flagged queries first within each type
 /// and in the queue, the rest in a seeded random order.
 #[must_use]
-pub fn sample<'a>(set: &[&'a Judged], config: SampleConfig, seed: u64) -> Vec<&'a Judged> {
+pub fn sample<'a>(set: &[&'a Checked], config: SampleConfig, seed: u64) -> Vec<&'a Checked> {
     let mut rng = stream(seed, "review");
-    let mut by_type: BTreeMap<QueryType, Vec<&'a Judged>> = BTreeMap::new();
+    let mut by_type: BTreeMap<QueryType, Vec<&'a Checked>> = BTreeMap::new();
     for judged in set {
         by_type.entry(judged.query_type()).or_default().push(judged);
     }
@@ -88,7 +88,7 @@ pub fn sample<'a>(set: &[&'a Judged], config: SampleConfig, seed: u64) -> Vec<&'
 ///
 /// # Errors
 /// [`crate::Error::Index`] when a chunk's text cannot be read.
-pub fn review_items(queue: &[&Judged], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
+pub fn review_items(queue: &[&Checked], index: &ChunkIndex) -> Result<Vec<ReviewItem>> {
     queue
         .iter()
         .map(|j| {

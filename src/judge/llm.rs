@@ -42,6 +42,7 @@ impl<'a> LlmJudge<'a> {
     }
 
     /// What the judge's session has sent over the network so far.
+    #[must_use]
     pub fn network(&self) -> crate::llm::NetworkStats {
         self.session.llm().network()
     }

@@ -8,7 +8,7 @@
 //! - with `--judge-pool K`, the first K chunks of each answerable query's pool are graded, and
 //!   grades of 1 or more become extra qrels rows (provenance `judge`).
 //!
-//! Input: the round's [`Judged`] candidates. Output: the same, with pool grades set and status,
+//! Input: the round's [`Checked`] candidates. Output: the same, with pool grades set and status,
 //! reason or type changed where the judge says so. Invariants: a dropped candidate is never
 //! graded; the same (query, chunk) pair is asked once per round (and, through the LLM cache,
 //! once ever); a missing grade never drops a query: it flags it for review (`judge_failed`).
@@ -22,7 +22,7 @@ pub use llm::LlmJudge;
 use crate::error::Result;
 use crate::index::ChunkIndex;
 use crate::progress::Stage;
-use crate::record::{Difficulty, FailureKind, Judged, Pooled, QueryType, Reason, Status, Verdict};
+use crate::record::{Checked, Difficulty, FailureKind, Pooled, QueryType, Reason, Status, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -166,7 +166,7 @@ pub struct Asks {
 impl Asks {
     /// Plans the asks of `phase` for the round's candidates that are still in the running.
     #[must_use]
-    pub fn plan(items: &[Judged], index: &ChunkIndex, config: JudgeConfig, phase: Phase) -> Self {
+    pub fn plan(items: &[Checked], index: &ChunkIndex, config: JudgeConfig, phase: Phase) -> Self {
         let mut numbered: BTreeMap<Ask, usize> = BTreeMap::new();
         let plans = items
             .iter()
@@ -202,7 +202,7 @@ impl Asks {
     }
 
     /// Applies the judge's grades (one per ask) to the candidates they were planned for.
-    pub fn apply(self, items: &mut [Judged], grades: &[Grade], config: JudgeConfig, phase: Phase) {
+    pub fn apply(self, items: &mut [Checked], grades: &[Grade], config: JudgeConfig, phase: Phase) {
         for (item, plan) in items.iter_mut().zip(self.plans) {
             let answers: Vec<(Purpose, Option<u8>)> = plan
                 .into_iter()
@@ -217,7 +217,7 @@ impl Asks {
 }
 
 /// The chunks to ask about for one candidate in `phase`, and why.
-fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig, phase: Phase) -> Vec<(Purpose, usize)> {
+fn purposes(item: &Checked, index: &ChunkIndex, config: JudgeConfig, phase: Phase) -> Vec<(Purpose, usize)> {
     if !item.in_set() {
         return Vec::new();
     }
@@ -241,7 +241,7 @@ fn purposes(item: &Judged, index: &ChunkIndex, config: JudgeConfig, phase: Phase
 }
 
 /// Records the grades of pooled chunks.
-fn record_pool_grades(item: &mut Judged, graded: &[(Purpose, Option<u8>)]) {
+fn record_pool_grades(item: &mut Checked, graded: &[(Purpose, Option<u8>)]) {
     for &(purpose, grade) in graded {
         if let Purpose::Pool(i) = purpose
             && let Some(pooled) = item.verdict.pool.get_mut(i)
@@ -254,7 +254,7 @@ fn record_pool_grades(item: &mut Judged, graded: &[(Purpose, Option<u8>)]) {
 /// The type's rule, from the deciding grades: a hop that answers alone rejects a multi_hop
 /// query; a chunk that answers a no_answer query drops it (or reclassifies it), and a
 /// no_answer query no chunk answers is confirmed. A missing grade flags the query.
-fn decide(item: &mut Judged, graded: &[(Purpose, Option<u8>)], config: JudgeConfig) {
+fn decide(item: &mut Checked, graded: &[(Purpose, Option<u8>)], config: JudgeConfig) {
     let failed = graded.iter().any(|&(_, g)| g.is_none());
     let answered = graded.iter().any(|&(_, g)| g.is_some_and(|g| g >= ANSWERS));
     let one_hop_answers = graded.iter().any(|&(p, g)| matches!(p, Purpose::Hop) && g == Some(FULLY));
@@ -291,19 +291,19 @@ mod tests {
         ChunkId::parse(s).unwrap()
     }
 
-    fn item(query_type: QueryType, pool: &[&str]) -> Judged {
+    fn item(query_type: QueryType, pool: &[&str]) -> Checked {
         let pool = (1..)
             .zip(pool)
             .map(|(rank, c)| Pooled { chunk_id: id(c), rank, grade: None, pooled_by: Vec::new() })
             .collect();
-        Judged {
+        Checked {
             candidate: Candidate::sample(query_type, "q", &["a", "b"]),
             verdict: Verdict { pool, ..Verdict::dropped(Reason::SourceInTopN) },
         }
         .kept()
     }
 
-    impl Judged {
+    impl Checked {
         fn kept(mut self) -> Self {
             self.verdict.mark(Status::Kept, Reason::SourceInTopN);
             self
@@ -312,7 +312,7 @@ mod tests {
 
     const NO_POOL: JudgeConfig = JudgeConfig { pool: 0, on_answered: OnAnswered::Drop };
 
-    fn outcome(item: &Judged) -> (Status, Reason, Option<QueryType>) {
+    fn outcome(item: &Checked) -> (Status, Reason, Option<QueryType>) {
         (item.verdict.status, item.verdict.reason, item.verdict.relabelled)
     }
 

@@ -3,7 +3,7 @@
 use super::layout::{PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_HEADER, QRELS_TREC, QRELS_TSV};
 use crate::error::Result;
 use crate::id::{ChunkId, DocId, QueryId};
-use crate::record::{Chunk, Difficulty, Judged, Provenance, Qrel, QueryType, Reason, Status, grade};
+use crate::record::{Checked, Chunk, Difficulty, Provenance, Qrel, QueryType, Reason, Status, grade};
 use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -85,7 +85,7 @@ struct QueryMeta<'a> {
 
 /// The `queries.jsonl` line of a query in the set, written in `language`.
 #[must_use]
-pub fn query_line(judged: &Judged, language: Language) -> QueryLine<'_> {
+pub fn query_line(judged: &Checked, language: Language) -> QueryLine<'_> {
     let (c, v) = (&judged.candidate, &judged.verdict);
     QueryLine {
         id: &c.id,
@@ -121,7 +121,7 @@ pub(crate) fn round4(x: f64) -> f64 {
 /// sources and their copies first, then every pooled chunk the judge graded (0 included).
 /// `no_answer` queries have none.
 #[must_use]
-pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Judged>) -> Vec<Qrel> {
+pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Checked>) -> Vec<Qrel> {
     let mut seen = BTreeSet::new();
     let mut qrels = Vec::new();
     for judged in set {
@@ -182,7 +182,7 @@ pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()>
 ///
 /// # Errors
 /// [`Error::Output`] naming the file.
-pub fn write_pool(path: &std::path::Path, set: &[&Judged]) -> Result<()> {
+pub fn write_pool(path: &std::path::Path, set: &[&Checked]) -> Result<()> {
     super::write_atomic(path, |w| {
         writeln!(w, "query-id\tcorpus-id\tpooled-by\trank\tgrade")?;
         for judged in set {
@@ -203,8 +203,8 @@ mod tests {
     use super::*;
     use crate::record::{Candidate, Verdict};
 
-    fn judged(query_type: QueryType, sources: &[&str]) -> Judged {
-        Judged {
+    fn judged(query_type: QueryType, sources: &[&str]) -> Checked {
+        Checked {
             candidate: Candidate::sample(query_type, "q", sources),
             verdict: Verdict {
                 status: Status::Kept,

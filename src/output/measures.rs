@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::generate::is_query_word;
 use crate::id::QueryId;
 use crate::index::ChunkIndex;
-use crate::record::{Judged, QueryType};
+use crate::record::{Checked, QueryType};
 use crate::runs::is_run_source;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -48,7 +48,7 @@ impl Measures {
     ///
     /// # Errors
     /// [`crate::Error::Index`] when a search fails.
-    pub fn compute(set: &[&Judged], index: &ChunkIndex, pool_depth: usize) -> Result<Self> {
+    pub fn compute(set: &[&Checked], index: &ChunkIndex, pool_depth: usize) -> Result<Self> {
         let mut m = Self { chunks: index.len(), pool_depth, ..Self::default() };
         let rows = qrels(set.iter().copied());
         let mut relevant: HashMap<&QueryId, usize> = HashMap::new();

@@ -5,7 +5,7 @@ use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
 use crate::id::ChunkId;
-use crate::record::{Difficulty, Judged, QueryType, Reason, Status};
+use crate::record::{Checked, Difficulty, QueryType, Reason, Status};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -17,7 +17,7 @@ pub struct Summary<'a> {
     /// The run's manifest.
     pub manifest: &'a Manifest<'a>,
     /// Every candidate with its verdict.
-    pub judged: &'a [Judged],
+    pub judged: &'a [Checked],
     /// Inputs skipped while reading the corpus.
     pub skipped: &'a [Skipped],
     /// Groups of near-identical chunks.
@@ -105,7 +105,7 @@ fn counts_table(out: &mut String, m: &Manifest<'_>) {
     out.push('\n');
 }
 
-fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
+fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Checked]) {
     let Some(llm) = &m.llm else { return };
     let in_set = judged.iter().filter(|j| j.in_set()).count().max(1) as f64;
     let u = &llm.usage;
@@ -162,7 +162,7 @@ fn llm_section(out: &mut String, m: &Manifest<'_>, judged: &[Judged]) {
         writeln!(out, "- requests sent, retries and 429s of each run: `manifest.json` → `run.llm_network`\n");
 }
 
-fn styles_table(out: &mut String, judged: &[Judged]) {
+fn styles_table(out: &mut String, judged: &[Checked]) {
     let mut rows: BTreeMap<(QueryType, &str), usize> = BTreeMap::new();
     for j in judged.iter().filter(|j| j.in_set()) {
         if let Some(style) = &j.candidate.style {
@@ -226,7 +226,7 @@ pub(super) fn bucket(rank: Option<u32>) -> usize {
     }
 }
 
-fn rank_histogram(out: &mut String, judged: &[Judged], top_n: usize) {
+fn rank_histogram(out: &mut String, judged: &[Checked], top_n: usize) {
     let mut columns: Vec<String> = ["1", "2", "3", "4–5", "6–10"].map(String::from).to_vec();
     if top_n > 10 {
         columns.push(format!("11–{top_n}"));
@@ -254,7 +254,7 @@ fn rank_histogram(out: &mut String, judged: &[Judged], top_n: usize) {
     out.push('\n');
 }
 
-fn overlap_table(out: &mut String, judged: &[Judged]) {
+fn overlap_table(out: &mut String, judged: &[Checked]) {
     let mut by_type: BTreeMap<QueryType, Vec<(f64, u32)>> = BTreeMap::new();
     for j in judged.iter().filter(|j| j.in_set()) {
         by_type.entry(j.query_type()).or_default().push((j.verdict.overlap, j.verdict.longest_shared));
@@ -357,7 +357,7 @@ impl Control {
 
     /// Whether the control examines `j`, when `decider` decided the no_answer and multi_hop
     /// questions.
-    fn applies(self, j: &Judged, decider: Decider) -> bool {
+    fn applies(self, j: &Checked, decider: Decider) -> bool {
         let (asked, judge) = (j.candidate.query_type, decider == Decider::Judge);
         match self {
             Self::Evidence => !j.candidate.evidence.is_empty(),
@@ -372,7 +372,7 @@ impl Control {
     }
 
     /// Whether the control changed the type of `j`.
-    fn relabelled(self, j: &Judged) -> bool {
+    fn relabelled(self, j: &Checked) -> bool {
         let by = if j.is_reclassified() { Self::NoAnswerJudge } else { Self::Copy };
         j.verdict.relabelled.is_some() && by == self
     }
@@ -398,7 +398,7 @@ struct ControlCounts {
 }
 
 /// What the controls did, per control and type (the type a candidate was generated as).
-fn controls_table(out: &mut String, judged: &[Judged], decider: Decider) {
+fn controls_table(out: &mut String, judged: &[Checked], decider: Decider) {
     let mut rows: BTreeMap<(Control, QueryType), ControlCounts> = BTreeMap::new();
     for j in judged {
         let caught_by = Control::of(j.verdict.reason);
@@ -442,7 +442,7 @@ fn controls_table(out: &mut String, judged: &[Judged], decider: Decider) {
     out.push('\n');
 }
 
-fn difficulty_table(out: &mut String, judged: &[Judged]) {
+fn difficulty_table(out: &mut String, judged: &[Checked]) {
     let mut rows: BTreeMap<QueryType, BTreeMap<Difficulty, usize>> = BTreeMap::new();
     for j in judged.iter().filter(|j| j.in_set()) {
         if let Some(d) = j.verdict.difficulty {
@@ -466,7 +466,7 @@ fn difficulty_table(out: &mut String, judged: &[Judged]) {
 
 /// The judge's grades of the pools of answerable queries in the set (`--judge-pool`), per
 /// type, and the qrels rows they added.
-fn judge_section(out: &mut String, judged: &[Judged]) {
+fn judge_section(out: &mut String, judged: &[Checked]) {
     let mut rows: BTreeMap<QueryType, [usize; 4]> = BTreeMap::new();
     for j in judged.iter().filter(|j| j.in_set() && !j.is_reclassified()) {
         for g in j.verdict.pool.iter().filter_map(|p| p.grade) {
@@ -494,7 +494,7 @@ const GROUPS_LISTED: usize = 10;
 /// Members listed per group.
 const MEMBERS_LISTED: usize = 4;
 
-fn groups_section(out: &mut String, groups: &[Vec<ChunkId>], judged: &[Judged]) {
+fn groups_section(out: &mut String, groups: &[Vec<ChunkId>], judged: &[Checked]) {
     let _ = writeln!(out, "## Near-identical chunks\n");
     if groups.is_empty() {
         let _ = writeln!(out, "None found (`--chunk-dup-threshold`).\n");

@@ -8,7 +8,7 @@
 use super::report::Summary;
 use crate::html::{self, Page};
 use crate::index::ChunkIndex;
-use crate::record::{Judged, QueryType};
+use crate::record::{Checked, QueryType};
 use crate::text::Language;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -19,7 +19,7 @@ const EXAMPLES: usize = 3;
 #[must_use]
 pub fn render_report_html(summary: &Summary<'_>, index: &ChunkIndex) -> String {
     let m = summary.manifest;
-    let set: Vec<&Judged> = summary.judged.iter().filter(|j| j.in_set()).collect();
+    let set: Vec<&Checked> = summary.judged.iter().filter(|j| j.in_set()).collect();
     let mut page = Page::new("qrelgen report");
     page.paragraph(
         None,
@@ -62,7 +62,7 @@ fn counts(page: &mut Page, summary: &Summary<'_>) {
     page.table(&["type", "requested", "generated", "dropped", "in set"], &rows);
 }
 
-fn ranks(page: &mut Page, set: &[&Judged], top_n: usize) {
+fn ranks(page: &mut Page, set: &[&Checked], top_n: usize) {
     page.heading("BM25 rank of the sources of queries in the set");
     let labels = ["1", "2", "3", "4–5", "6–10", &format!("11–{top_n}"), &format!("not in top {top_n}")];
     let mut counts = [0usize; 7];
@@ -80,7 +80,7 @@ fn ranks(page: &mut Page, set: &[&Judged], top_n: usize) {
     page.raw(&html::histogram(&buckets));
 }
 
-fn overlap(page: &mut Page, set: &[&Judged]) {
+fn overlap(page: &mut Page, set: &[&Checked]) {
     page.heading("Lexical overlap with the source (share of query terms found there)");
     let mut buckets = [0usize; 10];
     for j in set {
@@ -117,7 +117,7 @@ fn length(text: &str) -> usize {
     }
 }
 
-fn lengths(page: &mut Page, set: &[&Judged]) {
+fn lengths(page: &mut Page, set: &[&Checked]) {
     page.heading("Query length (words; characters for Chinese)");
     let edges = [(1, 3), (4, 6), (7, 9), (10, 12), (13, 15), (16, 20), (21, 30)];
     let mut buckets: Vec<(String, usize)> = edges.iter().map(|(a, b)| (format!("{a}–{b}"), 0)).collect();
@@ -130,7 +130,7 @@ fn lengths(page: &mut Page, set: &[&Judged]) {
     page.raw(&html::histogram(&buckets));
 }
 
-fn examples(page: &mut Page, set: &[&Judged]) {
+fn examples(page: &mut Page, set: &[&Checked]) {
     page.heading("Example queries of each type");
     let mut rows = Vec::new();
     for t in QueryType::ALL {
@@ -151,7 +151,7 @@ fn examples(page: &mut Page, set: &[&Judged]) {
     );
 }
 
-fn coverage(page: &mut Page, set: &[&Judged], index: &ChunkIndex) {
+fn coverage(page: &mut Page, set: &[&Checked], index: &ChunkIndex) {
     page.heading("Document coverage");
     let mut per_doc: HashMap<&str, usize> = HashMap::new();
     let mut chunks = HashSet::new();

@@ -9,7 +9,7 @@ use crate::corpus::Skipped;
 use crate::error::Result;
 use crate::id::ChunkId;
 use crate::index::ChunkIndex;
-use crate::record::{Judged, QueryType, Reject, ReviewItem};
+use crate::record::{Checked, QueryType, Reject, ReviewItem};
 use crate::text::Language;
 
 /// What the stages made, for the files to show.
@@ -17,11 +17,11 @@ pub struct SetFiles<'a> {
     /// The language the queries are written in.
     pub language: Language,
     /// Every candidate with its verdict.
-    pub judged: &'a [Judged],
+    pub judged: &'a [Checked],
     /// Requests that yielded no usable query, grades the judge could not give.
     pub rejects: &'a [Reject],
     /// The queries in the test set.
-    pub set: &'a [&'a Judged],
+    pub set: &'a [&'a Checked],
     /// The review queue.
     pub queue: &'a [ReviewItem],
     /// Groups of near-identical chunks.

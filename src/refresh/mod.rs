@@ -28,13 +28,13 @@ use crate::output::{self, Staging};
 use crate::pipeline;
 use crate::progress::Progress;
 use crate::progress::Timings;
-use crate::record::{Judged, Provenance, Qrel, QueryType};
+use crate::record::{Checked, Provenance, Qrel, QueryType};
 use crate::review::set::{SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
 use crate::rounds::Rounds;
 use crate::runs::PoolRuns;
 use map::{ChunkChange, ChunkMap, Piece};
-use recheck::{Checked, PoolGrade, QueryChange, Recheck};
+use recheck::{PoolGrade, QueryChange, Recheck, Rechecked};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -166,7 +166,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
     let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
     let candidates_path = set.join(CANDIDATES);
-    let candidates: Vec<Judged> =
+    let candidates: Vec<Checked> =
         if candidates_path.is_file() { read_all(&candidates_path)? } else { Vec::new() };
     let stage = progress.stage("recheck", current.queries.len() as u64);
     let mut checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
@@ -243,7 +243,7 @@ fn keep_refresh_files(set: &Path, version: u32, staging: &Staging) -> Result<()>
 
 /// The questions for the judge: every chunk new to the corpus that entered the pool of a query
 /// whose labels were kept, with the query it is for (its place in `checked`).
-fn pool_asks(checked: &[Checked], index: &ChunkIndex) -> Vec<(usize, ChunkId, Ask)> {
+fn pool_asks(checked: &[Rechecked], index: &ChunkIndex) -> Vec<(usize, ChunkId, Ask)> {
     let mut asks = Vec::new();
     for (at, c) in checked.iter().enumerate().filter(|(_, c)| c.change == QueryChange::Pool) {
         let Some(judged) = &c.judged else { continue };
@@ -264,7 +264,7 @@ fn pool_asks(checked: &[Checked], index: &ChunkIndex) -> Vec<(usize, ChunkId, As
 fn judge_pools(
     config: &BuildConfig,
     (index, work, language): (&ChunkIndex, &Path, crate::text::Language),
-    checked: &mut [Checked],
+    checked: &mut [Rechecked],
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<Option<crate::llm::NetworkStats>> {
@@ -310,11 +310,11 @@ fn judge_pools(
 /// Every query of `current`, in file order.
 fn recheck_all(
     current: &Version,
-    candidates: &[Judged],
+    candidates: &[Checked],
     recheck: &Recheck<'_>,
     stage: &crate::progress::Stage,
-) -> Result<Vec<Checked>> {
-    let by_id: HashMap<&QueryId, &Judged> = candidates.iter().map(|j| (&j.candidate.id, j)).collect();
+) -> Result<Vec<Rechecked>> {
+    let by_id: HashMap<&QueryId, &Checked> = candidates.iter().map(|j| (&j.candidate.id, j)).collect();
     let mut rows: HashMap<&QueryId, Vec<Qrel>> = HashMap::new();
     for q in &current.qrels {
         rows.entry(&q.query_id).or_default().push(q.clone());
@@ -419,7 +419,7 @@ impl Fresh<'_> {
         groups: &crate::dedup::ChunkGroups,
         added: &HashSet<usize>,
         n: usize,
-        checked: &[Checked],
+        checked: &[Rechecked],
         timings: &mut Timings,
     ) -> Result<Generated> {
         let quotas = self.config.mix.quotas(n);
@@ -457,19 +457,19 @@ impl Fresh<'_> {
 /// What the refresh writes, from what it found.
 struct Written<'a> {
     map: &'a ChunkMap,
-    checked: &'a [Checked],
+    checked: &'a [Rechecked],
     rounds: &'a Rounds,
     index: &'a ChunkIndex,
     language: crate::text::Language,
 }
 
 impl Written<'_> {
-    fn new_set(&self) -> impl Iterator<Item = &Judged> {
+    fn new_set(&self) -> impl Iterator<Item = &Checked> {
         self.rounds.judged.iter().filter(|j| j.in_set())
     }
 
     /// Every query of the new version as the new corpus sees it, in file order.
-    fn in_set(&self) -> impl Iterator<Item = &Judged> {
+    fn in_set(&self) -> impl Iterator<Item = &Checked> {
         let old = self.checked.iter().filter(|c| c.line.is_some()).filter_map(|c| c.judged.as_ref());
         old.chain(self.new_set())
     }
@@ -494,8 +494,8 @@ impl Written<'_> {
 
     /// The review queue: what changed, `may_be_answerable` first, then retargeted, relabelled,
     /// pool and new queries, by type within each.
-    fn queue(&self) -> Vec<&Judged> {
-        let mut queued: Vec<(QueryChange, QueryType, &Judged)> = self
+    fn queue(&self) -> Vec<&Checked> {
+        let mut queued: Vec<(QueryChange, QueryType, &Checked)> = self
             .checked
             .iter()
             .filter(|c| c.change.queued())
@@ -511,7 +511,7 @@ impl Written<'_> {
         &self,
         staging: &Staging,
         set: &Path,
-        candidates: &[Judged],
+        candidates: &[Checked],
         groups: &crate::dedup::ChunkGroups,
     ) -> Result<usize> {
         let new_lines: Vec<String> = self
@@ -527,7 +527,7 @@ impl Written<'_> {
         output::write_text(&staging.path(NO_ANSWER), &self.no_answer(&qrels))?;
         let queue = crate::sample::review_items(&self.queue(), self.index)?;
         output::write_jsonl(&staging.path(QUEUE), &queue)?;
-        let pools: Vec<&Judged> = self.in_set().collect();
+        let pools: Vec<&Checked> = self.in_set().collect();
         let pooled_by_runs = pools.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty()));
         // Rewritten whenever the set has one, so that it never lists the old corpus's pools.
         if pooled_by_runs || set.join(POOL_TSV).is_file() {
@@ -562,8 +562,8 @@ impl Written<'_> {
     }
 
     /// The build's records with the changed queries' new ones, then the new candidates.
-    fn candidates<'c>(&'c self, old: &'c [Judged]) -> impl Iterator<Item = &'c Judged> {
-        let changed: HashMap<&QueryId, &Judged> = self
+    fn candidates<'c>(&'c self, old: &'c [Checked]) -> impl Iterator<Item = &'c Checked> {
+        let changed: HashMap<&QueryId, &Checked> = self
             .checked
             .iter()
             .filter(|c| matches!(c.change, QueryChange::Relabelled | QueryChange::Retargeted))

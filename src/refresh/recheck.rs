@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::filter::RoundTrip;
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
-use crate::record::{Candidate, Judged, Provenance, Qrel, QueryType, Status, Verdict};
+use crate::record::{Candidate, Checked, Provenance, Qrel, QueryType, Status, Verdict};
 use crate::review::set::QueryLine;
 use crate::text::quote_in;
 use serde::Serialize;
@@ -107,7 +107,7 @@ pub struct Lost {
 
 /// One query after the re-check.
 #[derive(Debug, Clone)]
-pub struct Checked {
+pub struct Rechecked {
     /// The query.
     pub id: QueryId,
     /// What happened.
@@ -122,7 +122,7 @@ pub struct Checked {
     pub qrels: Vec<Qrel>,
     /// The query as the new corpus sees it (its pool, for `qrels/pool.tsv`; the review queue
     /// and `candidates.jsonl` for changed ones); `None` when retired.
-    pub judged: Option<Judged>,
+    pub judged: Option<Checked>,
     /// Rows moved to new ids.
     pub moved: Vec<Moved>,
     /// Human labels not carried.
@@ -171,10 +171,10 @@ impl<'a> Recheck<'a> {
     /// # Errors
     /// [`Error::Index`] when a search fails; [`Error::Malformed`] for a query line that is not
     /// a JSON object.
-    pub fn query(&self, line: &QueryLine, rows: Vec<Qrel>, judged: Option<&Judged>) -> Result<Checked> {
+    pub fn query(&self, line: &QueryLine, rows: Vec<Qrel>, judged: Option<&Checked>) -> Result<Rechecked> {
         let candidate = base_candidate(line, &rows, judged);
         let answerable = rows.iter().any(|r| r.grade >= 1);
-        let kept = |change, judged| Checked {
+        let kept = |change, judged| Rechecked {
             id: line.id.clone(),
             change,
             query_type: line.query_type,
@@ -190,11 +190,11 @@ impl<'a> Recheck<'a> {
         if line.query_type == QueryType::NoAnswer && !answerable {
             let mut verdict = self.now(&candidate, &rows, judged)?;
             if verdict.status != Status::Dropped {
-                return Ok(kept(QueryChange::Kept, Some(Judged { candidate, verdict })));
+                return Ok(kept(QueryChange::Kept, Some(Checked { candidate, verdict })));
             }
             let reason = format!("the new corpus may answer it ({})", verdict.reason.label());
             verdict.status = Status::Flagged;
-            let mut checked = kept(QueryChange::MayBeAnswerable, Some(Judged { candidate, verdict }));
+            let mut checked = kept(QueryChange::MayBeAnswerable, Some(Checked { candidate, verdict }));
             checked.line = Some(rewrite(line, None, &[], QueryChange::MayBeAnswerable)?);
             checked.reason = reason;
             return Ok(checked);
@@ -215,10 +215,10 @@ impl<'a> Recheck<'a> {
                 .cloned()
                 .collect();
             if new_pool.is_empty() {
-                return Ok(kept(QueryChange::Kept, Some(Judged { candidate, verdict })));
+                return Ok(kept(QueryChange::Kept, Some(Checked { candidate, verdict })));
             }
             verdict.status = Status::Flagged;
-            let mut checked = kept(QueryChange::Pool, Some(Judged { candidate, verdict }));
+            let mut checked = kept(QueryChange::Pool, Some(Checked { candidate, verdict }));
             checked.reason =
                 format!("{} chunk(s) new to the corpus entered its pool, unjudged", new_pool.len());
             checked.new_pool = new_pool;
@@ -229,7 +229,7 @@ impl<'a> Recheck<'a> {
 
     /// The round trip's verdict on `candidate` in the new corpus, with the grades its pooled
     /// chunks already had (from the build record `old` or a judge row among `rows`).
-    fn now(&self, candidate: &Candidate, rows: &[Qrel], old: Option<&Judged>) -> Result<Verdict> {
+    fn now(&self, candidate: &Candidate, rows: &[Qrel], old: Option<&Checked>) -> Result<Verdict> {
         let mut verdict = self.filter.check(candidate)?;
         let graded = |id: &ChunkId| {
             let row = rows.iter().find(|r| &r.chunk_id == id && r.provenance == Provenance::Judge);
@@ -248,9 +248,9 @@ impl<'a> Recheck<'a> {
         line: &QueryLine,
         rows: Vec<Qrel>,
         mut candidate: Candidate,
-        old: Option<&Judged>,
-    ) -> Result<Checked> {
-        let mut checked = Checked {
+        old: Option<&Checked>,
+    ) -> Result<Rechecked> {
+        let mut checked = Rechecked {
             id: line.id.clone(),
             change: QueryChange::Relabelled,
             query_type: line.query_type,
@@ -303,7 +303,7 @@ impl<'a> Recheck<'a> {
             checked.line = Some(line.raw.clone());
             dedup_rows(&mut checked.qrels);
             let verdict = self.now(&candidate, &checked.qrels, old)?;
-            checked.judged = Some(Judged { candidate, verdict });
+            checked.judged = Some(Checked { candidate, verdict });
             return Ok(checked);
         }
         let old_sources = std::mem::replace(&mut candidate.sources, sources);
@@ -326,7 +326,7 @@ impl<'a> Recheck<'a> {
         dedup_rows(&mut checked.qrels);
         checked.line =
             Some(rewrite(line, Some((&candidate.sources, &verdict)), &old_sources, checked.change)?);
-        checked.judged = Some(Judged { candidate, verdict });
+        checked.judged = Some(Checked { candidate, verdict });
         Ok(checked)
     }
 
@@ -390,7 +390,7 @@ impl<'a> Recheck<'a> {
 
 /// The row moved to `new`: a human label stays human when `sure`, else it becomes a `refresh`
 /// label and the reason is recorded.
-fn relabel(checked: &mut Checked, row: Qrel, new: ChunkId, sure: bool) -> Qrel {
+fn relabel(checked: &mut Rechecked, row: Qrel, new: ChunkId, sure: bool) -> Qrel {
     let provenance = match row.provenance {
         Provenance::Human if sure => Provenance::Human,
         Provenance::Human => {
@@ -407,7 +407,7 @@ fn relabel(checked: &mut Checked, row: Qrel, new: ChunkId, sure: bool) -> Qrel {
     Qrel { query_id: row.query_id, chunk_id: new, grade: row.grade, provenance }
 }
 
-fn retired(mut checked: Checked, reason: String) -> Checked {
+fn retired(mut checked: Rechecked, reason: String) -> Rechecked {
     for row in checked.qrels.drain(..).filter(|r| r.provenance == Provenance::Human) {
         checked.lost.push(Lost {
             chunk: row.chunk_id,
@@ -437,7 +437,7 @@ fn dedup_rows(rows: &mut Vec<Qrel>) {
 
 /// The query as built, with its text and type as the current version has them (a reviewer may
 /// have edited or retyped it); a query the build record lacks is rebuilt from its source rows.
-fn base_candidate(line: &QueryLine, rows: &[Qrel], judged: Option<&Judged>) -> Candidate {
+fn base_candidate(line: &QueryLine, rows: &[Qrel], judged: Option<&Checked>) -> Candidate {
     let mut candidate = judged.map_or_else(
         || Candidate {
             id: line.id.clone(),

@@ -3,13 +3,13 @@
 
 use super::Outcome;
 use super::map::{ChunkChange, ChunkMap};
-use super::recheck::{Checked, Lost, Moved, PoolGrade, QueryChange};
+use super::recheck::{Lost, Moved, PoolGrade, QueryChange, Rechecked};
 use crate::error::{Error, Result};
 use crate::html::escape as escape_html;
 use crate::id::{ChunkId, QueryId};
 use crate::output::layout::{REPORT_HTML, REPORT_MD};
 use crate::output::{self, Staging};
-use crate::record::{Judged, QueryType};
+use crate::record::{Checked, QueryType};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -59,8 +59,8 @@ pub enum Line<'a> {
 /// The changelog: chunk changes in corpus order, then every query in file order, then the new ones.
 pub fn changelog<'a>(
     map: &'a ChunkMap,
-    checked: &'a [Checked],
-    new: impl Iterator<Item = &'a Judged> + 'a,
+    checked: &'a [Rechecked],
+    new: impl Iterator<Item = &'a Checked> + 'a,
 ) -> impl Iterator<Item = Line<'a>> + 'a {
     let chunks = map.old.iter().filter(|m| m.change != ChunkChange::Unchanged).map(|m| Line::Chunk {
         change: m.change,

@@ -156,7 +156,7 @@ fn parse(path: &Path, format: Option<Format>, reviewers: &Reviewers) -> Result<(
         Format::LabelStudio => super::label_studio::rows(&bytes),
     };
     let stem = path.file_stem().map_or_else(|| "reviewer".to_owned(), |s| s.to_string_lossy().into_owned());
-    let (annotated, Checked { judgments, problems, warnings }) = match rows {
+    let (annotated, CheckedRows { judgments, problems, warnings }) = match rows {
         Ok(mut rows) => {
             let annotated = !rows.is_empty();
             let mut warnings = name_users(&mut rows, reviewers)?;
@@ -165,7 +165,7 @@ fn parse(path: &Path, format: Option<Format>, reviewers: &Reviewers) -> Result<(
             checked.warnings = warnings;
             (annotated, checked)
         }
-        Err(problems) => (false, Checked { problems, ..Checked::default() }),
+        Err(problems) => (false, CheckedRows { problems, ..CheckedRows::default() }),
     };
     Ok((Decisions { path: path.to_owned(), format, bytes, judgments, annotated, warnings }, problems))
 }
@@ -229,14 +229,14 @@ fn name_users(rows: &mut [RawRow], reviewers: &Reviewers) -> Result<Vec<String>>
 /// The rows of a file, checked: the judgments of the good rows, every problem found and what
 /// was ignored.
 #[derive(Default)]
-struct Checked {
+struct CheckedRows {
     judgments: Vec<Located>,
     problems: Vec<Problem>,
     warnings: Vec<String>,
 }
 
 /// Checks every row.
-fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> Checked {
+fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> CheckedRows {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     let mut judgments: Vec<Located> = Vec::new();
@@ -256,7 +256,7 @@ fn check_rows(rows: Vec<RawRow>, reviewer: Option<&str>, stem: &str) -> Checked 
             Err(mut found) => problems.append(&mut found),
         }
     }
-    Checked { judgments, problems, warnings }
+    CheckedRows { judgments, problems, warnings }
 }
 
 /// The judgment a row holds (`None` for a row with no decision and no grade), or its problems.
@@ -627,7 +627,7 @@ not json
         let text = "\u{feff}{\"query_id\":\"direct-1\",\"decision\":\"accept\",\"text\":\"how long\"}\n";
         let rows = jsonl_rows(text.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(rows[0].shown_text.as_deref(), Some("how long"));
-        let Checked { judgments, problems, .. } = check_rows(rows, Some("ann"), "file");
+        let CheckedRows { judgments, problems, .. } = check_rows(rows, Some("ann"), "file");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(judgments[0].shown_text.as_deref(), Some("how long"));
         assert_eq!(judgments[0].judgment.reviewer, "ann", "--reviewer fills in an empty reviewer");
