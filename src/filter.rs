@@ -23,6 +23,8 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 /// What happens to a query whose sources miss the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum OnMiss {
     /// Leave it out of the test set.
     Drop,
@@ -33,6 +35,8 @@ pub enum OnMiss {
 /// Which hops of a `multi_hop` query must be in the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum HopRule {
     /// Every hop.
     All,
@@ -42,25 +46,21 @@ pub enum HopRule {
 
 impl std::fmt::Display for OnMiss {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Drop => "drop",
-            Self::Flag => "flag",
-        })
+        f.write_str(self.into())
     }
 }
 
 impl std::fmt::Display for HopRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::All => "all",
-            Self::Any => "any",
-        })
+        f.write_str(self.into())
     }
 }
 
 /// What happens to a `paraphrase` query that copies its source's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum OnCopy {
     /// Keep it as a `direct` query.
     Relabel,
@@ -70,10 +70,7 @@ pub enum OnCopy {
 
 impl std::fmt::Display for OnCopy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Relabel => "relabel",
-            Self::Drop => "drop",
-        })
+        f.write_str(self.into())
     }
 }
 
@@ -754,5 +751,18 @@ mod tests {
         check(&filter, &hit, Status::Kept, Reason::SourceInTopN, &[Some(1)]);
         let blind = filter.with_retriever(&Blind);
         check(&blind, &hit, Status::Dropped, Reason::SourceNotInTopN, &[None]);
+    }
+
+    #[test]
+    fn labels_are_serdes_names() {
+        for v in <OnMiss as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.to_string()), "{v:?}");
+        }
+        for v in <HopRule as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.to_string()), "{v:?}");
+        }
+        for v in <OnCopy as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.to_string()), "{v:?}");
+        }
     }
 }

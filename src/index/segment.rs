@@ -15,6 +15,8 @@ static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
 /// How runs of Chinese characters become terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Segmenter {
     /// Dictionary words (jieba-rs, search mode).
     #[default]
@@ -27,10 +29,7 @@ impl Segmenter {
     /// The label used in flags and the index fingerprint.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Jieba => "jieba",
-            Self::Bigram => "bigram",
-        }
+        self.into()
     }
 }
 
@@ -185,6 +184,13 @@ mod tests {
         let text = "配置 mirror 的方法";
         for token in tokens(text, Segmenter::Jieba) {
             assert_eq!(&text[token.offset_from..token.offset_to], token.text);
+        }
+    }
+
+    #[test]
+    fn labels_are_serdes_names() {
+        for v in <Segmenter as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
         }
     }
 }

@@ -22,6 +22,8 @@ pub const PART_MIN: f64 = 0.8;
 /// What happened to a chunk between two corpora.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum ChunkChange {
     /// Same id, so same document and text.
     Unchanged,
@@ -43,15 +45,7 @@ impl ChunkChange {
     /// The label in `refresh/chunk_map.tsv` and the changelog.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::Unchanged => "unchanged",
-            Self::Moved => "moved",
-            Self::Edited => "edited",
-            Self::Split => "split",
-            Self::Merged => "merged",
-            Self::Deleted => "deleted",
-            Self::Added => "added",
-        }
+        self.into()
     }
 }
 
@@ -364,5 +358,12 @@ mod tests {
     fn chinese_is_shingled_by_character() {
         assert_eq!(shingles("同步文件夹").len(), 3);
         assert_eq!(shingles("one two").len(), 1);
+    }
+
+    #[test]
+    fn labels_are_serdes_names() {
+        for v in <ChunkChange as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
+        }
     }
 }

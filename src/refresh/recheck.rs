@@ -35,6 +35,8 @@ const EVIDENCE_SEARCH_DEPTH: usize = 20;
 /// What the refresh did to a query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum QueryChange {
     /// A `no_answer` query the new corpus may answer (flagged, first in the review queue).
     MayBeAnswerable,
@@ -63,17 +65,7 @@ impl QueryChange {
     /// The label in the changelog, the manifest and the report.
     #[must_use]
     pub fn label(self) -> &'static str {
-        match self {
-            Self::MayBeAnswerable => "may_be_answerable",
-            Self::Retargeted => "retargeted",
-            Self::Relabelled => "relabelled",
-            Self::Pool => "pool",
-            Self::PoolJudged => "pool_judged",
-            Self::Remapped => "remapped",
-            Self::New => "new",
-            Self::Kept => "kept",
-            Self::Retired => "retired",
-        }
+        self.into()
     }
 
     /// Whether it goes to the review queue.
@@ -490,4 +482,16 @@ fn rewrite(
     }
     meta.insert("refresh".to_owned(), Value::Object(refresh));
     Ok(value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QueryChange;
+
+    #[test]
+    fn labels_are_serdes_names() {
+        for v in <QueryChange as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
+        }
+    }
 }
