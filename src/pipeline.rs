@@ -404,18 +404,6 @@ pub(crate) fn make_stages<'a>(
     Ok(Stages { generator: Box::new(generator), judge: Some(judge) })
 }
 
-/// The LLM judge the config sets up (`None` for the offline generator): it shares the
-/// generator's session (endpoint, limits, cache and budget).
-pub(crate) fn llm_judge<'a>(
-    config: &BuildConfig,
-    index: &'a ChunkIndex,
-    out: &Path,
-    language: Language,
-    progress: Progress,
-) -> Result<Option<LlmJudge<'a>>> {
-    make_stages(config, index, out, language, progress).map(|stages| stages.judge)
-}
-
 /// Whether the run submits its calls as batches.
 fn submits_batches(config: &BuildConfig) -> bool {
     matches!(&config.generator, GeneratorConfig::Llm(setup)

@@ -41,12 +41,6 @@ impl<'a> LlmJudge<'a> {
         Self { index, session, prompts, mode, repairs }
     }
 
-    /// What the judge's session has sent over the network so far.
-    #[must_use]
-    pub fn network(&self) -> crate::llm::NetworkStats {
-        self.session.llm().network()
-    }
-
     /// The judge calls `requests` may cost once generated, and their prompt tokens: a call per
     /// hop of a multi_hop query, per pooled chunk of a no_answer one, and `--judge-pool` per
     /// answerable one (see [`calls_at_most`]). A hop's prompt is counted with its own chunk; a

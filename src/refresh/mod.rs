@@ -31,7 +31,7 @@ use crate::progress::Timings;
 use crate::record::{Checked, Provenance, Qrel, QueryType};
 use crate::review::set::{SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
-use crate::rounds::Rounds;
+use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use map::{ChunkChange, ChunkMap, Piece};
 use recheck::{PoolGrade, QueryChange, Recheck, Rechecked};
@@ -171,13 +171,14 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("recheck", current.queries.len() as u64);
     let mut checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
     timings.add("recheck", stage.finish(&format!("{} queries re-checked", checked.len())));
+    let mut fresh =
+        Fresh { config, index: &index, filter: &filter, work, language, progress: *progress, stages: None };
     let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
     if judging && options.dry_run {
         outcome.llm_calls += pool_asks(&checked, &index).len() as u64;
-    } else if judging {
-        let network = judge_pools(config, (&index, work, language), &mut checked, *progress, &mut timings)?;
-        if let Some(network) = network {
-            (outcome.llm_calls, outcome.llm_cache_hits) = (network.requests, network.cache_hits);
+    } else if judging && !pool_asks(&checked, &index).is_empty() {
+        if let Some(judge) = fresh.stages(&mut timings)?.judge.as_mut() {
+            judge_pools(judge, &index, &mut checked, *progress, &mut timings)?;
         }
     }
     for c in &checked {
@@ -190,19 +191,18 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         NewQueries::Count(n) => n,
         NewQueries::Auto => (in_set as f64 * new_share(&new, &map)).ceil() as usize,
     };
-    let mut fresh = Fresh { config, index: &index, filter: &filter, work, language, progress: *progress };
     if options.dry_run {
         outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted)?;
         outcome.llm_calls += outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
         return Ok(outcome);
     }
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
-    let written = Written { map: &map, checked: &checked, rounds: &rounds.0, index: &index, language };
-    if let Some(llm) = &rounds.1 {
+    if let Some(llm) = fresh.stages.as_ref().and_then(|s| s.generator.llm_report()) {
         outcome.llm_calls += llm.network.requests;
         outcome.llm_cache_hits += llm.network.cache_hits;
     }
-    let new_count = rounds.0.judged.iter().filter(|j| j.in_set()).count();
+    let written = Written { map: &map, checked: &checked, rounds: &rounds, index: &index, language };
+    let new_count = rounds.judged.iter().filter(|j| j.in_set()).count();
     if new_count > 0 {
         outcome.queries.insert(QueryChange::New, new_count);
     }
@@ -259,25 +259,21 @@ fn pool_asks(checked: &[Rechecked], index: &ChunkIndex) -> Vec<(usize, ChunkId, 
 /// With `--judge-pool` and an LLM: the judge grades the chunks new to the corpus that entered
 /// kept queries' pools. A grade becomes a qrels row (provenance `judge`; a 0 stays in
 /// `qrels/provenance.tsv` only, as in a build); a query whose new chunks all got one is not
-/// queued (`pool_judged`); one the judge could not grade stays listed for review. Returns the
-/// judge's network statistics.
+/// queued (`pool_judged`); one the judge could not grade stays listed for review.
 fn judge_pools(
-    config: &BuildConfig,
-    (index, work, language): (&ChunkIndex, &Path, crate::text::Language),
+    judge: &mut dyn Judge,
+    index: &ChunkIndex,
     checked: &mut [Rechecked],
     progress: Progress,
     timings: &mut Timings,
-) -> Result<Option<crate::llm::NetworkStats>> {
+) -> Result<()> {
     let asks = pool_asks(checked, index);
     if asks.is_empty() {
-        return Ok(None);
+        return Ok(());
     }
-    let Some(mut judge) = pipeline::llm_judge(config, index, work, language, progress)? else {
-        return Ok(None);
-    };
     let stage = progress.stage("judge", asks.len() as u64);
     let questions: Vec<Ask> = asks.iter().map(|(_, _, ask)| ask.clone()).collect();
-    let grades = Judge::grade(&mut judge, &questions, &stage)?;
+    let grades = judge.grade(&questions, &stage)?;
     let mut answered = 0;
     for ((at, id, _), grade) in asks.into_iter().zip(grades) {
         let Ok(grade) = grade else { continue };
@@ -304,7 +300,7 @@ fn judge_pools(
         };
     }
     timings.add("judge", stage.finish(&format!("{answered} grades")));
-    Ok(Some(judge.network()))
+    Ok(())
 }
 
 /// Every query of `current`, in file order.
@@ -378,11 +374,26 @@ struct Fresh<'a> {
     work: &'a Path,
     language: crate::text::Language,
     progress: Progress,
+    /// The generator and judge, made on first use and then shared: one LLM session (one
+    /// budget, limiter and cache) for the whole refresh.
+    stages: Option<Stages<'a>>,
 }
 
-type Generated = (Rounds, Option<crate::generate::LlmReport>);
+impl<'a> Fresh<'a> {
+    fn stages(&mut self, timings: &mut Timings) -> Result<&mut Stages<'a>> {
+        let made = match self.stages.take() {
+            Some(made) => made,
+            None => {
+                let stage = self.progress.stage("connect", 0);
+                let made =
+                    pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+                timings.add("connect", stage.finish(made.generator.name()));
+                made
+            }
+        };
+        Ok(self.stages.insert(made))
+    }
 
-impl Fresh<'_> {
     fn planner<'g>(
         &self,
         groups: &'g crate::dedup::ChunkGroups,
@@ -421,11 +432,11 @@ impl Fresh<'_> {
         n: usize,
         checked: &[Rechecked],
         timings: &mut Timings,
-    ) -> Result<Generated> {
+    ) -> Result<Rounds> {
         let quotas = self.config.mix.quotas(n);
         let mut rounds = Rounds::new(&quotas, self.config.dedup_threshold, self.config.judge);
         if n == 0 || added.is_empty() {
-            return Ok((rounds, None));
+            return Ok(rounds);
         }
         // The queries kept are in the set already: a new one must not repeat them.
         for c in checked.iter().filter(|c| c.line.is_some()) {
@@ -434,11 +445,7 @@ impl Fresh<'_> {
                 rounds.dedup.check_and_keep(&j.candidate.id, &j.candidate.text);
             }
         }
-        let stage = self.progress.stage("connect", 0);
-        let mut stages =
-            pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
-        timings.add("connect", stage.finish(stages.generator.name()));
-        let group = stages.generator.queries_per_call();
+        let group = self.stages(timings)?.generator.queries_per_call();
         let mut planner = self.planner(groups, added, n, group);
         for round in 1..=self.config.max_rounds {
             let wanted = rounds.to_plan(crate::generate::Margin::of_round(round, self.config.max_rounds));
@@ -447,10 +454,10 @@ impl Fresh<'_> {
             if requests.is_empty() {
                 break;
             }
-            rounds.run(round, &mut stages, self.filter, self.index, &requests, self.progress, timings)?;
+            let (filter, index, progress) = (self.filter, self.index, self.progress);
+            rounds.run(round, self.stages(timings)?, filter, index, &requests, progress, timings)?;
         }
-        let llm = stages.generator.llm_report();
-        Ok((rounds, llm))
+        Ok(rounds)
     }
 }
 
