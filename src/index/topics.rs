@@ -262,7 +262,8 @@ pub struct CorpusModel {
 }
 
 impl CorpusModel {
-    /// Reads every chunk of `index` once and builds both.
+    /// Reads every chunk of `index` and builds both: in one pass up to the fit sample's size,
+    /// in two above it (the second projects each chunk's counts and drops them).
     ///
     /// # Errors
     /// [`super::IndexError::Tantivy`] when a chunk text cannot be read.
@@ -291,10 +292,15 @@ impl CorpusModel {
         let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
             return Ok(Self { terms, space: TopicSpace::default() });
         };
+        let mut space = TopicSpace::empty(projection.dim, n, index.threads());
+        if step == 1 {
+            // The sample is every chunk's counts, in chunk order: no second pass needed.
+            sample.iter().for_each(|row| space.push(&projection.project(row, &df, n)));
+            return Ok(Self { terms, space });
+        }
         drop(sample);
         // The second pass: each chunk's counts again, projected and dropped, so that only the
         // fit sample's counts are ever held.
-        let mut space = TopicSpace::empty(projection.dim, n, index.threads());
         for tokens in analysed(index) {
             let mut counts: HashMap<u32, u32> = HashMap::new();
             for token in tokens? {
