@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 /// What happens to a query whose sources miss the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[derive(strum::VariantArray, strum::Display)]
 #[strum(serialize_all = "snake_case")]
 pub enum OnMiss {
     /// Leave it out of the test set.
@@ -35,7 +35,7 @@ pub enum OnMiss {
 /// Which hops of a `multi_hop` query must be in the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[derive(strum::VariantArray, strum::Display)]
 #[strum(serialize_all = "snake_case")]
 pub enum HopRule {
     /// Every hop.
@@ -44,34 +44,16 @@ pub enum HopRule {
     Any,
 }
 
-impl std::fmt::Display for OnMiss {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.into())
-    }
-}
-
-impl std::fmt::Display for HopRule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.into())
-    }
-}
-
 /// What happens to a `paraphrase` query that copies its source's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[derive(strum::VariantArray, strum::Display)]
 #[strum(serialize_all = "snake_case")]
 pub enum OnCopy {
     /// Keep it as a `direct` query.
     Relabel,
     /// Leave it out.
     Drop,
-}
-
-impl std::fmt::Display for OnCopy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.into())
-    }
 }
 
 /// Settings of the round trip and the lexical controls.

@@ -154,6 +154,10 @@ impl Opened {
                     DocAddress::new(segment as u32, doc as u32);
             }
         }
+        // Two documents claiming one position leave another without a document.
+        if addresses.iter().any(|a| a.segment_ord == u32::MAX) {
+            return Err(mismatch());
+        }
         let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();

@@ -295,7 +295,9 @@ impl CorpusModel {
         let mut space = TopicSpace::empty(projection.dim, n, index.threads());
         if step == 1 {
             // The sample is every chunk's counts, in chunk order: no second pass needed.
-            sample.iter().for_each(|row| space.push(&projection.project(row, &df, n)));
+            for row in &sample {
+                space.push(&projection.project(row, &df, n));
+            }
             return Ok(Self { terms, space });
         }
         drop(sample);

@@ -176,9 +176,12 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
     if judging && options.dry_run {
         outcome.llm_calls += pool_asks(&checked, &index).len() as u64;
-    } else if judging && !pool_asks(&checked, &index).is_empty() {
-        if let Some(judge) = fresh.stages(&mut timings)?.judge.as_mut() {
-            judge_pools(judge, &index, &mut checked, *progress, &mut timings)?;
+    } else if judging {
+        let asks = pool_asks(&checked, &index);
+        if !asks.is_empty()
+            && let Some(judge) = fresh.stages(&mut timings)?.judge.as_mut()
+        {
+            judge_pools(judge, asks, &mut checked, *progress, &mut timings)?;
         }
     }
     for c in &checked {
@@ -262,15 +265,11 @@ fn pool_asks(checked: &[Rechecked], index: &ChunkIndex) -> Vec<(usize, ChunkId, 
 /// queued (`pool_judged`); one the judge could not grade stays listed for review.
 fn judge_pools(
     judge: &mut dyn Judge,
-    index: &ChunkIndex,
+    asks: Vec<(usize, ChunkId, Ask)>,
     checked: &mut [Rechecked],
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<()> {
-    let asks = pool_asks(checked, index);
-    if asks.is_empty() {
-        return Ok(());
-    }
     let stage = progress.stage("judge", asks.len() as u64);
     let questions: Vec<Ask> = asks.iter().map(|(_, _, ask)| ask.clone()).collect();
     let grades = judge.grade(&questions, &stage)?;
@@ -380,16 +379,16 @@ struct Fresh<'a> {
 }
 
 impl<'a> Fresh<'a> {
+    /// The generator and judge stages, made (and timed as `connect`) on first use.
     fn stages(&mut self, timings: &mut Timings) -> Result<&mut Stages<'a>> {
-        let made = match self.stages.take() {
-            Some(made) => made,
-            None => {
-                let stage = self.progress.stage("connect", 0);
-                let made =
-                    pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
-                timings.add("connect", stage.finish(made.generator.name()));
-                made
-            }
+        let made = if let Some(made) = self.stages.take() {
+            made
+        } else {
+            let stage = self.progress.stage("connect", 0);
+            let made =
+                pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+            timings.add("connect", stage.finish(made.generator.name()));
+            made
         };
         Ok(self.stages.insert(made))
     }
