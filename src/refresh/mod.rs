@@ -218,7 +218,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let version = current_version(&manifest);
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
-    keep_refresh_files(set, version, &staging)?;
+    version::keep_current(set, version, &staging, &KEPT_BY_REFRESH)?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
     let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
     update_manifest(&mut manifest, config, &corpus, &outcome, &run)?;
@@ -231,18 +231,6 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
 /// The files of the current version that a build does not keep under `versions/vN/` when it
 /// replaces it (a refresh writes new ones): staged there beside them.
 const KEPT_BY_REFRESH: [&str; 4] = [CHUNK_MAP, CHANGELOG, REPORT_HTML, POOL_TSV];
-
-/// Stages a copy of the current version's [`KEPT_BY_REFRESH`] files as `versions/v<version>/`,
-/// so that the version stays whole once the refresh replaces them.
-fn keep_refresh_files(set: &Path, version: u32, staging: &Staging) -> Result<()> {
-    let kept = version::version_dir(Path::new(""), version);
-    for name in KEPT_BY_REFRESH.iter().filter(|name| set.join(name).is_file()) {
-        let bytes =
-            fs_err::read(set.join(name)).map_err(|source| Error::Input { path: set.join(name), source })?;
-        output::write_atomic(&staging.path(&kept.join(name).to_string_lossy()), |w| w.write_all(&bytes))?;
-    }
-    Ok(())
-}
 
 /// The questions for the judge: every chunk new to the corpus that entered the pool of a query
 /// whose labels were kept, with the query it is for (its place in `checked`).

@@ -122,11 +122,12 @@ pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) ->
     if html.is_empty() {
         return Ok(());
     }
-    let html = match (html.find(HTML_START), html.find(HTML_END)) {
-        (Some(start), Some(end)) if end > start => {
-            format!("{}{}", &html[..start], &html[end + HTML_END.len()..])
-        }
-        _ => html,
+    // The previous refresh's section: from its start to the first end after it.
+    let section =
+        html.find(HTML_START).and_then(|start| Some((start, start + html[start..].find(HTML_END)?)));
+    let html = match section {
+        Some((start, end)) => format!("{}{}", &html[..start], &html[end + HTML_END.len()..]),
+        None => html,
     };
     let at = html.rfind("</body>").ok_or_else(|| Error::Malformed {
         path: set.join(REPORT_HTML),

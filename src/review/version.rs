@@ -86,7 +86,7 @@ fn next_log(log: Option<ReviewLog>, record: VersionRecord) -> ReviewLog {
 }
 
 /// Stages a copy of the files `names` of the set in `dir` (those it has) as `versions/v<current>/`.
-fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
+pub(crate) fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
     let kept = version_dir(Path::new(""), current);
     for name in names.iter().filter(|name| dir.join(name).is_file()) {
         let target = staging.path(&kept.join(name).to_string_lossy());
