@@ -12,7 +12,7 @@ use crate::generate::{
     Quotas,
 };
 use crate::id::{ChunkId, ContentHasher};
-use crate::index::{Analyzer, ChunkIndex, IndexError};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, IndexError};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
@@ -78,7 +78,7 @@ pub fn build(
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
-    let mut stages = make_stages(config, &index, out, language, *progress)?;
+    let mut stages = make_stages(config, &index, out, language, *progress, None)?;
     timings.add("connect", stage.finish(&generator_line(stages.generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
     let per_call = stages.generator.queries_per_call();
@@ -353,17 +353,24 @@ pub(crate) fn chunk_and_index(
 }
 
 /// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
-/// LLM session.
+/// LLM session. The offline generator uses `model` (the corpus model of `index`'s chunks) or
+/// builds it, and keeps it beside the index for a later refresh to fold changes into.
 pub(crate) fn make_stages<'a>(
     config: &BuildConfig,
     index: &'a ChunkIndex,
     out: &Path,
     language: Language,
     progress: Progress,
+    model: Option<CorpusModel>,
 ) -> Result<Stages<'a>> {
     let setup = match &config.generator {
         GeneratorConfig::Offline => {
-            let generator = OfflineGenerator::new(index, config.seed, language, config.topics)?;
+            let model = match model {
+                Some(model) => model,
+                None => CorpusModel::build(index)?,
+            };
+            model.save(index)?;
+            let generator = OfflineGenerator::new(index, config.seed, language, config.topics, model)?;
             return Ok(Stages { generator: Box::new(generator), judge: None });
         }
         GeneratorConfig::Llm(setup) => setup,

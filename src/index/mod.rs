@@ -11,12 +11,14 @@
 mod analyzer;
 mod bm25;
 mod error;
+mod fold;
 mod retriever;
 mod segment;
 mod topics;
 
 pub use analyzer::{Analyzer, Token};
 pub use error::IndexError;
+pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
@@ -140,6 +142,7 @@ impl Opened {
         self,
         dir: &Path,
         chunks: Vec<ChunkMeta>,
+        fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
     ) -> Result<ChunkIndex> {
@@ -170,6 +173,7 @@ impl Opened {
             addresses,
             chunks,
             by_id,
+            fingerprint: fingerprint.to_owned(),
             analyzer,
             threads,
         })
@@ -185,6 +189,7 @@ pub struct ChunkIndex {
     addresses: Vec<DocAddress>,
     chunks: Vec<ChunkMeta>,
     by_id: Vec<u32>,
+    fingerprint: String,
     analyzer: Analyzer,
     threads: usize,
 }
@@ -211,19 +216,38 @@ impl ChunkIndex {
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, IndexOrigin), E> {
-        let stamp = format!("{}\n{fingerprint}\n", analyzer.version());
+        let stamp = Self::stamp(&analyzer, fingerprint);
         let stamp_path = dir.join(FINGERPRINT_FILE);
         if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
             && let Ok(opened) = Opened::open(dir, &analyzer)
             && opened.searcher.num_docs() == chunks.len() as u64
         {
             progress.inc(chunks.len() as u64);
-            return Ok((opened.attach(dir, chunks, analyzer, threads)?, IndexOrigin::Reused));
+            return Ok((opened.attach(dir, chunks, fingerprint, analyzer, threads)?, IndexOrigin::Reused));
         }
         reset_dir(dir)?;
         build(dir, &analyzer, threads, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
-        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, IndexOrigin::Built))
+        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, fingerprint, analyzer, threads)?, IndexOrigin::Built))
+    }
+
+    /// What names an index of the chunk list with this `fingerprint` analysed by `analyzer`
+    /// (also the stamp of the corpus model kept beside it).
+    #[must_use]
+    pub fn stamp(analyzer: &Analyzer, fingerprint: &str) -> String {
+        format!("{}\n{fingerprint}\n", analyzer.version())
+    }
+
+    /// The folder the index lives in.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The stamp of this index's chunk list and analyzer (see [`ChunkIndex::stamp`]).
+    #[must_use]
+    pub fn own_stamp(&self) -> String {
+        Self::stamp(&self.analyzer, &self.fingerprint)
     }
 
     /// The threads its users may read it with (those it was built with).

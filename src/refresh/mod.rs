@@ -18,11 +18,11 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
-use crate::index::ChunkIndex;
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, OldChunk};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
-    CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS, REPORT_HTML,
+    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS, REPORT_HTML,
 };
 use crate::output::{self, Staging};
 use crate::pipeline;
@@ -143,6 +143,8 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     }
     let current = Version::read(set)?;
     let old = read_pieces(&set.join(CORPUS))?;
+    // Read before the index folder is rebuilt (the model of the old chunks is kept in it).
+    let model = saved_model(config, set, &manifest);
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
@@ -171,8 +173,16 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("recheck", current.queries.len() as u64);
     let mut checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
     timings.add("recheck", stage.finish(&format!("{} queries re-checked", checked.len())));
-    let mut fresh =
-        Fresh { config, index: &index, filter: &filter, work, language, progress: *progress, stages: None };
+    let mut fresh = Fresh {
+        config,
+        index: &index,
+        filter: &filter,
+        work,
+        language,
+        progress: *progress,
+        stages: None,
+        model: model.map(|model| (model, old.as_slice())),
+    };
     let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
     if judging && options.dry_run {
         outcome.llm_calls += pool_asks(&checked, &index).len() as u64;
@@ -339,14 +349,26 @@ fn new_share(new: &[Piece], map: &ChunkMap) -> f64 {
     if total == 0 { 0.0 } else { fresh as f64 / total as f64 }
 }
 
-/// Chunk ids and texts of a `corpus.jsonl`.
+/// Chunk ids, titles and texts of a `corpus.jsonl`.
 fn read_pieces(path: &Path) -> Result<Vec<Piece>> {
     let mut pieces = Vec::new();
     corpus::read_prechunked(path, |chunk| {
-        pieces.push(Piece { id: chunk.id, text: chunk.text });
+        pieces.push(Piece { id: chunk.id, title: chunk.title, text: chunk.text });
         Ok(())
     })?;
     Ok(pieces)
+}
+
+/// With the offline generator: the corpus model the set's index keeps of the set's chunks, if
+/// it is there and made with the analyzer the refresh indexes with (new queries fold the
+/// corpus's changes into it instead of building it again).
+fn saved_model(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Option<CorpusModel> {
+    if !matches!(config.generator, GeneratorConfig::Offline) {
+        return None;
+    }
+    let chunks_hash = manifest.rest.get("corpus")?.get("chunks_hash")?.as_str()?;
+    let stamp = ChunkIndex::stamp(&Analyzer::new(config.segmenter), chunks_hash);
+    CorpusModel::load(&set.join(INDEX_DIR), &stamp, config.threads)
 }
 
 fn current_version(manifest: &SetManifest) -> u32 {
@@ -364,6 +386,9 @@ struct Fresh<'a> {
     /// The generator and judge, made on first use and then shared: one LLM session (one
     /// budget, limiter and cache) for the whole refresh.
     stages: Option<Stages<'a>>,
+    /// The offline generator's corpus model of the old chunks, and those chunks: the changes
+    /// are folded into it when the generator is made.
+    model: Option<(CorpusModel, &'a [Piece])>,
 }
 
 impl<'a> Fresh<'a> {
@@ -373,8 +398,22 @@ impl<'a> Fresh<'a> {
             made
         } else {
             let stage = self.progress.stage("connect", 0);
-            let made =
-                pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+            let model = match self.model.take() {
+                Some((model, old)) => {
+                    let old: Vec<OldChunk<'_>> =
+                        old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
+                    Some(model.fold_in(&old, self.index)?)
+                }
+                None => None,
+            };
+            let made = pipeline::make_stages(
+                self.config,
+                self.index,
+                self.work,
+                self.language,
+                self.progress,
+                model,
+            )?;
             timings.add("connect", stage.finish(made.generator.name()));
             made
         };
@@ -406,7 +445,8 @@ impl<'a> Fresh<'a> {
         if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
             return Ok(None);
         }
-        let stages = pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+        let stages =
+            pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress, None)?;
         let group = stages.generator.queries_per_call();
         let requests = self.planner(groups, added, n, group).plan(&self.config.mix.quotas(n), 1, group)?;
         stages.generator.estimate(&requests).map(Some)
