@@ -12,7 +12,7 @@ use crate::generate::{
     Quotas,
 };
 use crate::id::{ChunkId, ContentHasher};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, IndexError};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
@@ -74,7 +74,8 @@ pub fn build(
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let (index, groups, corpus, skipped) = chunk_and_index(config, out, &staging, *progress, &mut timings)?;
+    let (index, groups, corpus, skipped) =
+        chunk_and_index(config, out, &staging, None, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
@@ -309,11 +310,13 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
 }
 
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way), then builds (or reuses) the index.
+/// near-identical chunks on the way), then builds (or reuses) the index; one of the `earlier`
+/// chunk list is updated in place.
 pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
+    earlier: Option<Earlier<'_>>,
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
@@ -339,15 +342,23 @@ pub(crate) fn chunk_and_index(
     timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
     let stage = progress.stage("index", chunks.len() as u64);
     let analyzer = Analyzer::new(config.segmenter);
-    let (index, provenance) = ChunkIndex::open_or_build(
-        &out.join(layout::INDEX_DIR),
-        chunks,
-        &corpus.chunks_hash,
-        analyzer,
-        config.threads,
-        &stage,
-        |add| reread_chunks(&corpus_file, add),
-    )?;
+    let dir = out.join(layout::INDEX_DIR);
+    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| reread_chunks(&corpus_file, add);
+    let (index, provenance) = match earlier {
+        Some(earlier) => ChunkIndex::update_or_build(
+            &dir,
+            chunks,
+            &corpus.chunks_hash,
+            earlier,
+            analyzer,
+            config.threads,
+            &stage,
+            feed,
+        )?,
+        None => {
+            ChunkIndex::open_or_build(&dir, chunks, &corpus.chunks_hash, analyzer, config.threads, &stage, feed)?
+        }
+    };
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
     Ok((index, groups, corpus, read.skipped))
 }

@@ -15,6 +15,7 @@ mod fold;
 mod retriever;
 mod segment;
 mod topics;
+mod update;
 
 pub use analyzer::{Analyzer, Token};
 pub use error::IndexError;
@@ -22,6 +23,7 @@ pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
+pub use update::Earlier;
 
 use crate::id::ChunkId;
 use crate::progress::Stage;
@@ -33,7 +35,7 @@ use std::path::{Path, PathBuf};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
-    FAST, Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
+    FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::{DocAddress, Index, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
@@ -84,6 +86,8 @@ pub enum IndexOrigin {
     Reused,
     /// Built from the chunks.
     Built,
+    /// The index of an earlier chunk list, brought to these chunks in place.
+    Updated,
 }
 
 impl std::fmt::Display for IndexOrigin {
@@ -91,6 +95,7 @@ impl std::fmt::Display for IndexOrigin {
         f.write_str(match self {
             Self::Reused => "reused, chunks unchanged",
             Self::Built => "built",
+            Self::Updated => "updated in place",
         })
     }
 }
@@ -107,8 +112,11 @@ struct Fields {
 struct Opened {
     searcher: Searcher,
     fields: Fields,
-    /// Per segment, each document's chunk position (its `ord`).
+    /// Per segment, each document's chunk position (its `ord`, or the position an updated
+    /// index's key file gives that key).
     positions: Vec<Vec<u32>>,
+    /// The exact token count of an updated index (whose own may be estimated).
+    tokens: Option<u64>,
 }
 
 impl Opened {
@@ -126,15 +134,18 @@ impl Opened {
         };
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(err)?;
         let searcher = reader.searcher();
+        let keys = update::read_u32s(&dir.join(update::POSITIONS_FILE));
+        let position = |key: u64| match &keys {
+            None => key.min(u64::from(u32::MAX)) as u32,
+            Some(keys) => usize::try_from(key).ok().and_then(|k| keys.get(k)).copied().unwrap_or(u32::MAX),
+        };
         let mut positions = Vec::new();
         for segment in searcher.segment_readers() {
             let ords = segment.fast_fields().column_first_or_default::<u64>("ord").map_err(err)?;
             // A position past the chunk list is caught by `attach`.
-            positions.push(
-                (0..ords.num_vals()).map(|doc| ords.get_val(doc).min(u64::from(u32::MAX)) as u32).collect(),
-            );
+            positions.push((0..ords.num_vals()).map(|doc| position(ords.get_val(doc))).collect());
         }
-        Ok(Self { searcher, fields, positions })
+        Ok(Self { searcher, fields, positions, tokens: update::read_tokens(dir) })
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
@@ -161,7 +172,7 @@ impl Opened {
         if addresses.iter().any(|a| a.segment_ord == u32::MAX) {
             return Err(mismatch());
         }
-        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions)
+        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
         by_id.sort_by(|a, b| chunks[*a as usize].id.cmp(&chunks[*b as usize].id));
@@ -405,7 +416,8 @@ fn schema() -> (Schema, Fields) {
     let search = builder.add_text_field("search", TextOptions::default().set_indexing_options(indexing));
     let title = builder.add_text_field("title", STORED);
     let text = builder.add_text_field("text", STORED);
-    let ord = builder.add_u64_field("ord", FAST);
+    // Indexed too, so that an update can delete a document by its key.
+    let ord = builder.add_u64_field("ord", FAST | INDEXED);
     (builder.build(), Fields { search, title, text, ord })
 }
 

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, OldChunk};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
@@ -143,8 +143,11 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     }
     let current = Version::read(set)?;
     let old = read_pieces(&set.join(CORPUS))?;
-    // Read before the index folder is rebuilt (the model of the old chunks is kept in it).
+    let old_chunks: Vec<OldChunk<'_>> =
+        old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
+    // Read before the index folder is updated (the model of the old chunks is kept in it).
     let model = saved_model(config, set, &manifest);
+    let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
@@ -152,7 +155,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let mut timings = Timings::default();
     let staging = Staging::create(work)?;
     let (index, groups, corpus, _skipped) =
-        pipeline::chunk_and_index(config, work, &staging, *progress, &mut timings)?;
+        pipeline::chunk_and_index(config, work, &staging, earlier, *progress, &mut timings)?;
     let new = read_pieces(&staging.path(CORPUS))?;
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
@@ -181,7 +184,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         language,
         progress: *progress,
         stages: None,
-        model: model.map(|model| (model, old.as_slice())),
+        model: model.map(|model| (model, old_chunks.as_slice())),
     };
     let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
     if judging && options.dry_run {
@@ -359,6 +362,11 @@ fn read_pieces(path: &Path) -> Result<Vec<Piece>> {
     Ok(pieces)
 }
 
+/// The fingerprint of the set's chunks (the manifest's `corpus.chunks_hash`).
+fn old_chunks_hash(manifest: &SetManifest) -> Option<&str> {
+    manifest.rest.get("corpus")?.get("chunks_hash")?.as_str()
+}
+
 /// With the offline generator: the corpus model the set's index keeps of the set's chunks, if
 /// it is there and made with the analyzer the refresh indexes with (new queries fold the
 /// corpus's changes into it instead of building it again).
@@ -366,7 +374,7 @@ fn saved_model(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Opti
     if !matches!(config.generator, GeneratorConfig::Offline) {
         return None;
     }
-    let chunks_hash = manifest.rest.get("corpus")?.get("chunks_hash")?.as_str()?;
+    let chunks_hash = old_chunks_hash(manifest)?;
     let stamp = ChunkIndex::stamp(&Analyzer::new(config.segmenter), chunks_hash);
     CorpusModel::load(&set.join(INDEX_DIR), &stamp, config.threads)
 }
@@ -388,7 +396,7 @@ struct Fresh<'a> {
     stages: Option<Stages<'a>>,
     /// The offline generator's corpus model of the old chunks, and those chunks: the changes
     /// are folded into it when the generator is made.
-    model: Option<(CorpusModel, &'a [Piece])>,
+    model: Option<(CorpusModel, &'a [OldChunk<'a>])>,
 }
 
 impl<'a> Fresh<'a> {
@@ -398,14 +406,7 @@ impl<'a> Fresh<'a> {
             made
         } else {
             let stage = self.progress.stage("connect", 0);
-            let model = match self.model.take() {
-                Some((model, old)) => {
-                    let old: Vec<OldChunk<'_>> =
-                        old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
-                    Some(model.fold_in(&old, self.index)?)
-                }
-                None => None,
-            };
+            let model = self.model.take().map(|(model, old)| model.fold_in(old, self.index)).transpose()?;
             let made = pipeline::make_stages(
                 self.config,
                 self.index,
