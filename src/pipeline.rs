@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, Margin, OfflineGenerator, Planner, Preflight, Prompts,
-    Quotas,
+    Quotas, Request,
 };
 use crate::id::{ChunkId, ContentHasher};
 use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError};
@@ -249,11 +249,7 @@ fn dry_run(
         if requests.is_empty() {
             break;
         }
-        let mut estimate = stages.generator.estimate(&requests)?;
-        if let Some(judge) = &stages.judge {
-            (estimate.judge_calls, estimate.judge_prompt_tokens) =
-                judge.estimate(&requests, config.judge, config.filter.pool_depth)?;
-        }
+        let estimate = estimate(config, stages, &requests)?;
         let batches = batches_of(config, &estimate);
         if round == 1 {
             (range.queries, range.low, range.batches.0) = (requests.len(), estimate, batches);
@@ -264,6 +260,16 @@ fn dry_run(
         rounds.assume_kept(&requests, DRY_RUN_LOW_YIELD);
     }
     Ok(range)
+}
+
+/// What `requests` would cost: the generator's calls, and the judge's on the queries they give.
+pub(crate) fn estimate(config: &BuildConfig, stages: &Stages<'_>, requests: &[Request]) -> Result<Estimate> {
+    let mut estimate = stages.generator.estimate(requests)?;
+    if let Some(judge) = &stages.judge {
+        (estimate.judge_calls, estimate.judge_prompt_tokens) =
+            judge.estimate(requests, config.judge, config.filter.pool_depth)?;
+    }
+    Ok(estimate)
 }
 
 /// The batches a round of `estimate` makes with `--batch`: its generation calls split by the

@@ -94,13 +94,13 @@ pub struct Outcome {
 /// `edited 3, deleted 1, added 2`: the chunk changes of `outcome`.
 #[must_use]
 pub fn report_chunks(outcome: &Outcome) -> String {
-    report::chunk_line(&outcome.chunks)
+    report::counts_line(&outcome.chunks)
 }
 
 /// `kept 90, relabelled 3, …`: the query changes of `outcome`.
 #[must_use]
 pub fn report_queries(outcome: &Outcome) -> String {
-    report::query_line(&outcome.queries)
+    report::counts_line(&outcome.queries)
 }
 
 /// The ids of the queries the last refresh of `set` changed and queued for review.
@@ -115,13 +115,10 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
         change: String,
     }
     let entries: Vec<Entry> = read_all(&set.join(CHANGELOG))?;
-    let unqueued = [QueryChange::Kept, QueryChange::Remapped, QueryChange::PoolJudged, QueryChange::Retired]
-        .map(QueryChange::label);
-    Ok(entries
-        .into_iter()
-        .filter(|e| !unqueued.contains(&e.change.as_str()))
-        .filter_map(|e| e.query_id)
-        .collect())
+    let queued = |label: &str| {
+        <QueryChange as strum::VariantArray>::VARIANTS.iter().any(|c| c.label() == label && c.queued())
+    };
+    Ok(entries.into_iter().filter(|e| queued(&e.change)).filter_map(|e| e.query_id).collect())
 }
 
 /// Refreshes the set in `set` from `config.corpus` (`config` is the set's recorded settings, with
@@ -160,7 +157,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
-    timings.add("map", stage.finish(&report::chunk_line(&outcome.chunks)));
+    timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)));
     if map.is_identity() {
         outcome.nothing_changed = true;
         return Ok(outcome);
@@ -208,7 +205,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         NewQueries::Auto => (in_set as f64 * new_share(&new, &map)).ceil() as usize,
     };
     if options.dry_run {
-        outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted)?;
+        outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted, &mut timings)?;
         outcome.llm_calls += outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
         return Ok(outcome);
     }
@@ -228,7 +225,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
     let mut manifest = manifest;
-    let version = current_version(&manifest);
+    let version = manifest.version();
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
     version::keep_current(set, version, &staging, &KEPT_BY_REFRESH)?;
@@ -379,10 +376,6 @@ fn saved_model(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Opti
     CorpusModel::load(&set.join(INDEX_DIR), &stamp, config.threads)
 }
 
-fn current_version(manifest: &SetManifest) -> u32 {
-    manifest.review.as_ref().map_or(1, |log| log.version)
-}
-
 /// The new queries: the build's planner (over the added chunks only), generator and rounds.
 struct Fresh<'a> {
     config: &'a BuildConfig,
@@ -436,21 +429,22 @@ impl<'a> Fresh<'a> {
         Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
     }
 
+    /// What the new queries' first round would cost: the generator's calls and the judge's.
     fn estimate(
         &mut self,
         groups: &crate::dedup::ChunkGroups,
         added: &HashSet<usize>,
         n: usize,
+        timings: &mut Timings,
     ) -> Result<Option<Estimate>> {
         // The offline generator makes no calls: its estimate would only cost its topic space.
         if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
             return Ok(None);
         }
-        let stages =
-            pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress, None)?;
-        let group = stages.generator.queries_per_call();
+        let group = self.stages(timings)?.generator.queries_per_call();
         let requests = self.planner(groups, added, n, group).plan(&self.config.mix.quotas(n), 1, group)?;
-        stages.generator.estimate(&requests).map(Some)
+        let (config, stages) = (self.config, self.stages(timings)?);
+        pipeline::estimate(config, stages, &requests).map(Some)
     }
 
     fn generate(
