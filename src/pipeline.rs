@@ -361,9 +361,15 @@ pub(crate) fn chunk_and_index(
             &stage,
             feed,
         )?,
-        None => {
-            ChunkIndex::open_or_build(&dir, chunks, &corpus.chunks_hash, analyzer, config.threads, &stage, feed)?
-        }
+        None => ChunkIndex::open_or_build(
+            &dir,
+            chunks,
+            &corpus.chunks_hash,
+            analyzer,
+            config.threads,
+            &stage,
+            feed,
+        )?,
     };
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
     Ok((index, groups, corpus, read.skipped))

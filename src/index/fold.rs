@@ -280,9 +280,11 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
         names.push(name);
         df.push(input.small()?);
     }
-    let v = input.values(vocabulary.checked_mul(dim)?, 8, |b| Some(f64::from_le_bytes(b.try_into().ok()?)))?;
+    let v =
+        input.values(vocabulary.checked_mul(dim)?, 8, |b| Some(f64::from_le_bytes(b.try_into().ok()?)))?;
     let vectors = input.size()?;
-    let values = input.values(vectors.checked_mul(dim)?, 4, |b| Some(f32::from_le_bytes(b.try_into().ok()?)))?;
+    let values =
+        input.values(vectors.checked_mul(dim)?, 4, |b| Some(f32::from_le_bytes(b.try_into().ok()?)))?;
     if !input.0.is_empty() || dim == 0 {
         return None;
     }

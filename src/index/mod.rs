@@ -239,7 +239,10 @@ impl ChunkIndex {
         reset_dir(dir)?;
         build(dir, &analyzer, threads, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
-        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, fingerprint, analyzer, threads)?, IndexOrigin::Built))
+        Ok((
+            Opened::open(dir, &analyzer)?.attach(dir, chunks, fingerprint, analyzer, threads)?,
+            IndexOrigin::Built,
+        ))
     }
 
     /// What names an index of the chunk list with this `fingerprint` analysed by `analyzer`

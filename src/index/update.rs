@@ -87,7 +87,12 @@ struct Plan {
 impl Plan {
     /// The plan for the index in `dir`; `None` when it cannot be updated (an older schema, a
     /// position past the earlier list): then it is rebuilt.
-    fn of(dir: &Path, analyzer: &Analyzer, chunks: &[ChunkMeta], earlier: Earlier<'_>) -> Result<Option<Self>> {
+    fn of(
+        dir: &Path,
+        analyzer: &Analyzer,
+        chunks: &[ChunkMeta],
+        earlier: Earlier<'_>,
+    ) -> Result<Option<Self>> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
         let Ok(index) = Index::open_in_dir(dir) else { return Ok(None) };
         register(&index, analyzer);
@@ -131,7 +136,8 @@ impl Plan {
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(), E> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
-        let count = |title: &str, text: &str| (analyzer.tokens(title).len() + analyzer.tokens(text).len()) as u64;
+        let count =
+            |title: &str, text: &str| (analyzer.tokens(title).len() + analyzer.tokens(text).len()) as u64;
         let kept: std::collections::HashSet<&ChunkId> = chunks.iter().map(|c| &c.id).collect();
         for gone in earlier.chunks.iter().filter(|c| !kept.contains(c.id)) {
             self.tokens -= count(gone.title, gone.text).min(self.tokens);
@@ -171,8 +177,7 @@ impl Plan {
             writer.merge(&segments).wait().map_err(err)?;
         }
         writer.wait_merging_threads().map_err(err)?;
-        let keys: Vec<u8> =
-            self.moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
+        let keys: Vec<u8> = self.moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
         let path = dir.join(POSITIONS_FILE);
         fs_err::write(&path, keys).map_err(|e| write_error(&path, e))?;
         let path = dir.join(TOKENS_FILE);
@@ -232,7 +237,8 @@ mod tests {
         hits.iter().map(|h| (h.chunk, h.score.to_bits())).collect()
     }
 
-    const QUERIES: [&str; 5] = ["quota storage", "sync error links", "password", "folder upload quota", "kidney"];
+    const QUERIES: [&str; 5] =
+        ["quota storage", "sync error links", "password", "folder upload quota", "kidney"];
 
     #[test]
     fn an_updated_index_searches_exactly_as_a_rebuilt_one() {
@@ -276,9 +282,9 @@ mod tests {
                 let term = &updated.analyzer().terms(query)[0];
                 assert_eq!(updated.doc_freq(term).unwrap(), rebuilt.doc_freq(term).unwrap(), "{term}");
             }
-            for position in 0..after.len() {
-                assert_eq!(updated.text(position).unwrap(), after[position].text);
-                assert_eq!(updated.position(&after[position].id), Some(position));
+            for (position, chunk) in after.iter().enumerate() {
+                assert_eq!(updated.text(position).unwrap(), chunk.text);
+                assert_eq!(updated.position(&chunk.id), Some(position));
             }
         }
         // The index as it stands opens again as these chunks (reused, not rebuilt).

@@ -22,7 +22,8 @@ use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
-    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS, REPORT_HTML,
+    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS,
+    REPORT_HTML,
 };
 use crate::output::{self, Staging};
 use crate::pipeline;
@@ -183,17 +184,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         stages: None,
         model: model.map(|model| (model, old_chunks.as_slice())),
     };
-    let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
-    if judging && options.dry_run {
-        outcome.llm_calls += pool_asks(&checked, &index).len() as u64;
-    } else if judging {
-        let asks = pool_asks(&checked, &index);
-        if !asks.is_empty()
-            && let Some(judge) = fresh.stages(&mut timings)?.judge.as_mut()
-        {
-            judge_pools(judge, asks, &mut checked, *progress, &mut timings)?;
-        }
-    }
+    outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
     for c in &checked {
         *outcome.queries.entry(c.change).or_default() += 1;
     }
@@ -412,6 +403,30 @@ impl<'a> Fresh<'a> {
             made
         };
         Ok(self.stages.insert(made))
+    }
+
+    /// With `--judge-pool` and an LLM: the chunks new to kept queries' pools graded (see
+    /// [`judge_pools`]); with `dry_run`, only counted. Returns the asks counted.
+    fn judge_new_pools(
+        &mut self,
+        checked: &mut [Rechecked],
+        dry_run: bool,
+        timings: &mut Timings,
+    ) -> Result<u64> {
+        if self.config.judge.pool == 0 || !matches!(self.config.generator, GeneratorConfig::Llm(_)) {
+            return Ok(0);
+        }
+        let asks = pool_asks(checked, self.index);
+        if dry_run {
+            return Ok(asks.len() as u64);
+        }
+        let progress = self.progress;
+        if !asks.is_empty()
+            && let Some(judge) = self.stages(timings)?.judge.as_mut()
+        {
+            judge_pools(judge, asks, checked, progress, timings)?;
+        }
+        Ok(0)
     }
 
     fn planner<'g>(
