@@ -446,20 +446,25 @@ fn build<E: From<IndexError>>(
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut position = 0u64;
     feed(&mut |chunk| {
-        let mut doc = TantivyDocument::default();
-        doc.add_text(fields.search, &chunk.title);
-        doc.add_text(fields.search, &chunk.text);
-        doc.add_text(fields.title, &chunk.title);
-        doc.add_text(fields.text, &chunk.text);
-        doc.add_u64(fields.ord, position);
+        writer.add_document(document(fields, &chunk, position)).map_err(err)?;
         position += 1;
-        writer.add_document(doc).map_err(err)?;
         progress.inc(1);
         Ok(())
     })?;
     writer.commit().map_err(err)?;
     writer.wait_merging_threads().map_err(err)?;
     Ok(())
+}
+
+/// The index's document of `chunk`, under the key `ord` (its position, in an index as built).
+fn document(fields: Fields, chunk: &Chunk, ord: u64) -> TantivyDocument {
+    let mut doc = TantivyDocument::default();
+    doc.add_text(fields.search, &chunk.title);
+    doc.add_text(fields.search, &chunk.text);
+    doc.add_text(fields.title, &chunk.title);
+    doc.add_text(fields.text, &chunk.text);
+    doc.add_u64(fields.ord, ord);
+    doc
 }
 
 /// Empties the index folder, refusing to touch a folder that is not an index.

@@ -22,7 +22,7 @@ use crate::record::{Chunk, ChunkMeta};
 use std::collections::HashMap;
 use std::path::Path;
 use tantivy::schema::Field;
-use tantivy::{Index, IndexWriter, TantivyDocument, Term};
+use tantivy::{Index, IndexWriter, Term};
 
 /// Key → chunk position (`u32::MAX` for a deleted key), little-endian `u32`s.
 pub(super) const POSITIONS_FILE: &str = "qrelgen-positions";
@@ -159,13 +159,7 @@ impl Plan {
                 let key = self.moved_to.len() as u64;
                 self.moved_to.push(Some(position as u32));
                 self.tokens += count(&chunk.title, &chunk.text);
-                let mut doc = TantivyDocument::default();
-                doc.add_text(fields.search, &chunk.title);
-                doc.add_text(fields.search, &chunk.text);
-                doc.add_text(fields.title, &chunk.title);
-                doc.add_text(fields.text, &chunk.text);
-                doc.add_u64(fields.ord, key);
-                writer.add_document(doc).map_err(err)?;
+                writer.add_document(super::document(fields, &chunk, key)).map_err(err)?;
             }
             position += 1;
             progress.inc(1);
