@@ -391,8 +391,8 @@ pub(crate) fn make_stages<'a>(
             let model = match model {
                 Some(model) => model,
                 None => CorpusModel::build(index)?,
-            };
-            model.save(index)?;
+            }
+            .keep_beside(index)?;
             let generator = OfflineGenerator::new(index, config.seed, language, config.topics, model)?;
             return Ok(Stages { generator: Box::new(generator), judge: None });
         }

@@ -57,12 +57,15 @@ pub struct OldChunk<'a> {
 }
 
 impl CorpusModel {
-    /// Saves the model of `index`'s chunks beside it, in its folder.
+    /// Saves the model of `index`'s chunks beside it, in its folder, and returns it without its
+    /// basis (only folding needs that, so it is not held while the model is used).
     ///
     /// # Errors
     /// [`IndexError::Write`] when the file cannot be written.
-    pub fn save(&self, index: &ChunkIndex) -> Result<()> {
-        self.save_in(index.dir(), &index.own_stamp())
+    pub fn keep_beside(mut self, index: &ChunkIndex) -> Result<Self> {
+        self.save_in(index.dir(), &index.own_stamp())?;
+        self.basis = None;
+        Ok(self)
     }
 
     fn save_in(&self, dir: &Path, stamp: &str) -> Result<()> {
