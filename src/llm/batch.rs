@@ -469,6 +469,25 @@ fn split<'l>(
     parts
 }
 
+/// Leaves out of `pending` the calls `settled` says are answered or failed; stops at the first
+/// error (a cache that cannot be read must not pass for one that lacks the reply: that call
+/// would be submitted and paid for again).
+fn settle(
+    pending: &mut BTreeMap<String, Pending>,
+    settled: impl Fn(&str) -> Result<bool, super::CacheError>,
+) -> Result<(), BatchError> {
+    let mut done = Vec::new();
+    for key in pending.keys() {
+        if settled(key)? {
+            done.push(key.clone());
+        }
+    }
+    for key in done {
+        pending.remove(&key);
+    }
+    Ok(())
+}
+
 /// Writes `lines` as a JSONL file, atomically (a temporary file renamed into place).
 fn write_lines<'l>(path: &Path, lines: impl Iterator<Item = &'l str>) -> Result<usize, BatchError> {
     let file_error = |e: std::io::Error| BatchError::File { path: path.to_owned(), message: e.to_string() };
@@ -614,9 +633,9 @@ impl Llm {
                 note(format!("{stage}: resuming batch {id}"));
                 self.wait_and_import(&id, note).await?;
             }
-            pending.retain(|key, _| {
-                !self.cache.get(key).is_ok_and(|r| r.is_some()) && !lock(&deferral.failed).contains_key(key)
-            });
+            settle(&mut pending, |key| {
+                Ok(self.cache.contains(key)? || lock(&deferral.failed).contains_key(key))
+            })?;
             if pending.is_empty() {
                 return Ok(());
             }
@@ -849,6 +868,49 @@ mod tests {
         assert!(matches!(parse(broken), Outcome::Failed(LlmError::Body(m)) if m.contains("boom")));
         let empty = r#"{"custom_id":"k","response":{"status_code":200,"body":{"choices":[]}}}"#;
         assert!(matches!(parse(empty), Outcome::Failed(LlmError::Body(_))));
+    }
+
+    /// A client in `--batch submit` mode against `server`, its cache in `dir`.
+    fn submitting(server: &str, dir: &Path) -> Llm {
+        let config = super::super::LlmConfig {
+            endpoint: super::super::Endpoint {
+                base_url: format!("{server}/v1"),
+                model: "m".into(),
+                api_key: None,
+            },
+            timeout: Duration::from_secs(5),
+            limits: super::super::LimitConfig { concurrency: 1, rpm: None, tpm: None },
+            retry: super::super::RetryPolicy::default(),
+            temperature: 0.0,
+            max_tokens: 16,
+            seed: 1,
+            budget: super::super::Budget::default(),
+            batch: Some(BatchConfig {
+                mode: BatchMode::Submit,
+                poll: Duration::from_millis(10),
+                max_requests: MAX_REQUESTS,
+                max_bytes: MAX_BYTES,
+            }),
+            batch_discount: DEFAULT_DISCOUNT,
+        };
+        Llm::new(config, Cache::open(&dir.join("cache.sqlite")).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_cache_that_cannot_be_read_stops_the_run_before_anything_is_submitted() {
+        let server = wiremock::MockServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting(&server.uri(), dir.path());
+        let asked = llm.complete(&[super::super::Message::new(super::super::Role::User, "hi")], None).await;
+        assert!(matches!(asked, Err(LlmError::Deferred)), "{asked:?}");
+        llm.cache.with(|c| c.execute_batch("DROP TABLE replies")).unwrap();
+        let flushed = llm.flush("generate", &|_| {}).await;
+        assert!(
+            matches!(&flushed, Err(BatchError::Cache(e)) if e.to_string().contains("no such table: replies")),
+            "{flushed:?}"
+        );
+        let sent = server.received_requests().await.unwrap_or_default();
+        assert!(sent.is_empty(), "nothing uploaded or submitted: {sent:?}");
     }
 
     #[test]

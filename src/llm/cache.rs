@@ -123,6 +123,16 @@ impl Cache {
         .map_err(|source| CacheError { path: self.path.clone(), source })
     }
 
+    /// Whether a reply is stored under `key` (an error is an error, never "no").
+    ///
+    /// # Errors
+    /// [`CacheError`] when SQLite fails.
+    pub fn contains(&self, key: &str) -> Result<bool, CacheError> {
+        self.with(|c| {
+            c.query_row("SELECT EXISTS (SELECT 1 FROM replies WHERE key = ?1)", params![key], |r| r.get(0))
+        })
+    }
+
     /// Stores a reply under `key` (durably, before it is used).
     ///
     /// # Errors
