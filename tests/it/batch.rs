@@ -33,6 +33,11 @@ struct Plan {
     fail_lines: BTreeSet<usize>,
     /// While set, batches stay `in_progress`.
     hold: Arc<AtomicBool>,
+    /// The first create call is answered this late (the batch is made at once, unless
+    /// `lose_first_create`).
+    slow_create: Option<Duration>,
+    /// The first create call makes no batch (as if it never reached the provider).
+    lose_first_create: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +60,8 @@ struct State {
     batches: Vec<MockBatch>,
     polls: usize,
     lines_answered: usize,
+    /// Create calls received.
+    creates: usize,
 }
 
 struct BatchApi {
@@ -80,6 +87,11 @@ impl Respond for BatchApi {
                     "created_at": 0, "filename": "qrelgen-requests.jsonl", "purpose": "batch"}))
             }
             ("POST", "/v1/batches") => {
+                state.creates += 1;
+                let delay = self.plan.slow_create.filter(|_| state.creates == 1).unwrap_or_default();
+                if self.plan.lose_first_create && state.creates == 1 {
+                    return ResponseTemplate::new(500).set_delay(delay);
+                }
                 let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
                 let input = body["input_file_id"].as_str().unwrap_or("").to_owned();
                 assert_eq!(body["endpoint"], "/v1/chat/completions");
@@ -101,8 +113,9 @@ impl Respond for BatchApi {
                 };
                 let object = batch_object(&batch);
                 state.batches.push(batch);
-                ResponseTemplate::new(200).set_body_json(object)
+                ResponseTemplate::new(200).set_body_json(object).set_delay(delay)
             }
+            ("GET", "/v1/batches") => ResponseTemplate::new(200).set_body_json(list(&state, request)),
             ("GET", p) if p.starts_with("/v1/batches/") => {
                 state.polls += 1;
                 let batch_id = p.trim_start_matches("/v1/batches/").to_owned();
@@ -176,6 +189,20 @@ impl BatchApi {
         state.files.insert(output_id, output);
         state.files.insert(error_id, errors);
     }
+}
+
+/// A page of the list of batches, newest first, as OpenAI pages it (`limit`, `after`).
+fn list(state: &State, request: &Request) -> Value {
+    let param = |name: &str| request.url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+    let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(20);
+    let newest_first = state.batches.iter().rev();
+    let after: Vec<&MockBatch> = match param("after") {
+        Some(after) => newest_first.skip_while(|b| b.id != after).skip(1).collect(),
+        None => newest_first.collect(),
+    };
+    let page: Vec<Value> = after.iter().take(limit).map(|b| batch_object(b)).collect();
+    json!({"object": "list", "first_id": page.first().map(|b| b["id"].clone()),
+        "last_id": page.last().map(|b| b["id"].clone()), "has_more": after.len() > limit, "data": page})
 }
 
 fn batch_object(b: &MockBatch) -> Value {
@@ -387,12 +414,10 @@ async fn submit_splits_by_the_request_limit_polls_and_prices_at_the_batch_rate()
     run.assert_code(0);
     assert_same_set(&online, &run);
     assert_eq!(counters.requests(), online_requests + 1, "online: only the preflight (a fresh cache)");
+    assert_no_line_submitted_twice(&state);
     let state = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
     assert!(state.len() >= 3, "{} batches", state.len());
     assert!(state.iter().all(|b| b.lines.len() <= 3), "at most 3 requests a batch");
-    let ids: Vec<&str> =
-        state.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
-    assert_eq!(ids.len(), ids.iter().collect::<BTreeSet<_>>().len(), "no call submitted twice");
     assert!(run.stderr.contains("in_progress (0 of 3 done"), "progress from request_counts: {}", run.stderr);
 
     let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_default();
@@ -472,14 +497,7 @@ async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
     let run = build(&server, &out, &extra).await;
     run.assert_code(0);
     assert!(run.stderr.contains("resuming batch"), "{}", run.stderr);
-    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
-    let ids: Vec<&str> =
-        batches.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
-    assert_eq!(
-        ids.len(),
-        ids.iter().collect::<BTreeSet<_>>().len(),
-        "the first batch was not submitted again"
-    );
+    assert_no_line_submitted_twice(&state);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -518,4 +536,82 @@ async fn the_budget_covers_the_whole_batch_run_before_anything_is_submitted_and_
         low > calls.div_ceil(2),
         "round 1's calls in batches of 2, and the judge's: {line} ({calls} calls)"
     );
+}
+
+/// Every `custom_id` the mock was given, over all batches: each must be there once.
+fn assert_no_line_submitted_twice(state: &Mutex<State>) -> usize {
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let ids: Vec<&str> =
+        batches.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
+    let distinct = ids.iter().collect::<BTreeSet<_>>().len();
+    assert_eq!(ids.len(), distinct, "a call was submitted twice, in {} batches", batches.len());
+    batches.len()
+}
+
+/// Kills a build while its first create call waits for an answer, checks what `batch status`
+/// says, and reruns it to the end.
+async fn kill_during_the_first_create(plan: Plan) -> (Run, Arc<Mutex<State>>) {
+    let (server, state, _) = start(Plan { slow_create: Some(Duration::from_secs(120)), ..plan }).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let base_url = format!("{}/v1", server.uri());
+    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args(&out, &base_url, &extra))
+        .env("OPENAI_API_KEY", "sk-batch-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while state.lock().map_or(0, |s| s.creates) < 1 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the build never created a batch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("file-") && text.contains("creating") && text.contains("1 not imported"), "{text}");
+
+    let run = build(&server, &out, &extra).await;
+    run.assert_code(0);
+    assert!(run.stderr.contains("stopped while creating a batch of file-"), "{}", run.stderr);
+    (run, state)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_before_the_create_call_returned_finds_its_batch_and_submits_nothing_twice() {
+    // The provider made the batch; its answer had not reached the build.
+    let (run, state) = kill_during_the_first_create(Plan::default()).await;
+    let first = state.lock().map(|s| s.batches[0].id.clone()).unwrap_or_default();
+    assert!(run.stderr.contains(&format!("resuming batch {first}")), "{}", run.stderr);
+    assert!(assert_no_line_submitted_twice(&state) >= 2, "the later stages' batches came after it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_again_once() {
+    let (run, state) =
+        kill_during_the_first_create(Plan { lose_first_create: true, ..Plan::default() }).await;
+    assert!(run.stderr.contains("no batch was made of file-"), "{}", run.stderr);
+    assert!(!run.stderr.contains("resuming batch"), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), assert_no_line_submitted_twice(&state) + 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_call_retried_after_a_timeout_takes_the_batch_the_first_call_made() {
+    let plan = Plan { slow_create: Some(Duration::from_secs(3)), ..Plan::default() };
+    let (server, state, _) = start(plan).await;
+    let dir = tempdir();
+    let run = build(
+        &server,
+        &dir.path().join("set"),
+        &["--batch", "submit", "--batch-poll", "0.02", "--timeout", "1"],
+    )
+    .await;
+    run.assert_code(0);
+    assert_no_line_submitted_twice(&state);
+    let online = build(&server, &dir.path().join("online"), &[]).await;
+    online.assert_code(0);
+    assert_same_set(&online, &run);
 }
