@@ -903,6 +903,15 @@ impl Llm {
             }
             tokio::time::sleep(poll).await;
         };
+        let counts = batch.request_counts.unwrap_or_default();
+        let not_run = counts.total.saturating_sub(counts.completed + counts.failed);
+        if matches!(batch.status.as_str(), "expired" | "cancelled") && not_run > 0 {
+            note(format!(
+                "batch {id} was {} before it ran {not_run} of its {} requests: they are submitted again \
+                 (its replies are kept; to stop, interrupt the run, a rerun resumes)",
+                batch.status, counts.total
+            ));
+        }
         if batch.status == "failed" {
             self.cache.update_batch(&batch, true)?;
             let message = batch.errors.as_ref().map_or_else(|| "no reason given".to_owned(), describe_errors);

@@ -27,8 +27,14 @@ const SET_FILES: [&str; 6] = [
 struct Plan {
     /// Polls before a batch ends.
     polls: usize,
-    /// The first batch ends `expired` after running only this many lines.
+    /// The first batch ends `expired` after running only this many lines (the others are in
+    /// its error file, `batch_expired`).
     expire_first_after: Option<usize>,
+    /// The first batch ends `cancelled` after running only this many lines (the others are in
+    /// neither file).
+    cancel_first_after: Option<usize>,
+    /// How the model answers, online and in batches.
+    behaviour: Behaviour,
     /// Lines (by their order across all batches) answered with HTTP 500 in the error file.
     fail_lines: BTreeSet<usize>,
     /// While set, batches stay `in_progress`.
@@ -143,7 +149,10 @@ impl BatchApi {
     fn advance(&self, state: &mut State, at: usize) {
         let first = at == 0;
         let batch = &mut state.batches[at];
-        if batch.output_file_id.is_some() || batch.error_file_id.is_some() || batch.status == "expired" {
+        if batch.output_file_id.is_some()
+            || batch.error_file_id.is_some()
+            || ["expired", "cancelled"].contains(&batch.status.as_str())
+        {
             return;
         }
         batch.polls += 1;
@@ -152,14 +161,18 @@ impl BatchApi {
             return;
         }
         let lines = batch.lines.clone();
-        let run = match self.plan.expire_first_after {
-            Some(n) if first => n,
-            _ => lines.len(),
+        let (run, ended) = match (self.plan.expire_first_after, self.plan.cancel_first_after) {
+            (Some(n), _) if first => (n, "expired"),
+            (_, Some(n)) if first => (n, "cancelled"),
+            _ => (lines.len(), "completed"),
         };
-        let (mut output, mut errors) = (String::new(), String::new());
+        let (mut output, mut errors, mut failed) = (String::new(), String::new(), 0);
         for (i, line) in lines.iter().enumerate() {
             let custom_id = line["custom_id"].clone();
             let number = state.lines_answered;
+            if i >= run && ended == "cancelled" {
+                continue;
+            }
             if i >= run {
                 let error = json!({"code": "batch_expired", "message": "This request could not be executed before the completion window expired."});
                 errors.push_str(&json!({"id": format!("out-{number}"), "custom_id": custom_id, "response": null, "error": error}).to_string());
@@ -168,6 +181,7 @@ impl BatchApi {
             }
             state.lines_answered += 1;
             let (status, body) = if self.plan.fail_lines.contains(&number) {
+                failed += 1;
                 (500, json!({"error": {"message": format!("line {number} failed on the server")}}))
             } else {
                 self.model.reply(&line["body"], number)
@@ -180,8 +194,8 @@ impl BatchApi {
         }
         let batch = &mut state.batches[at];
         batch.completed = output.lines().count();
-        batch.failed = errors.lines().count() - (lines.len() - run);
-        if run < lines.len() { "expired" } else { "completed" }.clone_into(&mut batch.status);
+        batch.failed = failed;
+        if run < lines.len() { ended } else { "completed" }.clone_into(&mut batch.status);
         let output_id = format!("{}-output", batch.id);
         let error_id = format!("{}-errors", batch.id);
         batch.output_file_id = Some(output_id.clone()).filter(|_| !output.is_empty());
@@ -227,11 +241,11 @@ fn multipart_file(request: &Request) -> String {
 
 /// A mock serving the chat endpoint and the Files and Batches endpoints.
 async fn start(plan: Plan) -> (MockServer, Arc<Mutex<State>>, Arc<mock::Counters>) {
-    let (chat, counters) = mock::model(Behaviour::Good);
+    let (chat, counters) = mock::model(plan.behaviour);
     let server = MockServer::builder().start().await;
     Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(chat).mount(&server).await;
     let state = Arc::new(Mutex::new(State::default()));
-    let (model, _) = mock::model(Behaviour::Good);
+    let (model, _) = mock::model(plan.behaviour);
     let api = BatchApi { model, plan, state: Arc::clone(&state), ids: AtomicUsize::new(1) };
     Mock::given(path_regex("^/v1/(files|batches)")).respond_with(api).mount(&server).await;
     (server, state, counters)
@@ -614,4 +628,66 @@ async fn a_create_call_retried_after_a_timeout_takes_the_batch_the_first_call_ma
     let online = build(&server, &dir.path().join("online"), &[]).await;
     online.assert_code(0);
     assert_same_set(&online, &run);
+}
+
+/// Whether a request line re-asks (holds the model's earlier reply).
+fn re_asks(line: &Value) -> bool {
+    line["body"]["messages"].as_array().is_some_and(|m| m.iter().any(|m| m["role"] == "assistant"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repair_re_ask_goes_in_a_follow_up_batch_and_the_set_equals_the_online_one() {
+    let (server, state, _) =
+        start(Plan { behaviour: Behaviour::InvalidThenRepaired, ..Plan::default() }).await;
+    let dir = tempdir();
+    let online = build(&server, &dir.path().join("online"), &[]).await;
+    online.assert_code(0);
+    let run = build(&server, &dir.path().join("batch"), &["--batch", "submit", "--batch-poll", "0.02"]).await;
+    run.assert_code(0);
+    assert_same_set(&online, &run);
+    assert_no_line_submitted_twice(&state);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let (first, repairs) = (&batches[0], &batches[1]);
+    assert!(!first.lines.iter().any(re_asks), "the first batch asks, it does not re-ask");
+    assert_eq!(repairs.lines.len(), first.lines.len(), "one re-ask per unusable reply");
+    for again in &repairs.lines {
+        let again = &again["body"]["messages"];
+        assert!(again.as_array().is_some_and(|m| m.len() == 4), "{again}");
+        let asked = first.lines.iter().map(|l| &l["body"]["messages"]);
+        assert_eq!(asked.filter(|m| (&m[0], &m[1]) == (&again[0], &again[1])).count(), 1, "the same prompt");
+        assert_eq!(again[2]["content"], "{\"queries\": [ oops", "the invalid reply is quoted back");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_batch_keeps_what_it_ran_and_submits_only_the_rest_again() {
+    let (server, state, _) = start(Plan { cancel_first_after: Some(1), ..Plan::default() }).await;
+    let dir = tempdir();
+    let online = build(&server, &dir.path().join("online"), &[]).await;
+    online.assert_code(0);
+    let run = build(&server, &dir.path().join("batch"), &["--batch", "submit", "--batch-poll", "0.02"]).await;
+    run.assert_code(0);
+    assert_same_set(&online, &run);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let (first, second) = (&batches[0], &batches[1]);
+    let ids: Vec<&str> =
+        batches[1..].iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
+    assert_eq!(ids.len(), ids.iter().collect::<BTreeSet<_>>().len(), "after it, each call once");
+    let ran = first.lines[0]["custom_id"].as_str().unwrap_or_default();
+    assert!(!ids.contains(&ran), "the line it ran is not submitted again");
+    assert_eq!(first.status, "cancelled");
+    assert_eq!(second.lines, first.lines[1..], "only the lines the cancelled batch did not run");
+    let told = format!(
+        "batch {} was cancelled before it ran {} of its {} requests: they are submitted again",
+        first.id,
+        first.lines.len() - 1,
+        first.lines.len()
+    );
+    assert!(run.stderr.contains(&told), "{}", run.stderr);
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_default();
+    let usage = &manifest["llm"]["usage"];
+    assert_eq!(
+        usage["batch_replies"], usage["replies"],
+        "the reply it ran is used, not asked again: {usage}"
+    );
 }
