@@ -615,7 +615,7 @@ mod tests {
         assert!(high > low * 1.1, "the rate grew: {low} → {high}");
         let steps = (high / low).ln() / REBUILD_STEP.ln_1p();
         assert!(
-            (limiters as f64) <= steps.ceil() + 2.0,
+            f64::from(limiters) <= steps.ceil() + 2.0,
             "{limiters} limiters for {steps:.1} steps of the rate in 300 slots"
         );
         // Wake-ups fall on whole milliseconds; the slots themselves are exact.
