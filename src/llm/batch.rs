@@ -122,8 +122,7 @@ pub enum BatchError {
 }
 
 /// One line of a request file: OpenAI's batch input format.
-#[must_use]
-pub fn request_line(key: &str, body: &str) -> String {
+fn request_line(key: &str, body: &str) -> String {
     let id = serde_json::Value::String(key.to_owned());
     format!(r#"{{"custom_id":{id},"method":"POST","url":"{CHAT_URL}","body":{body}}}"#)
 }
@@ -327,6 +326,20 @@ struct FileObject {
     id: String,
 }
 
+/// The batch tables, made by [`Cache::open`] once per connection: the batches submitted or
+/// imported, the lines (cache keys) of each, and the replies that came through one (which
+/// [`Cache::get`] reads with each reply, for the batch price).
+pub(super) const TABLES: &str = "
+    CREATE TABLE IF NOT EXISTS batches (
+        id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
+        total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
+        created INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
+        PRIMARY KEY (batch, key));
+    CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
+    CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);";
+
 /// A page of the list of batches (newest first).
 #[derive(Debug, Deserialize)]
 struct BatchPage {
@@ -364,23 +377,6 @@ impl BatchObject {
 }
 
 impl Cache {
-    /// Creates the batch tables if they are missing (`batch_replies` is made by
-    /// [`Cache::open`]).
-    pub(super) fn batch_tables(&self) -> Result<(), super::CacheError> {
-        self.with(|c| {
-            c.execute_batch(
-                "CREATE TABLE IF NOT EXISTS batches (
-                     id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
-                     total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
-                     failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
-                     created INTEGER NOT NULL DEFAULT 0);
-                 CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
-                     PRIMARY KEY (batch, key));
-                 CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);",
-            )
-        })
-    }
-
     /// Records a batch and its lines, in one transaction, with `status`: under its input
     /// file's id and [`CREATING`] before the create call, so no batch exists that the cache
     /// does not know of.
@@ -495,7 +491,6 @@ impl Cache {
     /// # Errors
     /// [`super::CacheError`] when SQLite fails.
     pub fn batches(&self) -> Result<Vec<BatchRecord>, super::CacheError> {
-        self.batch_tables()?;
         self.with(|c| {
             let mut query = c.prepare(
                 "SELECT id, stage, status, total, completed, failed, imported, created FROM batches ORDER BY created, id",
@@ -521,7 +516,6 @@ impl Cache {
     /// # Errors
     /// [`super::CacheError`] when SQLite fails.
     pub fn batched_replies(&self) -> Result<u64, super::CacheError> {
-        self.batch_tables()?;
         self.with(|c| c.query_row("SELECT COUNT(*) FROM batch_replies", [], |r| r.get::<_, i64>(0)))
             .map(i64::unsigned_abs)
     }
@@ -609,12 +603,6 @@ impl Llm {
         self.batch.as_ref().map_or(0, |b| lock(&b.pending).len())
     }
 
-    /// The batch settings, in batch mode.
-    #[must_use]
-    pub fn batch(&self) -> Option<&BatchConfig> {
-        self.batch.as_ref().map(|b| &b.config)
-    }
-
     /// Reads a runner's output file (OpenAI's batch output format, as vLLM's `run-batch`
     /// writes it) into the cache; failed lines fail their calls for this run.
     ///
@@ -628,7 +616,6 @@ impl Llm {
             "file:{}",
             path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         );
-        self.cache.batch_tables()?;
         let imported = self.import_lines(&text, &id)?;
         let keys: Vec<String> = Vec::new();
         self.cache.record_batch(&id, "import", "validating", &keys.iter().collect::<Vec<_>>())?;
@@ -713,7 +700,6 @@ impl Llm {
         note: &(dyn Fn(String) + Sync),
     ) -> Result<(), BatchError> {
         let Some(deferral) = &self.batch else { return Ok(()) };
-        self.cache.batch_tables()?;
         let attempts = self.config.retry.max_attempts.max(1);
         loop {
             let keys: Vec<&String> = pending.keys().collect();
@@ -819,10 +805,7 @@ impl Llm {
     /// Refuses a batch whose worst case would take the spend over the budget, at batch prices.
     fn reserve_batch(&self, tokens: u64) -> Result<(), BatchError> {
         let mut budget = self.config.budget;
-        budget.price = budget.price.map(|p| super::Price {
-            prompt: p.prompt * self.config.batch_discount,
-            completion: p.completion * self.config.batch_discount,
-        });
+        budget.price = budget.price.map(|p| p.discounted(self.config.batch_discount));
         self.update(|t| {
             let reserved = t.reserve(budget, u32::try_from(tokens).unwrap_or(u32::MAX));
             t.reserved = t.reserved.saturating_sub(tokens.min(u64::from(u32::MAX)));
@@ -1090,7 +1073,6 @@ mod tests {
             abandoned: 0,
         };
         cache.put("online", &reply).unwrap();
-        cache.batch_tables().unwrap();
         cache.put_batched("batched", &reply, "batch_1").unwrap();
         let via = |key: &str| cache.get(key).unwrap().map(|(_, via)| via);
         assert_eq!(via("online"), Some(super::super::Via::Online));
