@@ -476,6 +476,24 @@ async fn failed_lines_go_to_rejects_and_an_expired_batch_is_resumed_with_its_mis
     assert!(failed.iter().all(|r| r["kind"] == "http_error"), "{failed:?}");
 }
 
+/// Starts qrelgen with `args` and kills it once the mock's state passes `reached`.
+async fn kill_once(args: &[&str], state: &Mutex<State>, reached: impl Fn(&State) -> bool) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args)
+        .env("OPENAI_API_KEY", "sk-batch-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !state.lock().is_ok_and(|s| reached(&s)) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the build never got there");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
     let hold = Arc::new(AtomicBool::new(true));
@@ -484,20 +502,7 @@ async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
     let out = dir.path().join("set");
     let base_url = format!("{}/v1", server.uri());
     let extra = ["--batch", "submit", "--batch-poll", "0.02"];
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
-        .args(args(&out, &base_url, &extra))
-        .env("OPENAI_API_KEY", "sk-batch-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while state.lock().map_or(0, |s| s.polls) < 3 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the build never polled");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    kill_once(&args(&out, &base_url, &extra), &state, |s| s.polls >= 3).await;
     let submitted = state.lock().map_or(0, |s| s.batches.len());
     assert_eq!(submitted, 1);
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
@@ -570,20 +575,7 @@ async fn kill_during_the_first_create(plan: Plan) -> (Run, Arc<Mutex<State>>) {
     let out = dir.path().join("set");
     let base_url = format!("{}/v1", server.uri());
     let extra = ["--batch", "submit", "--batch-poll", "0.02"];
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
-        .args(args(&out, &base_url, &extra))
-        .env("OPENAI_API_KEY", "sk-batch-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while state.lock().map_or(0, |s| s.creates) < 1 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the build never created a batch");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    kill_once(&args(&out, &base_url, &extra), &state, |s| s.creates >= 1).await;
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("file-") && text.contains("creating") && text.contains("1 not imported"), "{text}");
