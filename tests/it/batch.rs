@@ -607,19 +607,26 @@ async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_agai
 #[tokio::test(flavor = "multi_thread")]
 async fn a_create_call_retried_after_a_timeout_takes_the_batch_the_first_call_made() {
     let plan = Plan { slow_create: Some(Duration::from_secs(3)), ..Plan::default() };
+    let (_, state, _dir) = submit_builds_the_online_set(plan, &["--timeout", "1"]).await;
+    assert_no_line_submitted_twice(&state);
+}
+
+/// Builds the set online and with `--batch submit` (and `extra`) against a mock following
+/// `plan`, and checks they are the same.
+async fn submit_builds_the_online_set(
+    plan: Plan,
+    extra: &[&str],
+) -> (Run, Arc<Mutex<State>>, tempfile::TempDir) {
     let (server, state, _) = start(plan).await;
     let dir = tempdir();
-    let run = build(
-        &server,
-        &dir.path().join("set"),
-        &["--batch", "submit", "--batch-poll", "0.02", "--timeout", "1"],
-    )
-    .await;
+    let mut args = vec!["--batch", "submit", "--batch-poll", "0.02"];
+    args.extend_from_slice(extra);
+    let run = build(&server, &dir.path().join("batch"), &args).await;
     run.assert_code(0);
-    assert_no_line_submitted_twice(&state);
     let online = build(&server, &dir.path().join("online"), &[]).await;
     online.assert_code(0);
     assert_same_set(&online, &run);
+    (run, state, dir)
 }
 
 /// Whether a request line re-asks (holds the model's earlier reply).
@@ -629,14 +636,8 @@ fn re_asks(line: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_repair_re_ask_goes_in_a_follow_up_batch_and_the_set_equals_the_online_one() {
-    let (server, state, _) =
-        start(Plan { behaviour: Behaviour::InvalidThenRepaired, ..Plan::default() }).await;
-    let dir = tempdir();
-    let online = build(&server, &dir.path().join("online"), &[]).await;
-    online.assert_code(0);
-    let run = build(&server, &dir.path().join("batch"), &["--batch", "submit", "--batch-poll", "0.02"]).await;
-    run.assert_code(0);
-    assert_same_set(&online, &run);
+    let plan = Plan { behaviour: Behaviour::InvalidThenRepaired, ..Plan::default() };
+    let (_, state, _dir) = submit_builds_the_online_set(plan, &[]).await;
     assert_no_line_submitted_twice(&state);
     let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
     let (first, repairs) = (&batches[0], &batches[1]);
@@ -653,13 +654,8 @@ async fn a_repair_re_ask_goes_in_a_follow_up_batch_and_the_set_equals_the_online
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_batch_keeps_what_it_ran_and_submits_only_the_rest_again() {
-    let (server, state, _) = start(Plan { cancel_first_after: Some(1), ..Plan::default() }).await;
-    let dir = tempdir();
-    let online = build(&server, &dir.path().join("online"), &[]).await;
-    online.assert_code(0);
-    let run = build(&server, &dir.path().join("batch"), &["--batch", "submit", "--batch-poll", "0.02"]).await;
-    run.assert_code(0);
-    assert_same_set(&online, &run);
+    let plan = Plan { cancel_first_after: Some(1), ..Plan::default() };
+    let (run, state, _dir) = submit_builds_the_online_set(plan, &[]).await;
     let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
     let (first, second) = (&batches[0], &batches[1]);
     let ids: Vec<&str> =
