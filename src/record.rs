@@ -596,14 +596,7 @@ pub struct ReviewItem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Serialize;
-
-    /// Every variant's label is the name serde writes, and parses back where a parser exists.
-    fn labels_are_serde_names<T: VariantArray + Serialize + Copy>(label: fn(T) -> &'static str) {
-        for &variant in T::VARIANTS {
-            assert_eq!(serde_json::to_value(variant).unwrap(), label(variant));
-        }
-    }
+    use crate::testing::labels_are_serde_names;
 
     #[test]
     fn labels_are_the_names_serde_writes() {
