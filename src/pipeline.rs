@@ -302,8 +302,7 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
         )));
     }
     if let (Some(limit), Some(price)) = (llm.budget.max_cost, llm.budget.price) {
-        let cost =
-            (prompt as f64 * price.prompt + completion as f64 * price.completion) / 1e6 * llm.batch_discount;
+        let cost = price.discounted(llm.batch_discount).of(prompt, completion);
         if cost > limit {
             return Err(Error::Budget(format!(
                 "the whole batch run could cost up to {cost:.4} at the batch price ({} × the given prices), over \

@@ -365,8 +365,6 @@ mod tests {
 
     #[test]
     fn labels_are_serdes_names() {
-        for v in <ChunkChange as strum::VariantArray>::VARIANTS {
-            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
-        }
+        crate::testing::labels_are_serde_names(ChunkChange::label);
     }
 }
