@@ -1,6 +1,7 @@
 //! Stage 3, index: a tantivy BM25 index of every chunk, kept on disk in the output folder. It is
-//! also where chunk texts live once the corpus is chunked: the pipeline keeps only
-//! [`ChunkMeta`]s in memory and fetches texts from the index's document store.
+//! also where chunk texts live once the corpus is chunked: the pipeline keeps only the
+//! [`ChunkList`] (ids, documents, ordinals) in memory and fetches texts from the index's document
+//! store.
 //!
 //! Input: the chunk list (metadata) and a way to stream the chunks. Output: a [`ChunkIndex`]
 //! that searches, serves texts and answers term statistics. Invariants: only this module
@@ -10,20 +11,22 @@
 
 mod analyzer;
 mod bm25;
+mod chunks;
 mod error;
 mod retriever;
 mod segment;
 mod topics;
 
 pub use analyzer::{Analyzer, Token};
+pub use chunks::ChunkList;
 pub use error::IndexError;
 pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 
-use crate::id::ChunkId;
+use crate::id::{ChunkId, DocId};
 use crate::progress::Stage;
-use crate::record::{Chunk, ChunkMeta};
+use crate::record::Chunk;
 use bm25::Bm25;
 use error::Result;
 use std::collections::BTreeMap;
@@ -139,10 +142,11 @@ impl Opened {
     fn attach(
         self,
         dir: &Path,
-        chunks: Vec<ChunkMeta>,
+        mut chunks: ChunkList,
         analyzer: Analyzer,
         threads: usize,
     ) -> Result<ChunkIndex> {
+        chunks.seal();
         let mismatch = || IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() };
         if self.searcher.num_docs() != chunks.len() as u64 {
             return Err(mismatch());
@@ -161,7 +165,7 @@ impl Opened {
         let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
-        by_id.sort_by(|a, b| chunks[*a as usize].id.cmp(&chunks[*b as usize].id));
+        by_id.sort_by(|&a, &b| chunks.id_str(a as usize).cmp(chunks.id_str(b as usize)));
         Ok(ChunkIndex {
             dir: dir.to_owned(),
             searcher: self.searcher,
@@ -183,7 +187,7 @@ pub struct ChunkIndex {
     fields: Fields,
     bm25: Bm25,
     addresses: Vec<DocAddress>,
-    chunks: Vec<ChunkMeta>,
+    chunks: ChunkList,
     by_id: Vec<u32>,
     analyzer: Analyzer,
     threads: usize,
@@ -204,7 +208,7 @@ impl ChunkIndex {
     /// `E`); the errors of `feed`.
     pub fn open_or_build<E: From<IndexError>>(
         dir: &Path,
-        chunks: Vec<ChunkMeta>,
+        chunks: ChunkList,
         fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
@@ -250,19 +254,37 @@ impl ChunkIndex {
         self.chunks.is_empty()
     }
 
-    /// The chunk at `position`.
+    /// The id of the chunk at `position`.
     ///
     /// # Panics
     /// If `position` is not below [`ChunkIndex::len`] (positions come from this index).
     #[must_use]
-    pub fn meta(&self, position: usize) -> &ChunkMeta {
-        &self.chunks[position]
+    pub fn chunk_id(&self, position: usize) -> ChunkId {
+        self.chunks.id(position)
+    }
+
+    /// The document of the chunk at `position`.
+    ///
+    /// # Panics
+    /// If `position` is not below [`ChunkIndex::len`].
+    #[must_use]
+    pub fn doc_id(&self, position: usize) -> &DocId {
+        self.chunks.doc_id(position)
+    }
+
+    /// The position of the chunk at `position` within its document.
+    ///
+    /// # Panics
+    /// If `position` is not below [`ChunkIndex::len`].
+    #[must_use]
+    pub fn ordinal(&self, position: usize) -> u32 {
+        self.chunks.ordinal(position)
     }
 
     /// The position of the chunk with this id.
     #[must_use]
     pub fn position(&self, id: &ChunkId) -> Option<usize> {
-        let at = self.by_id.binary_search_by(|p| self.chunks[*p as usize].id.cmp(id)).ok()?;
+        let at = self.by_id.binary_search_by(|&p| self.chunks.id_str(p as usize).cmp(id.as_str())).ok()?;
         Some(self.by_id[at] as usize)
     }
 
@@ -446,7 +468,7 @@ fn write_error(path: &Path, source: std::io::Error) -> IndexError {
 /// Builds (or reuses) an index over in-memory chunks: for tests.
 #[cfg(test)]
 pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, IndexOrigin) {
-    let metas = chunks.iter().map(Chunk::meta).collect();
+    let metas = chunks.iter().collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
     ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), 2, &Stage::hidden(), |add| {
         chunks.iter().cloned().try_for_each(add)
@@ -501,7 +523,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (index, _) = build_index(dir.path(), &["first text", "second text", "third"]);
         assert_eq!(index.text(1).unwrap_or_default(), "second text");
-        assert_eq!(index.meta(2).id.as_str(), "c2");
+        assert_eq!(index.chunk_id(2).as_str(), "c2");
         let id = ChunkId::parse("c2").unwrap();
         assert_eq!(index.position(&id), Some(2));
         assert_eq!(index.position(&ChunkId::parse("c9").unwrap()), None);
@@ -519,7 +541,7 @@ mod tests {
         for segmenter in [Segmenter::Jieba, Segmenter::Bigram] {
             let path = dir.path().join(segmenter.label());
             let chunks = test_chunks(&texts);
-            let metas = chunks.iter().map(Chunk::meta).collect();
+            let metas = chunks.iter().collect();
             let (index, _) = ChunkIndex::open_or_build(
                 &path,
                 metas,
@@ -555,7 +577,7 @@ mod tests {
 
     /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
     fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, IndexOrigin)> {
-        let metas = chunks.iter().map(Chunk::meta).collect();
+        let metas = chunks.iter().collect();
         ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
             chunks.into_iter().take(fed).try_for_each(add)
         })
@@ -593,7 +615,7 @@ mod tests {
     fn built_with(texts: &[&str], threads: usize) -> (tempfile::TempDir, ChunkIndex) {
         let dir = tempfile::tempdir().unwrap();
         let chunks = test_chunks(texts);
-        let metas = chunks.iter().map(Chunk::meta).collect();
+        let metas = chunks.iter().collect();
         let (index, _) = ChunkIndex::open_or_build(
             dir.path(),
             metas,
