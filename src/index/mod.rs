@@ -12,6 +12,7 @@
 mod analyzer;
 mod bm25;
 mod chunks;
+mod directory;
 mod error;
 mod retriever;
 mod segment;
@@ -40,11 +41,16 @@ use tantivy::{DocAddress, Index, IndexWriter, ReloadPolicy, Searcher, TantivyDoc
 
 /// File in the index folder recording which chunks it holds.
 const FINGERPRINT_FILE: &str = "qrelgen-fingerprint";
-/// Memory budget of the index writer, split among its threads (tantivy wants at least 15 MB
-/// each).
-const WRITER_MEMORY: usize = 200_000_000;
-/// Least memory tantivy accepts per writer thread.
-const WRITER_MEMORY_PER_THREAD: usize = 15_000_000;
+/// Memory budget of each index writer thread: a thread writes its segment to disk when its
+/// postings reach it, so a larger corpus makes more segments, not a larger heap (tantivy wants
+/// at least 15 MB).
+const WRITER_MEMORY_PER_THREAD: usize = 32_000_000;
+/// Most index writer threads.
+const WRITER_THREADS: usize = 8;
+/// Decompressed blocks of the document store each segment keeps (tantivy's default is 100,
+/// about 1.6 MB a segment). Texts are read in chunk order (the topic space's passes) or at
+/// random (the sources of queries), which a few blocks serve as well as many.
+const STORE_CACHE_BLOCKS: usize = 8;
 
 /// A search result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,7 +121,9 @@ struct Opened {
 impl Opened {
     fn open(dir: &Path, analyzer: &Analyzer) -> Result<Self> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
-        let index = Index::open_in_dir(dir).map_err(err)?;
+        let directory = directory::IndexDirectory::open(dir)
+            .map_err(|e| IndexError::Tantivy { path: dir.to_owned(), source: e.into() })?;
+        let index = Index::open(directory).map_err(err)?;
         register(&index, analyzer);
         let schema = index.schema();
         let field = |name| schema.get_field(name).map_err(err);
@@ -125,7 +133,12 @@ impl Opened {
             text: field("text")?,
             ord: field("ord")?,
         };
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(err)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .doc_store_cache_num_blocks(STORE_CACHE_BLOCKS)
+            .try_into()
+            .map_err(err)?;
         let searcher = reader.searcher();
         let mut positions = Vec::new();
         for segment in searcher.segment_readers() {
@@ -422,8 +435,9 @@ fn build<E: From<IndexError>>(
     let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(err)?;
     register(&index, analyzer);
-    let threads = threads.clamp(1, WRITER_MEMORY / WRITER_MEMORY_PER_THREAD);
-    let mut writer: IndexWriter = index.writer_with_num_threads(threads, WRITER_MEMORY).map_err(err)?;
+    let threads = threads.clamp(1, WRITER_THREADS);
+    let mut writer: IndexWriter =
+        index.writer_with_num_threads(threads, threads * WRITER_MEMORY_PER_THREAD).map_err(err)?;
     // No merges: each writer thread leaves its segments as they are (a few per 100 MB of
     // text), which searching over costs less than merging them would.
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
