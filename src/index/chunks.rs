@@ -101,9 +101,9 @@ impl ChunkList {
         self.ordinal[position]
     }
 
-    /// Bytes held, capacity included (for tests and benchmarks).
-    #[must_use]
-    pub fn heap_bytes(&self) -> usize {
+    /// Bytes held, capacity included.
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
         self.ids.capacity()
             + self.ends.capacity() * size_of::<usize>()
