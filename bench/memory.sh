@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Peak memory of an offline build, split by kind, on a corpus copied FACTOR times.
+# Peak memory of an offline build, split by kind and by stage, on a corpus copied FACTOR times.
 #
 #   bench/memory.sh CORPUS [FACTOR] [QUERIES]   e.g. bench/memory.sh ../shared/corpora/techdocs 8 2000
 #
 # Copies CORPUS FACTOR times (default 1) into a temporary folder under /tmp (removed at exit;
 # never into the repository), runs `qrelgen build` on the copies while polling /proc/PID/status
-# every 50 ms, and prints the chunks, the wall time, the peak RSS (VmHWM) and the peaks of its
-# parts: RssAnon (the heap: what qrelgen keeps) and RssFile (memory-mapped files: the index's
-# pages in the page cache, which the kernel drops under pressure).
+# every 50 ms, and prints per stage (as the build's stage lines end it) the peaks of VmRSS,
+# RssAnon (the heap: what qrelgen keeps) and RssFile (memory-mapped files: the index's pages in
+# the page cache, which the kernel drops under pressure), then the chunks, the wall time, the
+# peak RSS (VmHWM) and the peaks of its parts over the whole run.
 set -euo pipefail
 corpus=${1:?usage: bench/memory.sh CORPUS [FACTOR] [QUERIES]}
 factor=${2:-1}
@@ -21,20 +22,45 @@ for i in $(seq 1 "$factor"); do
   cp -r "$corpus" "$work/copy$i"
 done
 start=$(date +%s.%N)
-"$bin" build --corpus "$work" --out "$work/out" --queries "$queries" --allow-shortfall --quiet \
-  >/dev/null &
+"$bin" build --corpus "$work" --out "$work/out" --queries "$queries" --allow-shortfall \
+  >/dev/null 2>"$work/stages" &
 pid=$!
-hwm=0 anon=0 file=0
+hwm=0 anon=0 file=0 stage_rss=0 stage_anon=0 stage_file=0 ended=0
+# Prints a line per stage that ended since the last call, with the peaks polled while it ran
+# ("-" for a stage shorter than the polling interval).
+report_stages() {
+  # A stage's last line ends with its time, e.g. "    index: 55165 chunks, index built (1.52s)".
+  mapfile -t done < <(grep -E '^ *[a-z]+: .*\([0-9.]+s\)$' "$work/stages" || true)
+  for ((k = ended; k < ${#done[@]}; k++)); do
+    local name line
+    name=$(sed -E 's/^ *([a-z]+):.*/\1/' <<<"${done[$k]}")
+    line=$(sed -E 's/^ *//' <<<"${done[$k]}")
+    if ((stage_rss == 0)); then
+      printf '%-8s VmRSS    - MiB | RssAnon    - MiB | RssFile    - MiB | %s\n' "$name" "$line"
+    else
+      printf '%-8s VmRSS %4d MiB | RssAnon %4d MiB | RssFile %4d MiB | %s\n' "$name" \
+        $((stage_rss / 1024)) $((stage_anon / 1024)) $((stage_file / 1024)) "$line"
+    fi
+    stage_rss=0 stage_anon=0 stage_file=0
+  done
+  ended=${#done[@]}
+}
 while kill -0 "$pid" 2>/dev/null; do
   if status=$(cat "/proc/$pid/status" 2>/dev/null); then
-    read -r h a f < <(awk '/^VmHWM/{h=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2} END{print h+0, a+0, f+0}' <<<"$status")
+    read -r h r a f < <(awk '/^VmHWM/{h=$2} /^VmRSS/{r=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2}
+      END{print h+0, r+0, a+0, f+0}' <<<"$status")
     ((h > hwm)) && hwm=$h
     ((a > anon)) && anon=$a
     ((f > file)) && file=$f
+    ((r > stage_rss)) && stage_rss=$r
+    ((a > stage_anon)) && stage_anon=$a
+    ((f > stage_file)) && stage_file=$f
   fi
+  report_stages
   sleep 0.05
 done
 wait "$pid"
+report_stages
 wall=$(echo "$(date +%s.%N) - $start" | bc)
 chunks=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["corpus"]["chunks"])' "$work/out/manifest.json")
 printf '%s x%s: %s chunks, %s queries, wall %.1f s | peak RSS %d MiB | RssAnon peak %d MiB | RssFile peak %d MiB\n' \

@@ -10,6 +10,7 @@
 
 use crate::id::QueryId;
 use crate::text::is_cjk;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use unicode_normalization::UnicodeNormalization;
 
@@ -136,13 +137,17 @@ const CHUNK_SHINGLE: usize = 3;
 ///
 /// Chunks are long, so their signatures use one-permutation hashing (one hash per shingle,
 /// split into [`HASHES`] bins, empty bins filled from their neighbour) rather than a hash per
-/// shingle and slot; LSH keeps, per band, the first chunk seen with each band value.
+/// shingle and slot; LSH keeps, per band, the first chunk seen with each band value. Only
+/// those band entries keep their signatures: a later chunk is compared with them alone, so a
+/// grouped chunk's signature (or one whose band values were all taken) is dropped at once.
 #[derive(Debug, Default)]
 pub struct ChunkGroups {
     threshold: f64,
-    /// Signatures, one per chunk position (`None`: no shingles).
-    signatures: Vec<Option<[u32; HASHES]>>,
-    /// Per band: band value → the first ungrouped chunk with it.
+    /// Chunks added so far.
+    added: usize,
+    /// The band entries: each one's chunk position and signature.
+    entries: Vec<(u32, [u32; HASHES])>,
+    /// Per band: band value → the first ungrouped chunk with it (its number in `entries`).
     bands: Vec<HashMap<u32, u32>>,
     /// Group number of each chunk in a group of two or more.
     group_of: HashMap<usize, usize>,
@@ -159,22 +164,23 @@ impl ChunkGroups {
 
     /// Adds the next chunk (its position is the number of chunks added before it).
     pub fn add(&mut self, text: &str) {
-        let position = self.signatures.len();
+        let position = self.added;
+        self.added += 1;
         let units = units(text);
         let signature = if units.len() < CHUNK_SHINGLE {
             one_permutation(units.iter().copied())
         } else {
             one_permutation(units.windows(CHUNK_SHINGLE).map(|w| w.iter().fold(0, |h, u| mix(h ^ u))))
         };
-        self.signatures.push(signature);
         let Some(signature) = signature else { return };
         #[expect(clippy::cast_possible_truncation, reason = "a band value needs 32 bits only")]
         let keys: Vec<u32> = (0..BANDS)
             .map(|b| band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h))) as u32)
             .collect();
         let twin = (0..BANDS)
-            .filter_map(|b| self.bands[b].get(&keys[b]).map(|&p| p as usize))
-            .find(|&other| self.similarity(other, position) >= self.threshold);
+            .filter_map(|b| self.bands[b].get(&keys[b]).map(|&e| &self.entries[e as usize]))
+            .find(|(_, other)| similarity(other, &signature) >= self.threshold)
+            .map(|&(other, _)| other as usize);
         if let Some(twin) = twin {
             let group = *self.group_of.entry(twin).or_insert_with(|| {
                 self.groups.push(vec![twin]);
@@ -185,28 +191,29 @@ impl ChunkGroups {
             // A member is never a band entry: its group's first chunk stands for it.
             return;
         }
-        let Ok(position) = u32::try_from(position) else { return };
+        let (Ok(position), Ok(entry)) = (u32::try_from(position), u32::try_from(self.entries.len())) else {
+            return;
+        };
+        let mut entered = false;
         for (band, key) in self.bands.iter_mut().zip(keys) {
-            band.entry(key).or_insert(position);
+            if let Entry::Vacant(slot) = band.entry(key) {
+                slot.insert(entry);
+                entered = true;
+            }
+        }
+        if entered {
+            self.entries.push((position, signature));
         }
     }
 
-    /// Frees what only [`ChunkGroups::add`] needs (the signatures and band tables, about 400
-    /// bytes per chunk) once every chunk is added; the groups stay.
+    /// Frees what only [`ChunkGroups::add`] needs (the band entries' signatures and the band
+    /// tables, about 400 bytes per entry) once every chunk is added; the groups stay.
     ///
     /// # Panics
     /// [`ChunkGroups::add`] does after this.
     pub fn seal(&mut self) {
-        self.signatures = Vec::new();
+        self.entries = Vec::new();
         self.bands = Vec::new();
-    }
-
-    /// Estimated Jaccard similarity: the share of signature slots that agree.
-    fn similarity(&self, a: usize, b: usize) -> f64 {
-        match (&self.signatures[a], &self.signatures[b]) {
-            (Some(a), Some(b)) => a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / HASHES as f64,
-            _ => 0.0,
-        }
     }
 
     /// The near-identical copies of a chunk (without the chunk itself), in corpus order.
@@ -220,6 +227,11 @@ impl ChunkGroups {
     pub fn groups(&self) -> &[Vec<usize>] {
         &self.groups
     }
+}
+
+/// Estimated Jaccard similarity of two chunks: the share of signature slots that agree.
+fn similarity(a: &[u32; HASHES], b: &[u32; HASHES]) -> f64 {
+    a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / HASHES as f64
 }
 
 /// MinHash: for each of [`HASHES`] seeded mixes, the smallest mixed shingle.
@@ -337,8 +349,10 @@ mod tests {
         assert_eq!(groups.groups(), [vec![0, 2, 3]]);
         assert_eq!(groups.copies(2).collect::<Vec<_>>(), [0, 3]);
         assert_eq!(groups.copies(1).count(), 0);
+        // Only the chunks that stand in the band tables keep a signature: not the copies.
+        assert_eq!(groups.entries.iter().map(|e| e.0).collect::<Vec<_>>(), [0, 1, 4]);
         groups.seal();
-        assert!(groups.signatures.is_empty() && groups.bands.is_empty());
+        assert!(groups.entries.is_empty() && groups.bands.is_empty());
         assert_eq!(groups.groups(), [vec![0, 2, 3]]);
         assert_eq!(groups.copies(3).collect::<Vec<_>>(), [0, 2]);
     }

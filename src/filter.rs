@@ -306,7 +306,7 @@ impl<'a> RoundTrip<'a> {
         let mut verdict = Verdict {
             status,
             reason,
-            top_hit: hits.first().map(|h| self.index.meta(h.chunk).id.clone()),
+            top_hit: hits.first().map(|h| self.index.chunk_id(h.chunk)),
             difficulty: answerable.then(|| Difficulty::measure(&ranks, overlap)),
             ranks,
             overlap,
@@ -363,7 +363,7 @@ impl<'a> RoundTrip<'a> {
     }
 
     fn id(&self, position: usize) -> ChunkId {
-        self.index.meta(position).id.clone()
+        self.index.chunk_id(position)
     }
 
     /// The copy rule for `paraphrase` queries and, without a judge, the hop-terms rule for

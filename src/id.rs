@@ -84,6 +84,11 @@ impl DocId {
 }
 
 impl ChunkId {
+    /// An id taken from one that was already checked (a chunk list's copy of a `ChunkId`).
+    pub(crate) fn from_checked(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+
     /// Derives the id of a chunk from its document id and text.
     ///
     /// `occurrence` tells apart chunks of one document whose text is identical (0 for the first).

@@ -2,6 +2,12 @@
 
 mod cli;
 
+/// mimalloc gives freed memory back to the system within milliseconds; glibc's allocator kept
+/// what the index writer's threads and the corpus reader had freed (about 80 MiB of the heap's
+/// peak on techdocs ×8, `bench/memory.sh`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     cli::main()
 }

@@ -11,13 +11,13 @@ use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, Margin, OfflineGenerator, Planner, Preflight, Prompts,
     Quotas, Request,
 };
-use crate::id::{ChunkId, ContentHasher};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError};
+use crate::id::ContentHasher;
+use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
 use crate::progress::{Progress, Timings};
-use crate::record::{Checked, Chunk, ChunkMeta, FORMAT_VERSION, QueryType};
+use crate::record::{Checked, Chunk, FORMAT_VERSION, QueryType};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::sample;
@@ -140,15 +140,13 @@ pub fn build(
     timings.add("sample", stage.finish(&format!("{} queries to review", queue.len())));
 
     let stage = progress.stage("write", 0);
-    let chunk_groups: Vec<Vec<ChunkId>> =
-        groups.groups().iter().map(|g| g.iter().map(|&c| index.meta(c).id.clone()).collect()).collect();
     let files = SetFiles {
         language,
         judged: &rounds.judged,
         rejects: &rounds.rejects,
         set: &set,
         queue: &queue,
-        chunk_groups: &chunk_groups,
+        chunk_groups: groups.groups(),
         skipped: &skipped,
     };
     output::write_set(&staging, &files, &manifest, &index)?;
@@ -460,7 +458,7 @@ fn read_and_chunk(
     out: &Path,
     corpus_file: &Path,
     stage: &crate::progress::Stage,
-) -> Result<(Vec<ChunkMeta>, ChunkGroups, CorpusSummary, ReadReport)> {
+) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport)> {
     let chunker = Chunker::new(config.chunking)?;
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
@@ -509,7 +507,7 @@ pub(crate) fn corpus_hash(config: &BuildConfig, out: &Path) -> Result<String> {
 struct ChunkSink {
     file: output::AtomicFile,
     groups: ChunkGroups,
-    metas: Vec<ChunkMeta>,
+    metas: ChunkList,
     hash: ContentHasher,
 }
 
@@ -518,7 +516,7 @@ impl ChunkSink {
         Ok(Self {
             file: output::AtomicFile::create(corpus_file)?,
             groups: ChunkGroups::new(dup_threshold),
-            metas: Vec::new(),
+            metas: ChunkList::default(),
             hash: ContentHasher::default(),
         })
     }
@@ -527,7 +525,7 @@ impl ChunkSink {
         self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         self.file.write_json_line(&output::corpus_line(chunk))?;
         self.groups.add(&chunk.text);
-        self.metas.push(chunk.meta());
+        self.metas.push(chunk);
         Ok(())
     }
 }
@@ -552,7 +550,7 @@ impl CorpusTally {
     fn summary(
         self,
         report: &ReadReport,
-        metas: &[ChunkMeta],
+        metas: &ChunkList,
         groups: &ChunkGroups,
         chunks_hash: &ContentHasher,
     ) -> CorpusSummary {

@@ -43,25 +43,6 @@ pub struct Chunk {
     pub text: String,
 }
 
-impl Chunk {
-    /// What stays in memory of the chunk once its text is on disk.
-    #[must_use]
-    pub fn meta(&self) -> ChunkMeta {
-        ChunkMeta { id: self.id.clone(), doc_id: self.doc_id.clone(), ordinal: self.ordinal }
-    }
-}
-
-/// A chunk without its text: what the pipeline keeps in memory (texts live in the index).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChunkMeta {
-    /// Stable id.
-    pub id: ChunkId,
-    /// The document it comes from.
-    pub doc_id: DocId,
-    /// Position within the document.
-    pub ordinal: u32,
-}
-
 /// The kinds of query a generator writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

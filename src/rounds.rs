@@ -185,7 +185,7 @@ impl Rounds {
             *self.count(request.query_type).generation_failures.entry(failure.kind).or_default() += 1;
             self.rejects.push(Reject {
                 query_type: request.query_type,
-                sources: request.sources.iter().map(|&c| index.meta(c).id.clone()).collect(),
+                sources: request.sources.iter().map(|&c| index.chunk_id(c)).collect(),
                 round: request.round,
                 kind: failure.kind,
                 reason: failure.reason,
@@ -197,8 +197,7 @@ impl Rounds {
             .into_iter()
             .map(|draft| {
                 let request = &requests[draft.request];
-                let sources: Vec<ChunkId> =
-                    request.sources.iter().map(|&c| index.meta(c).id.clone()).collect();
+                let sources: Vec<ChunkId> = request.sources.iter().map(|&c| index.chunk_id(c)).collect();
                 Candidate {
                     id: QueryId::derive(request.query_type.label(), &sources, &draft.text),
                     text: draft.text,
@@ -208,7 +207,7 @@ impl Rounds {
                     style: draft.style,
                     evidence: draft.evidence,
                     answer: draft.answer,
-                    topic: draft.topic.map(|t| t.into_iter().map(|c| index.meta(c).id.clone()).collect()),
+                    topic: draft.topic.map(|t| t.into_iter().map(|c| index.chunk_id(c)).collect()),
                     generator: generator.name().to_owned(),
                     round: request.round,
                 }
@@ -263,7 +262,7 @@ impl Rounds {
             let candidate = &items[at].candidate;
             self.rejects.push(Reject {
                 query_type: candidate.query_type,
-                sources: vec![index.meta(ask.chunk).id.clone()],
+                sources: vec![index.chunk_id(ask.chunk)],
                 round: candidate.round,
                 kind: ungraded.kind,
                 reason: format!(

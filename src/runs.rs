@@ -60,7 +60,7 @@ impl PoolRuns {
     pub fn read(config: &PoolRunConfig, index: &ChunkIndex) -> Result<Self> {
         let mut by_doc: HashMap<&str, Vec<usize>> = HashMap::new();
         for position in 0..index.len() {
-            by_doc.entry(index.meta(position).doc_id.as_str()).or_default().push(position);
+            by_doc.entry(index.doc_id(position).as_str()).or_default().push(position);
         }
         let mut runs = Self::default();
         for file in &config.files {

@@ -109,7 +109,7 @@ pub fn read_jsonl(
     for_each_record(path, |line, record| {
         let id = DocId::sanitized(&record.id);
         let source_id = (id.as_str() != record.id).then_some(record.id);
-        if !seen.insert(id.clone()) {
+        if !seen.insert(digest(id.as_str())) {
             let was = source_id.map_or_else(String::new, |s| format!(" (renamed from {s:?})"));
             return Ok(Err(format!("document id {id}{was} was already used on an earlier line")));
         }
@@ -119,6 +119,16 @@ pub fn read_jsonl(
         let title = record.title.or_else(|| markdown_title(&record.text)).unwrap_or_else(|| id.to_string());
         sink(Document { id, source_id, title, text: record.text, markdown: true }).map(Ok)
     })
+}
+
+/// What the duplicate checks keep of each id: 128 bits of its blake3 hash (16 bytes, where the
+/// id itself would take a hundred; two ids share one with a chance below 2^-100 even across a
+/// billion lines).
+fn digest(id: &str) -> u128 {
+    let hash = blake3::hash(id.as_bytes());
+    let mut head = [0; 16];
+    head.copy_from_slice(&hash.as_bytes()[..16]);
+    u128::from_le_bytes(head)
 }
 
 /// Reads pre-chunked JSONL: each line is one chunk and keeps its id.
@@ -134,7 +144,7 @@ pub fn read_prechunked(path: &Path, mut sink: impl FnMut(Chunk) -> Result<()>) -
             Ok(id) => id,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        if !seen.insert(id.clone()) {
+        if !seen.insert(digest(id.as_str())) {
             return Err(Error::DuplicateChunkId { path: path.to_owned(), line, id: record.id });
         }
         let doc_id = DocId::sanitized(record.doc_id.as_deref().unwrap_or(id.as_str()));

@@ -95,7 +95,7 @@ pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun
     let mut results = Vec::with_capacity(queries.len());
     for q in queries {
         let hits = index.search(&q.text, k)?;
-        let hits = hits.into_iter().map(|h| (index.meta(h.chunk).id.clone(), h.score)).collect();
+        let hits = hits.into_iter().map(|h| (index.chunk_id(h.chunk), h.score)).collect();
         results.push(Ranked { query: q.id, hits });
         stage.inc(1);
     }
@@ -115,12 +115,12 @@ fn read_segmenter(path: &Path) -> Result<Segmenter> {
 }
 
 /// The chunk list of `corpus.jsonl` and its fingerprint, as the build computes it.
-fn chunk_list(corpus_file: &Path) -> Result<(Vec<crate::record::ChunkMeta>, String)> {
-    let mut metas = Vec::new();
+fn chunk_list(corpus_file: &Path) -> Result<(crate::index::ChunkList, String)> {
+    let mut metas = crate::index::ChunkList::default();
     let mut hash = ContentHasher::default();
     let skipped = corpus::read_prechunked(corpus_file, |chunk: Chunk| {
         hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-        metas.push(chunk.meta());
+        metas.push(&chunk);
         Ok(())
     })?;
     if let Some(first) = skipped.first() {

@@ -367,7 +367,8 @@ impl<'a> LlmGenerator<'a> {
         let styles = WeightedIndex::new(&weights).ok();
         let mut calls: Vec<Call> = Vec::new();
         for (i, request) in requests.iter().enumerate() {
-            let ids: Vec<&str> = request.sources.iter().map(|&c| self.index.meta(c).id.as_str()).collect();
+            let ids: Vec<String> =
+                request.sources.iter().map(|&c| self.index.chunk_id(c).to_string()).collect();
             let mut rng = stream(self.seed, &format!("style/{}/{}/{i}", request.query_type, ids.join("+")));
             let style = match &styles {
                 Some(dist) => self.settings.styles[dist.sample(&mut rng)].0.clone(),

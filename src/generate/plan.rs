@@ -153,7 +153,7 @@ impl<'a> Planner<'a> {
         let mut docs: Vec<Vec<usize>> = Vec::new();
         for position in 0..index.len() {
             let next = docs.len();
-            let doc = *doc_of.entry(&index.meta(position).doc_id).or_insert(next);
+            let doc = *doc_of.entry(index.doc_id(position)).or_insert(next);
             if doc == next {
                 docs.push(Vec::new());
             }
@@ -287,7 +287,6 @@ impl<'a> Planner<'a> {
     /// The best-ranked chunk that this chunk's salient terms retrieve, from another document or
     /// at least two chunks away in the same one, and not a copy of it.
     fn partner(&mut self, chunk: usize) -> Result<Option<usize>> {
-        let this = self.index.meta(chunk);
         let model = TermModel::new(
             self.index,
             self.index.term_stats(&self.index.text(chunk)?)?,
@@ -295,8 +294,8 @@ impl<'a> Planner<'a> {
         );
         let terms: Vec<String> = model.top(PARTNER_QUERY_TERMS).into_iter().map(|s| s.term.clone()).collect();
         for hit in self.index.search_terms(&terms, PARTNER_CANDIDATES)? {
-            let other = self.index.meta(hit.chunk);
-            let far = other.doc_id != this.doc_id || other.ordinal.abs_diff(this.ordinal) >= 2;
+            let far = self.index.doc_id(hit.chunk) != self.index.doc_id(chunk)
+                || self.index.ordinal(hit.chunk).abs_diff(self.index.ordinal(chunk)) >= 2;
             let copy = self.groups.copies(chunk).any(|c| c == hit.chunk);
             if hit.chunk != chunk && far && !copy && self.is_eligible(hit.chunk)? {
                 return Ok(Some(hit.chunk));

@@ -101,7 +101,7 @@ impl CorpusModel {
             return Self::build(index);
         };
         let was: HashMap<&ChunkId, usize> = old.iter().enumerate().map(|(at, c)| (c.id, at)).collect();
-        let now: HashSet<&ChunkId> = (0..index.len()).map(|p| &index.meta(p).id).collect();
+        let now: HashSet<ChunkId> = (0..index.len()).map(|p| index.chunk_id(p)).collect();
         for gone in old.iter().filter(|c| !now.contains(c.id)) {
             let mut tokens = index.analyzer().tokens(gone.title);
             tokens.extend(index.analyzer().tokens(gone.text));
@@ -110,7 +110,7 @@ impl CorpusModel {
         let mut space = TopicSpace::empty(basis.projection.dim, index.len(), index.threads());
         let mut new_forms: HashMap<String, HashMap<String, u32>> = HashMap::new();
         for position in 0..index.len() {
-            if let Some(&at) = was.get(&index.meta(position).id) {
+            if let Some(&at) = was.get(&index.chunk_id(position)) {
                 space.push(&old_space.vector(at));
                 continue;
             }

@@ -1,6 +1,7 @@
 //! Stage 3, index: a tantivy BM25 index of every chunk, kept on disk in the output folder. It is
-//! also where chunk texts live once the corpus is chunked: the pipeline keeps only
-//! [`ChunkMeta`]s in memory and fetches texts from the index's document store.
+//! also where chunk texts live once the corpus is chunked: the pipeline keeps only the
+//! [`ChunkList`] (ids, documents, ordinals) in memory and fetches texts from the index's document
+//! store.
 //!
 //! Input: the chunk list (metadata) and a way to stream the chunks. Output: a [`ChunkIndex`]
 //! that searches, serves texts and answers term statistics. Invariants: only this module
@@ -10,6 +11,8 @@
 
 mod analyzer;
 mod bm25;
+mod chunks;
+mod directory;
 mod error;
 mod fold;
 mod retriever;
@@ -18,6 +21,7 @@ mod topics;
 mod update;
 
 pub use analyzer::{Analyzer, Token};
+pub use chunks::ChunkList;
 pub use error::IndexError;
 pub use fold::OldChunk;
 pub use retriever::Retriever;
@@ -25,9 +29,9 @@ pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
 pub use update::Earlier;
 
-use crate::id::ChunkId;
+use crate::id::{ChunkId, DocId};
 use crate::progress::Stage;
-use crate::record::{Chunk, ChunkMeta};
+use crate::record::Chunk;
 use bm25::Bm25;
 use error::Result;
 use std::collections::BTreeMap;
@@ -41,11 +45,16 @@ use tantivy::{DocAddress, Index, IndexWriter, ReloadPolicy, Searcher, TantivyDoc
 
 /// File in the index folder recording which chunks it holds.
 const FINGERPRINT_FILE: &str = "qrelgen-fingerprint";
-/// Memory budget of the index writer, split among its threads (tantivy wants at least 15 MB
-/// each).
-const WRITER_MEMORY: usize = 200_000_000;
-/// Least memory tantivy accepts per writer thread.
-const WRITER_MEMORY_PER_THREAD: usize = 15_000_000;
+/// Memory budget of each index writer thread: a thread writes its segment to disk when its
+/// postings reach it, so a larger corpus makes more segments, not a larger heap (tantivy wants
+/// at least 15 MB).
+const WRITER_MEMORY_PER_THREAD: usize = 32_000_000;
+/// Most index writer threads.
+const WRITER_THREADS: usize = 8;
+/// Decompressed blocks of the document store each segment keeps (tantivy's default is 100,
+/// about 1.6 MB a segment). Texts are read in chunk order (the topic space's passes) or at
+/// random (the sources of queries), which a few blocks serve as well as many.
+const STORE_CACHE_BLOCKS: usize = 8;
 
 /// A search result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -122,7 +131,9 @@ struct Opened {
 impl Opened {
     fn open(dir: &Path, analyzer: &Analyzer) -> Result<Self> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
-        let index = Index::open_in_dir(dir).map_err(err)?;
+        let directory = directory::IndexDirectory::open(dir)
+            .map_err(|e| IndexError::Tantivy { path: dir.to_owned(), source: e.into() })?;
+        let index = Index::open(directory).map_err(err)?;
         register(&index, analyzer);
         let schema = index.schema();
         let field = |name| schema.get_field(name).map_err(err);
@@ -132,7 +143,12 @@ impl Opened {
             text: field("text")?,
             ord: field("ord")?,
         };
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(err)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .doc_store_cache_num_blocks(STORE_CACHE_BLOCKS)
+            .try_into()
+            .map_err(err)?;
         let searcher = reader.searcher();
         let keys = update::read_u32s(&dir.join(update::POSITIONS_FILE));
         let position = |key: u64| match &keys {
@@ -152,11 +168,12 @@ impl Opened {
     fn attach(
         self,
         dir: &Path,
-        chunks: Vec<ChunkMeta>,
+        mut chunks: ChunkList,
         fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
     ) -> Result<ChunkIndex> {
+        chunks.seal();
         let mismatch = || IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() };
         if self.searcher.num_docs() != chunks.len() as u64 {
             return Err(mismatch());
@@ -175,7 +192,7 @@ impl Opened {
         let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
-        by_id.sort_by(|a, b| chunks[*a as usize].id.cmp(&chunks[*b as usize].id));
+        by_id.sort_by(|&a, &b| chunks.id_str(a as usize).cmp(chunks.id_str(b as usize)));
         Ok(ChunkIndex {
             dir: dir.to_owned(),
             searcher: self.searcher,
@@ -198,7 +215,7 @@ pub struct ChunkIndex {
     fields: Fields,
     bm25: Bm25,
     addresses: Vec<DocAddress>,
-    chunks: Vec<ChunkMeta>,
+    chunks: ChunkList,
     by_id: Vec<u32>,
     fingerprint: String,
     analyzer: Analyzer,
@@ -220,7 +237,7 @@ impl ChunkIndex {
     /// `E`); the errors of `feed`.
     pub fn open_or_build<E: From<IndexError>>(
         dir: &Path,
-        chunks: Vec<ChunkMeta>,
+        chunks: ChunkList,
         fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
@@ -288,19 +305,37 @@ impl ChunkIndex {
         self.chunks.is_empty()
     }
 
-    /// The chunk at `position`.
+    /// The id of the chunk at `position`.
     ///
     /// # Panics
     /// If `position` is not below [`ChunkIndex::len`] (positions come from this index).
     #[must_use]
-    pub fn meta(&self, position: usize) -> &ChunkMeta {
-        &self.chunks[position]
+    pub fn chunk_id(&self, position: usize) -> ChunkId {
+        self.chunks.id(position)
+    }
+
+    /// The document of the chunk at `position`.
+    ///
+    /// # Panics
+    /// If `position` is not below [`ChunkIndex::len`].
+    #[must_use]
+    pub fn doc_id(&self, position: usize) -> &DocId {
+        self.chunks.doc_id(position)
+    }
+
+    /// The position of the chunk at `position` within its document.
+    ///
+    /// # Panics
+    /// If `position` is not below [`ChunkIndex::len`].
+    #[must_use]
+    pub fn ordinal(&self, position: usize) -> u32 {
+        self.chunks.ordinal(position)
     }
 
     /// The position of the chunk with this id.
     #[must_use]
     pub fn position(&self, id: &ChunkId) -> Option<usize> {
-        let at = self.by_id.binary_search_by(|p| self.chunks[*p as usize].id.cmp(id)).ok()?;
+        let at = self.by_id.binary_search_by(|&p| self.chunks.id_str(p as usize).cmp(id.as_str())).ok()?;
         Some(self.by_id[at] as usize)
     }
 
@@ -439,8 +474,9 @@ fn build<E: From<IndexError>>(
     let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(err)?;
     register(&index, analyzer);
-    let threads = threads.clamp(1, WRITER_MEMORY / WRITER_MEMORY_PER_THREAD);
-    let mut writer: IndexWriter = index.writer_with_num_threads(threads, WRITER_MEMORY).map_err(err)?;
+    let threads = threads.clamp(1, WRITER_THREADS);
+    let mut writer: IndexWriter =
+        index.writer_with_num_threads(threads, threads * WRITER_MEMORY_PER_THREAD).map_err(err)?;
     // No merges: each writer thread leaves its segments as they are (a few per 100 MB of
     // text), which searching over costs less than merging them would.
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
@@ -490,7 +526,7 @@ fn write_error(path: &Path, source: std::io::Error) -> IndexError {
 /// Builds (or reuses) an index over in-memory chunks: for tests.
 #[cfg(test)]
 pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, IndexOrigin) {
-    let metas = chunks.iter().map(Chunk::meta).collect();
+    let metas = chunks.iter().collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
     ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), 2, &Stage::hidden(), |add| {
         chunks.iter().cloned().try_for_each(add)
@@ -545,7 +581,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (index, _) = build_index(dir.path(), &["first text", "second text", "third"]);
         assert_eq!(index.text(1).unwrap_or_default(), "second text");
-        assert_eq!(index.meta(2).id.as_str(), "c2");
+        assert_eq!(index.chunk_id(2).as_str(), "c2");
         let id = ChunkId::parse("c2").unwrap();
         assert_eq!(index.position(&id), Some(2));
         assert_eq!(index.position(&ChunkId::parse("c9").unwrap()), None);
@@ -563,7 +599,7 @@ mod tests {
         for segmenter in [Segmenter::Jieba, Segmenter::Bigram] {
             let path = dir.path().join(segmenter.label());
             let chunks = test_chunks(&texts);
-            let metas = chunks.iter().map(Chunk::meta).collect();
+            let metas = chunks.iter().collect();
             let (index, _) = ChunkIndex::open_or_build(
                 &path,
                 metas,
@@ -599,7 +635,7 @@ mod tests {
 
     /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
     fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, IndexOrigin)> {
-        let metas = chunks.iter().map(Chunk::meta).collect();
+        let metas = chunks.iter().collect();
         ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
             chunks.into_iter().take(fed).try_for_each(add)
         })
@@ -637,7 +673,7 @@ mod tests {
     fn built_with(texts: &[&str], threads: usize) -> (tempfile::TempDir, ChunkIndex) {
         let dir = tempfile::tempdir().unwrap();
         let chunks = test_chunks(texts);
-        let metas = chunks.iter().map(Chunk::meta).collect();
+        let metas = chunks.iter().collect();
         let (index, _) = ChunkIndex::open_or_build(
             dir.path(),
             metas,

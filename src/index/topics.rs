@@ -469,6 +469,7 @@ impl Projection {
             (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
         // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
         let mut y = times(&fit, &omega, width);
+        drop(omega);
         for _ in 0..POWER_ITERATIONS {
             orthonormalize(&mut y, width);
             let mut z = transposed_times(&fit, &y, vocabulary, width);

@@ -10,15 +10,15 @@
 //! `qrelgen-tokens` and BM25 uses it: every score has a rebuild's bits, every ranking is a
 //! rebuild's.
 
+use super::chunks::ChunkList;
 use super::error::{IndexError, Result};
 use super::fold::OldChunk;
 use super::{
     Analyzer, ChunkIndex, FINGERPRINT_FILE, IndexOrigin, Opened, WRITER_MEMORY_PER_THREAD, register,
     write_error,
 };
-use crate::id::ChunkId;
 use crate::progress::Stage;
-use crate::record::{Chunk, ChunkMeta};
+use crate::record::Chunk;
 use std::collections::HashMap;
 use std::path::Path;
 use tantivy::schema::Field;
@@ -49,7 +49,7 @@ impl ChunkIndex {
     #[allow(clippy::too_many_arguments)]
     pub fn update_or_build<E: From<IndexError>>(
         dir: &Path,
-        chunks: Vec<ChunkMeta>,
+        chunks: ChunkList,
         fingerprint: &str,
         earlier: Earlier<'_>,
         analyzer: Analyzer,
@@ -87,12 +87,7 @@ struct Plan {
 impl Plan {
     /// The plan for the index in `dir`; `None` when it cannot be updated (an older schema, a
     /// position past the earlier list): then it is rebuilt.
-    fn of(
-        dir: &Path,
-        analyzer: &Analyzer,
-        chunks: &[ChunkMeta],
-        earlier: Earlier<'_>,
-    ) -> Result<Option<Self>> {
+    fn of(dir: &Path, analyzer: &Analyzer, chunks: &ChunkList, earlier: Earlier<'_>) -> Result<Option<Self>> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
         let Ok(index) = Index::open_in_dir(dir) else { return Ok(None) };
         register(&index, analyzer);
@@ -103,8 +98,7 @@ impl Plan {
         }
         let opened = Opened::open(dir, analyzer)?;
         let keys = read_u32s(&dir.join(POSITIONS_FILE));
-        let now: HashMap<&ChunkId, u32> =
-            chunks.iter().enumerate().map(|(at, c)| (&c.id, at as u32)).collect();
+        let now: HashMap<&str, u32> = (0..chunks.len()).map(|at| (chunks.id_str(at), at as u32)).collect();
         let mut moved_to = vec![None; keys.as_ref().map_or(earlier.chunks.len(), Vec::len)];
         let mut tokens = 0;
         let search = schema.get_field("search").map_err(err)?;
@@ -115,7 +109,7 @@ impl Plan {
                 let key = ords.get_val(doc as u32) as usize;
                 let Some(old) = earlier.chunks.get(position as usize) else { return Ok(None) };
                 let Some(slot) = moved_to.get_mut(key) else { return Ok(None) };
-                *slot = now.get(old.id).copied();
+                *slot = now.get(old.id.as_str()).copied();
             }
         }
         if let Some(exact) = read_tokens(dir) {
@@ -130,7 +124,7 @@ impl Plan {
         mut self,
         dir: &Path,
         analyzer: &Analyzer,
-        chunks: &[ChunkMeta],
+        chunks: &ChunkList,
         earlier: Earlier<'_>,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
@@ -138,8 +132,8 @@ impl Plan {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
         let count =
             |title: &str, text: &str| (analyzer.tokens(title).len() + analyzer.tokens(text).len()) as u64;
-        let kept: std::collections::HashSet<&ChunkId> = chunks.iter().map(|c| &c.id).collect();
-        for gone in earlier.chunks.iter().filter(|c| !kept.contains(c.id)) {
+        let kept: std::collections::HashSet<&str> = (0..chunks.len()).map(|at| chunks.id_str(at)).collect();
+        for gone in earlier.chunks.iter().filter(|c| !kept.contains(c.id.as_str())) {
             self.tokens -= count(gone.title, gone.text).min(self.tokens);
         }
         let mut writer: IndexWriter =
@@ -195,6 +189,7 @@ pub(super) fn read_tokens(dir: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::id::ChunkId;
     use crate::index::{Hit, test_chunks};
 
     /// Chunks named by their text's first word, so that one text keeps its id in every list.
@@ -212,7 +207,7 @@ mod tests {
     }
 
     fn index(dir: &Path, chunks: &[Chunk], earlier: Option<Earlier<'_>>) -> (ChunkIndex, IndexOrigin) {
-        let metas = chunks.iter().map(Chunk::meta).collect();
+        let metas: ChunkList = chunks.iter().collect();
         let feed = |add: &mut dyn FnMut(Chunk) -> Result<()>| chunks.iter().cloned().try_for_each(add);
         let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
         match earlier {

@@ -4,7 +4,7 @@
 use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
-use crate::id::ChunkId;
+use crate::index::ChunkIndex;
 use crate::record::{Checked, Difficulty, QueryType, Reason, Status};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,8 +20,10 @@ pub struct Summary<'a> {
     pub judged: &'a [Checked],
     /// Inputs skipped while reading the corpus.
     pub skipped: &'a [Skipped],
-    /// Groups of near-identical chunks.
-    pub chunk_groups: &'a [Vec<ChunkId>],
+    /// Groups of near-identical chunks, by position.
+    pub chunk_groups: &'a [Vec<usize>],
+    /// The index that names the chunks.
+    pub index: &'a ChunkIndex,
     /// What the set measures.
     pub measures: &'a super::Measures,
 }
@@ -42,7 +44,7 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     overlap_table(&mut out, summary.judged);
     difficulty_table(&mut out, summary.judged);
     judge_section(&mut out, summary.judged);
-    groups_section(&mut out, summary.chunk_groups, summary.judged);
+    groups_section(&mut out, summary.chunk_groups, summary.index, summary.judged);
     skipped_list(&mut out, summary.skipped);
     out
 }
@@ -494,7 +496,7 @@ const GROUPS_LISTED: usize = 10;
 /// Members listed per group.
 const MEMBERS_LISTED: usize = 4;
 
-fn groups_section(out: &mut String, groups: &[Vec<ChunkId>], judged: &[Checked]) {
+fn groups_section(out: &mut String, groups: &[Vec<usize>], index: &ChunkIndex, judged: &[Checked]) {
     let _ = writeln!(out, "## Near-identical chunks\n");
     if groups.is_empty() {
         let _ = writeln!(out, "None found (`--chunk-dup-threshold`).\n");
@@ -518,7 +520,8 @@ fn groups_section(out: &mut String, groups: &[Vec<ChunkId>], judged: &[Checked])
         if per_type.is_empty() { "none".to_owned() } else { per_type.join(", ") }
     );
     for group in groups.iter().take(GROUPS_LISTED) {
-        let mut ids: Vec<String> = group.iter().take(MEMBERS_LISTED).map(|c| format!("`{c}`")).collect();
+        let mut ids: Vec<String> =
+            group.iter().take(MEMBERS_LISTED).map(|&c| format!("`{}`", index.chunk_id(c))).collect();
         if group.len() > MEMBERS_LISTED {
             ids.push(format!("… {} chunks in all", group.len()));
         }

@@ -155,12 +155,12 @@ fn coverage(page: &mut Page, set: &[&Checked], index: &ChunkIndex) {
     page.heading("Document coverage");
     let mut per_doc: HashMap<&str, usize> = HashMap::new();
     let mut chunks = HashSet::new();
-    let documents: HashSet<&str> = (0..index.len()).map(|p| index.meta(p).doc_id.as_str()).collect();
+    let documents: HashSet<&str> = (0..index.len()).map(|p| index.doc_id(p).as_str()).collect();
     for j in set.iter().filter(|j| j.query_type() != QueryType::NoAnswer) {
         let mut docs = HashSet::new();
         for p in j.candidate.sources.iter().filter_map(|id| index.position(id)) {
             chunks.insert(p);
-            docs.insert(index.meta(p).doc_id.as_str());
+            docs.insert(index.doc_id(p).as_str());
         }
         for d in docs {
             *per_doc.entry(d).or_default() += 1;

@@ -7,7 +7,6 @@ use super::layout::{
 use super::{Manifest, Measures, Staging, Summary};
 use crate::corpus::Skipped;
 use crate::error::Result;
-use crate::id::ChunkId;
 use crate::index::ChunkIndex;
 use crate::record::{Checked, QueryType, Reject, ReviewItem};
 use crate::text::Language;
@@ -24,8 +23,8 @@ pub struct SetFiles<'a> {
     pub set: &'a [&'a Checked],
     /// The review queue.
     pub queue: &'a [ReviewItem],
-    /// Groups of near-identical chunks.
-    pub chunk_groups: &'a [Vec<ChunkId>],
+    /// Groups of near-identical chunks, by position (named by the index as they are written).
+    pub chunk_groups: &'a [Vec<usize>],
     /// Inputs skipped while reading the corpus.
     pub skipped: &'a [Skipped],
 }
@@ -49,7 +48,8 @@ pub fn write_set(
         let no_answer = set.iter().filter(|j| j.query_type() == QueryType::NoAnswer);
         no_answer.map(|j| &j.candidate.id).try_for_each(|id| writeln!(w, "{id}"))
     })?;
-    super::write_jsonl(&out.path(CHUNK_GROUPS), files.chunk_groups)?;
+    let named = files.chunk_groups.iter().map(|g| g.iter().map(|&c| index.chunk_id(c)).collect::<Vec<_>>());
+    super::write_jsonl(&out.path(CHUNK_GROUPS), named)?;
     super::write_jsonl(&out.path(CANDIDATES), files.judged)?;
     super::write_jsonl(&out.path(REJECTS), files.rejects)?;
     if set.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty())) {
@@ -62,6 +62,7 @@ pub fn write_set(
         judged: files.judged,
         skipped: files.skipped,
         chunk_groups: files.chunk_groups,
+        index,
         measures: &measures,
     };
     super::write_text(&out.path(REPORT_MD), &super::render_report(&summary))?;

@@ -439,7 +439,7 @@ impl<'a> Fresh<'a> {
     where
         Self: 'g,
     {
-        let docs: HashSet<_> = added.iter().map(|&p| &self.index.meta(p).doc_id).collect();
+        let docs: HashSet<_> = added.iter().map(|&p| self.index.doc_id(p)).collect();
         let cap = self.config.per_doc_cap.unwrap_or_else(|| crate::generate::auto_cap(n, docs.len()));
         Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
     }
@@ -582,9 +582,9 @@ impl Written<'_> {
             if set.join(REJECTS).is_file() { read_all(&set.join(REJECTS))? } else { Vec::new() };
         rejects.extend(self.rounds.rejects.iter().filter_map(|r| serde_json::to_value(r).ok()));
         output::write_jsonl(&staging.path(REJECTS), &rejects)?;
-        let chunk_groups: Vec<Vec<&ChunkId>> =
-            groups.groups().iter().map(|g| g.iter().map(|&c| &self.index.meta(c).id).collect()).collect();
-        output::write_jsonl(&staging.path(CHUNK_GROUPS), &chunk_groups)?;
+        let chunk_groups =
+            groups.groups().iter().map(|g| g.iter().map(|&c| self.index.chunk_id(c)).collect::<Vec<_>>());
+        output::write_jsonl(&staging.path(CHUNK_GROUPS), chunk_groups)?;
         output::write_text(&staging.path(CHUNK_MAP), &self.map.tsv())?;
         output::write_jsonl(
             &staging.path(CHANGELOG),

@@ -367,7 +367,7 @@ impl<'a> Recheck<'a> {
             return Ok(None);
         }
         let hits = self.index.search(&candidate.evidence.join(" "), EVIDENCE_SEARCH_DEPTH)?;
-        Ok(hits.iter().map(|h| &self.index.meta(h.chunk).id).find(|id| self.holds(id, candidate)).cloned())
+        Ok(hits.iter().map(|h| self.index.chunk_id(h.chunk)).find(|id| self.holds(id, candidate)))
     }
 
     /// Topic chunks in the new corpus: unchanged, or their most alike new chunk; deleted ones go.

@@ -1,0 +1,159 @@
+//! The index folder as qrelgen reads it: tantivy's memory-mapped directory, except for the
+//! document stores, which are read with positioned reads.
+//!
+//! Searching touches a small part of the postings again and again, which a memory map serves
+//! best. The document store is different: building the topic space reads every chunk's text
+//! once, and mapped, every page read would stay in the process's resident memory (`RssFile`) for
+//! the rest of the run, as large as the compressed texts. Read through the file, the pages stay
+//! in the kernel's page cache only, and tantivy's store reader still keeps its cache of recent
+//! blocks.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tantivy::HasLen;
+use tantivy::directory::error::{DeleteError, LockError, OpenDirectoryError, OpenReadError, OpenWriteError};
+use tantivy::directory::{
+    Directory, DirectoryLock, FileHandle, Lock, MmapDirectory, OwnedBytes, WatchCallback, WatchHandle,
+    WritePtr,
+};
+
+/// A memory-mapped index folder whose document stores are read, not mapped.
+#[derive(Debug, Clone)]
+pub(super) struct IndexDirectory {
+    root: PathBuf,
+    mapped: MmapDirectory,
+}
+
+impl IndexDirectory {
+    /// Opens the index folder `root`.
+    pub(super) fn open(root: &Path) -> Result<Self, OpenDirectoryError> {
+        Ok(Self { root: root.to_owned(), mapped: MmapDirectory::open(root)? })
+    }
+}
+
+/// Whether tantivy's file `path` is a segment's document store.
+fn is_store(path: &Path) -> bool {
+    path.extension().is_some_and(|extension| extension == "store")
+}
+
+impl Directory for IndexDirectory {
+    fn get_file_handle(&self, path: &Path) -> Result<Arc<dyn FileHandle>, OpenReadError> {
+        if !is_store(path) {
+            return self.mapped.get_file_handle(path);
+        }
+        let opened = File::open(self.root.join(path)).and_then(|file| {
+            let len = usize::try_from(file.metadata()?.len()).map_err(io::Error::other)?;
+            Ok(ReadFile { file, len })
+        });
+        match opened {
+            Ok(file) => Ok(Arc::new(file)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(OpenReadError::FileDoesNotExist(path.to_owned()))
+            }
+            Err(e) => Err(OpenReadError::wrap_io_error(e, path.to_owned())),
+        }
+    }
+
+    fn delete(&self, path: &Path) -> Result<(), DeleteError> {
+        self.mapped.delete(path)
+    }
+
+    fn exists(&self, path: &Path) -> Result<bool, OpenReadError> {
+        self.mapped.exists(path)
+    }
+
+    fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
+        self.mapped.open_write(path)
+    }
+
+    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
+        self.mapped.atomic_read(path)
+    }
+
+    fn atomic_write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        self.mapped.atomic_write(path, data)
+    }
+
+    fn acquire_lock(&self, lock: &Lock) -> Result<DirectoryLock, LockError> {
+        self.mapped.acquire_lock(lock)
+    }
+
+    fn sync_directory(&self) -> io::Result<()> {
+        self.mapped.sync_directory()
+    }
+
+    fn watch(&self, watch_callback: WatchCallback) -> tantivy::Result<WatchHandle> {
+        self.mapped.watch(watch_callback)
+    }
+}
+
+/// A file read by positioned reads (several threads at once, no shared cursor).
+#[derive(Debug)]
+struct ReadFile {
+    file: File,
+    len: usize,
+}
+
+impl HasLen for ReadFile {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl FileHandle for ReadFile {
+    fn read_bytes(&self, range: Range<usize>) -> io::Result<OwnedBytes> {
+        if range.end > self.len || range.start > range.end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bytes {range:?} of a file of {} bytes", self.len),
+            ));
+        }
+        let mut buffer = vec![0; range.len()];
+        read_at(&self.file, &mut buffer, range.start as u64)?;
+        Ok(OwnedBytes::new(buffer))
+    }
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
+    while !buffer.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, buffer, offset)? {
+            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            read => {
+                buffer = &mut buffer[read..];
+                offset += read as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_file_serves_ranges_and_refuses_ranges_past_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.store");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let directory = IndexDirectory::open(dir.path()).unwrap();
+        let handle = directory.get_file_handle(Path::new("0.store")).unwrap();
+        assert_eq!(handle.len(), 10);
+        assert_eq!(handle.read_bytes(2..5).unwrap().as_slice(), b"234");
+        assert!(handle.read_bytes(4..4).unwrap().as_slice().is_empty());
+        assert!(handle.read_bytes(8..11).is_err());
+        assert!(matches!(
+            directory.get_file_handle(Path::new("1.store")),
+            Err(OpenReadError::FileDoesNotExist(_))
+        ));
+    }
+}
