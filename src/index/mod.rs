@@ -26,7 +26,9 @@ use crate::progress::Stage;
 use crate::record::{Chunk, ChunkMeta};
 use bm25::Bm25;
 use error::Result;
+use hashbrown::HashTable;
 use std::collections::BTreeMap;
+use std::hash::BuildHasher as _;
 use std::path::{Path, PathBuf};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
@@ -160,8 +162,10 @@ impl Opened {
         }
         let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
-        let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
-        by_id.sort_by(|a, b| chunks[*a as usize].id.cmp(&chunks[*b as usize].id));
+        let mut by_id = HashTable::with_capacity(chunks.len());
+        for (position, chunk) in (0..).zip(&chunks) {
+            by_id.insert_unique(id_hash(&chunk.id), position, |&p: &u32| id_hash(&chunks[p as usize].id));
+        }
         Ok(ChunkIndex {
             dir: dir.to_owned(),
             searcher: self.searcher,
@@ -184,7 +188,8 @@ pub struct ChunkIndex {
     bm25: Bm25,
     addresses: Vec<DocAddress>,
     chunks: Vec<ChunkMeta>,
-    by_id: Vec<u32>,
+    /// Chunk positions, hashed by chunk id.
+    by_id: HashTable<u32>,
     analyzer: Analyzer,
     threads: usize,
 }
@@ -262,8 +267,8 @@ impl ChunkIndex {
     /// The position of the chunk with this id.
     #[must_use]
     pub fn position(&self, id: &ChunkId) -> Option<usize> {
-        let at = self.by_id.binary_search_by(|p| self.chunks[*p as usize].id.cmp(id)).ok()?;
-        Some(self.by_id[at] as usize)
+        let found = self.by_id.find(id_hash(id), |&p| self.chunks[p as usize].id == *id)?;
+        Some(*found as usize)
     }
 
     /// The stored title and text of the chunk at `position`.
@@ -371,6 +376,11 @@ impl ChunkIndex {
     fn error(&self, source: tantivy::TantivyError) -> IndexError {
         IndexError::Tantivy { path: self.dir.clone(), source }
     }
+}
+
+/// The hash of a chunk id in [`ChunkIndex`]'s table of positions.
+fn id_hash(id: &ChunkId) -> u64 {
+    foldhash::fast::FixedState::default().hash_one(id.as_str())
 }
 
 fn schema() -> (Schema, Fields) {
