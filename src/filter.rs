@@ -148,6 +148,8 @@ struct Vocabulary {
 
 /// A word of a chunk not in the [`Vocabulary`] yet.
 const NEW_WORD: u32 = u32::MAX;
+/// A word of a chunk without a term.
+const NO_TERM: u32 = u32::MAX - 1;
 
 impl TermCache {
     fn new(chunks: usize) -> Self {
@@ -161,14 +163,18 @@ impl TermCache {
         }
         let text = index.text(position)?;
         let words = index.analyzer().words(&text);
-        // Known words by their ids, new ones marked; a word without a term is left out.
-        let mut sequence: Vec<u32> = {
+        // Each word's id, new words marked, words without a term marked apart.
+        let mut ids: Vec<u32> = {
             let vocabulary = self.vocabulary.read().unwrap_or_else(PoisonError::into_inner);
-            words.iter().filter_map(|w| vocabulary.words.get(*w).map_or(Some(NEW_WORD), |&id| id)).collect()
+            words
+                .iter()
+                .map(|w| vocabulary.words.get(*w).map_or(NEW_WORD, |id| id.unwrap_or(NO_TERM)))
+                .collect()
         };
-        if sequence.contains(&NEW_WORD) {
-            sequence = self.learn(index.analyzer(), &words);
+        if ids.contains(&NEW_WORD) {
+            self.learn(index.analyzer(), &words, &mut ids);
         }
+        let sequence: Vec<u32> = ids.into_iter().filter(|&id| id != NO_TERM).collect();
         let mut set = sequence.clone();
         set.sort_unstable();
         set.dedup();
@@ -177,25 +183,25 @@ impl TermCache {
         Ok(Arc::clone(terms))
     }
 
-    /// The term ids of `words` (without the words that have none), analysing and adding the
-    /// words not yet known.
-    fn learn(&self, analyzer: &Analyzer, words: &[&str]) -> Vec<u32> {
+    /// Analyses the words marked new in `ids` (without holding the vocabulary), adds them to
+    /// the vocabulary and puts their ids in `ids`.
+    fn learn(&self, analyzer: &Analyzer, words: &[&str], ids: &mut [u32]) {
+        let new: HashSet<&str> =
+            words.iter().zip(&*ids).filter(|(_, id)| **id == NEW_WORD).map(|(w, _)| *w).collect();
+        let new: Vec<(&str, Option<String>)> = new.into_iter().map(|w| (w, analyzer.term(w))).collect();
         let mut vocabulary = self.vocabulary.write().unwrap_or_else(PoisonError::into_inner);
         let Vocabulary { terms, words: known } = &mut *vocabulary;
-        words
-            .iter()
-            .filter_map(|&word| {
-                if let Some(&id) = known.get(word) {
-                    return id;
-                }
-                let id = analyzer.term(word).map(|term| {
-                    let next = terms.len() as u32;
-                    *terms.entry(term).or_insert(next)
-                });
-                known.insert(word.to_owned(), id);
-                id
-            })
-            .collect()
+        for (word, term) in new {
+            let id = term.map(|term| {
+                let next = terms.len() as u32;
+                *terms.entry(term).or_insert(next)
+            });
+            // Another thread may have learnt the word meanwhile: the same term, the same id.
+            known.entry(word.to_owned()).or_insert(id);
+        }
+        for (word, id) in words.iter().zip(ids).filter(|(_, id)| **id == NEW_WORD) {
+            *id = known.get(*word).copied().flatten().unwrap_or(NO_TERM);
+        }
     }
 
     /// The vocabulary ids of `terms`, `None` for a term of no analysed chunk.

@@ -12,8 +12,9 @@
 use super::Hit;
 use foldhash::HashMap;
 use std::cell::RefCell;
-use std::cmp::Ordering;
+use std::cmp;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::postings::TermInfo;
@@ -42,10 +43,15 @@ pub(super) struct Bm25 {
     widest: usize,
     /// The terms searched so far (up to [`KNOWN_TERMS`]): `None` for a term in no chunk.
     known: RwLock<HashMap<String, Option<Arc<QueryTerm>>>>,
+    /// Postings that may still be kept scored.
+    room: AtomicUsize,
 }
 
 /// The most terms [`Bm25`] keeps the weight and postings addresses of (a few MB).
 const KNOWN_TERMS: usize = 1 << 16;
+/// The most postings [`Bm25`] keeps scored (8 bytes each): queries share their terms, and a
+/// scored posting is read again without decoding or scoring it.
+const SCORED_POSTINGS: usize = 1 << 21;
 
 /// tantivy's [`Bm25Weight`](tantivy::query::Bm25Weight) arithmetic, with what it computes per term (a length normalisation
 /// table) computed once for the index: the same operations in the same order, so the same bits
@@ -97,10 +103,12 @@ impl Weights {
     }
 }
 
-/// A query term: its weight and where its postings are in each segment.
+/// A query term: its weight and, per segment, where its postings are and, while
+/// [`SCORED_POSTINGS`] lasts, each posting's document and score.
 struct QueryTerm {
     weight: f32,
     infos: Vec<Option<TermInfo>>,
+    scored: Option<Vec<Box<[(u32, f32)]>>>,
 }
 
 /// Each thread's scores per document of a segment (all zeros between searches) and the
@@ -131,7 +139,8 @@ impl Bm25 {
         let average_length = tokens as f32 / documents as f32;
         let widest = segments.iter().map(|s| s.positions.len()).max().unwrap_or(0);
         let weights = Weights::new(documents, average_length);
-        Ok(Self { segments, weights, widest, known: RwLock::default() })
+        let room = AtomicUsize::new(SCORED_POSTINGS);
+        Ok(Self { segments, weights, widest, known: RwLock::default(), room })
     }
 
     /// The chunk position of a document.
@@ -175,12 +184,57 @@ impl Bm25 {
             .map(|s| s.postings.terms().get(term.as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
         let df: u64 = infos.iter().flatten().map(|info| u64::from(info.doc_freq)).sum();
-        let found = (df > 0).then(|| Arc::new(QueryTerm { weight: self.weights.weight(df), infos }));
+        let found = if df == 0 { None } else { Some(Arc::new(self.query_term(df, infos)?)) };
         let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
         if known.len() < KNOWN_TERMS {
             known.insert(term.to_owned(), found.clone());
         }
         Ok(found)
+    }
+
+    /// A term found in `df` documents, its postings scored if there is room for them.
+    fn query_term(&self, df: u64, infos: Vec<Option<TermInfo>>) -> tantivy::Result<QueryTerm> {
+        let weight = self.weights.weight(df);
+        let df = usize::try_from(df).unwrap_or(usize::MAX);
+        let room = self.room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |room| room.checked_sub(df));
+        let scored = match room {
+            Ok(_) => Some(
+                self.segments
+                    .iter()
+                    .zip(&infos)
+                    .map(|(segment, info)| {
+                        let mut scored = Vec::with_capacity(info.as_ref().map_or(0, |i| i.doc_freq as usize));
+                        self.postings(segment, info.as_ref(), weight, |doc, score| {
+                            scored.push((doc, score))
+                        })?;
+                        Ok(scored.into_boxed_slice())
+                    })
+                    .collect::<tantivy::Result<Vec<_>>>()?,
+            ),
+            Err(_) => None,
+        };
+        Ok(QueryTerm { weight, infos, scored })
+    }
+
+    /// Each document of a segment that contains a term (at `info`; none without it), with the
+    /// term's score in it, in document order.
+    fn postings(
+        &self,
+        segment: &Segment,
+        info: Option<&TermInfo>,
+        weight: f32,
+        mut each: impl FnMut(u32, f32),
+    ) -> tantivy::Result<()> {
+        let Some(info) = info else { return Ok(()) };
+        let mut block =
+            segment.postings.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
+        while !block.docs().is_empty() {
+            for (&doc, &tf) in block.docs().iter().zip(block.freqs()) {
+                each(doc, self.weights.score(weight, segment.fieldnorms.fieldnorm_id(doc), tf));
+            }
+            block.advance();
+        }
+        Ok(())
     }
 
     /// Adds one term's BM25 score to the score of every document of a segment that contains
@@ -192,22 +246,22 @@ impl Bm25 {
         term: &QueryTerm,
         scratch: &mut Scratch,
     ) -> tantivy::Result<()> {
-        let Some(info) = &term.infos[at] else { return Ok(()) };
         let Scratch { scores, touched } = scratch;
-        let mut block =
-            segment.postings.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
-        while !block.docs().is_empty() {
-            for (&doc, &tf) in block.docs().iter().zip(block.freqs()) {
-                let score = &mut scores[doc as usize];
-                // Every term score is positive: a zero is a document not yet scored.
-                if *score == 0.0 {
-                    touched.push(doc);
-                }
-                *score += self.weights.score(term.weight, segment.fieldnorms.fieldnorm_id(doc), tf);
+        let mut add = |doc: u32, term_score: f32| {
+            let score = &mut scores[doc as usize];
+            // Every term score is positive: a zero is a document not yet scored.
+            if *score == 0.0 {
+                touched.push(doc);
             }
-            block.advance();
+            *score += term_score;
+        };
+        match &term.scored {
+            Some(scored) => {
+                scored[at].iter().for_each(|&(doc, score)| add(doc, score));
+                Ok(())
+            }
+            None => self.postings(segment, term.infos[at].as_ref(), term.weight, add),
         }
-        Ok(())
     }
 }
 
@@ -218,13 +272,13 @@ struct Ranked(Hit);
 impl Eq for Ranked {}
 
 impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> Ordering {
+    fn cmp(&self, other: &Self) -> cmp::Ordering {
         other.0.score.total_cmp(&self.0.score).then(self.0.chunk.cmp(&other.0.chunk))
     }
 }
 
 impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+    fn partial_cmp(&self, other: &Self) -> Option<cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
