@@ -108,8 +108,11 @@ impl Weights {
 struct QueryTerm {
     weight: f32,
     infos: Vec<Option<TermInfo>>,
-    scored: Option<Vec<Box<[(u32, f32)]>>>,
+    scored: Option<Vec<Scored>>,
 }
+
+/// A term's postings in one segment: each document and the term's score in it.
+type Scored = Box<[(u32, f32)]>;
 
 /// Each thread's scores per document of a segment (all zeros between searches) and the
 /// documents scored so far.
@@ -205,7 +208,7 @@ impl Bm25 {
                     .map(|(segment, info)| {
                         let mut scored = Vec::with_capacity(info.as_ref().map_or(0, |i| i.doc_freq as usize));
                         self.postings(segment, info.as_ref(), weight, |doc, score| {
-                            scored.push((doc, score))
+                            scored.push((doc, score));
                         })?;
                         Ok(scored.into_boxed_slice())
                     })
@@ -314,7 +317,9 @@ impl Top {
 #[cfg(test)]
 fn top(hits: &[Hit], limit: usize) -> Vec<Hit> {
     let mut top = Top::new(limit);
-    hits.iter().for_each(|&h| top.offer(h));
+    for &hit in hits {
+        top.offer(hit);
+    }
     top.into_sorted()
 }
 
