@@ -125,7 +125,7 @@ mod tests {
         let texts = [
             "The Syncing of Files: RUNNING harbor-sync --pause, and ÉCOLES élèves",
             "配额已满时 Uploads 会暂停，中华人民共和国的数据库 mirror 配置",
-            "a_very_long_identifier_that_is_far_longer_than_forty_bytes_in_all short",
+            "averyverylongidentifierthatisfarlongerthanfortybytesinall short",
             "",
         ];
         for segmenter in [Segmenter::Jieba, Segmenter::Bigram] {
@@ -138,6 +138,10 @@ mod tests {
         }
         assert_eq!(Analyzer::default().term("the"), None);
         assert_eq!(Analyzer::default().term("Syncing").as_deref(), Some("sync"));
+        assert_eq!(
+            Analyzer::default().term("averyverylongidentifierthatisfarlongerthanfortybytesinall"),
+            None
+        );
     }
 
     proptest::proptest! {
