@@ -30,6 +30,8 @@ pub mod rng;
 pub mod rounds;
 pub mod runs;
 pub mod sample;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub mod validate;
 

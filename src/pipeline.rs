@@ -9,10 +9,10 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, Margin, OfflineGenerator, Planner, Preflight, Prompts,
-    Quotas,
+    Quotas, Request,
 };
 use crate::id::{ChunkId, ContentHasher};
-use crate::index::{Analyzer, ChunkIndex, IndexError};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
@@ -74,11 +74,12 @@ pub fn build(
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let (index, groups, corpus, skipped) = chunk_and_index(config, out, &staging, *progress, &mut timings)?;
+    let (index, groups, corpus, skipped) =
+        chunk_and_index(config, out, &staging, None, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
-    let mut stages = make_stages(config, &index, out, language, *progress)?;
+    let mut stages = make_stages(config, &index, out, language, *progress, None)?;
     timings.add("connect", stage.finish(&generator_line(stages.generator.as_ref(), language)));
     let quotas = config.mix.quotas(config.queries);
     let per_call = stages.generator.queries_per_call();
@@ -248,11 +249,7 @@ fn dry_run(
         if requests.is_empty() {
             break;
         }
-        let mut estimate = stages.generator.estimate(&requests)?;
-        if let Some(judge) = &stages.judge {
-            (estimate.judge_calls, estimate.judge_prompt_tokens) =
-                judge.estimate(&requests, config.judge, config.filter.pool_depth)?;
-        }
+        let estimate = estimate(config, stages, &requests)?;
         let batches = batches_of(config, &estimate);
         if round == 1 {
             (range.queries, range.low, range.batches.0) = (requests.len(), estimate, batches);
@@ -263,6 +260,16 @@ fn dry_run(
         rounds.assume_kept(&requests, DRY_RUN_LOW_YIELD);
     }
     Ok(range)
+}
+
+/// What `requests` would cost: the generator's calls, and the judge's on the queries they give.
+pub(crate) fn estimate(config: &BuildConfig, stages: &Stages<'_>, requests: &[Request]) -> Result<Estimate> {
+    let mut estimate = stages.generator.estimate(requests)?;
+    if let Some(judge) = &stages.judge {
+        (estimate.judge_calls, estimate.judge_prompt_tokens) =
+            judge.estimate(requests, config.judge, config.filter.pool_depth)?;
+    }
+    Ok(estimate)
 }
 
 /// The batches a round of `estimate` makes with `--batch`: its generation calls split by the
@@ -295,8 +302,7 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
         )));
     }
     if let (Some(limit), Some(price)) = (llm.budget.max_cost, llm.budget.price) {
-        let cost =
-            (prompt as f64 * price.prompt + completion as f64 * price.completion) / 1e6 * llm.batch_discount;
+        let cost = price.discounted(llm.batch_discount).of(prompt, completion);
         if cost > limit {
             return Err(Error::Budget(format!(
                 "the whole batch run could cost up to {cost:.4} at the batch price ({} × the given prices), over \
@@ -309,11 +315,13 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
 }
 
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way), then builds (or reuses) the index.
+/// near-identical chunks on the way), then builds (or reuses) the index; one of the `earlier`
+/// chunk list is updated in place.
 pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
+    earlier: Option<Earlier<'_>>,
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
@@ -339,31 +347,52 @@ pub(crate) fn chunk_and_index(
     timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
     let stage = progress.stage("index", chunks.len() as u64);
     let analyzer = Analyzer::new(config.segmenter);
-    let (index, provenance) = ChunkIndex::open_or_build(
-        &out.join(layout::INDEX_DIR),
-        chunks,
-        &corpus.chunks_hash,
-        analyzer,
-        config.threads,
-        &stage,
-        |add| reread_chunks(&corpus_file, add),
-    )?;
+    let dir = out.join(layout::INDEX_DIR);
+    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| reread_chunks(&corpus_file, add);
+    let (index, provenance) = match earlier {
+        Some(earlier) => ChunkIndex::update_or_build(
+            &dir,
+            chunks,
+            &corpus.chunks_hash,
+            earlier,
+            analyzer,
+            config.threads,
+            &stage,
+            feed,
+        )?,
+        None => ChunkIndex::open_or_build(
+            &dir,
+            chunks,
+            &corpus.chunks_hash,
+            analyzer,
+            config.threads,
+            &stage,
+            feed,
+        )?,
+    };
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
     Ok((index, groups, corpus, read.skipped))
 }
 
 /// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
-/// LLM session.
+/// LLM session. The offline generator uses `model` (the corpus model of `index`'s chunks) or
+/// builds it, and keeps it beside the index for a later refresh to fold changes into.
 pub(crate) fn make_stages<'a>(
     config: &BuildConfig,
     index: &'a ChunkIndex,
     out: &Path,
     language: Language,
     progress: Progress,
+    model: Option<CorpusModel>,
 ) -> Result<Stages<'a>> {
     let setup = match &config.generator {
         GeneratorConfig::Offline => {
-            let generator = OfflineGenerator::new(index, config.seed, language, config.topics)?;
+            let model = match model {
+                Some(model) => model,
+                None => CorpusModel::build(index)?,
+            }
+            .keep_beside(index)?;
+            let generator = OfflineGenerator::new(index, config.seed, language, config.topics, model)?;
             return Ok(Stages { generator: Box::new(generator), judge: None });
         }
         GeneratorConfig::Llm(setup) => setup,

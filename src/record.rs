@@ -79,8 +79,8 @@ pub enum QueryType {
 }
 
 impl QueryType {
-    /// All types, in report order.
-    pub const ALL: [Self; 4] = [Self::Direct, Self::Paraphrase, Self::MultiHop, Self::NoAnswer];
+    /// All types, in report order (the declaration order, strum's `VARIANTS`).
+    pub const ALL: &'static [Self] = <Self as VariantArray>::VARIANTS;
 
     /// The label used in flags, ids and files: serde's name.
     #[must_use]
@@ -284,8 +284,8 @@ pub enum Difficulty {
 }
 
 impl Difficulty {
-    /// All levels, in report order.
-    pub const ALL: [Self; 3] = [Self::Easy, Self::Medium, Self::Hard];
+    /// All levels, in report order (the declaration order, strum's `VARIANTS`).
+    pub const ALL: &'static [Self] = <Self as VariantArray>::VARIANTS;
 
     /// Easy: every source ranks 1st and overlap ≥ 0.8. Hard: a source ranks below 3rd or not at
     /// all, or overlap < 0.5. Medium: the rest. (For `multi_hop`, "ranks 1st" means its hops
@@ -596,14 +596,7 @@ pub struct ReviewItem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Serialize;
-
-    /// Every variant's label is the name serde writes, and parses back where a parser exists.
-    fn labels_are_serde_names<T: VariantArray + Serialize + Copy>(label: fn(T) -> &'static str) {
-        for &variant in T::VARIANTS {
-            assert_eq!(serde_json::to_value(variant).unwrap(), label(variant));
-        }
-    }
+    use crate::testing::labels_are_serde_names;
 
     #[test]
     fn labels_are_the_names_serde_writes() {
@@ -622,6 +615,11 @@ mod tests {
             assert_eq!(Provenance::from_label(p.label()), Some(p));
         }
         assert_eq!(QueryType::from_label("Direct"), None, "labels are exact");
+        assert_eq!(
+            QueryType::ALL,
+            [QueryType::Direct, QueryType::Paraphrase, QueryType::MultiHop, QueryType::NoAnswer]
+        );
+        assert_eq!(Difficulty::ALL, [Difficulty::Easy, Difficulty::Medium, Difficulty::Hard], "report order");
         assert_eq!(Provenance::from_label("bm25"), None);
     }
 }

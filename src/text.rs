@@ -232,10 +232,7 @@ mod tests {
 
     #[test]
     fn language_codes_are_the_names_serde_writes() {
-        use strum::VariantArray as _;
-        for &language in Language::VARIANTS {
-            assert_eq!(serde_json::to_value(language).unwrap(), language.code());
-        }
+        crate::testing::labels_are_serde_names(Language::code);
         assert_eq!(Language::Zh.code(), "zh");
     }
 

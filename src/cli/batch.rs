@@ -93,6 +93,11 @@ impl BatchArgs {
     }
 }
 
+/// The examples of `qrelgen batch --help` and `qrelgen batch status --help`.
+pub const STATUS_EXAMPLES: &str = "Examples:
+  qrelgen batch status --set out
+  qrelgen batch status --set out --cache shared-cache.sqlite";
+
 /// `qrelgen batch`.
 #[derive(Debug, Args)]
 pub struct BatchCommand {
@@ -103,9 +108,7 @@ pub struct BatchCommand {
 #[derive(Debug, Subcommand)]
 enum BatchSub {
     /// Where the batches of a set stand, as the last poll left them (sends nothing).
-    #[command(after_help = "Examples:
-  qrelgen batch status --set out
-  qrelgen batch status --set out --cache shared-cache.sqlite")]
+    #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
 }
 

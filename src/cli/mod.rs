@@ -114,9 +114,7 @@ enum Command {
     )]
     Eval(Box<eval::EvalArgs>),
     /// Batch inference (`build --batch submit|export|import`): where a set's batches stand.
-    #[command(after_help = "Examples:
-  qrelgen batch status --set out
-  qrelgen batch status --set out --cache shared-cache.sqlite")]
+    #[command(after_help = batch::STATUS_EXAMPLES)]
     Batch(batch::BatchCommand),
 }
 

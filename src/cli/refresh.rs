@@ -48,12 +48,13 @@ fn parse_new_queries(value: &str) -> Result<NewQueries, String> {
 
 /// Runs the refresh and returns the exit code.
 pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
-    let recorded = recorded_settings(&args.set)?;
+    let manifest = read_manifest(&args.set)?;
+    let recorded = recorded_settings(&manifest, &args.set)?;
     let settings = std::mem::take(&mut args.settings).over(Some(recorded));
     let api_key = std::env::var("OPENAI_API_KEY").ok();
     let config = settings.resolve(Inputs {
         corpus: &args.corpus,
-        prechunked: recorded_prechunked(&args.set),
+        prechunked: manifest.pointer("/config/prechunked").and_then(Value::as_bool).unwrap_or(false),
         dry_run: args.dry_run,
         api_key,
     })?;
@@ -98,24 +99,20 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
     Ok(())
 }
 
-/// The settings `manifest.json` records, as if given in a config file.
-fn recorded_settings(set: &Path) -> anyhow::Result<Settings> {
+/// The set's `manifest.json`.
+fn read_manifest(set: &Path) -> anyhow::Result<Value> {
     let path = set.join("manifest.json");
     let text =
         fs_err::read_to_string(&path).with_context(|| format!("{} is not a set folder", set.display()))?;
-    let manifest: Value =
-        serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))
+}
+
+/// The settings the set's `manifest` records, as if given in a config file.
+fn recorded_settings(manifest: &Value, set: &Path) -> anyhow::Result<Settings> {
+    let path = set.join("manifest.json");
     let config = manifest.get("config").with_context(|| format!("{} records no config", path.display()))?;
     serde_json::from_value(Value::Object(settings_of(config)))
         .with_context(|| format!("{}: the recorded config cannot be read", path.display()))
-}
-
-fn recorded_prechunked(set: &Path) -> bool {
-    let text = fs_err::read_to_string(set.join("manifest.json")).unwrap_or_default();
-    serde_json::from_str::<Value>(&text)
-        .ok()
-        .and_then(|m| m.pointer("/config/prechunked")?.as_bool())
-        .unwrap_or(false)
 }
 
 /// The recorded config (`BuildConfig` as serialized) as settings keys.

@@ -195,11 +195,11 @@ fn load(set: &Path) -> anyhow::Result<ReviewSet> {
 
 fn export(args: &ExportArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
-    let mut items = export::items(&set);
-    if let Some(OnlyArg::Changed) = args.only {
-        let changed = qrelgen::refresh::changed_queries(&set.dir)?;
-        items.retain(|item| changed.contains(item.query_id.as_str()));
-    }
+    let changed = match args.only {
+        Some(OnlyArg::Changed) => Some(qrelgen::refresh::changed_queries(&set.dir)?),
+        None => None,
+    };
+    let items = export::items(&set, |id| changed.as_ref().is_none_or(|c| c.contains(id.as_str())));
     let written = match args.format {
         FormatArg::Jsonl => write_to(args.to.as_deref(), stdout, |w| export::write_jsonl(&items, w))?,
         FormatArg::Csv => write_to(args.to.as_deref(), stdout, |w| export::write_csv(&items, w))?,

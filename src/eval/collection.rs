@@ -313,7 +313,7 @@ impl Collection {
             let difficulty = meta
                 .as_ref()
                 .and_then(|m| m.difficulty.as_deref())
-                .and_then(|d| Difficulty::ALL.into_iter().find(|x| x.label() == d));
+                .and_then(|d| Difficulty::ALL.iter().copied().find(|x| x.label() == d));
             let reviewed = meta.is_some_and(|m| m.review.is_some()) || human_rated.contains(&id);
             self.add_query(QueryInfo { id, class: QueryClass::Unjudged, query_type, difficulty, reviewed });
             Ok(())

@@ -85,11 +85,18 @@ type Written = (String, Option<String>, Option<Vec<usize>>);
 
 impl<'a> OfflineGenerator<'a> {
     /// A generator over the chunks of `index`, writing `no_answer` queries' absent word in
-    /// `language`. Reads every chunk once for the corpus's term statistics and topic space.
+    /// `language`, with the corpus's term statistics and topic space (`corpus`, the model of
+    /// `index`'s chunks).
     ///
     /// # Errors
-    /// [`crate::Error::Index`] when the absent-word check or reading a chunk fails.
-    pub fn new(index: &'a ChunkIndex, seed: u64, language: Language, topics: TopicConfig) -> Result<Self> {
+    /// [`crate::Error::Index`] when the absent-word check fails.
+    pub fn new(
+        index: &'a ChunkIndex,
+        seed: u64,
+        language: Language,
+        topics: TopicConfig,
+        corpus: CorpusModel,
+    ) -> Result<Self> {
         let words = match language {
             Language::En => ABSENT_WORDS_EN,
             Language::Zh => ABSENT_WORDS_ZH,
@@ -102,7 +109,6 @@ impl<'a> OfflineGenerator<'a> {
                 absent.push(word.to_owned());
             }
         }
-        let corpus = CorpusModel::build(index)?;
         Ok(Self { index, absent, language, seed, corpus, topics })
     }
 

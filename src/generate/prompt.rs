@@ -159,7 +159,7 @@ impl Prompts {
         };
         let task_fields = ["count", "style", "style_description"];
         let mut tasks = BTreeMap::new();
-        for t in QueryType::ALL {
+        for &t in QueryType::ALL {
             tasks.insert(t, template(&format!("{lang}/{}.md", t.label()), &task_fields, &["count"])?);
         }
         let (_, styles_text) = read(&format!("{lang}/styles.md"))?;

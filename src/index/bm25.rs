@@ -128,8 +128,14 @@ thread_local! {
 
 impl Bm25 {
     /// The scorer of `searcher`'s `field`; `positions` gives, per segment, each document's chunk
-    /// position.
-    pub(super) fn new(searcher: &Searcher, field: Field, positions: Vec<Vec<u32>>) -> tantivy::Result<Self> {
+    /// position; `exact_tokens`, the field's token count when tantivy's is an estimate (an index
+    /// updated in place, see `update.rs`).
+    pub(super) fn new(
+        searcher: &Searcher,
+        field: Field,
+        positions: Vec<Vec<u32>>,
+        exact_tokens: Option<u64>,
+    ) -> tantivy::Result<Self> {
         let mut segments = Vec::with_capacity(positions.len());
         let mut tokens = 0u64;
         for (reader, positions) in searcher.segment_readers().iter().zip(positions) {
@@ -137,6 +143,7 @@ impl Bm25 {
             tokens += postings.total_num_tokens();
             segments.push(Segment { postings, fieldnorms: reader.get_fieldnorms_reader(field)?, positions });
         }
+        let tokens = exact_tokens.unwrap_or(tokens);
         let documents: u64 = searcher.segment_readers().iter().map(|r| u64::from(r.max_doc())).sum();
         // tantivy's average field length, computed as tantivy does.
         let average_length = tokens as f32 / documents as f32;

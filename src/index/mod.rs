@@ -11,15 +11,19 @@
 mod analyzer;
 mod bm25;
 mod error;
+mod fold;
 mod retriever;
 mod segment;
 mod topics;
+mod update;
 
 pub use analyzer::{Analyzer, Token};
 pub use error::IndexError;
+pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
+pub use update::Earlier;
 
 use crate::id::ChunkId;
 use crate::progress::Stage;
@@ -33,7 +37,7 @@ use std::path::{Path, PathBuf};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
-    FAST, Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
+    FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::{DocAddress, Index, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
@@ -84,6 +88,8 @@ pub enum IndexOrigin {
     Reused,
     /// Built from the chunks.
     Built,
+    /// The index of an earlier chunk list, brought to these chunks in place.
+    Updated,
 }
 
 impl std::fmt::Display for IndexOrigin {
@@ -91,6 +97,7 @@ impl std::fmt::Display for IndexOrigin {
         f.write_str(match self {
             Self::Reused => "reused, chunks unchanged",
             Self::Built => "built",
+            Self::Updated => "updated in place",
         })
     }
 }
@@ -107,8 +114,11 @@ struct Fields {
 struct Opened {
     searcher: Searcher,
     fields: Fields,
-    /// Per segment, each document's chunk position (its `ord`).
+    /// Per segment, each document's chunk position (its `ord`, or the position an updated
+    /// index's key file gives that key).
     positions: Vec<Vec<u32>>,
+    /// The exact token count of an updated index (whose own may be estimated).
+    tokens: Option<u64>,
 }
 
 impl Opened {
@@ -126,15 +136,18 @@ impl Opened {
         };
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(err)?;
         let searcher = reader.searcher();
+        let keys = update::read_u32s(&dir.join(update::POSITIONS_FILE));
+        let position = |key: u64| match &keys {
+            None => key.min(u64::from(u32::MAX)) as u32,
+            Some(keys) => usize::try_from(key).ok().and_then(|k| keys.get(k)).copied().unwrap_or(u32::MAX),
+        };
         let mut positions = Vec::new();
         for segment in searcher.segment_readers() {
             let ords = segment.fast_fields().column_first_or_default::<u64>("ord").map_err(err)?;
             // A position past the chunk list is caught by `attach`.
-            positions.push(
-                (0..ords.num_vals()).map(|doc| ords.get_val(doc).min(u64::from(u32::MAX)) as u32).collect(),
-            );
+            positions.push((0..ords.num_vals()).map(|doc| position(ords.get_val(doc))).collect());
         }
-        Ok(Self { searcher, fields, positions })
+        Ok(Self { searcher, fields, positions, tokens: update::read_tokens(dir) })
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
@@ -142,6 +155,7 @@ impl Opened {
         self,
         dir: &Path,
         chunks: Vec<ChunkMeta>,
+        fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
     ) -> Result<ChunkIndex> {
@@ -160,7 +174,7 @@ impl Opened {
         if addresses.iter().any(|a| a.segment_ord == u32::MAX) {
             return Err(mismatch());
         }
-        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions)
+        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id = HashTable::with_capacity(chunks.len());
         for (position, chunk) in (0..).zip(&chunks) {
@@ -174,6 +188,7 @@ impl Opened {
             addresses,
             chunks,
             by_id,
+            fingerprint: fingerprint.to_owned(),
             analyzer,
             threads,
         })
@@ -190,6 +205,7 @@ pub struct ChunkIndex {
     chunks: Vec<ChunkMeta>,
     /// Chunk positions, hashed by chunk id.
     by_id: HashTable<u32>,
+    fingerprint: String,
     analyzer: Analyzer,
     threads: usize,
 }
@@ -216,19 +232,41 @@ impl ChunkIndex {
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, IndexOrigin), E> {
-        let stamp = format!("{}\n{fingerprint}\n", analyzer.version());
+        let stamp = Self::stamp(&analyzer, fingerprint);
         let stamp_path = dir.join(FINGERPRINT_FILE);
         if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
             && let Ok(opened) = Opened::open(dir, &analyzer)
             && opened.searcher.num_docs() == chunks.len() as u64
         {
             progress.inc(chunks.len() as u64);
-            return Ok((opened.attach(dir, chunks, analyzer, threads)?, IndexOrigin::Reused));
+            return Ok((opened.attach(dir, chunks, fingerprint, analyzer, threads)?, IndexOrigin::Reused));
         }
         reset_dir(dir)?;
         build(dir, &analyzer, threads, progress, feed)?;
         fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
-        Ok((Opened::open(dir, &analyzer)?.attach(dir, chunks, analyzer, threads)?, IndexOrigin::Built))
+        Ok((
+            Opened::open(dir, &analyzer)?.attach(dir, chunks, fingerprint, analyzer, threads)?,
+            IndexOrigin::Built,
+        ))
+    }
+
+    /// What names an index of the chunk list with this `fingerprint` analysed by `analyzer`
+    /// (also the stamp of the corpus model kept beside it).
+    #[must_use]
+    pub fn stamp(analyzer: &Analyzer, fingerprint: &str) -> String {
+        format!("{}\n{fingerprint}\n", analyzer.version())
+    }
+
+    /// The folder the index lives in.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The stamp of this index's chunk list and analyzer (see [`ChunkIndex::stamp`]).
+    #[must_use]
+    pub fn own_stamp(&self) -> String {
+        Self::stamp(&self.analyzer, &self.fingerprint)
     }
 
     /// The threads its users may read it with (those it was built with).
@@ -391,7 +429,8 @@ fn schema() -> (Schema, Fields) {
     let search = builder.add_text_field("search", TextOptions::default().set_indexing_options(indexing));
     let title = builder.add_text_field("title", STORED);
     let text = builder.add_text_field("text", STORED);
-    let ord = builder.add_u64_field("ord", FAST);
+    // Indexed too, so that an update can delete a document by its key.
+    let ord = builder.add_u64_field("ord", FAST | INDEXED);
     (builder.build(), Fields { search, title, text, ord })
 }
 
@@ -417,20 +456,25 @@ fn build<E: From<IndexError>>(
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut position = 0u64;
     feed(&mut |chunk| {
-        let mut doc = TantivyDocument::default();
-        doc.add_text(fields.search, &chunk.title);
-        doc.add_text(fields.search, &chunk.text);
-        doc.add_text(fields.title, &chunk.title);
-        doc.add_text(fields.text, &chunk.text);
-        doc.add_u64(fields.ord, position);
+        writer.add_document(document(fields, &chunk, position)).map_err(err)?;
         position += 1;
-        writer.add_document(doc).map_err(err)?;
         progress.inc(1);
         Ok(())
     })?;
     writer.commit().map_err(err)?;
     writer.wait_merging_threads().map_err(err)?;
     Ok(())
+}
+
+/// The index's document of `chunk`, under the key `ord` (its position, in an index as built).
+fn document(fields: Fields, chunk: &Chunk, ord: u64) -> TantivyDocument {
+    let mut doc = TantivyDocument::default();
+    doc.add_text(fields.search, &chunk.title);
+    doc.add_text(fields.search, &chunk.text);
+    doc.add_text(fields.title, &chunk.title);
+    doc.add_text(fields.text, &chunk.text);
+    doc.add_u64(fields.ord, ord);
+    doc
 }
 
 /// Empties the index folder, refusing to touch a folder that is not an index.

@@ -192,8 +192,6 @@ mod tests {
 
     #[test]
     fn labels_are_serdes_names() {
-        for v in <Segmenter as strum::VariantArray>::VARIANTS {
-            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
-        }
+        crate::testing::labels_are_serde_names(Segmenter::label);
     }
 }

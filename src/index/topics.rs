@@ -17,6 +17,7 @@
 
 use super::ChunkIndex;
 use super::error::Result;
+use super::fold::Basis;
 use crate::rng::stream;
 use foldhash::{HashMap, HashMapExt as _};
 use rand::Rng as _;
@@ -45,8 +46,8 @@ pub struct TermUsage {
 /// Term statistics of the whole corpus.
 #[derive(Debug, Default)]
 pub struct CorpusTerms {
-    chunks: usize,
-    usage: HashMap<String, TermUsage>,
+    pub(super) chunks: usize,
+    pub(super) usage: HashMap<String, TermUsage>,
 }
 
 impl CorpusTerms {
@@ -107,13 +108,13 @@ pub struct TopicSpace {
 
 impl TopicSpace {
     /// An empty space of `dim` dimensions for `capacity` chunks, scanned with `threads` threads.
-    fn empty(dim: usize, capacity: usize, threads: usize) -> Self {
+    pub(super) fn empty(dim: usize, capacity: usize, threads: usize) -> Self {
         let blocks = Vec::with_capacity(capacity.div_ceil(LANES) * dim * LANES);
         Self { dim, chunks: 0, blocks, threads: threads.max(1) }
     }
 
     /// Adds the next chunk's vector (`dim` values).
-    fn push(&mut self, vector: &[f32]) {
+    pub(super) fn push(&mut self, vector: &[f32]) {
         let (block, lane) = (self.chunks / LANES, self.chunks % LANES);
         if lane == 0 {
             self.blocks.resize(self.blocks.len() + self.dim * LANES, 0.0);
@@ -122,6 +123,11 @@ impl TopicSpace {
             self.blocks[(block * self.dim + d) * LANES + lane] = x;
         }
         self.chunks += 1;
+    }
+
+    /// Number of chunks.
+    pub(super) fn chunks(&self) -> usize {
+        self.chunks
     }
 
     /// Number of dimensions (fewer than [`DIMENSIONS`] for a tiny corpus).
@@ -136,7 +142,8 @@ impl TopicSpace {
         dot(&self.vector(a), &self.vector(b))
     }
 
-    fn vector(&self, chunk: usize) -> Vec<f32> {
+    /// The vector of `chunk` (empty past the last chunk).
+    pub(super) fn vector(&self, chunk: usize) -> Vec<f32> {
         if chunk >= self.chunks {
             return Vec::new();
         }
@@ -259,6 +266,9 @@ pub struct CorpusModel {
     pub terms: CorpusTerms,
     /// The topic space.
     pub space: TopicSpace,
+    /// What projects a chunk into the space (to fold new chunks in later, `fold.rs`); `None`
+    /// when the space is empty.
+    pub(super) basis: Option<Basis>,
 }
 
 impl CorpusModel {
@@ -290,7 +300,7 @@ impl CorpusModel {
             .collect();
         let terms = CorpusTerms { chunks: n, usage };
         let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
-            return Ok(Self { terms, space: TopicSpace::default() });
+            return Ok(Self { terms, space: TopicSpace::default(), basis: None });
         };
         let mut space = TopicSpace::empty(projection.dim, n, index.threads());
         if step == 1 {
@@ -298,7 +308,8 @@ impl CorpusModel {
             for row in &sample {
                 space.push(&projection.project(row, &df, n));
             }
-            return Ok(Self { terms, space });
+            let basis = Some(Basis { ids, names, df, n, projection });
+            return Ok(Self { terms, space, basis });
         }
         drop(sample);
         // The second pass: each chunk's counts again, projected and dropped, so that only the
@@ -312,7 +323,8 @@ impl CorpusModel {
             }
             space.push(&projection.project(&sorted(counts), &df, n));
         }
-        Ok(Self { terms, space })
+        let basis = Some(Basis { ids, names, df, n, projection });
+        Ok(Self { terms, space, basis })
     }
 }
 
@@ -356,7 +368,7 @@ impl Vocabulary {
 }
 
 /// A row of (term, count) from counts, by term.
-fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
+pub(super) fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
     let mut row: Vec<(u32, u32)> = counts.into_iter().collect();
     row.sort_unstable();
     row
@@ -398,7 +410,7 @@ fn analysed(index: &ChunkIndex) -> impl Iterator<Item = Result<Vec<super::Token>
 }
 
 /// The most frequent form; ties go to the first in sort order.
-fn most_common(forms: HashMap<String, u32>) -> String {
+pub(super) fn most_common(forms: HashMap<String, u32>) -> String {
     let mut forms: Vec<(String, u32)> = forms.into_iter().collect();
     forms.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     forms.into_iter().next().map(|(form, _)| form).unwrap_or_default()
@@ -430,9 +442,10 @@ fn weighted(row: &[(u32, u32)], df: &[u32], n: f64) -> Row {
 
 /// The map from weighted term counts to the topic space: the top right singular vectors of the
 /// matrix of a sample of the rows (a randomized truncated SVD), vocabulary × `dim`, row-major.
-struct Projection {
-    dim: usize,
-    v: Vec<f64>,
+#[derive(Debug)]
+pub(super) struct Projection {
+    pub(super) dim: usize,
+    pub(super) v: Vec<f64>,
 }
 
 impl Projection {
@@ -483,7 +496,7 @@ impl Projection {
 
     /// A chunk's row of term counts, weighted, projected and of unit length (all zeros when it
     /// projects to nothing).
-    fn project(&self, row: &[(u32, u32)], df: &[u32], n: usize) -> Vec<f32> {
+    pub(super) fn project(&self, row: &[(u32, u32)], df: &[u32], n: usize) -> Vec<f32> {
         let projected = times(&[&weighted(row, df, n as f64)], &self.v, self.dim);
         let norm = projected.iter().map(|x| x * x).sum::<f64>().sqrt();
         projected.iter().map(|x| if norm > 1e-12 { (x / norm) as f32 } else { 0.0 }).collect()

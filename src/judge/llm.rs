@@ -3,9 +3,9 @@
 //! generator's preflight chose.
 //!
 //! Invariants: grades come back in the asks' order; an unusable reply is re-asked at most
-//! `repairs` times; a failure that is not fatal is an [`Ungraded`] with its kind and words.
+//! `repairs` times; a failure that is not fatal is an [`Unusable`] with its kind and words.
 
-use super::{Ask, CallsAtMost, Grade, Judge, JudgeConfig, Ungraded, calls_at_most};
+use super::{Ask, CallsAtMost, Grade, Judge, JudgeConfig, calls_at_most};
 use crate::error::Result;
 use crate::generate::{Prompts, Request, ResponseMode, extract_json};
 use crate::index::ChunkIndex;
@@ -24,6 +24,8 @@ pub struct LlmJudge<'a> {
     session: Arc<Session>,
     prompts: Prompts,
     mode: ResponseMode,
+    /// The response format of every ask, from `mode` and the judge's schema.
+    format: Option<serde_json::Value>,
     repairs: u32,
 }
 
@@ -38,7 +40,8 @@ impl<'a> LlmJudge<'a> {
         mode: ResponseMode,
         repairs: u32,
     ) -> Self {
-        Self { index, session, prompts, mode, repairs }
+        let format = mode.mode.response_format("grade", &prompts.judge_schema);
+        Self { index, session, prompts, mode, format, repairs }
     }
 
     /// The judge calls `requests` may cost once generated, and their prompt tokens: a call per
@@ -74,7 +77,7 @@ impl<'a> LlmJudge<'a> {
     /// Prompt tokens of an ask about `chunk`, the query's allowance included.
     fn prompt_tokens(&self, chunk: usize) -> Result<u64> {
         let messages = self.messages("", chunk)?;
-        Ok(u64::from(estimate_tokens(&messages, self.format().as_ref())) + QUERY_TOKENS)
+        Ok(u64::from(estimate_tokens(&messages, self.format.as_ref())) + QUERY_TOKENS)
     }
 
     fn messages(&self, query: &str, chunk: usize) -> Result<Vec<Message>> {
@@ -87,29 +90,23 @@ impl<'a> LlmJudge<'a> {
         Ok(vec![Message::new(Role::User, user)])
     }
 
-    fn format(&self) -> Option<serde_json::Value> {
-        self.mode.mode.response_format("grade", &self.prompts.judge_schema)
-    }
-
     /// Asks about one (query, chunk) pair, at temperature 0.
     async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Grade, LlmError> {
         let messages = self.messages(&ask.query, ask.chunk).map_err(|e| LlmError::Body(e.to_string()))?;
-        let format = self.format();
         let repair = |error: &str| {
             self.prompts.judge_repair.render(&[("error", error)]).map_err(|e| LlmError::Body(e.to_string()))
         };
-        let answer =
-            self.session.ask_until(messages, format.as_ref(), 0.0, self.repairs, repair, parse_grade).await;
+        let answer = self
+            .session
+            .ask_until(messages, self.format.as_ref(), 0.0, self.repairs, repair, parse_grade)
+            .await;
         if !matches!(answer, Err(LlmError::Deferred)) {
             progress.inc(1);
         }
-        Ok(match Unusable::settle(answer)? {
-            Ok(grade) => {
-                self.mode.worked(&self.session);
-                Ok(grade.grade)
-            }
-            Err(Unusable { kind, reason, reply }) => Err(Ungraded { kind, reason, reply }),
-        })
+        Ok(Unusable::settle(answer)?.map(|grade| {
+            self.mode.worked(&self.session);
+            grade.grade
+        }))
     }
 }
 

@@ -21,8 +21,9 @@ pub use llm::LlmJudge;
 
 use crate::error::Result;
 use crate::index::ChunkIndex;
+use crate::llm::Unusable;
 use crate::progress::Stage;
-use crate::record::{Checked, Difficulty, FailureKind, Pooled, QueryType, Reason, Status, Verdict};
+use crate::record::{Checked, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -40,19 +41,9 @@ pub struct Ask {
     pub chunk: usize,
 }
 
-/// A question the judge gave no usable grade for, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ungraded {
-    /// What kind of failure.
-    pub kind: FailureKind,
-    /// Why (an unusable reply after the repairs, a failed call), in words.
-    pub reason: String,
-    /// The last reply, if there was one (truncated).
-    pub reply: Option<String>,
-}
-
-/// The judge's answer to one ask: a grade 0–3, or why there is none.
-pub type Grade = std::result::Result<u8, Ungraded>;
+/// The judge's answer to one ask: a grade 0–3, or why there is none (an unusable reply after
+/// the repairs, a failed call).
+pub type Grade = std::result::Result<u8, Unusable>;
 
 /// Grades asks. Implemented by [`LlmJudge`], which shares the run's LLM session (endpoint,
 /// limits, cache and budget) with the generator.
@@ -195,10 +186,19 @@ impl Asks {
     /// The candidate each ungraded ask was first planned for, with the ask and why: for
     /// `rejects.jsonl`.
     #[must_use]
-    pub fn ungraded<'g>(&self, grades: &'g [Grade]) -> Vec<(usize, &Ask, &'g Ungraded)> {
-        let first_asker = |at: usize| self.plans.iter().position(|plan| plan.iter().any(|&(_, a)| a == at));
+    pub fn ungraded<'g>(&self, grades: &'g [Grade]) -> Vec<(usize, &Ask, &'g Unusable)> {
+        let mut first_asker = vec![None; self.asks.len()];
+        for (item, plan) in self.plans.iter().enumerate() {
+            for &(_, at) in plan {
+                if let Some(asker @ None) = first_asker.get_mut(at) {
+                    *asker = Some(item);
+                }
+            }
+        }
         let failed = grades.iter().enumerate().filter_map(|(at, g)| g.as_ref().err().map(|u| (at, u)));
-        failed.filter_map(|(at, u)| Some((first_asker(at)?, self.asks.get(at)?, u))).collect()
+        failed
+            .filter_map(|(at, u)| Some((first_asker.get(at).copied().flatten()?, self.asks.get(at)?, u)))
+            .collect()
     }
 
     /// Applies the judge's grades (one per ask) to the candidates they were planned for.
@@ -285,7 +285,7 @@ fn reclassify(verdict: &mut Verdict) {
 mod tests {
     use super::*;
     use crate::id::ChunkId;
-    use crate::record::{Candidate, Pooled, Verdict};
+    use crate::record::{Candidate, FailureKind, Pooled, Verdict};
 
     fn id(s: &str) -> ChunkId {
         ChunkId::parse(s).unwrap()
@@ -368,10 +368,32 @@ mod tests {
     }
 
     #[test]
+    fn an_ungraded_ask_is_reported_for_the_first_candidate_that_planned_it() {
+        let ask = |chunk| Ask { query: "q".into(), chunk };
+        let asks = Asks {
+            asks: vec![ask(0), ask(1), ask(2)],
+            plans: vec![
+                vec![],
+                vec![(Purpose::Hop, 1), (Purpose::Hop, 0)],
+                vec![(Purpose::Pool(0), 1), (Purpose::Pool(1), 2)],
+            ],
+        };
+        let failed =
+            |reason: &str| Unusable { kind: FailureKind::Timeout, reason: reason.into(), reply: None };
+        let grades = [Err(failed("a")), Err(failed("b")), Ok(1)];
+        let reported: Vec<(usize, usize, &str)> = asks
+            .ungraded(&grades)
+            .into_iter()
+            .map(|(at, ask, u)| (at, ask.chunk, u.reason.as_str()))
+            .collect();
+        assert_eq!(reported, [(1, 0, "a"), (1, 1, "b")]);
+    }
+
+    #[test]
     fn a_missing_pool_grade_of_an_answerable_query_only_leaves_the_chunk_ungraded() {
         let mut direct = item(QueryType::Direct, &["x", "y"]);
         let asks = Asks { asks: Vec::new(), plans: vec![vec![(Purpose::Pool(0), 0), (Purpose::Pool(1), 1)]] };
-        let failed = Ungraded { kind: FailureKind::UnusableReply, reason: "no JSON".into(), reply: None };
+        let failed = Unusable { kind: FailureKind::UnusableReply, reason: "no JSON".into(), reply: None };
         asks.apply(std::slice::from_mut(&mut direct), &[Err(failed), Ok(2)], NO_POOL, Phase::Pool);
         assert_eq!(outcome(&direct), (Status::Kept, Reason::SourceInTopN, None));
         assert_eq!(direct.verdict.pool[1].grade, Some(2));

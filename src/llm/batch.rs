@@ -6,10 +6,11 @@
 //! Input: the request bodies the online path would send. Output: replies in the same SQLite
 //! cache, under the same keys. Invariants: a line's `custom_id` is the call's cache key and its
 //! `body` is byte for byte the body the online path sends, so online and batch calls mix
-//! freely; a batch's id and lines are in the cache before it is waited on, so a killed run
-//! polls the same batch again and never submits it twice; a line that failed is a failure of
-//! its call (in `rejects.jsonl`), a line a batch never ran (expired, cancelled) is submitted
-//! again.
+//! freely; a batch's lines are in the cache before it is created (under its input file's id,
+//! then under the batch's own), so a killed run finds the same batch again, by its id or by
+//! its input file, and never submits it twice (nor does a create call retried after a
+//! timeout); a line that failed is a failure of its call (in `rejects.jsonl`), a line a batch
+//! never ran (expired, cancelled) is submitted again.
 
 use super::{Cache, CachedReply, Llm, LlmError, classify};
 use async_openai::types::InputSource;
@@ -121,8 +122,7 @@ pub enum BatchError {
 }
 
 /// One line of a request file: OpenAI's batch input format.
-#[must_use]
-pub fn request_line(key: &str, body: &str) -> String {
+fn request_line(key: &str, body: &str) -> String {
     let id = serde_json::Value::String(key.to_owned());
     format!(r#"{{"custom_id":{id},"method":"POST","url":"{CHAT_URL}","body":{body}}}"#)
 }
@@ -291,11 +291,16 @@ pub struct BatchRecord {
 }
 
 /// The lenient parts of a batch object we read.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct BatchObject {
     id: String,
     #[serde(default)]
     status: String,
+    #[serde(default)]
+    input_file_id: Option<String>,
+    /// Unix time; 0 when the server does not say.
+    #[serde(default)]
+    created_at: u64,
     #[serde(default)]
     output_file_id: Option<String>,
     #[serde(default)]
@@ -321,6 +326,50 @@ struct FileObject {
     id: String,
 }
 
+/// The batch tables, made by [`Cache::open`] once per connection: the batches submitted or
+/// imported, the lines (cache keys) of each, and the replies that came through one (which
+/// [`Cache::get`] reads with each reply, for the batch price).
+pub(super) const TABLES: &str = "
+    CREATE TABLE IF NOT EXISTS batches (
+        id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
+        total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
+        created INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
+        PRIMARY KEY (batch, key));
+    CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
+    CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);";
+
+/// A page of the list of batches (newest first).
+#[derive(Debug, Deserialize)]
+struct BatchPage {
+    #[serde(default)]
+    data: Vec<BatchObject>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
+/// The status of a batch recorded under its input file's id before the create call: if the
+/// run stops before the answer is recorded, the next run looks the batch up by its file.
+const CREATING: &str = "creating";
+
+/// How far before its record a batch's creation may be dated (clock skew between us and the
+/// provider): a lookup stops at batches older than that.
+const LOOKUP_SLACK_SECS: u64 = 86_400;
+
+/// A batch not imported yet, as the cache holds it.
+#[derive(Debug)]
+struct OpenBatch {
+    /// The batch id, or the input file's id while the batch is being created.
+    id: String,
+    /// The create call may or may not have gone through: `id` is the input file's.
+    creating: bool,
+    /// Unix time of the record.
+    created: u64,
+}
+
 impl BatchObject {
     fn terminal(&self) -> bool {
         matches!(self.status.as_str(), "completed" | "expired" | "cancelled" | "failed")
@@ -328,32 +377,28 @@ impl BatchObject {
 }
 
 impl Cache {
-    /// Creates the batch tables if they are missing (`batch_replies` is made by
-    /// [`Cache::open`]).
-    pub(super) fn batch_tables(&self) -> Result<(), super::CacheError> {
-        self.with(|c| {
-            c.execute_batch(
-                "CREATE TABLE IF NOT EXISTS batches (
-                     id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
-                     total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
-                     failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
-                     created INTEGER NOT NULL DEFAULT 0);
-                 CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
-                     PRIMARY KEY (batch, key));
-                 CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);",
-            )
-        })
-    }
-
-    /// Records a batch and its lines, in one transaction, before it is waited on.
-    fn record_batch(&self, id: &str, stage: &str, keys: &[&String]) -> Result<(), super::CacheError> {
-        let created =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    /// Records a batch and its lines, in one transaction, with `status`: under its input
+    /// file's id and [`CREATING`] before the create call, so no batch exists that the cache
+    /// does not know of.
+    fn record_batch(
+        &self,
+        id: &str,
+        stage: &str,
+        status: &str,
+        keys: &[&String],
+    ) -> Result<(), super::CacheError> {
+        let created = unix_now();
         self.with(|c| {
             let tx = c.unchecked_transaction()?;
             tx.execute(
-                "INSERT OR REPLACE INTO batches (id, stage, status, total, created) VALUES (?1, ?2, 'validating', ?3, ?4)",
-                params![id, stage, i64::try_from(keys.len()).unwrap_or(i64::MAX), i64::try_from(created).unwrap_or(0)],
+                "INSERT OR REPLACE INTO batches (id, stage, status, total, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    id,
+                    stage,
+                    status,
+                    i64::try_from(keys.len()).unwrap_or(i64::MAX),
+                    i64::try_from(created).unwrap_or(0)
+                ],
             )?;
             for key in keys {
                 tx.execute("INSERT OR IGNORE INTO batch_lines (batch, key) VALUES (?1, ?2)", params![id, key])?;
@@ -379,22 +424,54 @@ impl Cache {
         })
     }
 
-    /// Batches not imported yet that hold any of `keys`.
-    fn open_batches(&self, keys: &[&String]) -> Result<Vec<String>, super::CacheError> {
-        let mut open = std::collections::BTreeSet::new();
+    /// The batch recorded under its input file `file` (being created) is `id`: its record
+    /// and lines move to that id, in one transaction.
+    fn adopt_batch(&self, file: &str, id: &str) -> Result<(), super::CacheError> {
+        self.with(|c| {
+            let tx = c.unchecked_transaction()?;
+            tx.execute(
+                "UPDATE OR REPLACE batches SET id = ?2, status = 'validating' WHERE id = ?1",
+                params![file, id],
+            )?;
+            tx.execute("UPDATE OR REPLACE batch_lines SET batch = ?2 WHERE batch = ?1", params![file, id])?;
+            tx.commit()
+        })
+    }
+
+    /// Forgets a record of a batch that was never created (its lines are submitted again).
+    fn forget_batch(&self, id: &str) -> Result<(), super::CacheError> {
+        self.with(|c| {
+            let tx = c.unchecked_transaction()?;
+            tx.execute("DELETE FROM batch_lines WHERE batch = ?1", params![id])?;
+            tx.execute("DELETE FROM batches WHERE id = ?1", params![id])?;
+            tx.commit()
+        })
+    }
+
+    /// Batches not imported yet that hold any of `keys`, by id.
+    fn open_batches(&self, keys: &[&String]) -> Result<Vec<OpenBatch>, super::CacheError> {
+        let mut open = BTreeMap::new();
         self.with(|c| {
             let mut query = c.prepare(
-                "SELECT b.id FROM batch_lines l JOIN batches b ON b.id = l.batch WHERE l.key = ?1 AND b.imported = 0",
+                "SELECT b.id, b.status, b.created FROM batch_lines l JOIN batches b ON b.id = l.batch \
+                 WHERE l.key = ?1 AND b.imported = 0",
             )?;
             for key in keys {
-                let ids = query.query_map(params![key], |r| r.get::<_, String>(0))?;
-                for id in ids {
-                    open.insert(id?);
+                let rows = query.query_map(params![key], |r| {
+                    Ok(OpenBatch {
+                        id: r.get(0)?,
+                        creating: r.get::<_, String>(1)? == CREATING,
+                        created: r.get::<_, i64>(2)?.unsigned_abs(),
+                    })
+                })?;
+                for row in rows {
+                    let row = row?;
+                    open.entry(row.id.clone()).or_insert(row);
                 }
             }
             Ok(())
         })?;
-        Ok(open.into_iter().collect())
+        Ok(open.into_values().collect())
     }
 
     /// Stores a reply that came through a batch, marked so its price is the batch price.
@@ -414,7 +491,6 @@ impl Cache {
     /// # Errors
     /// [`super::CacheError`] when SQLite fails.
     pub fn batches(&self) -> Result<Vec<BatchRecord>, super::CacheError> {
-        self.batch_tables()?;
         self.with(|c| {
             let mut query = c.prepare(
                 "SELECT id, stage, status, total, completed, failed, imported, created FROM batches ORDER BY created, id",
@@ -440,7 +516,6 @@ impl Cache {
     /// # Errors
     /// [`super::CacheError`] when SQLite fails.
     pub fn batched_replies(&self) -> Result<u64, super::CacheError> {
-        self.batch_tables()?;
         self.with(|c| c.query_row("SELECT COUNT(*) FROM batch_replies", [], |r| r.get::<_, i64>(0)))
             .map(i64::unsigned_abs)
     }
@@ -467,6 +542,30 @@ fn split<'l>(
         parts.push(&lines[start..]);
     }
     parts
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Leaves out of `pending` the calls `settled` says are answered or failed; stops at the first
+/// error (a cache that cannot be read must not pass for one that lacks the reply: that call
+/// would be submitted and paid for again).
+fn settle(
+    pending: &mut BTreeMap<String, Pending>,
+    settled: impl Fn(&str) -> Result<bool, super::CacheError>,
+) -> Result<(), BatchError> {
+    let mut done = Vec::new();
+    for key in pending.keys() {
+        if settled(key)? {
+            done.push(key.clone());
+        }
+    }
+    for key in done {
+        pending.remove(&key);
+    }
+    Ok(())
 }
 
 /// Writes `lines` as a JSONL file, atomically (a temporary file renamed into place).
@@ -504,12 +603,6 @@ impl Llm {
         self.batch.as_ref().map_or(0, |b| lock(&b.pending).len())
     }
 
-    /// The batch settings, in batch mode.
-    #[must_use]
-    pub fn batch(&self) -> Option<&BatchConfig> {
-        self.batch.as_ref().map(|b| &b.config)
-    }
-
     /// Reads a runner's output file (OpenAI's batch output format, as vLLM's `run-batch`
     /// writes it) into the cache; failed lines fail their calls for this run.
     ///
@@ -523,10 +616,9 @@ impl Llm {
             "file:{}",
             path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         );
-        self.cache.batch_tables()?;
         let imported = self.import_lines(&text, &id)?;
         let keys: Vec<String> = Vec::new();
-        self.cache.record_batch(&id, "import", &keys.iter().collect::<Vec<_>>())?;
+        self.cache.record_batch(&id, "import", "validating", &keys.iter().collect::<Vec<_>>())?;
         let done = BatchObject {
             id,
             status: "imported".to_owned(),
@@ -538,6 +630,8 @@ impl Llm {
                 failed: imported.failed as u64,
             }),
             errors: None,
+            input_file_id: None,
+            created_at: 0,
         };
         self.cache.update_batch(&done, true)?;
         Ok(imported)
@@ -606,17 +700,17 @@ impl Llm {
         note: &(dyn Fn(String) + Sync),
     ) -> Result<(), BatchError> {
         let Some(deferral) = &self.batch else { return Ok(()) };
-        self.cache.batch_tables()?;
         let attempts = self.config.retry.max_attempts.max(1);
         loop {
             let keys: Vec<&String> = pending.keys().collect();
-            for id in self.cache.open_batches(&keys)? {
+            for open in self.cache.open_batches(&keys)? {
+                let Some(id) = self.resolve(open, stage, note).await? else { continue };
                 note(format!("{stage}: resuming batch {id}"));
                 self.wait_and_import(&id, note).await?;
             }
-            pending.retain(|key, _| {
-                !self.cache.get(key).is_ok_and(|r| r.is_some()) && !lock(&deferral.failed).contains_key(key)
-            });
+            settle(&mut pending, |key| {
+                Ok(self.cache.contains(key)? || lock(&deferral.failed).contains_key(key))
+            })?;
             if pending.is_empty() {
                 return Ok(());
             }
@@ -655,13 +749,63 @@ impl Llm {
         }
     }
 
+    /// The id of a batch a killed run left open; for one it was creating, the batch made from
+    /// its input file, if the create call went through (else its record is forgotten and its
+    /// lines are submitted again: nothing was paid for them).
+    async fn resolve(
+        &self,
+        open: OpenBatch,
+        stage: &str,
+        note: &(dyn Fn(String) + Sync),
+    ) -> Result<Option<String>, BatchError> {
+        if !open.creating {
+            return Ok(Some(open.id));
+        }
+        note(format!("{stage}: the last run stopped while creating a batch of {}; looking it up", open.id));
+        if let Some(batch) = self.retrying(|| self.find_batch(&open.id, open.created)).await? {
+            self.cache.adopt_batch(&open.id, &batch.id)?;
+            return Ok(Some(batch.id));
+        }
+        note(format!("{stage}: no batch was made of {}; its requests are submitted again", open.id));
+        self.cache.forget_batch(&open.id)?;
+        Ok(None)
+    }
+
+    /// The batch whose input file is `file`, from the provider's list of batches (newest first,
+    /// down to those made a day before `since`, a Unix time).
+    async fn find_batch(
+        &self,
+        file: &str,
+        since: u64,
+    ) -> Result<Option<BatchObject>, async_openai::error::OpenAIError> {
+        use async_openai::traits::RequestOptionsBuilder as _;
+        let mut after: Option<String> = None;
+        loop {
+            let mut query = vec![("limit", "100".to_owned())];
+            query.extend(after.take().map(|id| ("after", id)));
+            let page: BatchPage = self.client.batches().query(&query)?.list_byot().await?;
+            self.update(|t| t.network.requests += 1);
+            if let Some(found) = page.data.iter().find(|b| b.input_file_id.as_deref() == Some(file)) {
+                return Ok(Some(found.clone()));
+            }
+            let older = page
+                .data
+                .last()
+                .is_some_and(|b| b.created_at > 0 && b.created_at + LOOKUP_SLACK_SECS < since);
+            if !page.has_more || older {
+                return Ok(None);
+            }
+            after = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
+            if after.is_none() {
+                return Ok(None);
+            }
+        }
+    }
+
     /// Refuses a batch whose worst case would take the spend over the budget, at batch prices.
     fn reserve_batch(&self, tokens: u64) -> Result<(), BatchError> {
         let mut budget = self.config.budget;
-        budget.price = budget.price.map(|p| super::Price {
-            prompt: p.prompt * self.config.batch_discount,
-            completion: p.completion * self.config.batch_discount,
-        });
+        budget.price = budget.price.map(|p| p.discounted(self.config.batch_discount));
         self.update(|t| {
             let reserved = t.reserve(budget, u32::try_from(tokens).unwrap_or(u32::MAX));
             t.reserved = t.reserved.saturating_sub(tokens.min(u64::from(u32::MAX)));
@@ -673,8 +817,10 @@ impl Llm {
         })
     }
 
-    /// Uploads `lines` as an input file and creates a batch of them; records the batch in the
-    /// cache before returning its id.
+    /// Uploads `lines` as an input file and creates a batch of them. The batch is recorded
+    /// under the file's id before the create call and under its own id after it, so a run
+    /// killed in between finds it again (see [`Llm::resolve`]); a create call retried after a
+    /// timeout first looks for the batch the first call may have made.
     async fn create(&self, stage: &str, lines: &[(&String, &Pending)]) -> Result<String, BatchError> {
         let mut content = String::new();
         for (_, pending) in lines {
@@ -702,11 +848,23 @@ impl Llm {
             "completion_window": "24h",
             "metadata": {"qrelgen_stage": stage},
         });
-        let batch: BatchObject =
-            self.retrying(|| async { self.client.batches().create_byot(request.clone()).await }).await?;
+        self.update(|t| t.network.requests += 1);
         let keys: Vec<&String> = lines.iter().map(|(k, _)| *k).collect();
-        self.cache.record_batch(&batch.id, stage, &keys)?;
-        self.update(|t| t.network.requests += 2);
+        let since = unix_now();
+        self.cache.record_batch(&file.id, stage, CREATING, &keys)?;
+        let retried = std::sync::atomic::AtomicBool::new(false);
+        let batch: BatchObject = self
+            .retrying(|| async {
+                if retried.swap(true, std::sync::atomic::Ordering::SeqCst)
+                    && let Some(made) = self.find_batch(&file.id, since).await?
+                {
+                    return Ok(made);
+                }
+                self.update(|t| t.network.requests += 1);
+                self.client.batches().create_byot(request.clone()).await
+            })
+            .await?;
+        self.cache.adopt_batch(&file.id, &batch.id)?;
         Ok(batch.id)
     }
 
@@ -728,6 +886,15 @@ impl Llm {
             }
             tokio::time::sleep(poll).await;
         };
+        let counts = batch.request_counts.unwrap_or_default();
+        let not_run = counts.total.saturating_sub(counts.completed + counts.failed);
+        if matches!(batch.status.as_str(), "expired" | "cancelled") && not_run > 0 {
+            note(format!(
+                "batch {id} was {} before it ran {not_run} of its {} requests: they are submitted again \
+                 (its replies are kept; to stop, interrupt the run, a rerun resumes)",
+                batch.status, counts.total
+            ));
+        }
         if batch.status == "failed" {
             self.cache.update_batch(&batch, true)?;
             let message = batch.errors.as_ref().map_or_else(|| "no reason given".to_owned(), describe_errors);
@@ -851,6 +1018,49 @@ mod tests {
         assert!(matches!(parse(empty), Outcome::Failed(LlmError::Body(_))));
     }
 
+    /// A client in `--batch submit` mode against `server`, its cache in `dir`.
+    fn submitting(server: &str, dir: &Path) -> Llm {
+        let config = super::super::LlmConfig {
+            endpoint: super::super::Endpoint {
+                base_url: format!("{server}/v1"),
+                model: "m".into(),
+                api_key: None,
+            },
+            timeout: Duration::from_secs(5),
+            limits: super::super::LimitConfig { concurrency: 1, rpm: None, tpm: None },
+            retry: super::super::RetryPolicy::default(),
+            temperature: 0.0,
+            max_tokens: 16,
+            seed: 1,
+            budget: super::super::Budget::default(),
+            batch: Some(BatchConfig {
+                mode: BatchMode::Submit,
+                poll: Duration::from_millis(10),
+                max_requests: MAX_REQUESTS,
+                max_bytes: MAX_BYTES,
+            }),
+            batch_discount: DEFAULT_DISCOUNT,
+        };
+        Llm::new(config, Cache::open(&dir.join("cache.sqlite")).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_cache_that_cannot_be_read_stops_the_run_before_anything_is_submitted() {
+        let server = wiremock::MockServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting(&server.uri(), dir.path());
+        let asked = llm.complete(&[super::super::Message::new(super::super::Role::User, "hi")], None).await;
+        assert!(matches!(asked, Err(LlmError::Deferred)), "{asked:?}");
+        llm.cache.with(|c| c.execute_batch("DROP TABLE replies")).unwrap();
+        let flushed = llm.flush("generate", &|_| {}).await;
+        assert!(
+            matches!(&flushed, Err(BatchError::Cache(e)) if e.to_string().contains("no such table: replies")),
+            "{flushed:?}"
+        );
+        let sent = server.received_requests().await.unwrap_or_default();
+        assert!(sent.is_empty(), "nothing uploaded or submitted: {sent:?}");
+    }
+
     #[test]
     fn a_reply_read_from_the_cache_says_whether_it_came_through_a_batch() {
         let dir = tempfile::tempdir().unwrap();
@@ -863,7 +1073,6 @@ mod tests {
             abandoned: 0,
         };
         cache.put("online", &reply).unwrap();
-        cache.batch_tables().unwrap();
         cache.put_batched("batched", &reply, "batch_1").unwrap();
         let via = |key: &str| cache.get(key).unwrap().map(|(_, via)| via);
         assert_eq!(via("online"), Some(super::super::Via::Online));

@@ -80,15 +80,11 @@ impl Cache {
             conn.execute_batch("ALTER TABLE replies ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;")
                 .map_err(err)?;
         }
-        // The replies that came through a batch, which `get` reads with each reply.
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);",
-        )
-        .map_err(err)?;
+        conn.execute_batch(super::batch::TABLES).map_err(err)?;
         Ok(Self { path: path.to_owned(), conn: Mutex::new(conn) })
     }
 
-    /// Runs `query` on the connection (for the batch tables).
+    /// Runs `query` on the connection.
     pub(super) fn with<T>(
         &self,
         query: impl FnOnce(&Connection) -> rusqlite::Result<T>,
@@ -121,6 +117,16 @@ impl Cache {
         )
         .optional()
         .map_err(|source| CacheError { path: self.path.clone(), source })
+    }
+
+    /// Whether a reply is stored under `key` (an error is an error, never "no").
+    ///
+    /// # Errors
+    /// [`CacheError`] when SQLite fails.
+    pub fn contains(&self, key: &str) -> Result<bool, CacheError> {
+        self.with(|c| {
+            c.query_row("SELECT EXISTS (SELECT 1 FROM replies WHERE key = ?1)", params![key], |r| r.get(0))
+        })
     }
 
     /// Stores a reply under `key` (durably, before it is used).

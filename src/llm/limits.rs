@@ -8,7 +8,10 @@
 //!   the 429 came at and probes above it only slowly, longer each time the limit is confirmed.
 //!   So a user who does not know the limit gets close to it with few 429s. The slots at the
 //!   rate in force are kept by a governor GCRA limiter (burst 1); governor's quota is fixed, so
-//!   when the rate changes a new limiter takes over from the slot just taken.
+//!   when the rate changes a new limiter takes over from the slot just taken: at once when the
+//!   rate drops below the limiter's (the pace is never faster than the rate in force), and when
+//!   it grows, only once it is [`REBUILD_STEP`] above (the CUBIC rate changes on every slot; the
+//!   pace lags it by at most that share).
 //! - **Tokens** (`--tpm`, or the server's `x-ratelimit-limit-tokens`): a request is charged its
 //!   prompt estimate plus the running mean of the completions so far (`max_tokens` for the
 //!   first few), and the difference is settled when the reply's `usage` arrives; a request the
@@ -54,6 +57,8 @@ const MIN_RATE: f64 = 1.0 / 60.0;
 /// How late a waiter may wake and its slot still count as used on time (tokio's timers fire on
 /// whole milliseconds).
 const TIMER_SLACK: Duration = Duration::from_millis(5);
+/// A growing rate gets a new limiter once it is this share above the limiter's rate.
+const REBUILD_STEP: f64 = 0.01;
 /// Replies seen before a request is charged the mean completion instead of `max_tokens`.
 const MEAN_AFTER: u64 = 3;
 
@@ -243,6 +248,12 @@ impl Slots {
         Self { rate, origin, clock, limiter }
     }
 
+    /// Whether slots at `rate` need a new limiter: the rate dropped below this one's, or grew
+    /// more than [`REBUILD_STEP`] above it.
+    fn outdated_by(&self, rate: f64) -> bool {
+        rate < self.rate * (1.0 - f64::EPSILON) || rate > self.rate * (1.0 + REBUILD_STEP)
+    }
+
     /// Takes the slot at `at` if one is free then; else when the next one is.
     fn take(&self, at: Instant) -> Option<Instant> {
         let since = at.saturating_duration_since(self.origin);
@@ -293,7 +304,7 @@ impl Pace {
         forget_before(&mut self.sent, now, Duration::from_secs(2));
         self.sent.push_back(now);
         if let Some(rate) = self.rate(now)
-            && self.slots.as_ref().is_none_or(|slots| (slots.rate - rate).abs() > f64::EPSILON * rate)
+            && self.slots.as_ref().is_none_or(|slots| slots.outdated_by(rate))
         {
             self.slots = Some(Slots::after(rate, at));
         }
@@ -580,6 +591,45 @@ mod tests {
             next.max(expected) - next.min(expected) < Duration::from_micros(1),
             "{next:?} vs {expected:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_429_the_pace_follows_the_growing_rate_on_few_limiters_and_never_faster() {
+        let limits = Limits::new(config(1, Some(600), None));
+        let Some(ticket) = limits.acquire(1, 0).await else { panic!("closed") };
+        // The adaptive rate takes over below the 9.8/s of --rpm and grows back on its curve.
+        limits.rate_limited(&ticket);
+        drop(ticket);
+        let (mut sent, mut rates, mut limiters, mut last) = (Vec::new(), Vec::new(), 0, None);
+        for _ in 0..300 {
+            let Some(ticket) = limits.acquire(1, 0).await else { panic!("closed") };
+            sent.push(Instant::now());
+            rates.push(limits.rate().unwrap_or(f64::NAN));
+            limits.succeeded(&ticket, None);
+            let slots = lock(&limits.pace).slots.as_ref().map(|s| (s.origin, s.rate.to_bits()));
+            if slots != last {
+                (limiters, last) = (limiters + 1, slots);
+            }
+        }
+        let (low, high) = (rates[0], rates[rates.len() - 1]);
+        assert!(high > low * 1.1, "the rate grew: {low} → {high}");
+        let steps = (high / low).ln() / REBUILD_STEP.ln_1p();
+        assert!(
+            f64::from(limiters) <= steps.ceil() + 2.0,
+            "{limiters} limiters for {steps:.1} steps of the rate in 300 slots"
+        );
+        // Wake-ups fall on whole milliseconds; the slots themselves are exact.
+        let ms = 1e-3;
+        for i in 1..sent.len() {
+            let gap = (sent[i] - sent[i - 1]).as_secs_f64();
+            assert!(gap >= 1.0 / rates[i] - ms, "slot {i}: {gap} s apart, faster than {} a second", rates[i]);
+            let slowest = (1.0 + REBUILD_STEP) / rates[i - 1];
+            assert!(
+                gap <= slowest + ms,
+                "slot {i}: {gap} s apart, over {slowest} at {} a second",
+                rates[i - 1]
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

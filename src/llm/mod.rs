@@ -17,13 +17,12 @@ mod transport;
 
 pub use batch::{
     BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Imported, MAX_BYTES, MAX_REQUESTS,
-    request_line,
 };
 pub use cache::{Cache, CacheError, CachedReply, Via};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
 pub use retry::{RetryPolicy, parse_retry_after};
-pub use session::{Asked, Session, Stop, Unusable, is_fatal};
+pub use session::{Asked, Session, Stop, Unusable};
 pub use stall::StallClock;
 
 use crate::id::ContentHasher;
@@ -103,6 +102,20 @@ pub struct Price {
     pub prompt: f64,
     /// Per million completion tokens.
     pub completion: f64,
+}
+
+impl Price {
+    /// Money for `prompt` and `completion` tokens.
+    #[must_use]
+    pub fn of(self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.prompt + completion as f64 * self.completion) / 1e6
+    }
+
+    /// These prices times `discount`: what a call through a batch costs.
+    #[must_use]
+    pub fn discounted(self, discount: f64) -> Self {
+        Self { prompt: self.prompt * discount, completion: self.completion * discount }
+    }
 }
 
 /// Spending limits; reaching one stops sending new calls.
@@ -283,25 +296,24 @@ impl TokenUsage {
     /// Money for the replies at `price`.
     #[must_use]
     pub fn cost(&self, price: Price) -> f64 {
-        (self.prompt_tokens as f64 * price.prompt + self.completion_tokens as f64 * price.completion) / 1e6
+        price.of(self.prompt_tokens, self.completion_tokens)
     }
 
     /// Money for the replies at `price`, those that came through a batch at `discount` times
     /// it.
     #[must_use]
     pub fn cost_at(&self, price: Price, discount: f64) -> f64 {
-        let batched = (self.batch_prompt_tokens as f64 * price.prompt
-            + self.batch_completion_tokens as f64 * price.completion)
-            / 1e6;
-        self.cost(price) - batched * (1.0 - discount)
+        let online = price.of(
+            self.prompt_tokens.saturating_sub(self.batch_prompt_tokens),
+            self.completion_tokens.saturating_sub(self.batch_completion_tokens),
+        );
+        online + price.discounted(discount).of(self.batch_prompt_tokens, self.batch_completion_tokens)
     }
 
     /// Money the abandoned attempts may have cost at `price`, at worst (an estimate).
     #[must_use]
     pub fn abandoned_cost(&self, price: Price) -> f64 {
-        (self.abandoned_prompt_tokens as f64 * price.prompt
-            + self.abandoned_completion_tokens as f64 * price.completion)
-            / 1e6
+        price.of(self.abandoned_prompt_tokens, self.abandoned_completion_tokens)
     }
 
     /// Tokens of the replies, plus the worst case of the abandoned attempts: what a budget
@@ -458,9 +470,6 @@ impl Llm {
         let service = transport::service(http, keyed, std::sync::Arc::clone(&limits));
         let client = Client::with_config(openai).with_http_service(service);
         let batch = config.batch.clone().map(batch::Deferral::new);
-        if batch.is_some() {
-            cache.batch_tables().map_err(|e| LlmError::Body(e.to_string()))?;
-        }
         Ok(Self {
             client,
             config,
@@ -872,6 +881,22 @@ mod tests {
         assert!(totals.reserve(budget, 100).is_ok());
         totals.reserved = 0;
         assert!(totals.reserve(budget, 200).is_err(), "2,300 + 400 over 2,500");
+    }
+
+    #[test]
+    fn batch_replies_cost_the_discounted_price() {
+        let usage = TokenUsage {
+            prompt_tokens: 1_000,
+            completion_tokens: 500,
+            batch_prompt_tokens: 400,
+            batch_completion_tokens: 100,
+            ..TokenUsage::default()
+        };
+        let price = Price { prompt: 1.0, completion: 2.0 };
+        // Online: 600 × 1 + 400 × 2 = 1,400; batch: 400 × 0.5 + 100 × 1 = 300 (per million).
+        assert!((usage.cost_at(price, 0.5) - 1_700e-6).abs() < 1e-15, "{}", usage.cost_at(price, 0.5));
+        assert_eq!(usage.cost_at(price, 1.0).to_bits(), usage.cost(price).to_bits(), "no discount");
+        assert_eq!(price.discounted(0.5), Price { prompt: 0.5, completion: 1.0 });
     }
 
     #[test]

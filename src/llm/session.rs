@@ -76,7 +76,8 @@ impl Unusable {
     /// the run, or waits for a batch); any other becomes the call's [`Unusable`].
     ///
     /// # Errors
-    /// The fatal [`LlmError`]s (see [`is_fatal`]).
+    /// The fatal [`LlmError`]s: the server is unreachable or refuses the key or the model, the
+    /// budget is spent, or (in batch mode) the call waits for its batch.
     pub fn settle<T>(answer: Result<Asked<T>, LlmError>) -> Result<Asked<T>, LlmError> {
         match answer {
             Err(error) if is_fatal(&error) => Err(error),
@@ -94,7 +95,7 @@ pub type Asked<T> = Result<T, Unusable>;
 /// A call that times out on every attempt is not one of them (one slow prompt fails alone); a
 /// server that answers nothing at all is stopped by the watchdog.
 #[must_use]
-pub fn is_fatal(error: &LlmError) -> bool {
+fn is_fatal(error: &LlmError) -> bool {
     matches!(
         error,
         LlmError::Connect { .. }

@@ -133,7 +133,7 @@ fn lengths(page: &mut Page, set: &[&Checked]) {
 fn examples(page: &mut Page, set: &[&Checked]) {
     page.heading("Example queries of each type");
     let mut rows = Vec::new();
-    for t in QueryType::ALL {
+    for &t in QueryType::ALL {
         for j in set.iter().filter(|j| j.query_type() == t).take(EXAMPLES) {
             let sources: Vec<String> = j.answering_chunks().iter().map(ToString::to_string).collect();
             let difficulty = j.verdict.difficulty.map_or("", |d| d.label());

@@ -49,11 +49,13 @@ impl ChunkChange {
     }
 }
 
-/// A chunk's id and text, as either corpus has it.
+/// A chunk's id, title and text, as either corpus has it.
 #[derive(Debug, Clone)]
 pub struct Piece {
     /// The chunk id.
     pub id: ChunkId,
+    /// Its document's title.
+    pub title: String,
     /// Its text.
     pub text: String,
 }
@@ -284,7 +286,8 @@ mod tests {
     use super::*;
 
     fn piece(id: &str, text: &str) -> Piece {
-        Piece { id: ChunkId::parse(id).unwrap_or_else(|e| panic!("{e}")), text: text.to_owned() }
+        let id = ChunkId::parse(id).unwrap_or_else(|e| panic!("{e}"));
+        Piece { id, title: String::new(), text: text.to_owned() }
     }
 
     const A: &str = "The audit log records who did what in your workspace: sign-ins, sharing, permission changes and admin actions.";
@@ -362,8 +365,6 @@ mod tests {
 
     #[test]
     fn labels_are_serdes_names() {
-        for v in <ChunkChange as strum::VariantArray>::VARIANTS {
-            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
-        }
+        crate::testing::labels_are_serde_names(ChunkChange::label);
     }
 }

@@ -18,11 +18,12 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
-use crate::index::ChunkIndex;
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
-    CANDIDATES, CHUNK_GROUPS, CORPUS, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS, REPORT_HTML,
+    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS,
+    REPORT_HTML,
 };
 use crate::output::{self, Staging};
 use crate::pipeline;
@@ -94,13 +95,13 @@ pub struct Outcome {
 /// `edited 3, deleted 1, added 2`: the chunk changes of `outcome`.
 #[must_use]
 pub fn report_chunks(outcome: &Outcome) -> String {
-    report::chunk_line(&outcome.chunks)
+    report::counts_line(&outcome.chunks)
 }
 
 /// `kept 90, relabelled 3, …`: the query changes of `outcome`.
 #[must_use]
 pub fn report_queries(outcome: &Outcome) -> String {
-    report::query_line(&outcome.queries)
+    report::counts_line(&outcome.queries)
 }
 
 /// The ids of the queries the last refresh of `set` changed and queued for review.
@@ -115,13 +116,10 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
         change: String,
     }
     let entries: Vec<Entry> = read_all(&set.join(CHANGELOG))?;
-    let unqueued = [QueryChange::Kept, QueryChange::Remapped, QueryChange::PoolJudged, QueryChange::Retired]
-        .map(QueryChange::label);
-    Ok(entries
-        .into_iter()
-        .filter(|e| !unqueued.contains(&e.change.as_str()))
-        .filter_map(|e| e.query_id)
-        .collect())
+    let queued = |label: &str| {
+        <QueryChange as strum::VariantArray>::VARIANTS.iter().any(|c| c.label() == label && c.queued())
+    };
+    Ok(entries.into_iter().filter(|e| queued(&e.change)).filter_map(|e| e.query_id).collect())
 }
 
 /// Refreshes the set in `set` from `config.corpus` (`config` is the set's recorded settings, with
@@ -143,6 +141,11 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     }
     let current = Version::read(set)?;
     let old = read_pieces(&set.join(CORPUS))?;
+    let old_chunks: Vec<OldChunk<'_>> =
+        old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
+    // Read before the index folder is updated (the model of the old chunks is kept in it).
+    let model = saved_model(config, set, &manifest);
+    let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
@@ -150,12 +153,12 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let mut timings = Timings::default();
     let staging = Staging::create(work)?;
     let (index, groups, corpus, _skipped) =
-        pipeline::chunk_and_index(config, work, &staging, *progress, &mut timings)?;
+        pipeline::chunk_and_index(config, work, &staging, earlier, *progress, &mut timings)?;
     let new = read_pieces(&staging.path(CORPUS))?;
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
-    timings.add("map", stage.finish(&report::chunk_line(&outcome.chunks)));
+    timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)));
     if map.is_identity() {
         outcome.nothing_changed = true;
         return Ok(outcome);
@@ -171,19 +174,17 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("recheck", current.queries.len() as u64);
     let mut checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
     timings.add("recheck", stage.finish(&format!("{} queries re-checked", checked.len())));
-    let mut fresh =
-        Fresh { config, index: &index, filter: &filter, work, language, progress: *progress, stages: None };
-    let judging = config.judge.pool > 0 && matches!(config.generator, GeneratorConfig::Llm(_));
-    if judging && options.dry_run {
-        outcome.llm_calls += pool_asks(&checked, &index).len() as u64;
-    } else if judging {
-        let asks = pool_asks(&checked, &index);
-        if !asks.is_empty()
-            && let Some(judge) = fresh.stages(&mut timings)?.judge.as_mut()
-        {
-            judge_pools(judge, asks, &mut checked, *progress, &mut timings)?;
-        }
-    }
+    let mut fresh = Fresh {
+        config,
+        index: &index,
+        filter: &filter,
+        work,
+        language,
+        progress: *progress,
+        stages: None,
+        model: model.map(|model| (model, old_chunks.as_slice())),
+    };
+    outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
     for c in &checked {
         *outcome.queries.entry(c.change).or_default() += 1;
     }
@@ -195,7 +196,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         NewQueries::Auto => (in_set as f64 * new_share(&new, &map)).ceil() as usize,
     };
     if options.dry_run {
-        outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted)?;
+        outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted, &mut timings)?;
         outcome.llm_calls += outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
         return Ok(outcome);
     }
@@ -215,7 +216,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
     let mut manifest = manifest;
-    let version = current_version(&manifest);
+    let version = manifest.version();
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
     version::keep_current(set, version, &staging, &KEPT_BY_REFRESH)?;
@@ -339,18 +340,31 @@ fn new_share(new: &[Piece], map: &ChunkMap) -> f64 {
     if total == 0 { 0.0 } else { fresh as f64 / total as f64 }
 }
 
-/// Chunk ids and texts of a `corpus.jsonl`.
+/// Chunk ids, titles and texts of a `corpus.jsonl`.
 fn read_pieces(path: &Path) -> Result<Vec<Piece>> {
     let mut pieces = Vec::new();
     corpus::read_prechunked(path, |chunk| {
-        pieces.push(Piece { id: chunk.id, text: chunk.text });
+        pieces.push(Piece { id: chunk.id, title: chunk.title, text: chunk.text });
         Ok(())
     })?;
     Ok(pieces)
 }
 
-fn current_version(manifest: &SetManifest) -> u32 {
-    manifest.review.as_ref().map_or(1, |log| log.version)
+/// The fingerprint of the set's chunks (the manifest's `corpus.chunks_hash`).
+fn old_chunks_hash(manifest: &SetManifest) -> Option<&str> {
+    manifest.rest.get("corpus")?.get("chunks_hash")?.as_str()
+}
+
+/// With the offline generator: the corpus model the set's index keeps of the set's chunks, if
+/// it is there and made with the analyzer the refresh indexes with (new queries fold the
+/// corpus's changes into it instead of building it again).
+fn saved_model(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Option<CorpusModel> {
+    if !matches!(config.generator, GeneratorConfig::Offline) {
+        return None;
+    }
+    let chunks_hash = old_chunks_hash(manifest)?;
+    let stamp = ChunkIndex::stamp(&Analyzer::new(config.segmenter), chunks_hash);
+    CorpusModel::load(&set.join(INDEX_DIR), &stamp, config.threads)
 }
 
 /// The new queries: the build's planner (over the added chunks only), generator and rounds.
@@ -364,6 +378,9 @@ struct Fresh<'a> {
     /// The generator and judge, made on first use and then shared: one LLM session (one
     /// budget, limiter and cache) for the whole refresh.
     stages: Option<Stages<'a>>,
+    /// The offline generator's corpus model of the old chunks, and those chunks: the changes
+    /// are folded into it when the generator is made.
+    model: Option<(CorpusModel, &'a [OldChunk<'a>])>,
 }
 
 impl<'a> Fresh<'a> {
@@ -373,12 +390,43 @@ impl<'a> Fresh<'a> {
             made
         } else {
             let stage = self.progress.stage("connect", 0);
-            let made =
-                pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
+            let model = self.model.take().map(|(model, old)| model.fold_in(old, self.index)).transpose()?;
+            let made = pipeline::make_stages(
+                self.config,
+                self.index,
+                self.work,
+                self.language,
+                self.progress,
+                model,
+            )?;
             timings.add("connect", stage.finish(made.generator.name()));
             made
         };
         Ok(self.stages.insert(made))
+    }
+
+    /// With `--judge-pool` and an LLM: the chunks new to kept queries' pools graded (see
+    /// [`judge_pools`]); with `dry_run`, only counted. Returns the asks counted.
+    fn judge_new_pools(
+        &mut self,
+        checked: &mut [Rechecked],
+        dry_run: bool,
+        timings: &mut Timings,
+    ) -> Result<u64> {
+        if self.config.judge.pool == 0 || !matches!(self.config.generator, GeneratorConfig::Llm(_)) {
+            return Ok(0);
+        }
+        let asks = pool_asks(checked, self.index);
+        if dry_run {
+            return Ok(asks.len() as u64);
+        }
+        let progress = self.progress;
+        if !asks.is_empty()
+            && let Some(judge) = self.stages(timings)?.judge.as_mut()
+        {
+            judge_pools(judge, asks, checked, progress, timings)?;
+        }
+        Ok(0)
     }
 
     fn planner<'g>(
@@ -396,20 +444,22 @@ impl<'a> Fresh<'a> {
         Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
     }
 
+    /// What the new queries' first round would cost: the generator's calls and the judge's.
     fn estimate(
         &mut self,
         groups: &crate::dedup::ChunkGroups,
         added: &HashSet<usize>,
         n: usize,
+        timings: &mut Timings,
     ) -> Result<Option<Estimate>> {
         // The offline generator makes no calls: its estimate would only cost its topic space.
         if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
             return Ok(None);
         }
-        let stages = pipeline::make_stages(self.config, self.index, self.work, self.language, self.progress)?;
-        let group = stages.generator.queries_per_call();
+        let group = self.stages(timings)?.generator.queries_per_call();
         let requests = self.planner(groups, added, n, group).plan(&self.config.mix.quotas(n), 1, group)?;
-        stages.generator.estimate(&requests).map(Some)
+        let (config, stages) = (self.config, self.stages(timings)?);
+        pipeline::estimate(config, stages, &requests).map(Some)
     }
 
     fn generate(

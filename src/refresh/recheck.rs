@@ -27,7 +27,7 @@ use crate::review::set::QueryLine;
 use crate::text::quote_in;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Hits searched for a deleted source's evidence.
 const EVIDENCE_SEARCH_DEPTH: usize = 20;
@@ -135,6 +135,7 @@ pub struct PoolGrade {
 }
 
 /// Where a chunk a query points at went.
+#[derive(Clone)]
 enum Target {
     Same,
     /// A new chunk; `true` when its text is the old one or holds the evidence.
@@ -147,15 +148,13 @@ pub struct Recheck<'a> {
     map: &'a ChunkMap,
     index: &'a ChunkIndex,
     filter: &'a RoundTrip<'a>,
-    old_ids: HashSet<ChunkId>,
 }
 
 impl<'a> Recheck<'a> {
     /// A re-check over the new corpus's `index` and round trip, with the chunk `map`.
     #[must_use]
     pub fn new(map: &'a ChunkMap, index: &'a ChunkIndex, filter: &'a RoundTrip<'a>) -> Self {
-        let old_ids = map.old.iter().map(|m| m.old.clone()).collect();
-        Self { map, index, filter, old_ids }
+        Self { map, index, filter }
     }
 
     /// Re-checks the query of `line`, with its qrels `rows` and its build record (`judged`).
@@ -203,7 +202,7 @@ impl<'a> Recheck<'a> {
                 .pool
                 .iter()
                 .map(|p| &p.chunk_id)
-                .filter(|id| !self.old_ids.contains(*id) && !judged_ids.contains(id))
+                .filter(|id| self.map.get(id).is_none() && !judged_ids.contains(id))
                 .cloned()
                 .collect();
             if new_pool.is_empty() {
@@ -259,8 +258,13 @@ impl<'a> Recheck<'a> {
         let mut sources_same = true;
         let mut retire: Option<String> = None;
         let mut sources = Vec::with_capacity(candidate.sources.len());
+        // Where each source went, found once (a deleted one is searched for) and used again
+        // for its rows.
+        let mut source_targets: HashMap<&ChunkId, Target> = HashMap::new();
         for source in &candidate.sources {
-            match self.target(source, &candidate, true)? {
+            let target = self.target(source, &candidate, true)?;
+            source_targets.insert(source, target.clone());
+            match target {
                 Target::Same => sources.push(source.clone()),
                 Target::To(new, sure) => {
                     confirmed &= sure;
@@ -271,8 +275,11 @@ impl<'a> Recheck<'a> {
             }
         }
         for row in rows {
-            let source = candidate.sources.contains(&row.chunk_id);
-            match self.target(&row.chunk_id, &candidate, source)? {
+            let target = match source_targets.get(&row.chunk_id) {
+                Some(target) => target.clone(),
+                None => self.target(&row.chunk_id, &candidate, false)?,
+            };
+            match target {
                 Target::Same => checked.qrels.push(row),
                 Target::To(new, sure) => {
                     let row = relabel(&mut checked, row, new, sure);
@@ -490,8 +497,6 @@ mod tests {
 
     #[test]
     fn labels_are_serdes_names() {
-        for v in <QueryChange as strum::VariantArray>::VARIANTS {
-            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(v.label()), "{v:?}");
-        }
+        crate::testing::labels_are_serde_names(QueryChange::label);
     }
 }

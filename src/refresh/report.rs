@@ -95,14 +95,10 @@ pub fn changelog<'a>(
     chunks.chain(added).chain(queries).chain(fresh)
 }
 
-/// `edited 3, deleted 1, added 2` (unchanged first).
-pub fn chunk_line(counts: &BTreeMap<ChunkChange, usize>) -> String {
-    counts.iter().map(|(c, n)| format!("{} {n}", c.label())).collect::<Vec<_>>().join(", ")
-}
-
-/// `kept 90, relabelled 3, …`.
-pub fn query_line(counts: &BTreeMap<QueryChange, usize>) -> String {
-    counts.iter().map(|(c, n)| format!("{} {n}", c.label())).collect::<Vec<_>>().join(", ")
+/// `edited 3, deleted 1, added 2` for chunk changes, `kept 90, relabelled 3, …` for queries:
+/// each change's label and count, in the changes' order.
+pub fn counts_line<C: Copy + Into<&'static str>>(counts: &BTreeMap<C, usize>) -> String {
+    counts.iter().map(|(&c, n)| format!("{} {n}", c.into())).collect::<Vec<_>>().join(", ")
 }
 
 const MD_HEADING: &str = "\n## Refresh\n";
@@ -141,8 +137,8 @@ pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) ->
 fn rows(outcome: &Outcome) -> Vec<(String, String)> {
     vec![
         ("new corpus".to_owned(), String::new()),
-        ("chunks".to_owned(), chunk_line(&outcome.chunks)),
-        ("queries".to_owned(), query_line(&outcome.queries)),
+        ("chunks".to_owned(), counts_line(&outcome.chunks)),
+        ("queries".to_owned(), counts_line(&outcome.queries)),
         ("new queries asked for".to_owned(), outcome.new_wanted.to_string()),
         (
             "LLM calls".to_owned(),

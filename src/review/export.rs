@@ -73,12 +73,13 @@ pub struct ExportChunk {
     pub grade: Option<u8>,
 }
 
-/// The export items of the set's review queue, in queue order.
+/// The export items of the queries of the set's review queue that `keep` keeps, in queue
+/// order.
 #[must_use]
-pub fn items(set: &ReviewSet) -> Vec<ExportItem> {
+pub fn items(set: &ReviewSet, keep: impl Fn(&QueryId) -> bool) -> Vec<ExportItem> {
     let grades: HashMap<(&QueryId, &ChunkId), u8> =
         set.base.qrels.iter().map(|q| ((&q.query_id, &q.chunk_id), q.grade)).collect();
-    set.queue.iter().map(|item| export_item(item, &grades)).collect()
+    set.queue.iter().filter(|item| keep(&item.query_id)).map(|item| export_item(item, &grades)).collect()
 }
 
 fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) -> ExportItem {

@@ -95,6 +95,14 @@ pub struct SetManifest {
     pub review: Option<ReviewLog>,
 }
 
+impl SetManifest {
+    /// The number of the current version (1 before any review or refresh).
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.review.as_ref().map_or(1, |log| log.version)
+    }
+}
+
 /// A set folder, ready for review commands.
 #[derive(Debug)]
 pub struct ReviewSet {
@@ -185,7 +193,7 @@ impl ReviewSet {
     /// The number of the current version (1 before any review).
     #[must_use]
     pub fn version(&self) -> u32 {
-        self.log().map_or(1, |log| log.version)
+        self.manifest.version()
     }
 }
 

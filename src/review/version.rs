@@ -108,8 +108,8 @@ pub(crate) fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &
 /// in the way; [`crate::Error::Input`]/[`crate::Error::Malformed`] for an unreadable manifest;
 /// [`crate::Error::Output`] naming the file that could not be staged or published.
 pub fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u32> {
-    let log = read_manifest(dir)?.review;
-    let current = log.as_ref().map_or(1, |log| log.version);
+    let live = read_manifest(dir)?;
+    let current = live.version();
     check_kept(dir, current)?;
     let mut names = VERSION_FILES.to_vec();
     names.extend(BUILD_ONLY_FILES);
@@ -133,7 +133,7 @@ pub fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Resu
         resolve: None,
         counts,
     };
-    manifest.review = Some(next_log(log, record));
+    manifest.review = Some(next_log(live.review, record));
     output::write_json(&built, &manifest)?;
     // Entries a failed apply left (newer than the current version) would read as the new
     // version's: they go.

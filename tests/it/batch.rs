@@ -27,12 +27,23 @@ const SET_FILES: [&str; 6] = [
 struct Plan {
     /// Polls before a batch ends.
     polls: usize,
-    /// The first batch ends `expired` after running only this many lines.
+    /// The first batch ends `expired` after running only this many lines (the others are in
+    /// its error file, `batch_expired`).
     expire_first_after: Option<usize>,
+    /// The first batch ends `cancelled` after running only this many lines (the others are in
+    /// neither file).
+    cancel_first_after: Option<usize>,
+    /// How the model answers, online and in batches.
+    behaviour: Behaviour,
     /// Lines (by their order across all batches) answered with HTTP 500 in the error file.
     fail_lines: BTreeSet<usize>,
     /// While set, batches stay `in_progress`.
     hold: Arc<AtomicBool>,
+    /// The first create call is answered this late (the batch is made at once, unless
+    /// `lose_first_create`).
+    slow_create: Option<Duration>,
+    /// The first create call makes no batch (as if it never reached the provider).
+    lose_first_create: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +66,8 @@ struct State {
     batches: Vec<MockBatch>,
     polls: usize,
     lines_answered: usize,
+    /// Create calls received.
+    creates: usize,
 }
 
 struct BatchApi {
@@ -80,6 +93,11 @@ impl Respond for BatchApi {
                     "created_at": 0, "filename": "qrelgen-requests.jsonl", "purpose": "batch"}))
             }
             ("POST", "/v1/batches") => {
+                state.creates += 1;
+                let delay = self.plan.slow_create.filter(|_| state.creates == 1).unwrap_or_default();
+                if self.plan.lose_first_create && state.creates == 1 {
+                    return ResponseTemplate::new(500).set_delay(delay);
+                }
                 let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
                 let input = body["input_file_id"].as_str().unwrap_or("").to_owned();
                 assert_eq!(body["endpoint"], "/v1/chat/completions");
@@ -101,8 +119,9 @@ impl Respond for BatchApi {
                 };
                 let object = batch_object(&batch);
                 state.batches.push(batch);
-                ResponseTemplate::new(200).set_body_json(object)
+                ResponseTemplate::new(200).set_body_json(object).set_delay(delay)
             }
+            ("GET", "/v1/batches") => ResponseTemplate::new(200).set_body_json(list(&state, request)),
             ("GET", p) if p.starts_with("/v1/batches/") => {
                 state.polls += 1;
                 let batch_id = p.trim_start_matches("/v1/batches/").to_owned();
@@ -130,7 +149,10 @@ impl BatchApi {
     fn advance(&self, state: &mut State, at: usize) {
         let first = at == 0;
         let batch = &mut state.batches[at];
-        if batch.output_file_id.is_some() || batch.error_file_id.is_some() || batch.status == "expired" {
+        if batch.output_file_id.is_some()
+            || batch.error_file_id.is_some()
+            || ["expired", "cancelled"].contains(&batch.status.as_str())
+        {
             return;
         }
         batch.polls += 1;
@@ -139,14 +161,18 @@ impl BatchApi {
             return;
         }
         let lines = batch.lines.clone();
-        let run = match self.plan.expire_first_after {
-            Some(n) if first => n,
-            _ => lines.len(),
+        let (run, ended) = match (self.plan.expire_first_after, self.plan.cancel_first_after) {
+            (Some(n), _) if first => (n, "expired"),
+            (_, Some(n)) if first => (n, "cancelled"),
+            _ => (lines.len(), "completed"),
         };
-        let (mut output, mut errors) = (String::new(), String::new());
+        let (mut output, mut errors, mut failed) = (String::new(), String::new(), 0);
         for (i, line) in lines.iter().enumerate() {
             let custom_id = line["custom_id"].clone();
             let number = state.lines_answered;
+            if i >= run && ended == "cancelled" {
+                continue;
+            }
             if i >= run {
                 let error = json!({"code": "batch_expired", "message": "This request could not be executed before the completion window expired."});
                 errors.push_str(&json!({"id": format!("out-{number}"), "custom_id": custom_id, "response": null, "error": error}).to_string());
@@ -155,6 +181,7 @@ impl BatchApi {
             }
             state.lines_answered += 1;
             let (status, body) = if self.plan.fail_lines.contains(&number) {
+                failed += 1;
                 (500, json!({"error": {"message": format!("line {number} failed on the server")}}))
             } else {
                 self.model.reply(&line["body"], number)
@@ -167,8 +194,8 @@ impl BatchApi {
         }
         let batch = &mut state.batches[at];
         batch.completed = output.lines().count();
-        batch.failed = errors.lines().count() - (lines.len() - run);
-        if run < lines.len() { "expired" } else { "completed" }.clone_into(&mut batch.status);
+        batch.failed = failed;
+        if run < lines.len() { ended } else { "completed" }.clone_into(&mut batch.status);
         let output_id = format!("{}-output", batch.id);
         let error_id = format!("{}-errors", batch.id);
         batch.output_file_id = Some(output_id.clone()).filter(|_| !output.is_empty());
@@ -176,6 +203,20 @@ impl BatchApi {
         state.files.insert(output_id, output);
         state.files.insert(error_id, errors);
     }
+}
+
+/// A page of the list of batches, newest first, as OpenAI pages it (`limit`, `after`).
+fn list(state: &State, request: &Request) -> Value {
+    let param = |name: &str| request.url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+    let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(20);
+    let newest_first = state.batches.iter().rev();
+    let after: Vec<&MockBatch> = match param("after") {
+        Some(after) => newest_first.skip_while(|b| b.id != after).skip(1).collect(),
+        None => newest_first.collect(),
+    };
+    let page: Vec<Value> = after.iter().take(limit).map(|b| batch_object(b)).collect();
+    json!({"object": "list", "first_id": page.first().map(|b| b["id"].clone()),
+        "last_id": page.last().map(|b| b["id"].clone()), "has_more": after.len() > limit, "data": page})
 }
 
 fn batch_object(b: &MockBatch) -> Value {
@@ -200,11 +241,11 @@ fn multipart_file(request: &Request) -> String {
 
 /// A mock serving the chat endpoint and the Files and Batches endpoints.
 async fn start(plan: Plan) -> (MockServer, Arc<Mutex<State>>, Arc<mock::Counters>) {
-    let (chat, counters) = mock::model(Behaviour::Good);
+    let (chat, counters) = mock::model(plan.behaviour);
     let server = MockServer::builder().start().await;
     Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(chat).mount(&server).await;
     let state = Arc::new(Mutex::new(State::default()));
-    let (model, _) = mock::model(Behaviour::Good);
+    let (model, _) = mock::model(plan.behaviour);
     let api = BatchApi { model, plan, state: Arc::clone(&state), ids: AtomicUsize::new(1) };
     Mock::given(path_regex("^/v1/(files|batches)")).respond_with(api).mount(&server).await;
     (server, state, counters)
@@ -387,12 +428,10 @@ async fn submit_splits_by_the_request_limit_polls_and_prices_at_the_batch_rate()
     run.assert_code(0);
     assert_same_set(&online, &run);
     assert_eq!(counters.requests(), online_requests + 1, "online: only the preflight (a fresh cache)");
+    assert_no_line_submitted_twice(&state);
     let state = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
     assert!(state.len() >= 3, "{} batches", state.len());
     assert!(state.iter().all(|b| b.lines.len() <= 3), "at most 3 requests a batch");
-    let ids: Vec<&str> =
-        state.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
-    assert_eq!(ids.len(), ids.iter().collect::<BTreeSet<_>>().len(), "no call submitted twice");
     assert!(run.stderr.contains("in_progress (0 of 3 done"), "progress from request_counts: {}", run.stderr);
 
     let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_default();
@@ -437,6 +476,24 @@ async fn failed_lines_go_to_rejects_and_an_expired_batch_is_resumed_with_its_mis
     assert!(failed.iter().all(|r| r["kind"] == "http_error"), "{failed:?}");
 }
 
+/// Starts qrelgen with `args` and kills it once the mock's state passes `reached`.
+async fn kill_once(args: &[&str], state: &Mutex<State>, reached: impl Fn(&State) -> bool) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(args)
+        .env("OPENAI_API_KEY", "sk-batch-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !state.lock().is_ok_and(|s| reached(&s)) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the build never got there");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
     let hold = Arc::new(AtomicBool::new(true));
@@ -445,20 +502,7 @@ async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
     let out = dir.path().join("set");
     let base_url = format!("{}/v1", server.uri());
     let extra = ["--batch", "submit", "--batch-poll", "0.02"];
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
-        .args(args(&out, &base_url, &extra))
-        .env("OPENAI_API_KEY", "sk-batch-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while state.lock().map_or(0, |s| s.polls) < 3 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the build never polled");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    kill_once(&args(&out, &base_url, &extra), &state, |s| s.polls >= 3).await;
     let submitted = state.lock().map_or(0, |s| s.batches.len());
     assert_eq!(submitted, 1);
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
@@ -472,14 +516,7 @@ async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
     let run = build(&server, &out, &extra).await;
     run.assert_code(0);
     assert!(run.stderr.contains("resuming batch"), "{}", run.stderr);
-    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
-    let ids: Vec<&str> =
-        batches.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
-    assert_eq!(
-        ids.len(),
-        ids.iter().collect::<BTreeSet<_>>().len(),
-        "the first batch was not submitted again"
-    );
+    assert_no_line_submitted_twice(&state);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -517,5 +554,128 @@ async fn the_budget_covers_the_whole_batch_run_before_anything_is_submitted_and_
     assert!(
         low > calls.div_ceil(2),
         "round 1's calls in batches of 2, and the judge's: {line} ({calls} calls)"
+    );
+}
+
+/// Every `custom_id` the mock was given, over all batches: each must be there once.
+fn assert_no_line_submitted_twice(state: &Mutex<State>) -> usize {
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let ids: Vec<&str> =
+        batches.iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
+    let distinct = ids.iter().collect::<BTreeSet<_>>().len();
+    assert_eq!(ids.len(), distinct, "a call was submitted twice, in {} batches", batches.len());
+    batches.len()
+}
+
+/// Kills a build while its first create call waits for an answer, checks what `batch status`
+/// says, and reruns it to the end.
+async fn kill_during_the_first_create(plan: Plan) -> (Run, Arc<Mutex<State>>) {
+    let (server, state, _) = start(Plan { slow_create: Some(Duration::from_secs(120)), ..plan }).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let base_url = format!("{}/v1", server.uri());
+    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
+    kill_once(&args(&out, &base_url, &extra), &state, |s| s.creates >= 1).await;
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("file-") && text.contains("creating") && text.contains("1 not imported"), "{text}");
+
+    let run = build(&server, &out, &extra).await;
+    run.assert_code(0);
+    assert!(run.stderr.contains("stopped while creating a batch of file-"), "{}", run.stderr);
+    (run, state)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_before_the_create_call_returned_finds_its_batch_and_submits_nothing_twice() {
+    // The provider made the batch; its answer had not reached the build.
+    let (run, state) = kill_during_the_first_create(Plan::default()).await;
+    let first = state.lock().map(|s| s.batches[0].id.clone()).unwrap_or_default();
+    assert!(run.stderr.contains(&format!("resuming batch {first}")), "{}", run.stderr);
+    assert!(assert_no_line_submitted_twice(&state) >= 2, "the later stages' batches came after it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_again_once() {
+    let (run, state) =
+        kill_during_the_first_create(Plan { lose_first_create: true, ..Plan::default() }).await;
+    assert!(run.stderr.contains("no batch was made of file-"), "{}", run.stderr);
+    assert!(!run.stderr.contains("resuming batch"), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), assert_no_line_submitted_twice(&state) + 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_call_retried_after_a_timeout_takes_the_batch_the_first_call_made() {
+    let plan = Plan { slow_create: Some(Duration::from_secs(3)), ..Plan::default() };
+    let (_, state, _dir) = submit_builds_the_online_set(plan, &["--timeout", "1"]).await;
+    assert_no_line_submitted_twice(&state);
+}
+
+/// Builds the set online and with `--batch submit` (and `extra`) against a mock following
+/// `plan`, and checks they are the same.
+async fn submit_builds_the_online_set(
+    plan: Plan,
+    extra: &[&str],
+) -> (Run, Arc<Mutex<State>>, tempfile::TempDir) {
+    let (server, state, _) = start(plan).await;
+    let dir = tempdir();
+    let mut args = vec!["--batch", "submit", "--batch-poll", "0.02"];
+    args.extend_from_slice(extra);
+    let run = build(&server, &dir.path().join("batch"), &args).await;
+    run.assert_code(0);
+    let online = build(&server, &dir.path().join("online"), &[]).await;
+    online.assert_code(0);
+    assert_same_set(&online, &run);
+    (run, state, dir)
+}
+
+/// Whether a request line re-asks (holds the model's earlier reply).
+fn re_asks(line: &Value) -> bool {
+    line["body"]["messages"].as_array().is_some_and(|m| m.iter().any(|m| m["role"] == "assistant"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repair_re_ask_goes_in_a_follow_up_batch_and_the_set_equals_the_online_one() {
+    let plan = Plan { behaviour: Behaviour::InvalidThenRepaired, ..Plan::default() };
+    let (_, state, _dir) = submit_builds_the_online_set(plan, &[]).await;
+    assert_no_line_submitted_twice(&state);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let (first, repairs) = (&batches[0], &batches[1]);
+    assert!(!first.lines.iter().any(re_asks), "the first batch asks, it does not re-ask");
+    assert_eq!(repairs.lines.len(), first.lines.len(), "one re-ask per unusable reply");
+    for again in &repairs.lines {
+        let again = &again["body"]["messages"];
+        assert!(again.as_array().is_some_and(|m| m.len() == 4), "{again}");
+        let asked = first.lines.iter().map(|l| &l["body"]["messages"]);
+        assert_eq!(asked.filter(|m| (&m[0], &m[1]) == (&again[0], &again[1])).count(), 1, "the same prompt");
+        assert_eq!(again[2]["content"], "{\"queries\": [ oops", "the invalid reply is quoted back");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_batch_keeps_what_it_ran_and_submits_only_the_rest_again() {
+    let plan = Plan { cancel_first_after: Some(1), ..Plan::default() };
+    let (run, state, _dir) = submit_builds_the_online_set(plan, &[]).await;
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    let (first, second) = (&batches[0], &batches[1]);
+    let ids: Vec<&str> =
+        batches[1..].iter().flat_map(|b| b.lines.iter().filter_map(|l| l["custom_id"].as_str())).collect();
+    assert_eq!(ids.len(), ids.iter().collect::<BTreeSet<_>>().len(), "after it, each call once");
+    let ran = first.lines[0]["custom_id"].as_str().unwrap_or_default();
+    assert!(!ids.contains(&ran), "the line it ran is not submitted again");
+    assert_eq!(first.status, "cancelled");
+    assert_eq!(second.lines, first.lines[1..], "only the lines the cancelled batch did not run");
+    let told = format!(
+        "batch {} was cancelled before it ran {} of its {} requests: they are submitted again",
+        first.id,
+        first.lines.len() - 1,
+        first.lines.len()
+    );
+    assert!(run.stderr.contains(&told), "{}", run.stderr);
+    let manifest: Value = serde_json::from_str(&run.file("manifest.json")).unwrap_or_default();
+    let usage = &manifest["llm"]["usage"];
+    assert_eq!(
+        usage["batch_replies"], usage["replies"],
+        "the reply it ran is used, not asked again: {usage}"
     );
 }

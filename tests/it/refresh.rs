@@ -880,3 +880,31 @@ fn a_refresh_rewrites_the_pools_of_qrels_pool_tsv() {
     assert!(after.iter().all(|r| corpus_ids.contains(&r.1)), "no chunk of the old corpus only");
     assert_ne!(after, before);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
+    let dir = tempdir();
+    let corpus = super::controls::pool_corpus(dir.path());
+    let (model, counters) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let set = dir.path().join("set");
+    let args = ["--corpus", path_str(&corpus), "--queries", "1", "--mix", "direct=1", "--judge-pool", "2"];
+    super::llm::run_on(&server, &set, &[&args[..], &["--per-doc-cap", "1"]].concat()).await.assert_code(0);
+    write(
+        &corpus.join("recovery.md"),
+        "# Recovery keys\n\nEncrypted folders require recovery keys before sharing externally with partners, \
+         and partners keep them.\n",
+    );
+    let requests = counters.requests();
+    let calls = |run: &Run| -> u64 {
+        let after = run.stdout.split("LLM calls it would make: ").nth(1).unwrap_or_default();
+        after.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", run.stdout))
+    };
+    let pool_only = refresh_llm(&set, &corpus, &["--new-queries", "0", "--dry-run"], "sk-refresh").await;
+    pool_only.assert_code(0);
+    let with_new = refresh_llm(&set, &corpus, &["--new-queries", "1", "--dry-run"], "sk-refresh").await;
+    with_new.assert_code(0);
+    // The new query's generation call, and the judge's --judge-pool 2 asks about its pool.
+    assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 2, "{}", with_new.stdout);
+    assert_eq!(counters.requests(), requests, "a dry run asks nothing");
+}
