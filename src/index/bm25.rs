@@ -41,17 +41,16 @@ pub(super) struct Bm25 {
     weights: Weights,
     /// The most documents of one segment.
     widest: usize,
-    /// The terms searched so far (up to [`KNOWN_TERMS`]): `None` for a term in no chunk.
+    /// The terms searched so far, while [`KEPT_BYTES`] lasts: `None` for a term in no chunk.
     known: RwLock<HashMap<String, Option<Arc<QueryTerm>>>>,
-    /// Postings that may still be kept scored.
+    /// Bytes left of [`KEPT_BYTES`].
     room: AtomicUsize,
 }
 
-/// The most terms [`Bm25`] keeps the weight and postings addresses of (a few MB).
-const KNOWN_TERMS: usize = 1 << 16;
-/// The most postings [`Bm25`] keeps scored (8 bytes each): queries share their terms, and a
-/// scored posting is read again without decoding or scoring it.
-const SCORED_POSTINGS: usize = 1 << 21;
+/// The most bytes [`Bm25`] spends on the terms it keeps (weights, postings addresses, scored
+/// postings), whatever the corpus: queries share their terms, and a kept term is searched again
+/// without its dictionary lookups, and a scored posting without decoding or scoring it.
+const KEPT_BYTES: usize = 16 << 20;
 
 /// tantivy's [`Bm25Weight`](tantivy::query::Bm25Weight) arithmetic, with what it computes per term (a length normalisation
 /// table) computed once for the index: the same operations in the same order, so the same bits
@@ -104,7 +103,7 @@ impl Weights {
 }
 
 /// A query term: its weight and, per segment, where its postings are and, while
-/// [`SCORED_POSTINGS`] lasts, each posting's document and score.
+/// [`KEPT_BYTES`] lasts, each posting's document and score.
 struct QueryTerm {
     weight: f32,
     infos: Vec<Option<TermInfo>>,
@@ -149,7 +148,7 @@ impl Bm25 {
         let average_length = tokens as f32 / documents as f32;
         let widest = segments.iter().map(|s| s.positions.len()).max().unwrap_or(0);
         let weights = Weights::new(documents, average_length);
-        let room = AtomicUsize::new(SCORED_POSTINGS);
+        let room = AtomicUsize::new(KEPT_BYTES);
         Ok(Self { segments, weights, widest, known: RwLock::default(), room })
     }
 
@@ -194,21 +193,27 @@ impl Bm25 {
             .map(|s| s.postings.terms().get(term.as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
         let df: u64 = infos.iter().flatten().map(|info| u64::from(info.doc_freq)).sum();
-        let found = if df == 0 { None } else { Some(Arc::new(self.query_term(df, infos)?)) };
-        let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
-        if known.len() < KNOWN_TERMS {
-            known.insert(term.to_owned(), found.clone());
+        let cost = size_of::<(String, QueryTerm)>() + term.len() + size_of_val(infos.as_slice());
+        let keep = self.reserve(cost);
+        let found = if df == 0 { None } else { Some(Arc::new(self.query_term(df, infos, keep)?)) };
+        if keep {
+            self.known.write().unwrap_or_else(PoisonError::into_inner).insert(term.to_owned(), found.clone());
         }
         Ok(found)
     }
 
-    /// A term found in `df` documents, its postings scored if there is room for them.
-    fn query_term(&self, df: u64, infos: Vec<Option<TermInfo>>) -> tantivy::Result<QueryTerm> {
+    /// Takes `bytes` from the room left for kept terms, if they fit.
+    fn reserve(&self, bytes: usize) -> bool {
+        self.room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |room| room.checked_sub(bytes)).is_ok()
+    }
+
+    /// A term found in `df` documents, its postings scored if it is `kept` and there is room
+    /// for them.
+    fn query_term(&self, df: u64, infos: Vec<Option<TermInfo>>, kept: bool) -> tantivy::Result<QueryTerm> {
         let weight = self.weights.weight(df);
-        let df = usize::try_from(df).unwrap_or(usize::MAX);
-        let room = self.room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |room| room.checked_sub(df));
-        let scored = match room {
-            Ok(_) => Some(
+        let postings = usize::try_from(df).unwrap_or(usize::MAX).saturating_mul(size_of::<(u32, f32)>());
+        let scored = if kept && self.reserve(postings) {
+            Some(
                 self.segments
                     .iter()
                     .zip(&infos)
@@ -220,8 +225,9 @@ impl Bm25 {
                         Ok(scored.into_boxed_slice())
                     })
                     .collect::<tantivy::Result<Vec<_>>>()?,
-            ),
-            Err(_) => None,
+            )
+        } else {
+            None
         };
         Ok(QueryTerm { weight, infos, scored })
     }
