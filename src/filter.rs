@@ -9,12 +9,12 @@ use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::generate::is_query_word;
 use crate::id::ChunkId;
-use crate::index::{ChunkIndex, Hit, Retriever, Token};
+use crate::index::{Analyzer, ChunkIndex, Hit, Retriever, Token};
 use crate::progress::Stage;
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::runs::{PoolRuns, ROUND_TRIP_POOL};
 use crate::text::{Language, quote_in};
-use foldhash::{HashMap, HashMapExt as _};
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -126,20 +126,34 @@ struct QueryTerms {
 /// The id of a query term that is in no analysed chunk.
 const UNKNOWN: u32 = u32::MAX;
 
-/// Each chunk's analysed terms, computed on its first use in the run (reading and stemming a
-/// chunk is a third of the round trip's work) and kept as ids into one vocabulary, a few bytes
-/// per term. Shared by the threads of the round trip.
+/// Each chunk's analysed terms, computed on its first use in the run and kept as ids into one
+/// vocabulary, a few bytes per term. Shared by the threads of the round trip.
+///
+/// Stemming is most of the cost of analysing a text, and the chunks of a corpus share their
+/// words: each distinct word is analysed once ([`Analyzer::term`]), and a chunk's terms are the
+/// ids of its words ([`Analyzer::words`]), which are exactly the ids of its terms.
 struct TermCache {
-    vocabulary: RwLock<HashMap<String, u32>>,
+    vocabulary: RwLock<Vocabulary>,
     chunks: Vec<OnceLock<Arc<SourceTerms>>>,
 }
 
+/// Terms and words seen so far.
+#[derive(Default)]
+struct Vocabulary {
+    /// The id of each term.
+    terms: HashMap<String, u32>,
+    /// The id of each word's term: `None` for a word without one (a stop word).
+    words: HashMap<String, Option<u32>>,
+}
+
+/// A word of a chunk not in the [`Vocabulary`] yet.
+const NEW_WORD: u32 = u32::MAX;
+/// A word of a chunk without a term.
+const NO_TERM: u32 = u32::MAX - 1;
+
 impl TermCache {
     fn new(chunks: usize) -> Self {
-        Self {
-            vocabulary: RwLock::new(HashMap::new()),
-            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
-        }
+        Self { vocabulary: RwLock::default(), chunks: (0..chunks).map(|_| OnceLock::new()).collect() }
     }
 
     /// The terms of the chunk at `position`, analysed on first use.
@@ -147,17 +161,20 @@ impl TermCache {
         if let Some(terms) = self.chunks[position].get() {
             return Ok(Arc::clone(terms));
         }
-        let analysed = index.analyzer().terms(&index.text(position)?);
-        let sequence = {
-            let mut vocabulary = self.vocabulary.write().unwrap_or_else(PoisonError::into_inner);
-            analysed
-                .into_iter()
-                .map(|term| {
-                    let next = vocabulary.len() as u32;
-                    *vocabulary.entry(term).or_insert(next)
-                })
-                .collect::<Vec<u32>>()
+        let text = index.text(position)?;
+        let words = index.analyzer().words(&text);
+        // Each word's id, new words marked, words without a term marked apart.
+        let mut ids: Vec<u32> = {
+            let vocabulary = self.vocabulary.read().unwrap_or_else(PoisonError::into_inner);
+            words
+                .iter()
+                .map(|w| vocabulary.words.get(*w).map_or(NEW_WORD, |id| id.unwrap_or(NO_TERM)))
+                .collect()
         };
+        if ids.contains(&NEW_WORD) {
+            self.learn(index.analyzer(), &words, &mut ids);
+        }
+        let sequence: Vec<u32> = ids.into_iter().filter(|&id| id != NO_TERM).collect();
         let mut set = sequence.clone();
         set.sort_unstable();
         set.dedup();
@@ -166,10 +183,31 @@ impl TermCache {
         Ok(Arc::clone(terms))
     }
 
+    /// Analyses the words marked new in `ids` (without holding the vocabulary), adds them to
+    /// the vocabulary and puts their ids in `ids`.
+    fn learn(&self, analyzer: &Analyzer, words: &[&str], ids: &mut [u32]) {
+        let new: HashSet<&str> =
+            words.iter().zip(&*ids).filter(|(_, id)| **id == NEW_WORD).map(|(w, _)| *w).collect();
+        let new: Vec<(&str, Option<String>)> = new.into_iter().map(|w| (w, analyzer.term(w))).collect();
+        let mut vocabulary = self.vocabulary.write().unwrap_or_else(PoisonError::into_inner);
+        let Vocabulary { terms, words: known } = &mut *vocabulary;
+        for (word, term) in new {
+            let id = term.map(|term| {
+                let next = terms.len() as u32;
+                *terms.entry(term).or_insert(next)
+            });
+            // Another thread may have learnt the word meanwhile: the same term, the same id.
+            known.entry(word.to_owned()).or_insert(id);
+        }
+        for (word, id) in words.iter().zip(ids).filter(|(_, id)| **id == NEW_WORD) {
+            *id = known.get(*word).copied().flatten().unwrap_or(NO_TERM);
+        }
+    }
+
     /// The vocabulary ids of `terms`, `None` for a term of no analysed chunk.
     fn ids<'t>(&self, terms: impl IntoIterator<Item = &'t String>) -> Vec<Option<u32>> {
         let vocabulary = self.vocabulary.read().unwrap_or_else(PoisonError::into_inner);
-        terms.into_iter().map(|t| vocabulary.get(t).copied()).collect()
+        terms.into_iter().map(|t| vocabulary.terms.get(t).copied()).collect()
     }
 
     /// A query's terms, looked up once its sources are analysed.
@@ -293,9 +331,12 @@ impl<'a> RoundTrip<'a> {
             QueryType::Direct | QueryType::Paraphrase => {
                 let found = self.miss_rule(ranks.iter().all(Option::is_some), Reason::SourceNotInTopN);
                 // A topical query is about its topic: finding any chunk on it is finding an answer.
-                match self.topic_rank(candidate, &hits[..hits.len().min(self.config.top_n)]) {
-                    Some(_) if found.0 != Status::Kept => (Status::Kept, Reason::TopicInTopN),
-                    _ => found,
+                if found.0 != Status::Kept
+                    && self.on_topic(candidate, &hits[..hits.len().min(self.config.top_n)])
+                {
+                    (Status::Kept, Reason::TopicInTopN)
+                } else {
+                    found
                 }
             }
         };
@@ -419,11 +460,14 @@ impl<'a> RoundTrip<'a> {
         }
     }
 
-    /// The best rank in `top_n` of a chunk on the candidate's topic (topical queries only).
-    fn topic_rank(&self, candidate: &Candidate, top_n: &[Hit]) -> Option<usize> {
-        let topic: BTreeSet<usize> =
-            candidate.topic.iter().flatten().filter_map(|id| self.index.position(id)).collect();
-        top_n.iter().position(|h| topic.contains(&h.chunk)).map(|at| at + 1)
+    /// Whether a chunk on the candidate's topic is in `top_n` (topical queries only): the hits'
+    /// ids are looked up in the topic, not the topic's ids (dozens) in the index.
+    fn on_topic(&self, candidate: &Candidate, top_n: &[Hit]) -> bool {
+        let Some(topic) = &candidate.topic else { return false };
+        top_n.iter().any(|h| {
+            let id = self.index.chunk_id_str(h.chunk);
+            topic.iter().any(|t| t.as_str() == id)
+        })
     }
 
     fn miss_rule(&self, found: bool, miss: Reason) -> (Status, Reason) {

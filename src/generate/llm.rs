@@ -368,7 +368,7 @@ impl<'a> LlmGenerator<'a> {
         let mut calls: Vec<Call> = Vec::new();
         for (i, request) in requests.iter().enumerate() {
             let ids: Vec<String> =
-                request.sources.iter().map(|&c| self.index.chunk_id(c).to_string()).collect();
+                request.sources.iter().map(|&c| self.index.chunk_id_str(c).to_owned()).collect();
             let mut rng = stream(self.seed, &format!("style/{}/{}/{i}", request.query_type, ids.join("+")));
             let style = match &styles {
                 Some(dist) => self.settings.styles[dist.sample(&mut rng)].0.clone(),

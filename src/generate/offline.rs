@@ -113,7 +113,8 @@ impl<'a> OfflineGenerator<'a> {
     }
 
     fn write(&self, request: &Request) -> Result<std::result::Result<Written, String>> {
-        let ids: Vec<String> = request.sources.iter().map(|&c| self.index.chunk_id(c).to_string()).collect();
+        let ids: Vec<String> =
+            request.sources.iter().map(|&c| self.index.chunk_id_str(c).to_owned()).collect();
         let mut rng = stream(self.seed, &format!("offline/{}/{}", request.query_type, ids.join("+")));
         let shape = shape(request.query_type);
         let text = |c: usize| self.index.text(c);

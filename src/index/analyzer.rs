@@ -1,8 +1,10 @@
 //! The text analyzer shared by indexing, searching and every term statistic, so that a term the
 //! generator counts is exactly a term BM25 scores.
 
-use super::segment::{MixedTokenizer, Segmenter};
-use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, Stemmer, StopWordFilter, TextAnalyzer};
+use super::segment::{self, MixedTokenizer, Segmenter};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RawTokenizer, RemoveLongFilter, Stemmer, StopWordFilter, TextAnalyzer, Tokenizer,
+};
 
 /// Name under which the analyzer is registered in the index schema.
 pub(crate) const NAME: &str = "qrelgen";
@@ -21,6 +23,9 @@ pub struct Token {
 #[derive(Clone)]
 pub struct Analyzer {
     inner: TextAnalyzer,
+    /// The same filters over one word: each filter maps a token to at most one token by its
+    /// text alone, so a word's term does not depend on the words around it.
+    filters: TextAnalyzer,
     segmenter: Segmenter,
 }
 
@@ -34,14 +39,11 @@ impl Analyzer {
     /// The analyzer with this Chinese segmenter.
     #[must_use]
     pub fn new(segmenter: Segmenter) -> Self {
-        let mut builder = TextAnalyzer::builder(MixedTokenizer(segmenter))
-            .filter(RemoveLongFilter::limit(40))
-            .filter(LowerCaser)
-            .dynamic();
-        if let Some(stop_words) = StopWordFilter::new(Language::English) {
-            builder = builder.filter_dynamic(stop_words);
+        Self {
+            inner: filtered(MixedTokenizer(segmenter)),
+            filters: filtered(RawTokenizer::default()),
+            segmenter,
         }
-        Self { inner: builder.filter_dynamic(Stemmer::new(Language::English)).build(), segmenter }
     }
 
     /// Names this analyzer's behaviour: an index built with another one must be rebuilt.
@@ -76,9 +78,36 @@ impl Analyzer {
         self.segmenter.dictionary_words(text)
     }
 
+    /// The words of `text`, in order, before any filter: [`Analyzer::terms`] is their
+    /// [`Analyzer::term`]s. Callers that analyse many texts map each distinct word once.
+    #[must_use]
+    pub fn words<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        segment::spans(text, self.segmenter).into_iter().map(|(from, to)| &text[from..to]).collect()
+    }
+
+    /// The indexed term of one word of [`Analyzer::words`]; `None` for a word the filters drop
+    /// (a stop word, a word of 40 bytes or more).
+    #[must_use]
+    pub fn term(&self, word: &str) -> Option<String> {
+        let mut filters = self.filters.clone();
+        let mut stream = filters.token_stream(word);
+        stream.next().map(|token| token.text.clone())
+    }
+
     pub(crate) fn inner(&self) -> TextAnalyzer {
         self.inner.clone()
     }
+}
+
+/// `tokenizer`'s tokens, cut at 40 bytes, lower-cased, English stop words removed, English
+/// words Snowball-stemmed.
+fn filtered<T: Tokenizer>(tokenizer: T) -> TextAnalyzer {
+    let mut builder =
+        TextAnalyzer::builder(tokenizer).filter(RemoveLongFilter::limit(40)).filter(LowerCaser).dynamic();
+    if let Some(stop_words) = StopWordFilter::new(Language::English) {
+        builder = builder.filter_dynamic(stop_words);
+    }
+    builder.filter_dynamic(Stemmer::new(Language::English)).build()
 }
 
 #[cfg(test)]
@@ -89,6 +118,43 @@ mod tests {
     fn handles_chinese_and_mixed_text() {
         let terms = Analyzer::default().terms("配额已满时 Uploads 会暂停");
         assert!(terms.contains(&"配额".to_owned()) && terms.contains(&"upload".to_owned()), "{terms:?}");
+    }
+
+    #[test]
+    fn the_terms_of_a_text_are_the_terms_of_its_words() {
+        let texts = [
+            "The Syncing of Files: RUNNING harbor-sync --pause, and ÉCOLES élèves",
+            "配额已满时 Uploads 会暂停，中华人民共和国的数据库 mirror 配置",
+            "averyverylongidentifierthatisfarlongerthanfortybytesinall short",
+            "",
+        ];
+        for segmenter in [Segmenter::Jieba, Segmenter::Bigram] {
+            let analyzer = Analyzer::new(segmenter);
+            for text in texts {
+                let by_word: Vec<String> =
+                    analyzer.words(text).into_iter().filter_map(|w| analyzer.term(w)).collect();
+                assert_eq!(by_word, analyzer.terms(text), "{segmenter:?}: {text}");
+            }
+        }
+        assert_eq!(Analyzer::default().term("the"), None);
+        assert_eq!(Analyzer::default().term("Syncing").as_deref(), Some("sync"));
+        assert_eq!(
+            Analyzer::default().term("averyverylongidentifierthatisfarlongerthanfortybytesinall"),
+            None
+        );
+    }
+
+    proptest::proptest! {
+        /// Any text, any script: analysing word by word gives the text's terms.
+        #[test]
+        fn word_by_word_analysis_is_the_analysis(text in "[a-zA-Zé 0-9,.中文数据库配置同步的是了-]{0,60}") {
+            for segmenter in [Segmenter::Jieba, Segmenter::Bigram] {
+                let analyzer = Analyzer::new(segmenter);
+                let by_word: Vec<String> =
+                    analyzer.words(&text).into_iter().filter_map(|w| analyzer.term(w)).collect();
+                proptest::prop_assert_eq!(by_word, analyzer.terms(&text));
+            }
+        }
     }
 
     #[test]

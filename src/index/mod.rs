@@ -34,7 +34,9 @@ use crate::progress::Stage;
 use crate::record::Chunk;
 use bm25::Bm25;
 use error::Result;
+use hashbrown::HashTable;
 use std::collections::BTreeMap;
+use std::hash::BuildHasher as _;
 use std::path::{Path, PathBuf};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
@@ -191,8 +193,11 @@ impl Opened {
         }
         let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
-        let mut by_id: Vec<u32> = (0..chunks.len() as u32).collect();
-        by_id.sort_by(|&a, &b| chunks.id_str(a as usize).cmp(chunks.id_str(b as usize)));
+        let mut by_id = HashTable::with_capacity(chunks.len());
+        for position in 0..chunks.len() as u32 {
+            let hash = id_hash(chunks.id_str(position as usize));
+            by_id.insert_unique(hash, position, |&p: &u32| id_hash(chunks.id_str(p as usize)));
+        }
         Ok(ChunkIndex {
             dir: dir.to_owned(),
             searcher: self.searcher,
@@ -216,7 +221,8 @@ pub struct ChunkIndex {
     bm25: Bm25,
     addresses: Vec<DocAddress>,
     chunks: ChunkList,
-    by_id: Vec<u32>,
+    /// Chunk positions, hashed by chunk id.
+    by_id: HashTable<u32>,
     fingerprint: String,
     analyzer: Analyzer,
     threads: usize,
@@ -314,6 +320,15 @@ impl ChunkIndex {
         self.chunks.id(position)
     }
 
+    /// The id of the chunk at `position`, borrowed (no allocation).
+    ///
+    /// # Panics
+    /// If `position` is not below [`ChunkIndex::len`] (positions come from this index).
+    #[must_use]
+    pub fn chunk_id_str(&self, position: usize) -> &str {
+        self.chunks.id_str(position)
+    }
+
     /// The document of the chunk at `position`.
     ///
     /// # Panics
@@ -335,8 +350,9 @@ impl ChunkIndex {
     /// The position of the chunk with this id.
     #[must_use]
     pub fn position(&self, id: &ChunkId) -> Option<usize> {
-        let at = self.by_id.binary_search_by(|&p| self.chunks.id_str(p as usize).cmp(id.as_str())).ok()?;
-        Some(self.by_id[at] as usize)
+        let found =
+            self.by_id.find(id_hash(id.as_str()), |&p| self.chunks.id_str(p as usize) == id.as_str())?;
+        Some(*found as usize)
     }
 
     /// The stored title and text of the chunk at `position`.
@@ -444,6 +460,11 @@ impl ChunkIndex {
     fn error(&self, source: tantivy::TantivyError) -> IndexError {
         IndexError::Tantivy { path: self.dir.clone(), source }
     }
+}
+
+/// The hash of a chunk id in [`ChunkIndex`]'s table of positions.
+fn id_hash(id: &str) -> u64 {
+    foldhash::fast::FixedState::default().hash_one(id)
 }
 
 fn schema() -> (Schema, Fields) {

@@ -104,33 +104,36 @@ fn kind(c: char) -> Kind {
 }
 
 fn tokens(text: &str, segmenter: Segmenter) -> Vec<Token> {
-    let mut out = Vec::new();
-    let mut push = |from: usize, to: usize| {
-        out.push(Token {
+    spans(text, segmenter)
+        .into_iter()
+        .enumerate()
+        .map(|(position, (from, to))| Token {
             offset_from: from,
             offset_to: to,
-            position: out.len(),
+            position,
             text: text[from..to].to_owned(),
             position_length: 1,
-        });
-    };
+        })
+        .collect()
+}
+
+/// The byte spans of the words of `text`, in order: what the tokenizer makes tokens of.
+pub(super) fn spans(text: &str, segmenter: Segmenter) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
     for (start, run, kind) in runs(text) {
         match kind {
-            Kind::Word => push(start, start + run.len()),
+            Kind::Word => out.push((start, start + run.len())),
             Kind::Cjk => match segmenter {
                 Segmenter::Jieba => {
-                    for word in JIEBA.cut_for_search(run, true) {
-                        push(start + word.byte_start, start + word.byte_end);
-                    }
+                    let words = JIEBA.cut_for_search(run, true);
+                    out.extend(words.iter().map(|w| (start + w.byte_start, start + w.byte_end)));
                 }
                 Segmenter::Bigram => {
                     let bounds: Vec<usize> = run.char_indices().map(|(i, _)| i).chain([run.len()]).collect();
                     if bounds.len() == 2 {
-                        push(start, start + run.len());
+                        out.push((start, start + run.len()));
                     }
-                    for pair in bounds.windows(3) {
-                        push(start + pair[0], start + pair[2]);
-                    }
+                    out.extend(bounds.windows(3).map(|pair| (start + pair[0], start + pair[2])));
                 }
             },
             Kind::Separator => {}
