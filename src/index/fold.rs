@@ -272,7 +272,8 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
     }
     let chunks = input.size()?;
     let terms = input.size()?;
-    let mut usage = HashMap::with_capacity(terms.min(bytes.len()));
+    // An entry takes at least four numbers (32 bytes): a corrupt count reserves no more.
+    let mut usage = HashMap::with_capacity(terms.min(input.0.len() / 32));
     for _ in 0..terms {
         let term = input.text()?;
         let (df, cf, surface) = (input.small()?, input.number()?, input.text()?);
@@ -283,7 +284,7 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
         return Some(CorpusModel { terms, space: TopicSpace::default(), basis: None });
     }
     let (n, dim, vocabulary) = (input.size()?, input.size()?, input.size()?);
-    let mut ids = HashMap::with_capacity(vocabulary.min(bytes.len()));
+    let mut ids = HashMap::with_capacity(vocabulary.min(input.0.len() / 16));
     let (mut names, mut df) = (Vec::new(), Vec::new());
     for id in 0..u32::try_from(vocabulary).ok()? {
         let name = input.text()?;
