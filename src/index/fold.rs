@@ -5,8 +5,8 @@
 //! over the whole new corpus, folds the corpus's changes in (LSA folding-in, Deerwester et al.
 //! 1990; Berry, Dumais & O'Brien 1995):
 //!
-//! - a chunk the old corpus had (same id, so same document and text) keeps its vector, bit for
-//!   bit;
+//! - a chunk the old corpus had (same id, title and text) keeps its vector, bit for bit; one
+//!   whose title or text changed under its id is treated as deleted and new;
 //! - a new chunk is projected with the build's basis and the build's term weights, so it lands
 //!   where the build's projection would have put it (a term the build did not know adds
 //!   nothing to its vector);
@@ -91,7 +91,8 @@ impl CorpusModel {
     /// The model of the corpus `index` holds, from this model of an earlier corpus whose
     /// chunks were `old` (in their positions): kept chunks keep their vectors, new ones are
     /// folded in, term statistics follow exactly (see the module docs). A model without a
-    /// basis (an empty space), or not of `old`, is rebuilt.
+    /// basis (an empty space), or with another number of chunks than `old`, is rebuilt (the
+    /// caller loads it by the stamp of `old`'s index, see [`CorpusModel::load`]).
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when a chunk text cannot be read.
@@ -110,11 +111,18 @@ impl CorpusModel {
         let mut space = TopicSpace::empty(basis.projection.dim, index.len(), index.threads());
         let mut new_forms: HashMap<String, HashMap<String, u32>> = HashMap::new();
         for position in 0..index.len() {
-            if let Some(&at) = was.get(&index.chunk_id(position)) {
-                space.push(&old_space.vector(at));
-                continue;
-            }
             let stored = index.stored(position)?;
+            if let Some(&at) = was.get(&index.chunk_id(position)) {
+                let before = old[at];
+                if before.title == stored.title && before.text == stored.text {
+                    space.push(&old_space.vector(at));
+                    continue;
+                }
+                // The same id with another title or text: its old counts go, it is folded in anew.
+                let mut tokens = index.analyzer().tokens(before.title);
+                tokens.extend(index.analyzer().tokens(before.text));
+                forget(&mut terms, &counts(tokens).0);
+            }
             let mut tokens = index.analyzer().tokens(&stored.title);
             tokens.extend(index.analyzer().tokens(&stored.text));
             let (tf, forms) = counts(tokens);
@@ -264,7 +272,8 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
     }
     let chunks = input.size()?;
     let terms = input.size()?;
-    let mut usage = HashMap::with_capacity(terms.min(bytes.len()));
+    // An entry takes at least four numbers (32 bytes): a corrupt count reserves no more.
+    let mut usage = HashMap::with_capacity(terms.min(input.0.len() / 32));
     for _ in 0..terms {
         let term = input.text()?;
         let (df, cf, surface) = (input.small()?, input.number()?, input.text()?);
@@ -275,7 +284,7 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
         return Some(CorpusModel { terms, space: TopicSpace::default(), basis: None });
     }
     let (n, dim, vocabulary) = (input.size()?, input.size()?, input.size()?);
-    let mut ids = HashMap::with_capacity(vocabulary.min(bytes.len()));
+    let mut ids = HashMap::with_capacity(vocabulary.min(input.0.len() / 16));
     let (mut names, mut df) = (Vec::new(), Vec::new());
     for id in 0..u32::try_from(vocabulary).ok()? {
         let name = input.text()?;
@@ -385,5 +394,35 @@ mod tests {
         let bytes = fs_err::read(&path).unwrap();
         fs_err::write(&path, &bytes[..bytes.len() - 3]).unwrap();
         assert!(CorpusModel::load(dir.path(), "stamp\n", 2).is_none(), "a cut file is not read");
+    }
+
+    #[test]
+    fn a_chunk_whose_title_or_text_changed_under_its_id_is_folded_in_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = test_chunks(&TEXTS);
+        let (old_index, _) = from_chunks(&dir.path().join("old"), &old);
+        let built = CorpusModel::build(&old_index).unwrap();
+        let old_bits = bits(&built.space);
+        let mut new = old.clone();
+        new[1].text = "tuning a ukulele by ear".to_owned();
+        new[5].title = "kidney dialysis".to_owned();
+        let (index, _) = from_chunks(&dir.path().join("new"), &new);
+        let basis = built.basis.as_ref().unwrap();
+        let projected = |chunk: &Chunk| {
+            let mut tokens = index.analyzer().tokens(&chunk.title);
+            tokens.extend(index.analyzer().tokens(&chunk.text));
+            let row: HashMap<u32, u32> =
+                counts(tokens).0.iter().filter_map(|(t, &n)| Some((*basis.ids.get(t)?, n))).collect();
+            basis.projection.project(&sorted(row), &basis.df, basis.n).iter().map(|x| x.to_bits()).collect()
+        };
+        let (one, five): (Vec<u32>, Vec<u32>) = (projected(&new[1]), projected(&new[5]));
+        let folded = built.fold_in(&old_chunks(&old), &index).unwrap();
+        let rebuilt = CorpusModel::build(&index).unwrap();
+        assert_eq!(usage(&folded.terms), usage(&rebuilt.terms), "df and cf are a rebuild's");
+        let now = bits(&folded.space);
+        assert_eq!(now[0], old_bits[0]);
+        assert_eq!(now[1], one);
+        assert_eq!(now[5], five);
+        assert_ne!(now[5], old_bits[5]);
     }
 }

@@ -153,6 +153,11 @@ impl Opened {
             .map_err(err)?;
         let searcher = reader.searcher();
         let keys = update::read_u32s(&dir.join(update::POSITIONS_FILE));
+        let tokens = update::read_tokens(dir);
+        // An updated index without its exact token count would score with an estimate.
+        if keys.is_some() && tokens.is_none() {
+            return Err(IndexError::Mismatch { path: dir.to_owned(), chunks: searcher.num_docs() as usize });
+        }
         let position = |key: u64| match &keys {
             None => key.min(u64::from(u32::MAX)) as u32,
             Some(keys) => usize::try_from(key).ok().and_then(|k| keys.get(k)).copied().unwrap_or(u32::MAX),
@@ -163,7 +168,22 @@ impl Opened {
             // A position past the chunk list is caught by `attach`.
             positions.push((0..ords.num_vals()).map(|doc| position(ords.get_val(doc))).collect());
         }
-        Ok(Self { searcher, fields, positions, tokens: update::read_tokens(dir) })
+        Ok(Self { searcher, fields, positions, tokens })
+    }
+
+    /// Each of `chunks` positions' document; `None` unless every position has exactly one.
+    fn addresses(&self, chunks: usize) -> Option<Vec<DocAddress>> {
+        if self.searcher.num_docs() != chunks as u64 {
+            return None;
+        }
+        let mut addresses = vec![DocAddress::new(u32::MAX, u32::MAX); chunks];
+        for (segment, positions) in self.positions.iter().enumerate() {
+            for (doc, &position) in positions.iter().enumerate() {
+                *addresses.get_mut(position as usize)? = DocAddress::new(segment as u32, doc as u32);
+            }
+        }
+        // Two documents claiming one position leave another without a document.
+        addresses.iter().all(|a| a.segment_ord != u32::MAX).then_some(addresses)
     }
 
     /// Ties the index to the chunk list it was built from: every position has one document.
@@ -176,21 +196,9 @@ impl Opened {
         threads: usize,
     ) -> Result<ChunkIndex> {
         chunks.seal();
-        let mismatch = || IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() };
-        if self.searcher.num_docs() != chunks.len() as u64 {
-            return Err(mismatch());
-        }
-        let mut addresses = vec![DocAddress::new(u32::MAX, u32::MAX); chunks.len()];
-        for (segment, positions) in self.positions.iter().enumerate() {
-            for (doc, &position) in positions.iter().enumerate() {
-                *addresses.get_mut(position as usize).ok_or_else(mismatch)? =
-                    DocAddress::new(segment as u32, doc as u32);
-            }
-        }
-        // Two documents claiming one position leave another without a document.
-        if addresses.iter().any(|a| a.segment_ord == u32::MAX) {
-            return Err(mismatch());
-        }
+        let addresses = self
+            .addresses(chunks.len())
+            .ok_or_else(|| IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() })?;
         let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id = HashTable::with_capacity(chunks.len());
@@ -254,7 +262,7 @@ impl ChunkIndex {
         let stamp_path = dir.join(FINGERPRINT_FILE);
         if fs_err::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
             && let Ok(opened) = Opened::open(dir, &analyzer)
-            && opened.searcher.num_docs() == chunks.len() as u64
+            && opened.addresses(chunks.len()).is_some()
         {
             progress.inc(chunks.len() as u64);
             return Ok((opened.attach(dir, chunks, fingerprint, analyzer, threads)?, IndexOrigin::Reused));

@@ -1,5 +1,7 @@
 //! The index of an earlier chunk list, brought to a new one in place: the chunks that went are
-//! deleted, the new ones added, the rest stay as they are (no re-analysis, no re-writing).
+//! deleted, the new ones (and those whose title or text changed under their id) added, the
+//! rest stay as they are, not analysed again. Adding only writes a new segment; once a chunk
+//! is deleted, the whole index is merged into one segment (a deletion costs a full merge).
 //!
 //! Each document's `ord` is a key that never changes; `qrelgen-positions` maps keys to chunk
 //! positions (an index as built has no such file: its keys are its positions). Once deleted
@@ -41,8 +43,10 @@ pub struct Earlier<'a> {
 impl ChunkIndex {
     /// As [`ChunkIndex::open_or_build`], but when `dir` holds the index of the `earlier` chunk
     /// list (made with `analyzer`), updates it in place instead of building it again: only
-    /// the chunks new to the list are analysed, taken from `feed` (which hands over every chunk,
-    /// in order). Searches then give exactly what a rebuilt index gives (see the module docs).
+    /// the chunks new to the list, or whose title or text changed under their id, are
+    /// analysed, taken from `feed` (which hands over every chunk, in order). Searches then
+    /// give exactly what a rebuilt index gives (see the module docs). An index that cannot be
+    /// read as the earlier list's is built again.
     ///
     /// # Errors
     /// As [`ChunkIndex::open_or_build`].
@@ -61,70 +65,78 @@ impl ChunkIndex {
         let on_disk = fs_err::read_to_string(&stamp_path).unwrap_or_default();
         let updatable = on_disk == Self::stamp(&analyzer, earlier.fingerprint)
             && on_disk != Self::stamp(&analyzer, fingerprint);
-        let plan = if updatable { Plan::of(dir, &analyzer, &chunks, earlier)? } else { None };
+        let plan = if updatable { Plan::of(dir, &analyzer, &chunks, earlier) } else { None };
         let Some(plan) = plan else {
             return Self::open_or_build(dir, chunks, fingerprint, analyzer, threads, progress, feed);
         };
         // Without its stamp, an index cut short here is rebuilt by the next run.
         fs_err::remove_file(&stamp_path).map_err(|e| write_error(&stamp_path, e))?;
-        plan.apply(dir, &analyzer, &chunks, earlier, progress, feed)?;
-        let stamp = Self::stamp(&analyzer, fingerprint);
-        fs_err::write(&stamp_path, stamp).map_err(|source| write_error(&stamp_path, source))?;
+        plan.apply(dir, &analyzer, earlier, progress, feed)?;
         let index = Opened::open(dir, &analyzer)?.attach(dir, chunks, fingerprint, analyzer, threads)?;
+        let stamp = index.own_stamp();
+        write_atomically(&stamp_path, stamp.as_bytes())?;
         Ok((index, IndexOrigin::Updated))
     }
 }
 
-/// What changes: per key, the new position of its chunk (`None`: deleted), and the exact token
-/// count so far.
+/// What changes: per key, the new position of its chunk (`None`: deleted); per new position,
+/// the key and earlier position of the document that holds its id; the keys whose chunks went;
+/// and the exact token count so far.
 struct Plan {
     index: Index,
     ord: Field,
     moved_to: Vec<Option<u32>>,
+    from: Vec<Option<(u64, u32)>>,
+    gone: Vec<(u64, u32)>,
     tokens: u64,
 }
 
 impl Plan {
     /// The plan for the index in `dir`; `None` when it cannot be updated (an older schema, a
-    /// position past the earlier list): then it is rebuilt.
-    fn of(dir: &Path, analyzer: &Analyzer, chunks: &ChunkList, earlier: Earlier<'_>) -> Result<Option<Self>> {
-        let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
-        let Ok(index) = Index::open_in_dir(dir) else { return Ok(None) };
+    /// position past the earlier list, an updated index without its token count, a damaged
+    /// index): then it is rebuilt.
+    fn of(dir: &Path, analyzer: &Analyzer, chunks: &ChunkList, earlier: Earlier<'_>) -> Option<Self> {
+        let index = Index::open_in_dir(dir).ok()?;
         register(&index, analyzer);
         let schema = index.schema();
-        let Ok(ord) = schema.get_field("ord") else { return Ok(None) };
+        let ord = schema.get_field("ord").ok()?;
+        let search = schema.get_field("search").ok()?;
         if !schema.get_field_entry(ord).is_indexed() {
-            return Ok(None);
+            return None;
         }
-        let opened = Opened::open(dir, analyzer)?;
+        let opened = Opened::open(dir, analyzer).ok()?;
         let keys = read_u32s(&dir.join(POSITIONS_FILE));
+        let exact = read_tokens(dir);
+        // An updated index's own token count is only estimated: without the exact one, rebuild.
+        if keys.is_some() && exact.is_none() {
+            return None;
+        }
         let now: HashMap<&str, u32> = (0..chunks.len()).map(|at| (chunks.id_str(at), at as u32)).collect();
         let mut moved_to = vec![None; keys.as_ref().map_or(earlier.chunks.len(), Vec::len)];
-        let mut tokens = 0;
-        let search = schema.get_field("search").map_err(err)?;
+        let (mut from, mut gone, mut tokens) = (vec![None; chunks.len()], Vec::new(), 0);
         for (segment, positions) in opened.searcher.segment_readers().iter().zip(&opened.positions) {
-            tokens += segment.inverted_index(search).map_err(err)?.total_num_tokens();
-            let ords = segment.fast_fields().column_first_or_default::<u64>("ord").map_err(err)?;
+            tokens += segment.inverted_index(search).ok()?.total_num_tokens();
+            let ords = segment.fast_fields().column_first_or_default::<u64>("ord").ok()?;
             for (doc, &position) in positions.iter().enumerate() {
-                let key = ords.get_val(doc as u32) as usize;
-                let Some(old) = earlier.chunks.get(position as usize) else { return Ok(None) };
-                let Some(slot) = moved_to.get_mut(key) else { return Ok(None) };
+                let key = ords.get_val(doc as u32);
+                let old = earlier.chunks.get(position as usize)?;
+                let slot = moved_to.get_mut(usize::try_from(key).ok()?)?;
                 *slot = now.get(old.id.as_str()).copied();
+                match *slot {
+                    Some(at) => *from.get_mut(at as usize)? = Some((key, position)),
+                    None => gone.push((key, position)),
+                }
             }
         }
-        if let Some(exact) = read_tokens(dir) {
-            tokens = exact;
-        }
-        Ok(Some(Self { index, ord, moved_to, tokens }))
+        Some(Self { index, ord, moved_to, from, gone, tokens: exact.unwrap_or(tokens) })
     }
 
-    /// Deletes the chunks that went, adds the new ones, merges away the deleted documents and
-    /// writes the key and token files.
+    /// Deletes the chunks that went or changed, adds the new and changed ones, merges away the
+    /// deleted documents and writes the key and token files.
     fn apply<E: From<IndexError>>(
-        mut self,
+        self,
         dir: &Path,
         analyzer: &Analyzer,
-        chunks: &ChunkList,
         earlier: Earlier<'_>,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
@@ -132,46 +144,65 @@ impl Plan {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
         let count =
             |title: &str, text: &str| (analyzer.tokens(title).len() + analyzer.tokens(text).len()) as u64;
-        let kept: std::collections::HashSet<&str> = (0..chunks.len()).map(|at| chunks.id_str(at)).collect();
-        for gone in earlier.chunks.iter().filter(|c| !kept.contains(c.id.as_str())) {
-            self.tokens -= count(gone.title, gone.text).min(self.tokens);
-        }
+        let Self { index, ord, mut moved_to, from, gone, mut tokens } = self;
         let mut writer: IndexWriter =
-            self.index.writer_with_num_threads(1, WRITER_MEMORY_PER_THREAD).map_err(err)?;
-        let deleted: Vec<usize> = (0..self.moved_to.len()).filter(|&k| self.moved_to[k].is_none()).collect();
-        for &key in &deleted {
-            writer.delete_term(Term::from_field_u64(self.ord, key as u64));
+            index.writer_with_num_threads(1, WRITER_MEMORY_PER_THREAD).map_err(err)?;
+        writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
+        let old = |position: u32| earlier.chunks.get(position as usize);
+        for &(key, position) in &gone {
+            tokens -= old(position).map_or(0, |c| count(c.title, c.text)).min(tokens);
+            writer.delete_term(Term::from_field_u64(ord, key));
         }
-        let mut present = vec![false; chunks.len()];
-        for &position in self.moved_to.iter().flatten() {
-            present[position as usize] = true;
-        }
+        let mut deleted = !gone.is_empty();
         let fields = super::schema().1;
         let mut position = 0usize;
         feed(&mut |chunk| {
-            if !present.get(position).copied().unwrap_or(true) {
-                let key = self.moved_to.len() as u64;
-                self.moved_to.push(Some(position as u32));
-                self.tokens += count(&chunk.title, &chunk.text);
-                writer.add_document(super::document(fields, &chunk, key)).map_err(err)?;
-            }
+            let at = position;
             position += 1;
             progress.inc(1);
+            if let Some((key, was)) = from.get(at).copied().flatten() {
+                let Some(was) = old(was) else { return Ok(()) };
+                if was.title == chunk.title && was.text == chunk.text {
+                    return Ok(());
+                }
+                // The same id with another title or text: its document is replaced.
+                tokens -= count(was.title, was.text).min(tokens);
+                writer.delete_term(Term::from_field_u64(ord, key));
+                moved_to[key as usize] = None;
+                deleted = true;
+            }
+            let key = moved_to.len() as u64;
+            moved_to.push(Some(at as u32));
+            tokens += count(&chunk.title, &chunk.text);
+            writer.add_document(super::document(fields, &chunk, key)).map_err(err)?;
             Ok(())
         })?;
         writer.commit().map_err(err)?;
-        if !deleted.is_empty() {
-            let segments = self.index.searchable_segment_ids().map_err(err)?;
+        if deleted {
+            let segments = index.searchable_segment_ids().map_err(err)?;
             writer.merge(&segments).wait().map_err(err)?;
         }
         writer.wait_merging_threads().map_err(err)?;
-        let keys: Vec<u8> = self.moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
-        let path = dir.join(POSITIONS_FILE);
-        fs_err::write(&path, keys).map_err(|e| write_error(&path, e))?;
-        let path = dir.join(TOKENS_FILE);
-        fs_err::write(&path, self.tokens.to_le_bytes()).map_err(|e| write_error(&path, e))?;
+        let keys: Vec<u8> = moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
+        write_atomically(&dir.join(POSITIONS_FILE), &keys)?;
+        write_atomically(&dir.join(TOKENS_FILE), &tokens.to_le_bytes())?;
         Ok(())
     }
+}
+
+/// Writes `bytes` to `path` whole or not at all: to a file beside it, flushed to disk, then
+/// renamed over it.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let write = || -> std::io::Result<()> {
+        let mut file = fs_err::File::create(&partial)?;
+        std::io::Write::write_all(&mut file, bytes)?;
+        file.sync_all()?;
+        fs_err::rename(&partial, path)
+    };
+    write().map_err(|e| write_error(path, e))
 }
 
 /// The key → position map of an updated index; `None` for one as built.
@@ -203,7 +234,9 @@ mod tests {
     }
 
     fn fingerprint(chunks: &[Chunk]) -> String {
-        crate::id::content_hash(&chunks.iter().map(|c| c.id.as_str()).collect::<Vec<_>>())
+        let parts: Vec<String> =
+            chunks.iter().map(|c| format!("{}\n{}\n{}", c.id, c.title, c.text)).collect();
+        crate::id::content_hash(&parts.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     fn index(dir: &Path, chunks: &[Chunk], earlier: Option<Earlier<'_>>) -> (ChunkIndex, IndexOrigin) {
@@ -287,5 +320,138 @@ mod tests {
         index(dir.path(), &v1, None);
         let wrong = Earlier { fingerprint: "not the index's", chunks: &olds(&v1) };
         assert_eq!(index(dir.path(), &v2, Some(wrong)).1, IndexOrigin::Built);
+    }
+
+    /// Updates the index in `dir` of `before` to `after`, and checks it against a rebuild.
+    fn update_and_compare(dir: &Path, before: &[Chunk], after: &[Chunk]) -> ChunkIndex {
+        let earlier = Earlier { fingerprint: &fingerprint(before), chunks: &olds(before) };
+        let (updated, origin) = index(dir, after, Some(earlier));
+        assert_eq!(origin, IndexOrigin::Updated);
+        let rebuilt_dir = tempfile::tempdir().unwrap();
+        let (rebuilt, _) = index(rebuilt_dir.path(), after, None);
+        for query in QUERIES.iter().chain(&["renamed title", "bravo", "kidney kidney"]) {
+            let got = bits(&updated.search(query, 10).unwrap());
+            assert_eq!(got, bits(&rebuilt.search(query, 10).unwrap()), "{query}");
+        }
+        for (position, chunk) in after.iter().enumerate() {
+            let stored = updated.stored(position).unwrap();
+            assert_eq!(
+                (stored.title.as_str(), stored.text.as_str()),
+                (chunk.title.as_str(), chunk.text.as_str())
+            );
+        }
+        updated
+    }
+
+    fn segments(dir: &Path) -> usize {
+        Index::open_in_dir(dir).unwrap().searchable_segment_ids().unwrap().len()
+    }
+
+    const V1: [&str; 4] = [
+        "alpha quota storage sync",
+        "bravo storage links password",
+        "charlie sync error",
+        "delta upload folder",
+    ];
+
+    #[test]
+    fn a_title_changed_under_kept_ids_is_updated_as_a_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let mut v2 = v1.clone();
+        v2[1].title = "renamed title".to_owned();
+        v2[2].title = "renamed".to_owned();
+        index(dir.path(), &v1, None);
+        update_and_compare(dir.path(), &v1, &v2);
+    }
+
+    #[test]
+    fn a_text_changed_under_a_kept_id_is_updated_as_a_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let v2 = named(&[
+            "alpha quota storage sync",
+            "bravo kidney kidney quota",
+            "charlie sync error",
+            "delta upload",
+        ]);
+        index(dir.path(), &v1, None);
+        update_and_compare(dir.path(), &v1, &v2);
+        // And an update of that updated index, with one more change.
+        let v3 = named(&["alpha quota", "bravo kidney kidney quota", "charlie sync error", "delta upload"]);
+        update_and_compare(dir.path(), &v2, &v3);
+    }
+
+    #[test]
+    fn a_damaged_index_is_built_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (v1, v2) = (named(&V1), named(&["alpha quota", "echo links"]));
+        index(dir.path(), &v1, None);
+        for entry in fs_err::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "term") {
+                fs_err::remove_file(path).unwrap();
+            }
+        }
+        let earlier = Earlier { fingerprint: &fingerprint(&v1), chunks: &olds(&v1) };
+        let (rebuilt, origin) = index(dir.path(), &v2, Some(earlier));
+        assert_eq!(origin, IndexOrigin::Built);
+        assert_eq!(rebuilt.text(1).unwrap(), "echo links");
+    }
+
+    #[test]
+    fn an_index_whose_documents_do_not_fit_its_chunks_is_built_again_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        index(dir.path(), &v1, None);
+        // Every key at position 0: the stamp fits, the documents do not.
+        fs_err::write(dir.path().join(POSITIONS_FILE), [0u8; 16]).unwrap();
+        fs_err::write(dir.path().join(TOKENS_FILE), 9u64.to_le_bytes()).unwrap();
+        assert_eq!(index(dir.path(), &v1, None).1, IndexOrigin::Built);
+        assert_eq!(index(dir.path(), &v1, None).1, IndexOrigin::Reused);
+    }
+
+    #[test]
+    fn an_updated_index_without_its_token_count_is_built_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (v1, v2) = (named(&V1), named(&["alpha quota storage sync", "charlie sync error", "echo links"]));
+        index(dir.path(), &v1, None);
+        update_and_compare(dir.path(), &v1, &v2);
+        assert!(!dir.path().join(format!("{TOKENS_FILE}.partial")).exists());
+        fs_err::remove_file(dir.path().join(TOKENS_FILE)).unwrap();
+        let v3 = named(&["alpha quota storage sync", "echo links"]);
+        let earlier = Earlier { fingerprint: &fingerprint(&v2), chunks: &olds(&v2) };
+        assert_eq!(index(dir.path(), &v3, Some(earlier)).1, IndexOrigin::Built);
+        fs_err::remove_file(dir.path().join(TOKENS_FILE)).ok();
+        assert_eq!(index(dir.path(), &v3, None).1, IndexOrigin::Reused, "an index as built has none");
+    }
+
+    #[test]
+    fn additions_only_add_segments_and_are_never_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut chunks = named(&["alpha quota"]);
+        index(dir.path(), &chunks, None);
+        let start = segments(dir.path());
+        // More updates than tantivy's default merge policy lets stand unmerged (8).
+        for (n, name) in ["b", "c", "d", "e", "f", "g", "h", "i", "j", "k"].iter().enumerate() {
+            let before = chunks.clone();
+            chunks.extend(named(&[&format!("{name} quota sync")]));
+            update_and_compare(dir.path(), &before, &chunks);
+            assert_eq!(segments(dir.path()), start + n + 1);
+        }
+    }
+
+    #[test]
+    fn after_a_deletion_an_addition_does_not_merge_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let v2: Vec<Chunk> = v1.iter().filter(|c| c.id.as_str() != "bravo").cloned().collect();
+        let mut v3 = v2.clone();
+        v3.extend(named(&["echo links quota"]));
+        index(dir.path(), &v1, None);
+        update_and_compare(dir.path(), &v1, &v2);
+        assert_eq!(segments(dir.path()), 1, "a deletion merges");
+        update_and_compare(dir.path(), &v2, &v3);
+        assert_eq!(segments(dir.path()), 2, "an addition only adds a segment");
     }
 }
