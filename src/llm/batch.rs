@@ -925,6 +925,10 @@ impl Llm {
             Err(BatchError::Endpoint(LlmError::Timeout(after))) => {
                 return Err(BatchError::CreateTimedOut { stage: stage.to_owned(), file: file.id, after });
             }
+            Err(BatchError::Endpoint(error)) if refused(&error) => {
+                self.cache.forget_batch(&file.id)?;
+                return Err(BatchError::Endpoint(error));
+            }
             Err(error) => return Err(error),
         };
         self.cache.adopt_batch(&file.id, &batch.id)?;
@@ -1018,6 +1022,12 @@ fn maybe_made(error: &LlmError) -> bool {
     matches!(error, LlmError::Timeout(_) | LlmError::Http { status: 504, .. })
 }
 
+/// Whether a failed create call definitely made no batch: a 4xx other than a timeout, a
+/// conflict or a rate limit.
+fn refused(error: &LlmError) -> bool {
+    matches!(error, LlmError::Http { status, .. } if (400..500).contains(status) && ![408, 409, 429].contains(status))
+}
+
 /// The provider's errors of a failed batch, one per line (`line 3: …`).
 fn describe_errors(errors: &serde_json::Value) -> String {
     let data = errors.get("data").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
@@ -1040,6 +1050,30 @@ mod tests {
 
     fn pending(line: &str) -> Pending {
         Pending { line: line.to_owned(), tokens: 1 }
+    }
+
+    #[test]
+    fn a_batch_object_is_read_whatever_its_created_at() {
+        let cases = [
+            (r#","created_at":null"#, None),
+            ("", None),
+            (r#","created_at":1714000000.7"#, Some(1_714_000_000)),
+            (r#","created_at":1714000000"#, Some(1_714_000_000)),
+            (r#","created_at":"soon""#, None),
+        ];
+        for (field, expected) in cases {
+            let text = format!(r#"{{"id":"batch_1","status":"completed","input_file_id":"file-1"{field}}}"#);
+            let batch = serde_json::from_str::<BatchObject>(&text).map_err(|e| e.to_string());
+            assert_eq!(batch.map(|b| (b.id, b.created_at)), Ok(("batch_1".to_owned(), expected)), "{text}");
+        }
+    }
+
+    #[test]
+    fn only_a_definite_refusal_of_a_create_call_forgets_its_record() {
+        let http = |status| LlmError::Http { status, message: String::new(), retry_after: None };
+        assert!(refused(&http(400)) && refused(&http(404)));
+        assert!(!refused(&http(429)) && !refused(&http(408)) && !refused(&http(500)));
+        assert!(!refused(&LlmError::Timeout(Duration::from_secs(1))));
     }
 
     #[test]

@@ -48,6 +48,8 @@ struct Plan {
     made_late: bool,
     /// How the list of batches is written.
     list_shape: ListShape,
+    /// Every create call is refused with HTTP 400.
+    refuse_create: bool,
 }
 
 /// How the mock writes its list of batches.
@@ -111,6 +113,10 @@ impl Respond for BatchApi {
             ("POST", "/v1/batches") => {
                 state.creates += 1;
                 let delay = self.plan.slow_create.filter(|_| state.creates == 1).unwrap_or_default();
+                if self.plan.refuse_create {
+                    return ResponseTemplate::new(400)
+                        .set_body_json(json!({"error": {"message": "model not available for batches"}}));
+                }
                 if self.plan.lose_first_create && state.creates == 1 {
                     return ResponseTemplate::new(500).set_delay(delay);
                 }
@@ -770,4 +776,18 @@ async fn a_cancelled_batch_keeps_what_it_ran_and_submits_only_the_rest_again() {
         usage["batch_replies"], usage["replies"],
         "the reply it ran is used, not asked again: {usage}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_call_refused_with_a_4xx_leaves_no_creating_record() {
+    let (server, state, _) = start(Plan { refuse_create: true, ..Plan::default() }).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let run = build(&server, &out, &["--batch", "submit", "--batch-poll", "0.02"]).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("model not available for batches"), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "a 400 is not retried");
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("no batches recorded"), "{text}");
 }
