@@ -341,7 +341,11 @@ fn lenient_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Opt
     Ok(value.and_then(|v| {
         v.as_u64().or_else(|| {
             v.as_f64().filter(|t| t.is_finite() && *t >= 0.0).map(|t| {
-                #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "finite and not negative")]
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "finite and not negative"
+                )]
                 let seconds = t as u64;
                 seconds
             })
@@ -838,7 +842,10 @@ impl Llm {
                     Some(input) if input == file => return Ok(Some(batch.clone())),
                     Some(_) => {}
                     None => {
-                        return Err(inconclusive(format!("batch {} is listed without its input_file_id", batch.id)));
+                        return Err(inconclusive(format!(
+                            "batch {} is listed without its input_file_id",
+                            batch.id
+                        )));
                     }
                 }
             }
@@ -852,7 +859,9 @@ impl Llm {
             }
             let next = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
             match next {
-                None => return Err(inconclusive("a page says more follow but not after which batch".to_owned())),
+                None => {
+                    return Err(inconclusive("a page says more follow but not after which batch".to_owned()));
+                }
                 Some(id) if after.as_ref() == Some(&id) => {
                     return Err(inconclusive(format!("the list does not move on past batch {id}")));
                 }
@@ -986,7 +995,11 @@ impl Llm {
     }
 
     /// As [`Llm::retrying`], trying again only after the errors `retry` accepts.
-    async fn retrying_if<T, F, Fut>(&self, retry: impl Fn(&LlmError) -> bool, call: F) -> Result<T, BatchError>
+    async fn retrying_if<T, F, Fut>(
+        &self,
+        retry: impl Fn(&LlmError) -> bool,
+        call: F,
+    ) -> Result<T, BatchError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,

@@ -661,7 +661,11 @@ async fn a_rerun_that_cannot_read_the_list_stops(list_shape: ListShape) {
 
     let run = build(&server, &out, &extra).await;
     assert_ne!(run.code, Some(0), "{}", run.stderr);
-    assert!(run.stderr.contains("cannot tell whether a batch was made of input file file-"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot tell whether a batch was made of input file file-"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("nothing was submitted again"), "{}", run.stderr);
     assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "the lines were submitted again");
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
@@ -790,4 +794,43 @@ async fn a_create_call_refused_with_a_4xx_leaves_no_creating_record() {
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("no batches recorded"), "{text}");
+}
+
+/// The chat endpoint of `model`, which drops the cache's `replies` table while it answers
+/// its `after`-th request: that reply is paid for and cannot be kept.
+struct BreakCacheAt {
+    model: Model,
+    cache: PathBuf,
+    after: usize,
+    seen: AtomicUsize,
+}
+
+impl Respond for BreakCacheAt {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
+            let dropped =
+                rusqlite::Connection::open(&self.cache).and_then(|c| c.execute_batch("DROP TABLE replies"));
+            assert!(dropped.is_ok(), "{dropped:?}");
+        }
+        self.model.respond(request)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_the_cache_cannot_keep_stops_the_run_instead_of_being_rejected() {
+    let dir = tempdir();
+    let cache = dir.path().join("cache.sqlite");
+    let (model, counters) = mock::model(Behaviour::default());
+    let server = MockServer::builder().start().await;
+    let chat = BreakCacheAt { model, cache: cache.clone(), after: 4, seen: AtomicUsize::new(0) };
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(chat).mount(&server).await;
+    let run = build(&server, &dir.path().join("set"), &["--cache", path_str(&cache), "--threads", "1"]).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("its reply cannot be kept") && run.stderr.contains("no such table"),
+        "{}",
+        run.stderr
+    );
+    let sent = counters.requests.load(Ordering::SeqCst);
+    assert!(sent <= 6, "the run went on sending after the cache failed: {sent} requests");
 }
