@@ -337,6 +337,10 @@ impl<'a> LlmGenerator<'a> {
                 format!("does not answer: {}", error.chain()),
                 "is the server running? check --base-url",
             ),
+            LlmError::Cache(_) => self.endpoint_error(
+                format!("answered, but its reply cannot be kept: {}", error.chain()),
+                "the reply cache must be readable and writable (disk full? read-only?)",
+            ),
             LlmError::Body(_) | LlmError::BaseUrl(_) | LlmError::Deferred => self.endpoint_error(
                 format!("does not answer as a chat endpoint: {}", error.chain()),
                 "check --base-url (it usually ends in /v1)",

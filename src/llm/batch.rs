@@ -8,8 +8,9 @@
 //! `body` is byte for byte the body the online path sends, so online and batch calls mix
 //! freely; a batch's lines are in the cache before it is created (under its input file's id,
 //! then under the batch's own), so a killed run finds the same batch again, by its id or by
-//! its input file, and never submits it twice (nor does a create call retried after a
-//! timeout); a line that failed is a failure of its call (in `rejects.jsonl`), a line a batch
+//! its input file. A create call is not retried after a timeout (the batch may be made all
+//! the same): the run stops and the next one looks the batch up by its input file; a lookup
+//! that cannot tell stops the run rather than submit the lines again. A line that failed is a failure of its call (in `rejects.jsonl`), a line a batch
 //! never ran (expired, cancelled) is submitted again.
 
 use super::{Cache, CachedReply, Llm, LlmError, classify};
@@ -119,6 +120,29 @@ pub enum BatchError {
     /// The cache cannot record the batch.
     #[error(transparent)]
     Cache(#[from] super::CacheError),
+    /// The provider's list of batches cannot tell whether a batch was made of an input file.
+    #[error(
+        "cannot tell whether a batch was made of input file {file}: {message}\nnothing was submitted again (it may have been paid for already); rerun when the provider's list of batches answers"
+    )]
+    Lookup {
+        /// The input file's id (the record's).
+        file: String,
+        /// Why the list does not tell.
+        message: String,
+    },
+    /// A create call got no answer in time: the batch may or may not have been made.
+    #[error(
+        "{stage}: the call creating a batch of input file {file} got no reply within {} s (--timeout); the provider may have made it\nnext: rerun the same command: it looks the batch up by its input file before it submits anything (raise --timeout if this repeats)",
+        .after.as_secs()
+    )]
+    CreateTimedOut {
+        /// The stage whose batch it is.
+        stage: String,
+        /// The input file's id (the record's).
+        file: String,
+        /// The timeout.
+        after: Duration,
+    },
 }
 
 /// One line of a request file: OpenAI's batch input format.
@@ -298,9 +322,9 @@ struct BatchObject {
     status: String,
     #[serde(default)]
     input_file_id: Option<String>,
-    /// Unix time; 0 when the server does not say.
-    #[serde(default)]
-    created_at: u64,
+    /// Unix time, when the server says (null, missing or a float are read too).
+    #[serde(default, deserialize_with = "lenient_time")]
+    created_at: Option<u64>,
     #[serde(default)]
     output_file_id: Option<String>,
     #[serde(default)]
@@ -309,6 +333,24 @@ struct BatchObject {
     request_counts: Option<Counts>,
     #[serde(default)]
     errors: Option<serde_json::Value>,
+}
+
+/// A Unix time as providers write it: an integer, a float, or null.
+fn lenient_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|v| {
+        v.as_u64().or_else(|| {
+            v.as_f64().filter(|t| t.is_finite() && *t >= 0.0).map(|t| {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "finite and not negative"
+                )]
+                let seconds = t as u64;
+                seconds
+            })
+        })
+    }))
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
@@ -343,7 +385,6 @@ pub(super) const TABLES: &str = "
 /// A page of the list of batches (newest first).
 #[derive(Debug, Deserialize)]
 struct BatchPage {
-    #[serde(default)]
     data: Vec<BatchObject>,
     #[serde(default)]
     has_more: bool,
@@ -358,6 +399,12 @@ const CREATING: &str = "creating";
 /// How far before its record a batch's creation may be dated (clock skew between us and the
 /// provider): a lookup stops at batches older than that.
 const LOOKUP_SLACK_SECS: u64 = 86_400;
+
+/// Batches asked for per page of the list, in a lookup.
+const PAGE_SIZE: usize = 100;
+
+/// Pages of the list read at most in a lookup before it gives up (inconclusive).
+const MAX_PAGES: usize = 50;
 
 /// A batch not imported yet, as the cache holds it.
 #[derive(Debug)]
@@ -631,7 +678,7 @@ impl Llm {
             }),
             errors: None,
             input_file_id: None,
-            created_at: 0,
+            created_at: None,
         };
         self.cache.update_batch(&done, true)?;
         Ok(imported)
@@ -762,7 +809,7 @@ impl Llm {
             return Ok(Some(open.id));
         }
         note(format!("{stage}: the last run stopped while creating a batch of {}; looking it up", open.id));
-        if let Some(batch) = self.retrying(|| self.find_batch(&open.id, open.created)).await? {
+        if let Some(batch) = self.find_batch(&open.id, open.created).await? {
             self.cache.adopt_batch(&open.id, &batch.id)?;
             return Ok(Some(batch.id));
         }
@@ -772,34 +819,56 @@ impl Llm {
     }
 
     /// The batch whose input file is `file`, from the provider's list of batches (newest first,
-    /// down to those made a day before `since`, a Unix time).
-    async fn find_batch(
-        &self,
-        file: &str,
-        since: u64,
-    ) -> Result<Option<BatchObject>, async_openai::error::OpenAIError> {
+    /// down to those made a day before `since`, a Unix time). A list that cannot say (a batch
+    /// listed without its input file, a page that does not move on, too many pages, an
+    /// endpoint error) is a [`BatchError::Lookup`], never a "not made".
+    async fn find_batch(&self, file: &str, since: u64) -> Result<Option<BatchObject>, BatchError> {
         use async_openai::traits::RequestOptionsBuilder as _;
+        let inconclusive = |message: String| BatchError::Lookup { file: file.to_owned(), message };
         let mut after: Option<String> = None;
-        loop {
-            let mut query = vec![("limit", "100".to_owned())];
-            query.extend(after.take().map(|id| ("after", id)));
-            let page: BatchPage = self.client.batches().query(&query)?.list_byot().await?;
+        for _ in 0..MAX_PAGES {
+            let mut query = vec![("limit", PAGE_SIZE.to_string())];
+            query.extend(after.clone().map(|id| ("after", id)));
+            let page: BatchPage = self
+                .retrying(|| async { self.client.batches().query(&query)?.list_byot().await })
+                .await
+                .map_err(|e| match e {
+                    BatchError::Endpoint(e) => inconclusive(format!("listing batches: {}", e.chain())),
+                    other => other,
+                })?;
             self.update(|t| t.network.requests += 1);
-            if let Some(found) = page.data.iter().find(|b| b.input_file_id.as_deref() == Some(file)) {
-                return Ok(Some(found.clone()));
+            for batch in &page.data {
+                match batch.input_file_id.as_deref() {
+                    Some(input) if input == file => return Ok(Some(batch.clone())),
+                    Some(_) => {}
+                    None => {
+                        return Err(inconclusive(format!(
+                            "batch {} is listed without its input_file_id",
+                            batch.id
+                        )));
+                    }
+                }
             }
             let older = page
                 .data
                 .last()
-                .is_some_and(|b| b.created_at > 0 && b.created_at + LOOKUP_SLACK_SECS < since);
+                .and_then(|b| b.created_at)
+                .is_some_and(|t| t > 0 && t + LOOKUP_SLACK_SECS < since);
             if !page.has_more || older {
                 return Ok(None);
             }
-            after = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
-            if after.is_none() {
-                return Ok(None);
+            let next = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
+            match next {
+                None => {
+                    return Err(inconclusive("a page says more follow but not after which batch".to_owned()));
+                }
+                Some(id) if after.as_ref() == Some(&id) => {
+                    return Err(inconclusive(format!("the list does not move on past batch {id}")));
+                }
+                Some(id) => after = Some(id),
             }
         }
+        Err(inconclusive(format!("it is not in the newest {} batches listed", MAX_PAGES * PAGE_SIZE)))
     }
 
     /// Refuses a batch whose worst case would take the spend over the budget, at batch prices.
@@ -819,8 +888,8 @@ impl Llm {
 
     /// Uploads `lines` as an input file and creates a batch of them. The batch is recorded
     /// under the file's id before the create call and under its own id after it, so a run
-    /// killed in between finds it again (see [`Llm::resolve`]); a create call retried after a
-    /// timeout first looks for the batch the first call may have made.
+    /// killed in between finds it again (see [`Llm::resolve`]). A create call that timed out
+    /// is not made again: the record stays and the run stops, so the next run looks it up.
     async fn create(&self, stage: &str, lines: &[(&String, &Pending)]) -> Result<String, BatchError> {
         let mut content = String::new();
         for (_, pending) in lines {
@@ -850,20 +919,27 @@ impl Llm {
         });
         self.update(|t| t.network.requests += 1);
         let keys: Vec<&String> = lines.iter().map(|(k, _)| *k).collect();
-        let since = unix_now();
         self.cache.record_batch(&file.id, stage, CREATING, &keys)?;
-        let retried = std::sync::atomic::AtomicBool::new(false);
-        let batch: BatchObject = self
-            .retrying(|| async {
-                if retried.swap(true, std::sync::atomic::Ordering::SeqCst)
-                    && let Some(made) = self.find_batch(&file.id, since).await?
-                {
-                    return Ok(made);
-                }
-                self.update(|t| t.network.requests += 1);
-                self.client.batches().create_byot(request.clone()).await
-            })
-            .await?;
+        let made = self
+            .retrying_if(
+                |e| e.is_retryable() && !maybe_made(e),
+                || async {
+                    self.update(|t| t.network.requests += 1);
+                    self.client.batches().create_byot(request.clone()).await
+                },
+            )
+            .await;
+        let batch: BatchObject = match made {
+            Ok(batch) => batch,
+            Err(BatchError::Endpoint(LlmError::Timeout(after))) => {
+                return Err(BatchError::CreateTimedOut { stage: stage.to_owned(), file: file.id, after });
+            }
+            Err(BatchError::Endpoint(error)) if refused(&error) => {
+                self.cache.forget_batch(&file.id)?;
+                return Err(BatchError::Endpoint(error));
+            }
+            Err(error) => return Err(error),
+        };
         self.cache.adopt_batch(&file.id, &batch.id)?;
         Ok(batch.id)
     }
@@ -915,6 +991,19 @@ impl Llm {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
     {
+        self.retrying_if(LlmError::is_retryable, call).await
+    }
+
+    /// As [`Llm::retrying`], trying again only after the errors `retry` accepts.
+    async fn retrying_if<T, F, Fut>(
+        &self,
+        retry: impl Fn(&LlmError) -> bool,
+        call: F,
+    ) -> Result<T, BatchError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
+    {
         let attempts = self.config.retry.max_attempts.max(1);
         let mut attempt = 0;
         loop {
@@ -930,7 +1019,7 @@ impl Llm {
                 other => other,
             };
             attempt += 1;
-            if attempt >= attempts || !error.is_retryable() {
+            if attempt >= attempts || !retry(&error) {
                 return Err(BatchError::Endpoint(error));
             }
             self.update(|t| t.network.retries += 1);
@@ -938,6 +1027,18 @@ impl Llm {
             tokio::time::sleep(self.config.retry.delay(attempt - 1, jitter, error.retry_after())).await;
         }
     }
+}
+
+/// Whether a failed create call may have made its batch all the same: no answer in time, or a
+/// gateway's timeout.
+fn maybe_made(error: &LlmError) -> bool {
+    matches!(error, LlmError::Timeout(_) | LlmError::Http { status: 504, .. })
+}
+
+/// Whether a failed create call definitely made no batch: a 4xx other than a timeout, a
+/// conflict or a rate limit.
+fn refused(error: &LlmError) -> bool {
+    matches!(error, LlmError::Http { status, .. } if (400..500).contains(status) && ![408, 409, 429].contains(status))
 }
 
 /// The provider's errors of a failed batch, one per line (`line 3: …`).
@@ -962,6 +1063,30 @@ mod tests {
 
     fn pending(line: &str) -> Pending {
         Pending { line: line.to_owned(), tokens: 1 }
+    }
+
+    #[test]
+    fn a_batch_object_is_read_whatever_its_created_at() {
+        let cases = [
+            (r#","created_at":null"#, None),
+            ("", None),
+            (r#","created_at":1714000000.7"#, Some(1_714_000_000)),
+            (r#","created_at":1714000000"#, Some(1_714_000_000)),
+            (r#","created_at":"soon""#, None),
+        ];
+        for (field, expected) in cases {
+            let text = format!(r#"{{"id":"batch_1","status":"completed","input_file_id":"file-1"{field}}}"#);
+            let batch = serde_json::from_str::<BatchObject>(&text).map_err(|e| e.to_string());
+            assert_eq!(batch.map(|b| (b.id, b.created_at)), Ok(("batch_1".to_owned(), expected)), "{text}");
+        }
+    }
+
+    #[test]
+    fn only_a_definite_refusal_of_a_create_call_forgets_its_record() {
+        let http = |status| LlmError::Http { status, message: String::new(), retry_after: None };
+        assert!(refused(&http(400)) && refused(&http(404)));
+        assert!(!refused(&http(429)) && !refused(&http(408)) && !refused(&http(500)));
+        assert!(!refused(&LlmError::Timeout(Duration::from_secs(1))));
     }
 
     #[test]

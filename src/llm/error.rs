@@ -98,6 +98,16 @@ pub enum LlmError {
     /// Batch mode: the call is not in the cache and waits for the next batch.
     #[error("waiting for a batch")]
     Deferred,
+    /// The reply cache cannot be read or written: a reply that cannot be kept would be paid
+    /// for again by the next run, so this stops the run.
+    #[error(transparent)]
+    Cache(Arc<super::CacheError>),
+}
+
+impl From<super::CacheError> for LlmError {
+    fn from(error: super::CacheError) -> Self {
+        Self::Cache(Arc::new(error))
+    }
 }
 
 impl LlmError {
@@ -118,7 +128,7 @@ impl LlmError {
                 matches!(kind, ConnectKind::Refused | ConnectKind::Reset | ConnectKind::Other)
             }
             Self::Timeout(_) => true,
-            Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) | Self::Deferred => false,
+            Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) | Self::Deferred | Self::Cache(_) => false,
         }
     }
 

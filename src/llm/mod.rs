@@ -524,16 +524,16 @@ impl Llm {
     /// A note remembered in the cache under `name` for this endpoint and model.
     ///
     /// # Errors
-    /// [`LlmError::Body`] when the cache cannot be read.
+    /// [`LlmError::Cache`] when the cache cannot be read.
     pub fn note(&self, name: &str) -> Result<Option<String>, LlmError> {
         let key = self.note_key(name);
-        Ok(self.cache.get(&key).map_err(|e| LlmError::Body(e.to_string()))?.map(|(reply, _)| reply.content))
+        Ok(self.cache.get(&key)?.map(|(reply, _)| reply.content))
     }
 
     /// Remembers `value` under `name` for this endpoint and model.
     ///
     /// # Errors
-    /// [`LlmError::Body`] when the cache cannot be written.
+    /// [`LlmError::Cache`] when the cache cannot be written.
     pub fn remember(&self, name: &str, value: &str) -> Result<(), LlmError> {
         let reply = CachedReply {
             content: value.to_owned(),
@@ -542,7 +542,7 @@ impl Llm {
             completion_tokens: 0,
             abandoned: 0,
         };
-        self.cache.put(&self.note_key(name), &reply).map_err(|e| LlmError::Body(e.to_string()))
+        Ok(self.cache.put(&self.note_key(name), &reply)?)
     }
 
     fn note_key(&self, name: &str) -> String {
@@ -592,7 +592,7 @@ impl Llm {
             return Err(batch.defer(&key, &body, tokens));
         }
         let reply = self.send(&request, RetryOn::Transient).await?;
-        self.cache.put(&key, &reply).map_err(|e| LlmError::Body(e.to_string()))?;
+        self.cache.put(&key, &reply)?;
         Ok(completion(&reply))
     }
 
@@ -605,7 +605,7 @@ impl Llm {
         messages: &[Message],
         response_format: Option<&serde_json::Value>,
     ) -> Result<Option<CachedReply>, LlmError> {
-        let Some((reply, via)) = self.cache.get(key).map_err(|e| LlmError::Body(e.to_string()))? else {
+        let Some((reply, via)) = self.cache.get(key)? else {
             return Ok(None);
         };
         if self.batch.as_ref().is_some_and(|b| !b.first_use(key)) {

@@ -67,7 +67,9 @@ impl Unusable {
             LlmError::Timeout(_) => FailureKind::Timeout,
             LlmError::Http { .. } => FailureKind::HttpError,
             LlmError::Connect { .. } | LlmError::BaseUrl(_) => FailureKind::Connection,
-            LlmError::Body(_) | LlmError::Budget(_) | LlmError::Deferred => FailureKind::BadResponse,
+            LlmError::Body(_) | LlmError::Budget(_) | LlmError::Deferred | LlmError::Cache(_) => {
+                FailureKind::BadResponse
+            }
         };
         Self { kind, reason: error.chain(), reply: None }
     }
@@ -102,6 +104,7 @@ fn is_fatal(error: &LlmError) -> bool {
             | LlmError::BaseUrl(_)
             | LlmError::Budget(_)
             | LlmError::Deferred
+            | LlmError::Cache(_)
             | LlmError::Http { status: 401 | 403 | 404, .. }
     )
 }
@@ -296,6 +299,12 @@ impl Session {
         let hint = match error {
             LlmError::Http { status: 401 | 403, .. } => "check OPENAI_API_KEY",
             LlmError::Http { status: 404, .. } => "check --model and --base-url (it usually ends in /v1)",
+            LlmError::Cache(_) => {
+                return self.endpoint_stop(
+                    format!("answered, but its reply cannot be kept: {}", error.chain()),
+                    "the reply cache must be readable and writable (disk full? read-only?); nothing more is sent",
+                );
+            }
             _ => "is the server running? replies so far are cached and a rerun resumes",
         };
         self.endpoint_stop(format!("failed: {}", error.chain()), hint)

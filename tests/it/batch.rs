@@ -44,6 +44,24 @@ struct Plan {
     slow_create: Option<Duration>,
     /// The first create call makes no batch (as if it never reached the provider).
     lose_first_create: bool,
+    /// The first create call makes its batch only when it answers (after `slow_create`).
+    made_late: bool,
+    /// How the list of batches is written.
+    list_shape: ListShape,
+    /// Every create call is refused with HTTP 400.
+    refuse_create: bool,
+}
+
+/// How the mock writes its list of batches.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ListShape {
+    /// As OpenAI does.
+    #[default]
+    Full,
+    /// The batches without their `input_file_id`.
+    NoInputFile,
+    /// No `data` field (a shape qrelgen cannot read).
+    NoData,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +113,10 @@ impl Respond for BatchApi {
             ("POST", "/v1/batches") => {
                 state.creates += 1;
                 let delay = self.plan.slow_create.filter(|_| state.creates == 1).unwrap_or_default();
+                if self.plan.refuse_create {
+                    return ResponseTemplate::new(400)
+                        .set_body_json(json!({"error": {"message": "model not available for batches"}}));
+                }
                 if self.plan.lose_first_create && state.creates == 1 {
                     return ResponseTemplate::new(500).set_delay(delay);
                 }
@@ -118,10 +140,32 @@ impl Respond for BatchApi {
                     failed: 0,
                 };
                 let object = batch_object(&batch);
-                state.batches.push(batch);
+                if self.plan.made_late && state.creates == 1 {
+                    let state = Arc::clone(&self.state);
+                    std::thread::spawn(move || {
+                        std::thread::sleep(delay);
+                        if let Ok(mut state) = state.lock() {
+                            state.batches.push(batch);
+                        }
+                    });
+                } else {
+                    state.batches.push(batch);
+                }
                 ResponseTemplate::new(200).set_body_json(object).set_delay(delay)
             }
-            ("GET", "/v1/batches") => ResponseTemplate::new(200).set_body_json(list(&state, request)),
+            ("GET", "/v1/batches") => {
+                let mut page = list(&state, request);
+                match self.plan.list_shape {
+                    ListShape::Full => {}
+                    ListShape::NoInputFile => {
+                        for batch in page["data"].as_array_mut().into_iter().flatten() {
+                            batch.as_object_mut().map(|b| b.remove("input_file_id"));
+                        }
+                    }
+                    ListShape::NoData => page = json!({"object": "list", "batches": page["data"].clone()}),
+                }
+                ResponseTemplate::new(200).set_body_json(page)
+            }
             ("GET", p) if p.starts_with("/v1/batches/") => {
                 state.polls += 1;
                 let batch_id = p.trim_start_matches("/v1/batches/").to_owned();
@@ -604,11 +648,69 @@ async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_agai
     assert_eq!(state.lock().map_or(0, |s| s.creates), assert_no_line_submitted_twice(&state) + 1);
 }
 
+/// Kills a build while its first create call waits, with a list of batches the rerun cannot
+/// read: the rerun must stop, naming the input file, and submit nothing again.
+async fn a_rerun_that_cannot_read_the_list_stops(list_shape: ListShape) {
+    let plan = Plan { slow_create: Some(Duration::from_secs(120)), list_shape, ..Plan::default() };
+    let (server, state, _) = start(plan).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let base_url = format!("{}/v1", server.uri());
+    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
+    kill_once(&args(&out, &base_url, &extra), &state, |s| s.creates >= 1).await;
+
+    let run = build(&server, &out, &extra).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot tell whether a batch was made of input file file-"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("nothing was submitted again"), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "the lines were submitted again");
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("creating") && text.contains("1 not imported"), "the record is kept: {text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_create_call_retried_after_a_timeout_takes_the_batch_the_first_call_made() {
-    let plan = Plan { slow_create: Some(Duration::from_secs(3)), ..Plan::default() };
-    let (_, state, _dir) = submit_builds_the_online_set(plan, &["--timeout", "1"]).await;
-    assert_no_line_submitted_twice(&state);
+async fn a_listed_batch_without_its_input_file_stops_the_rerun_instead_of_submitting_again() {
+    a_rerun_that_cannot_read_the_list_stops(ListShape::NoInputFile).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_list_of_batches_of_another_shape_stops_the_rerun_instead_of_submitting_again() {
+    a_rerun_that_cannot_read_the_list_stops(ListShape::NoData).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_call_that_timed_out_is_not_made_again_and_the_rerun_takes_the_batch_it_made() {
+    // The provider makes the batch only when it answers, after the build gave up waiting.
+    let plan = Plan { slow_create: Some(Duration::from_secs(3)), made_late: true, ..Plan::default() };
+    let (server, state, _) = start(plan).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let extra = ["--batch", "submit", "--batch-poll", "0.02", "--timeout", "1"];
+    let run = build(&server, &out, &extra).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("got no reply within 1 s") && run.stderr.contains("rerun the same command"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "the create call was made again");
+    let started = Instant::now();
+    while state.lock().map_or(0, |s| s.batches.len()) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the mock never made the batch");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let run = build(&server, &out, &extra).await;
+    run.assert_code(0);
+    let first = state.lock().map(|s| s.batches[0].id.clone()).unwrap_or_default();
+    assert!(run.stderr.contains("stopped while creating a batch of file-"), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("resuming batch {first}")), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), assert_no_line_submitted_twice(&state));
 }
 
 /// Builds the set online and with `--batch submit` (and `extra`) against a mock following
@@ -678,4 +780,57 @@ async fn a_cancelled_batch_keeps_what_it_ran_and_submits_only_the_rest_again() {
         usage["batch_replies"], usage["replies"],
         "the reply it ran is used, not asked again: {usage}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_call_refused_with_a_4xx_leaves_no_creating_record() {
+    let (server, state, _) = start(Plan { refuse_create: true, ..Plan::default() }).await;
+    let dir = tempdir();
+    let out = dir.path().join("set");
+    let run = build(&server, &out, &["--batch", "submit", "--batch-poll", "0.02"]).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("model not available for batches"), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "a 400 is not retried");
+    let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("no batches recorded"), "{text}");
+}
+
+/// The chat endpoint of `model`, which drops the cache's `replies` table while it answers
+/// its `after`-th request: that reply is paid for and cannot be kept.
+struct BreakCacheAt {
+    model: Model,
+    cache: PathBuf,
+    after: usize,
+    seen: AtomicUsize,
+}
+
+impl Respond for BreakCacheAt {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
+            let dropped =
+                rusqlite::Connection::open(&self.cache).and_then(|c| c.execute_batch("DROP TABLE replies"));
+            assert!(dropped.is_ok(), "{dropped:?}");
+        }
+        self.model.respond(request)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_the_cache_cannot_keep_stops_the_run_instead_of_being_rejected() {
+    let dir = tempdir();
+    let cache = dir.path().join("cache.sqlite");
+    let (model, counters) = mock::model(Behaviour::default());
+    let server = MockServer::builder().start().await;
+    let chat = BreakCacheAt { model, cache: cache.clone(), after: 4, seen: AtomicUsize::new(0) };
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(chat).mount(&server).await;
+    let run = build(&server, &dir.path().join("set"), &["--cache", path_str(&cache), "--threads", "1"]).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("its reply cannot be kept") && run.stderr.contains("no such table"),
+        "{}",
+        run.stderr
+    );
+    let sent = counters.requests.load(Ordering::SeqCst);
+    assert!(sent <= 6, "the run went on sending after the cache failed: {sent} requests");
 }
