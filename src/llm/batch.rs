@@ -1444,11 +1444,11 @@ mod tests {
     #[tokio::test]
     async fn a_lookup_that_cannot_finish_is_inconclusive_never_not_made() {
         let (found, asked) = look_up(pages(10, true, true), "file-7").await;
-        let message = found.expect_err("a list that does not move on");
+        let message = found.unwrap_err();
         assert!(message.contains("does not move on past batch batch_2"), "{message}");
         assert_eq!(asked, 2);
         let (found, asked) = look_up(pages(MAX_PAGES * 3 + 1, true, false), "file-x").await;
-        let message = found.expect_err("a list longer than the page cap");
+        let message = found.unwrap_err();
         assert!(
             message.contains(&format!("not in the newest {} batches listed", MAX_PAGES * 3)),
             "{message}"
@@ -1528,7 +1528,7 @@ mod tests {
         let records = llm.cache.batches().unwrap();
         let kept: Vec<(&str, &str)> = records.iter().map(|r| (r.id.as_str(), r.status.as_str())).collect();
         assert_eq!(kept, [("file-1", "creating")], "the next run looks the batch up by its file");
-        let message = made.map_err(|e| e.to_string()).expect_err("failed");
+        let message = made.map_err(|e| e.to_string()).unwrap_err();
         assert!(message.contains("rerun the same command"), "{message}");
     }
 

@@ -862,8 +862,8 @@ async fn a_batch_that_cannot_be_polled_names_the_way_out_and_forgetting_it_lets_
     assert!(run.stderr.contains(&told) && run.stderr.contains(&way_out), "{}", run.stderr);
     assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "nothing was submitted again");
 
-    let forget = |id: &str| qrelgen_with_env(&["batch", "forget", id, "--set", path_str(&out)], &[]);
-    let forgot = forget(&gone.id);
+    let drop_record = |id: &str| qrelgen_with_env(&["batch", "forget", id, "--set", path_str(&out)], &[]);
+    let forgot = drop_record(&gone.id);
     let text = String::from_utf8_lossy(&forgot.stdout);
     assert!(forgot.status.success(), "{text}");
     let lines = gone.lines.len();
@@ -875,7 +875,7 @@ async fn a_batch_that_cannot_be_polled_names_the_way_out_and_forgetting_it_lets_
     ] {
         assert!(text.contains(&expected), "{expected:?} in {text}");
     }
-    let again = forget(&gone.id);
+    let again = drop_record(&gone.id);
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains(&format!("no batch {} is recorded", gone.id)));
 
