@@ -928,7 +928,7 @@ impl Llm {
                     "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
                      still be creating it (another run sharing this cache): waiting up to {} s for it before its \
                      requests are submitted again (if no other run uses this cache, stop and drop the record with \
-                     `qrelgen batch forget {file}`)",
+                     `qrelgen batch forget {file} --set DIR`)",
                     window - age,
                     file = open.id
                 ));
@@ -1536,13 +1536,7 @@ mod tests {
     fn a_batch_reply_is_stored_whole_or_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(&dir.path().join("cache.sqlite")).unwrap();
-        let reply = CachedReply {
-            content: "{}".into(),
-            finish_reason: None,
-            prompt_tokens: 1,
-            completion_tokens: 2,
-            abandoned: 0,
-        };
+        let reply = reply();
         // The second write fails: the first must not stay (a reply priced as an online one).
         cache.with(|c| c.execute_batch("DROP TABLE batch_replies")).unwrap();
         let stored = cache.put_batched("k", &reply, "batch_1");
@@ -1554,13 +1548,7 @@ mod tests {
     fn a_reply_read_from_the_cache_says_whether_it_came_through_a_batch() {
         let dir = tempfile::tempdir().unwrap();
         let cache = super::super::Cache::open(&dir.path().join("cache.sqlite")).unwrap();
-        let reply = CachedReply {
-            content: "{}".into(),
-            finish_reason: None,
-            prompt_tokens: 1,
-            completion_tokens: 2,
-            abandoned: 0,
-        };
+        let reply = reply();
         cache.put("online", &reply).unwrap();
         cache.put_batched("batched", &reply, "batch_1").unwrap();
         let via = |key: &str| cache.get(key).unwrap().map(|(_, via)| via);

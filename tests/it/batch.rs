@@ -538,15 +538,25 @@ async fn kill_once(args: &[&str], state: &Mutex<State>, reached: impl Fn(&State)
     let _ = child.wait();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
+/// The batch flags of the runs killed while they wait.
+const WAITING: [&str; 4] = ["--batch", "submit", "--batch-poll", "0.02"];
+
+/// Kills a build (with [`WAITING`]) while its first batch runs, held `in_progress` until the
+/// returned flag is cleared; the mock, its state, the flag, and the set's folder in `dir`.
+async fn kill_while_waiting(dir: &Path) -> (MockServer, Arc<Mutex<State>>, Arc<AtomicBool>, PathBuf) {
     let hold = Arc::new(AtomicBool::new(true));
     let (server, state, _) = start(Plan { hold: Arc::clone(&hold), ..Plan::default() }).await;
-    let dir = tempdir();
-    let out = dir.path().join("set");
+    let out = dir.join("set");
     let base_url = format!("{}/v1", server.uri());
-    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
-    kill_once(&args(&out, &base_url, &extra), &state, |s| s.polls >= 3).await;
+    kill_once(&args(&out, &base_url, &WAITING), &state, |s| s.polls >= 3).await;
+    (server, state, hold, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
+    let dir = tempdir();
+    let (server, state, hold, out) = kill_while_waiting(dir.path()).await;
+    let extra = WAITING;
     let submitted = state.lock().map_or(0, |s| s.batches.len());
     assert_eq!(submitted, 1);
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
@@ -618,9 +628,9 @@ async fn kill_during_the_first_create(plan: Plan) -> (Run, Arc<Mutex<State>>) {
     let dir = tempdir();
     let out = dir.path().join("set");
     let base_url = format!("{}/v1", server.uri());
-    // A create call takes 2 s at most (--timeout × --attempts): a younger record may be a
+    // A create call takes 4 s at most (--timeout × --attempts): a younger record may be a
     // create call of another run still in flight, which the rerun waits for.
-    let extra = ["--batch", "submit", "--batch-poll", "0.02", "--timeout", "1", "--attempts", "2"];
+    let extra = ["--batch", "submit", "--batch-poll", "0.02", "--timeout", "2", "--attempts", "2"];
     kill_once(&args(&out, &base_url, &extra), &state, |s| s.creates >= 1).await;
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
     let text = String::from_utf8_lossy(&status.stdout);
@@ -845,13 +855,9 @@ async fn a_reply_the_cache_cannot_keep_stops_the_run_instead_of_being_rejected()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_that_cannot_be_polled_names_the_way_out_and_forgetting_it_lets_the_rerun_go_on() {
-    let hold = Arc::new(AtomicBool::new(true));
-    let (server, state, _) = start(Plan { hold: Arc::clone(&hold), ..Plan::default() }).await;
     let dir = tempdir();
-    let out = dir.path().join("set");
-    let base_url = format!("{}/v1", server.uri());
-    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
-    kill_once(&args(&out, &base_url, &extra), &state, |s| s.polls >= 3).await;
+    let (server, state, hold, out) = kill_while_waiting(dir.path()).await;
+    let extra = WAITING;
     // The provider no longer knows the batch (deleted, or another project's key): 404.
     let gone = state.lock().map(|mut s| s.batches.remove(0)).unwrap();
     hold.store(false, Ordering::SeqCst);
@@ -888,8 +894,8 @@ async fn a_batch_that_cannot_be_polled_names_the_way_out_and_forgetting_it_lets_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_sharing_the_cache_waits_for_the_batch_another_run_is_creating_instead_of_forgetting_it() {
-    // The provider makes the first batch only when it answers the create call, 4 s on.
-    let plan = Plan { slow_create: Some(Duration::from_secs(4)), made_late: true, ..Plan::default() };
+    // The provider makes the first batch only when it answers the create call, 8 s on.
+    let plan = Plan { slow_create: Some(Duration::from_secs(8)), made_late: true, ..Plan::default() };
     let (server, state, _) = start(plan).await;
     let dir = tempdir();
     let cache = dir.path().join("shared-cache.sqlite");
