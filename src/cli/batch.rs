@@ -1,13 +1,13 @@
-//! Batch inference on the command line: `build --batch submit|export|import` and
-//! `qrelgen batch status`.
+//! Batch inference on the command line: `build --batch submit|export|import`,
+//! `qrelgen batch status` and `qrelgen batch forget`.
 
 use super::exit;
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use qrelgen::config::{BuildConfig, GeneratorConfig};
-use qrelgen::llm::{BatchConfig, BatchMode, Cache, DEFAULT_DISCOUNT, MAX_BYTES, MAX_REQUESTS};
+use qrelgen::llm::{BatchConfig, BatchMode, Cache, DEFAULT_DISCOUNT, Forgotten, MAX_BYTES, MAX_REQUESTS};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The batch flags of `build`.
@@ -96,7 +96,19 @@ impl BatchArgs {
 /// The examples of `qrelgen batch --help` and `qrelgen batch status --help`.
 pub const STATUS_EXAMPLES: &str = "Examples:
   qrelgen batch status --set out
-  qrelgen batch status --set out --cache shared-cache.sqlite";
+  qrelgen batch status --set out --cache shared-cache.sqlite
+  qrelgen batch forget file-abc123 --set out";
+
+/// The examples and notes of `qrelgen batch forget --help`.
+const FORGET_EXAMPLES: &str =
+    "Replies already in the cache stay there, whichever batch brought them: a rerun uses them
+without paying again. A batch the provider made or runs is not cancelled by this: it may
+still bill, so cancel it there if it is not needed.
+
+Examples:
+  qrelgen batch status --set out              # the ids of the recorded batches
+  qrelgen batch forget batch_abc123 --set out
+  qrelgen batch forget file-abc123 --set out --cache shared-cache.sqlite";
 
 /// `qrelgen batch`.
 #[derive(Debug, Args)]
@@ -109,11 +121,25 @@ pub struct BatchCommand {
 enum BatchSub {
     /// Where the batches of a set stand, as the last poll left them (sends nothing).
     #[command(after_help = STATUS_EXAMPLES)]
-    Status(StatusArgs),
+    Status(CacheArgs),
+    /// Drops the record of a batch that can never be looked up or polled again (no list
+    /// endpoint, the batch was deleted, it was made with another project's key), so reruns
+    /// are not blocked by it: the next `build --batch submit` submits its requests that have
+    /// no reply again (sends nothing itself).
+    #[command(after_help = FORGET_EXAMPLES)]
+    Forget {
+        /// The record's id, as `batch status` lists it: a batch id, or the input file id of a
+        /// batch that was being created.
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
 }
 
+/// Which reply cache.
 #[derive(Debug, Args)]
-struct StatusArgs {
+struct CacheArgs {
     /// The set's output folder (its cache is OUT/llm-cache.sqlite).
     #[arg(long, value_name = "DIR")]
     set: PathBuf,
@@ -122,18 +148,64 @@ struct StatusArgs {
     cache: Option<PathBuf>,
 }
 
-/// Runs `qrelgen batch …`.
-pub fn run(args: &BatchCommand, stdout: &mut dyn Write) -> anyhow::Result<u8> {
-    let BatchSub::Status(args) = &args.command;
-    let path = args.cache.clone().unwrap_or_else(|| args.set.join("llm-cache.sqlite"));
-    status(&path, stdout)
+impl CacheArgs {
+    /// Opens the cache, which must exist.
+    fn open(&self) -> anyhow::Result<(Cache, PathBuf)> {
+        let path = self.cache.clone().unwrap_or_else(|| self.set.join("llm-cache.sqlite"));
+        if !path.is_file() {
+            bail!("no reply cache at {}\nhint: pass the build's --cache, or check --set", path.display());
+        }
+        Ok((Cache::open(&path)?, path))
+    }
 }
 
-fn status(path: &Path, w: &mut dyn Write) -> anyhow::Result<u8> {
-    if !path.is_file() {
-        bail!("no reply cache at {}\nhint: pass the build's --cache, or check --set", path.display());
+/// Runs `qrelgen batch …`.
+pub fn run(args: &BatchCommand, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    match &args.command {
+        BatchSub::Status(args) => status(args, stdout),
+        BatchSub::Forget { id, cache } => forget(id, cache, stdout),
     }
-    let cache = Cache::open(path)?;
+}
+
+fn forget(id: &str, args: &CacheArgs, w: &mut dyn Write) -> anyhow::Result<u8> {
+    let (cache, path) = args.open()?;
+    let forgotten = cache.forget_record(id).with_context(|| format!("updating {}", path.display()))?;
+    let Some(Forgotten { record, cached, missing }) = forgotten else {
+        bail!(
+            "no batch {id} is recorded in {}\nhint: `qrelgen batch status --set {}` lists the recorded batches",
+            path.display(),
+            args.set.display()
+        );
+    };
+    writeln!(
+        w,
+        "forgot batch {} ({}, {}, {} requests)",
+        record.id, record.stage, record.status, record.total
+    )?;
+    writeln!(
+        w,
+        "{cached} of its requests have replies in the cache: they stay there, and a rerun uses them without paying again"
+    )?;
+    if record.imported {
+        writeln!(w, "its results were imported: nothing of it is submitted again")?;
+        return Ok(exit::OK);
+    }
+    writeln!(w, "{missing} have none: the next `build --batch submit` submits them again")?;
+    let made = if record.status == "creating" {
+        format!("a batch made of input file {} (if the provider made one)", record.id)
+    } else {
+        format!("batch {}", record.id)
+    };
+    writeln!(
+        w,
+        "warning: {made} is not cancelled by this and may still run and bill; cancel it with the provider if it is not needed"
+    )?;
+    Ok(exit::OK)
+}
+
+fn status(args: &CacheArgs, w: &mut dyn Write) -> anyhow::Result<u8> {
+    let (cache, path) = args.open()?;
+    let path = path.as_path();
     let batches = cache.batches().with_context(|| format!("reading {}", path.display()))?;
     if batches.is_empty() {
         writeln!(w, "no batches recorded in {}", path.display())?;
@@ -162,7 +234,8 @@ fn status(path: &Path, w: &mut dyn Write) -> anyhow::Result<u8> {
     if open > 0 {
         writeln!(
             w,
-            "rerun the same `build --batch submit` to poll and import them (nothing is submitted twice)"
+            "rerun the same `build --batch submit` to poll and import them (nothing is submitted twice); \
+             a record that can never be looked up or polled again can be dropped with `qrelgen batch forget ID`"
         )?;
     }
     Ok(exit::OK)

@@ -113,7 +113,8 @@ enum Command {
   qrelgen eval --qrels qrels.trec --corpus corpus.jsonl --run dense.run --level doc"
     )]
     Eval(Box<eval::EvalArgs>),
-    /// Batch inference (`build --batch submit|export|import`): where a set's batches stand.
+    /// Batch inference (`build --batch submit|export|import`): where a set's batches stand, and
+    /// dropping the record of one that can never be looked up again.
     #[command(after_help = batch::STATUS_EXAMPLES)]
     Batch(batch::BatchCommand),
 }

@@ -8,15 +8,16 @@
 //! `body` is byte for byte the body the online path sends, so online and batch calls mix
 //! freely; a batch's lines are in the cache before it is created (under its input file's id,
 //! then under the batch's own), so a killed run finds the same batch again, by its id or by
-//! its input file. A create call is not retried after a timeout (the batch may be made all
-//! the same): the run stops and the next one looks the batch up by its input file; a lookup
+//! its input file. A create call is not retried after a failure that may have reached the
+//! provider (a timeout, a cut connection: the batch may be made all the same): the run stops
+//! and the next one looks the batch up by its input file; a lookup
 //! that cannot tell stops the run rather than submit the lines again. A line that failed is a failure of its call (in `rejects.jsonl`), a line a batch
 //! never ran (expired, cancelled) is submitted again.
 
-use super::{Cache, CachedReply, Llm, LlmError, classify};
+use super::{Cache, CachedReply, Effect, Llm, LlmError, classify};
 use async_openai::types::InputSource;
 use async_openai::types::files::{CreateFileRequest, FileInput, FilePurpose};
-use rusqlite::params;
+use rusqlite::{OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -122,7 +123,7 @@ pub enum BatchError {
     Cache(#[from] super::CacheError),
     /// The provider's list of batches cannot tell whether a batch was made of an input file.
     #[error(
-        "cannot tell whether a batch was made of input file {file}: {message}\nnothing was submitted again (it may have been paid for already); rerun when the provider's list of batches answers"
+        "cannot tell whether a batch was made of input file {file}: {message}\nnothing was submitted again (it may have been paid for already)\nnext: rerun when the provider's list of batches answers; if it never will (no list endpoint, the batch was deleted, another project's key), drop the record with `qrelgen batch forget {file} --set DIR` (and the build's --cache, if it used one): its requests are then submitted again"
     )]
     Lookup {
         /// The input file's id (the record's).
@@ -130,18 +131,30 @@ pub enum BatchError {
         /// Why the list does not tell.
         message: String,
     },
-    /// A create call got no answer in time: the batch may or may not have been made.
+    /// A batch the cache records cannot be polled, or its results cannot be fetched.
     #[error(
-        "{stage}: the call creating a batch of input file {file} got no reply within {} s (--timeout); the provider may have made it\nnext: rerun the same command: it looks the batch up by its input file before it submits anything (raise --timeout if this repeats)",
-        .after.as_secs()
+        "batch {id}: {}\nits record is kept, so a rerun polls it again (nothing is submitted twice)\nnext: rerun when the provider answers; if it never will for this batch (deleted, or made with another project's key), drop the record with `qrelgen batch forget {id} --set DIR` (and the build's --cache, if it used one): its requests are then submitted again",
+        .error.chain()
     )]
-    CreateTimedOut {
+    Poll {
+        /// The batch id.
+        id: String,
+        /// How the call failed.
+        error: LlmError,
+    },
+    /// A create call failed in a way that may have reached the provider (no answer in time, a
+    /// cut connection): the batch may or may not have been made.
+    #[error(
+        "{stage}: the call creating a batch of input file {file} got no definite answer ({}); the provider may have made it\nnext: rerun the same command: it looks the batch up by its input file before it submits anything (raise --timeout if the call timed out)",
+        .error.chain()
+    )]
+    CreateUnanswered {
         /// The stage whose batch it is.
         stage: String,
         /// The input file's id (the record's).
         file: String,
-        /// The timeout.
-        after: Duration,
+        /// How the call failed.
+        error: LlmError,
     },
 }
 
@@ -171,6 +184,10 @@ pub(super) struct Deferral {
     counted: Mutex<HashSet<String>>,
     /// Times each key was submitted this run.
     submitted: Mutex<HashMap<String, u32>>,
+    /// Input files this run recorded a batch under before its create call.
+    own_files: Mutex<HashSet<String>>,
+    /// Records of other runs this run waits for (told once each).
+    waiting_for: Mutex<HashSet<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -185,6 +202,8 @@ impl Deferral {
             failed: Mutex::default(),
             counted: Mutex::default(),
             submitted: Mutex::default(),
+            own_files: Mutex::default(),
+            waiting_for: Mutex::default(),
         }
     }
 
@@ -314,6 +333,17 @@ pub struct BatchRecord {
     pub created: u64,
 }
 
+/// A batch record forgotten by [`Cache::forget_record`], and what became of its lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forgotten {
+    /// The record as it was.
+    pub record: BatchRecord,
+    /// Its lines whose replies are in the cache: they stay, and a rerun uses them unpaid.
+    pub cached: u64,
+    /// Its lines without a reply: the next run submits them again.
+    pub missing: u64,
+}
+
 /// The lenient parts of a batch object we read.
 #[derive(Debug, Clone, Deserialize)]
 struct BatchObject {
@@ -406,6 +436,17 @@ const PAGE_SIZE: usize = 100;
 /// Pages of the list read at most in a lookup before it gives up (inconclusive).
 const MAX_PAGES: usize = 50;
 
+/// What [`Llm::resolve`] made of an open batch record.
+#[derive(Debug)]
+enum Resolved {
+    /// Poll and import this batch.
+    Batch(String),
+    /// No batch was made: the record is gone, its lines go in a new batch.
+    Forgotten,
+    /// Another run may still be creating it: look again after a poll interval.
+    Waiting,
+}
+
 /// A batch not imported yet, as the cache holds it.
 #[derive(Debug)]
 struct OpenBatch {
@@ -472,25 +513,31 @@ impl Cache {
     }
 
     /// The batch recorded under its input file `file` (being created) is `id`: its record
-    /// and lines move to that id, in one transaction.
-    fn adopt_batch(&self, file: &str, id: &str) -> Result<(), super::CacheError> {
+    /// and lines move to that id, in one transaction. Whether there was a record to move
+    /// (another run sharing the cache may have moved it first).
+    fn adopt_batch(&self, file: &str, id: &str) -> Result<bool, super::CacheError> {
         self.with(|c| {
             let tx = c.unchecked_transaction()?;
-            tx.execute(
+            let moved = tx.execute(
                 "UPDATE OR REPLACE batches SET id = ?2, status = 'validating' WHERE id = ?1",
                 params![file, id],
             )?;
             tx.execute("UPDATE OR REPLACE batch_lines SET batch = ?2 WHERE batch = ?1", params![file, id])?;
-            tx.commit()
+            tx.commit()?;
+            Ok(moved > 0)
         })
     }
 
-    /// Forgets a record of a batch that was never created (its lines are submitted again).
-    fn forget_batch(&self, id: &str) -> Result<(), super::CacheError> {
+    /// Forgets the record of a batch being created under input file `file`, if it is still
+    /// [`CREATING`] (its lines are submitted again), in one transaction.
+    fn forget_batch(&self, file: &str) -> Result<(), super::CacheError> {
         self.with(|c| {
             let tx = c.unchecked_transaction()?;
-            tx.execute("DELETE FROM batch_lines WHERE batch = ?1", params![id])?;
-            tx.execute("DELETE FROM batches WHERE id = ?1", params![id])?;
+            let gone =
+                tx.execute("DELETE FROM batches WHERE id = ?1 AND status = ?2", params![file, CREATING])?;
+            if gone > 0 {
+                tx.execute("DELETE FROM batch_lines WHERE batch = ?1", params![file])?;
+            }
             tx.commit()
         })
     }
@@ -521,15 +568,49 @@ impl Cache {
         Ok(open.into_values().collect())
     }
 
-    /// Stores a reply that came through a batch, marked so its price is the batch price.
+    /// Stores a reply that came through a batch, marked so its price is the batch price: both
+    /// rows in one transaction (a crash between them must not leave a batch reply priced as
+    /// an online one).
     fn put_batched(&self, key: &str, reply: &CachedReply, batch: &str) -> Result<(), super::CacheError> {
-        self.put(key, reply)?;
         self.with(|c| {
-            c.execute(
+            let tx = c.unchecked_transaction()?;
+            super::cache::insert_reply(&tx, key, reply)?;
+            tx.execute(
                 "INSERT OR REPLACE INTO batch_replies (key, batch) VALUES (?1, ?2)",
                 params![key, batch],
-            )
-            .map(drop)
+            )?;
+            tx.commit()
+        })
+    }
+
+    /// Forgets the record of batch `id` (a batch id, or the input file id of one being
+    /// created) and its lines, in one transaction, so the next run submits its lines that have
+    /// no reply again. The replies in the cache stay, whichever way they came. `None` if no
+    /// batch `id` is recorded.
+    ///
+    /// # Errors
+    /// [`super::CacheError`] when SQLite fails.
+    pub fn forget_record(&self, id: &str) -> Result<Option<Forgotten>, super::CacheError> {
+        self.with(|c| {
+            let tx = c.unchecked_transaction()?;
+            let record = tx
+                .query_row(
+                    &format!("SELECT {RECORD_COLUMNS} FROM batches WHERE id = ?1"),
+                    params![id],
+                    record_of,
+                )
+                .optional()?;
+            let Some(record) = record else { return Ok(None) };
+            let (lines, cached) = tx.query_row(
+                "SELECT COUNT(*), COUNT(r.key) FROM batch_lines l LEFT JOIN replies r ON r.key = l.key \
+                 WHERE l.batch = ?1",
+                params![id],
+                |r| Ok((r.get::<_, i64>(0)?.unsigned_abs(), r.get::<_, i64>(1)?.unsigned_abs())),
+            )?;
+            tx.execute("DELETE FROM batch_lines WHERE batch = ?1", params![id])?;
+            tx.execute("DELETE FROM batches WHERE id = ?1", params![id])?;
+            tx.commit()?;
+            Ok(Some(Forgotten { record, cached, missing: lines.saturating_sub(cached) }))
         })
     }
 
@@ -539,21 +620,9 @@ impl Cache {
     /// [`super::CacheError`] when SQLite fails.
     pub fn batches(&self) -> Result<Vec<BatchRecord>, super::CacheError> {
         self.with(|c| {
-            let mut query = c.prepare(
-                "SELECT id, stage, status, total, completed, failed, imported, created FROM batches ORDER BY created, id",
-            )?;
-            let rows = query.query_map([], |r| {
-                Ok(BatchRecord {
-                    id: r.get(0)?,
-                    stage: r.get(1)?,
-                    status: r.get(2)?,
-                    total: r.get::<_, i64>(3)?.unsigned_abs(),
-                    completed: r.get::<_, i64>(4)?.unsigned_abs(),
-                    failed: r.get::<_, i64>(5)?.unsigned_abs(),
-                    imported: r.get::<_, i64>(6)? != 0,
-                    created: r.get::<_, i64>(7)?.unsigned_abs(),
-                })
-            })?;
+            let mut query =
+                c.prepare(&format!("SELECT {RECORD_COLUMNS} FROM batches ORDER BY created, id"))?;
+            let rows = query.query_map([], record_of)?;
             rows.collect()
         })
     }
@@ -566,6 +635,22 @@ impl Cache {
         self.with(|c| c.query_row("SELECT COUNT(*) FROM batch_replies", [], |r| r.get::<_, i64>(0)))
             .map(i64::unsigned_abs)
     }
+}
+
+/// The columns of `batches` that [`record_of`] reads, in its order.
+const RECORD_COLUMNS: &str = "id, stage, status, total, completed, failed, imported, created";
+
+fn record_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<BatchRecord> {
+    Ok(BatchRecord {
+        id: r.get(0)?,
+        stage: r.get(1)?,
+        status: r.get(2)?,
+        total: r.get::<_, i64>(3)?.unsigned_abs(),
+        completed: r.get::<_, i64>(4)?.unsigned_abs(),
+        failed: r.get::<_, i64>(5)?.unsigned_abs(),
+        imported: r.get::<_, i64>(6)? != 0,
+        created: r.get::<_, i64>(7)?.unsigned_abs(),
+    })
 }
 
 /// Splits `lines` into batches of at most `max_requests` lines and `max_bytes` bytes (a line
@@ -750,10 +835,20 @@ impl Llm {
         let attempts = self.config.retry.max_attempts.max(1);
         loop {
             let keys: Vec<&String> = pending.keys().collect();
+            let mut waiting = false;
             for open in self.cache.open_batches(&keys)? {
-                let Some(id) = self.resolve(open, stage, note).await? else { continue };
-                note(format!("{stage}: resuming batch {id}"));
-                self.wait_and_import(&id, note).await?;
+                match self.resolve(open, stage, note).await? {
+                    Resolved::Batch(id) => {
+                        note(format!("{stage}: resuming batch {id}"));
+                        self.wait_and_import(&id, note).await?;
+                    }
+                    Resolved::Forgotten => {}
+                    Resolved::Waiting => waiting = true,
+                }
+            }
+            if waiting {
+                tokio::time::sleep(deferral.config.poll).await;
+                continue;
             }
             settle(&mut pending, |key| {
                 Ok(self.cache.contains(key)? || lock(&deferral.failed).contains_key(key))
@@ -796,26 +891,53 @@ impl Llm {
         }
     }
 
-    /// The id of a batch a killed run left open; for one it was creating, the batch made from
-    /// its input file, if the create call went through (else its record is forgotten and its
-    /// lines are submitted again: nothing was paid for them).
+    /// What to do with a batch an earlier run (or another run sharing the cache) left open:
+    /// poll it by its id; for one being created, the batch made from its input file, if the
+    /// create call went through. If none is listed, its record is forgotten and its lines are
+    /// submitted again (nothing was paid for them), but only if the record is this run's own
+    /// or older than the longest its create call can take (`--timeout` × `--attempts`):
+    /// a younger one may be another run's create call still in flight, which this run waits for.
     async fn resolve(
         &self,
         open: OpenBatch,
         stage: &str,
         note: &(dyn Fn(String) + Sync),
-    ) -> Result<Option<String>, BatchError> {
+    ) -> Result<Resolved, BatchError> {
         if !open.creating {
-            return Ok(Some(open.id));
+            return Ok(Resolved::Batch(open.id));
         }
-        note(format!("{stage}: the last run stopped while creating a batch of {}; looking it up", open.id));
+        let Some(deferral) = &self.batch else { return Ok(Resolved::Forgotten) };
+        let first_look = !lock(&deferral.waiting_for).contains(&open.id);
+        if first_look {
+            note(format!(
+                "{stage}: the last run stopped while creating a batch of {} (or another run sharing this cache \
+                 is creating it); looking it up",
+                open.id
+            ));
+        }
         if let Some(batch) = self.find_batch(&open.id, open.created).await? {
             self.cache.adopt_batch(&open.id, &batch.id)?;
-            return Ok(Some(batch.id));
+            return Ok(Resolved::Batch(batch.id));
+        }
+        let age = unix_now().saturating_sub(open.created);
+        let window = self.config.timeout.saturating_mul(self.config.retry.max_attempts.max(1)).as_secs();
+        let own = lock(&deferral.own_files).contains(&open.id);
+        if !own && age < window {
+            if lock(&deferral.waiting_for).insert(open.id.clone()) {
+                note(format!(
+                    "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
+                     still be creating it (another run sharing this cache): waiting up to {} s for it before its \
+                     requests are submitted again (if no other run uses this cache, stop and drop the record with \
+                     `qrelgen batch forget {file} --set DIR`)",
+                    window - age,
+                    file = open.id
+                ));
+            }
+            return Ok(Resolved::Waiting);
         }
         note(format!("{stage}: no batch was made of {}; its requests are submitted again", open.id));
         self.cache.forget_batch(&open.id)?;
-        Ok(None)
+        Ok(Resolved::Forgotten)
     }
 
     /// The batch whose input file is `file`, from the provider's list of batches (newest first,
@@ -825,18 +947,21 @@ impl Llm {
     async fn find_batch(&self, file: &str, since: u64) -> Result<Option<BatchObject>, BatchError> {
         use async_openai::traits::RequestOptionsBuilder as _;
         let inconclusive = |message: String| BatchError::Lookup { file: file.to_owned(), message };
-        let mut after: Option<String> = None;
+        let (mut after, mut listed): (Option<String>, usize) = (None, 0);
         for _ in 0..MAX_PAGES {
             let mut query = vec![("limit", PAGE_SIZE.to_string())];
             query.extend(after.clone().map(|id| ("after", id)));
             let page: BatchPage = self
-                .retrying(|| async { self.client.batches().query(&query)?.list_byot().await })
+                .retrying(Effect::Repeatable, || async {
+                    self.client.batches().query(&query)?.list_byot().await
+                })
                 .await
                 .map_err(|e| match e {
                     BatchError::Endpoint(e) => inconclusive(format!("listing batches: {}", e.chain())),
                     other => other,
                 })?;
             self.update(|t| t.network.requests += 1);
+            listed += page.data.len();
             for batch in &page.data {
                 match batch.input_file_id.as_deref() {
                     Some(input) if input == file => return Ok(Some(batch.clone())),
@@ -868,17 +993,18 @@ impl Llm {
                 Some(id) => after = Some(id),
             }
         }
-        Err(inconclusive(format!("it is not in the newest {} batches listed", MAX_PAGES * PAGE_SIZE)))
+        Err(inconclusive(format!("it is not in the newest {listed} batches listed ({MAX_PAGES} pages)")))
     }
 
-    /// Refuses a batch whose worst case would take the spend over the budget, at batch prices.
+    /// Refuses a batch whose worst case would take the spend over the budget: its tokens at
+    /// the batch price, what was spent before at the price it was paid (online at the full
+    /// price, batch replies at the batch price).
     fn reserve_batch(&self, tokens: u64) -> Result<(), BatchError> {
-        let mut budget = self.config.budget;
-        budget.price = budget.price.map(|p| p.discounted(self.config.batch_discount));
+        let (budget, discount) = (self.config.budget, self.config.batch_discount);
         self.update(|t| {
-            let reserved = t.reserve(budget, u32::try_from(tokens).unwrap_or(u32::MAX));
-            t.reserved = t.reserved.saturating_sub(tokens.min(u64::from(u32::MAX)));
-            reserved
+            t.reserve(budget, discount, tokens, super::Via::Batch)?;
+            t.reserved = t.reserved.saturating_sub(tokens);
+            Ok(())
         })
         .map_err(|e| match e {
             LlmError::Budget(message) => BatchError::Budget(message),
@@ -888,8 +1014,9 @@ impl Llm {
 
     /// Uploads `lines` as an input file and creates a batch of them. The batch is recorded
     /// under the file's id before the create call and under its own id after it, so a run
-    /// killed in between finds it again (see [`Llm::resolve`]). A create call that timed out
-    /// is not made again: the record stays and the run stops, so the next run looks it up.
+    /// killed in between finds it again (see [`Llm::resolve`]). A create call that may have
+    /// reached the provider without an answer (a timeout, a cut connection) is not made again
+    /// ([`Effect::Once`]): the record stays and the run stops, so the next run looks it up.
     async fn create(&self, stage: &str, lines: &[(&String, &Pending)]) -> Result<String, BatchError> {
         let mut content = String::new();
         for (_, pending) in lines {
@@ -897,7 +1024,7 @@ impl Llm {
             content.push('\n');
         }
         let file: FileObject = self
-            .retrying(|| {
+            .retrying(Effect::Repeatable, || {
                 let request = CreateFileRequest {
                     file: FileInput {
                         source: InputSource::VecU8 {
@@ -920,19 +1047,19 @@ impl Llm {
         self.update(|t| t.network.requests += 1);
         let keys: Vec<&String> = lines.iter().map(|(k, _)| *k).collect();
         self.cache.record_batch(&file.id, stage, CREATING, &keys)?;
+        if let Some(deferral) = &self.batch {
+            lock(&deferral.own_files).insert(file.id.clone());
+        }
         let made = self
-            .retrying_if(
-                |e| e.is_retryable() && !maybe_made(e),
-                || async {
-                    self.update(|t| t.network.requests += 1);
-                    self.client.batches().create_byot(request.clone()).await
-                },
-            )
+            .retrying(Effect::Once, || async {
+                self.update(|t| t.network.requests += 1);
+                self.client.batches().create_byot(request.clone()).await
+            })
             .await;
         let batch: BatchObject = match made {
             Ok(batch) => batch,
-            Err(BatchError::Endpoint(LlmError::Timeout(after))) => {
-                return Err(BatchError::CreateTimedOut { stage: stage.to_owned(), file: file.id, after });
+            Err(BatchError::Endpoint(error)) if error.may_have_taken_effect() => {
+                return Err(BatchError::CreateUnanswered { stage: stage.to_owned(), file: file.id, error });
             }
             Err(BatchError::Endpoint(error)) if refused(&error) => {
                 self.cache.forget_batch(&file.id)?;
@@ -940,16 +1067,29 @@ impl Llm {
             }
             Err(error) => return Err(error),
         };
-        self.cache.adopt_batch(&file.id, &batch.id)?;
+        if !self.cache.adopt_batch(&file.id, &batch.id)? {
+            // Another run sharing the cache moved (or dropped) the record: the batch must stay
+            // known, so it is polled and imported.
+            self.cache.record_batch(&batch.id, stage, "validating", &keys)?;
+        }
         Ok(batch.id)
     }
 
-    /// Polls a batch until it ends, then stores its results in the cache.
+    /// Polls a batch until it ends, then stores its results in the cache. A Files or Batches
+    /// call that fails for good is a [`BatchError::Poll`] naming the batch.
     async fn wait_and_import(&self, id: &str, note: &(dyn Fn(String) + Sync)) -> Result<(), BatchError> {
+        self.poll_and_import(id, note).await.map_err(|e| match e {
+            BatchError::Endpoint(error) => BatchError::Poll { id: id.to_owned(), error },
+            other => other,
+        })
+    }
+
+    async fn poll_and_import(&self, id: &str, note: &(dyn Fn(String) + Sync)) -> Result<(), BatchError> {
         let poll = self.batch.as_ref().map_or(Duration::from_secs(60), |b| b.config.poll);
         let batch = loop {
-            let batch: BatchObject =
-                self.retrying(|| async { self.client.batches().retrieve_byot(id).await }).await?;
+            let batch: BatchObject = self
+                .retrying(Effect::Repeatable, || async { self.client.batches().retrieve_byot(id).await })
+                .await?;
             self.update(|t| t.network.requests += 1);
             let counts = batch.request_counts.unwrap_or_default();
             note(format!(
@@ -977,7 +1117,9 @@ impl Llm {
             return Err(BatchError::Refused { id: id.to_owned(), message });
         }
         for file in [&batch.output_file_id, &batch.error_file_id].into_iter().flatten() {
-            let bytes = self.retrying(|| async { self.client.files().content(file).await }).await?;
+            let bytes = self
+                .retrying(Effect::Repeatable, || async { self.client.files().content(file).await })
+                .await?;
             self.update(|t| t.network.requests += 1);
             self.import_lines(&String::from_utf8_lossy(&bytes), id)?;
         }
@@ -985,54 +1127,30 @@ impl Llm {
         Ok(())
     }
 
-    /// Runs a Files or Batches call, retrying transient failures as any call is retried.
-    async fn retrying<T, F, Fut>(&self, call: F) -> Result<T, BatchError>
+    /// Runs a Files or Batches call of `effect`, within the timeout, retrying transient
+    /// failures (see [`super::retry::run`]).
+    async fn retrying<T, F, Fut>(&self, effect: Effect, call: F) -> Result<T, BatchError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
     {
-        self.retrying_if(LlmError::is_retryable, call).await
-    }
-
-    /// As [`Llm::retrying`], trying again only after the errors `retry` accepts.
-    async fn retrying_if<T, F, Fut>(
-        &self,
-        retry: impl Fn(&LlmError) -> bool,
-        call: F,
-    ) -> Result<T, BatchError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
-    {
-        let attempts = self.config.retry.max_attempts.max(1);
-        let mut attempt = 0;
-        loop {
-            let error = match tokio::time::timeout(self.config.timeout, call()).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(error)) => classify(error, self.loopback),
-                Err(_) => LlmError::Timeout(self.config.timeout),
-            };
-            let error = match error {
-                LlmError::Http { status, message, retry_after } => {
-                    LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
-                }
-                other => other,
-            };
-            attempt += 1;
-            if attempt >= attempts || !retry(&error) {
-                return Err(BatchError::Endpoint(error));
+        let call = &call;
+        let attempt = move || async move {
+            match tokio::time::timeout(self.config.timeout, call()).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(match classify(error, self.loopback) {
+                    LlmError::Http { status, message, retry_after } => {
+                        LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
+                    }
+                    other => other,
+                }),
+                Err(_) => Err(LlmError::Timeout(self.config.timeout)),
             }
-            self.update(|t| t.network.retries += 1);
-            let jitter = rand::Rng::random::<f64>(&mut rand::rng());
-            tokio::time::sleep(self.config.retry.delay(attempt - 1, jitter, error.retry_after())).await;
-        }
+        };
+        super::retry::run(&self.config.retry, effect, attempt, || self.update(|t| t.network.retries += 1))
+            .await
+            .map_err(BatchError::Endpoint)
     }
-}
-
-/// Whether a failed create call may have made its batch all the same: no answer in time, or a
-/// gateway's timeout.
-fn maybe_made(error: &LlmError) -> bool {
-    matches!(error, LlmError::Timeout(_) | LlmError::Http { status: 504, .. })
 }
 
 /// Whether a failed create call definitely made no batch: a 4xx other than a timeout, a
@@ -1145,6 +1263,11 @@ mod tests {
 
     /// A client in `--batch submit` mode against `server`, its cache in `dir`.
     fn submitting(server: &str, dir: &Path) -> Llm {
+        submitting_with(server, dir, super::super::Budget::default())
+    }
+
+    /// As [`submitting`], with `budget`.
+    fn submitting_with(server: &str, dir: &Path, budget: super::super::Budget) -> Llm {
         let config = super::super::LlmConfig {
             endpoint: super::super::Endpoint {
                 base_url: format!("{server}/v1"),
@@ -1157,7 +1280,7 @@ mod tests {
             temperature: 0.0,
             max_tokens: 16,
             seed: 1,
-            budget: super::super::Budget::default(),
+            budget,
             batch: Some(BatchConfig {
                 mode: BatchMode::Submit,
                 poll: Duration::from_millis(10),
@@ -1167,6 +1290,31 @@ mod tests {
             batch_discount: DEFAULT_DISCOUNT,
         };
         Llm::new(config, Cache::open(&dir.join("cache.sqlite")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_batch_is_reserved_at_the_batch_price_beside_online_spend_at_the_full_price() {
+        let dir = tempfile::tempdir().unwrap();
+        let price = super::super::Price { prompt: 1.0, completion: 2.0 };
+        let budget = |max_cost| super::super::Budget {
+            max_cost: Some(max_cost),
+            price: Some(price),
+            max_tokens_total: Some(6_000_000_000),
+        };
+        // 1,000 prompt tokens spent online (1,000 per million) and a batch of 1,000 tokens at
+        // the dearest price halved (1,000): 2,000 in all.
+        let llm = submitting_with("http://127.0.0.1:9", dir.path(), budget(1.8e-3));
+        llm.update(|t| t.used.prompt_tokens = 1_000);
+        assert!(matches!(llm.reserve_batch(1_000), Err(BatchError::Budget(m)) if m.contains("0.0020")));
+        let llm = submitting_with("http://127.0.0.1:9", dir.path(), budget(2.1e-3));
+        llm.update(|t| t.used.prompt_tokens = 1_000);
+        assert!(llm.reserve_batch(1_000).is_ok());
+        assert_eq!(llm.update(|t| t.reserved), 0, "a check, not a reservation: nothing is in flight");
+        let refused = llm.reserve_batch(7_000_000_000);
+        assert!(
+            matches!(&refused, Err(BatchError::Budget(m)) if m.contains("--max-tokens-total")),
+            "{refused:?}"
+        );
     }
 
     #[tokio::test]
@@ -1186,17 +1334,221 @@ mod tests {
         assert!(sent.is_empty(), "nothing uploaded or submitted: {sent:?}");
     }
 
-    #[test]
-    fn a_reply_read_from_the_cache_says_whether_it_came_through_a_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = super::super::Cache::open(&dir.path().join("cache.sqlite")).unwrap();
-        let reply = CachedReply {
+    fn reply() -> CachedReply {
+        CachedReply {
             content: "{}".into(),
             finish_reason: None,
             prompt_tokens: 1,
             completion_tokens: 2,
             abandoned: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn forgetting_a_record_keeps_the_replies_its_batch_brought() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache.sqlite")).unwrap();
+        let keys: Vec<String> = ["a", "b", "c"].map(String::from).into();
+        let lines: Vec<&String> = keys.iter().collect();
+        cache.record_batch("batch_1", "generate", "in_progress", &lines).unwrap();
+        cache.put_batched("a", &reply(), "batch_1").unwrap();
+        let forgotten = cache.forget_record("batch_1").unwrap();
+        assert_eq!(
+            forgotten.map(|f| (f.record.id, f.record.status, f.record.total, f.cached, f.missing)),
+            Some(("batch_1".to_owned(), "in_progress".to_owned(), 3, 1, 2))
+        );
+        assert_eq!(
+            cache.get("a").unwrap().map(|(_, via)| via),
+            Some(super::super::Via::Batch),
+            "the reply stays"
+        );
+        assert!(cache.batches().unwrap().is_empty());
+        assert!(cache.open_batches(&lines).unwrap().is_empty(), "its lines no longer wait for it");
+        assert_eq!(cache.forget_record("batch_1").unwrap(), None);
+    }
+
+    /// A list of `count` batches (`batch_{i}` of `file-{i}`, newest first) as OpenAI pages it
+    /// (`after`, `has_more`, `last_id`), `per_page` at a time whatever the limit asked.
+    struct Pages {
+        count: usize,
+        per_page: usize,
+        /// `last_id` is written.
+        last_id: bool,
+        /// `after` is ignored: every page is the first.
+        stuck: bool,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl wiremock::Respond for Pages {
+        fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let param =
+                |name: &str| request.url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+            assert_eq!(param("limit").as_deref(), Some("100"));
+            let after = param("after").filter(|_| !self.stuck);
+            let start = after.map_or(0, |id| {
+                id.trim_start_matches("batch_").parse::<usize>().map_or(self.count, |i| i + 1)
+            });
+            let ids: Vec<usize> = (start..self.count).take(self.per_page).collect();
+            let data: Vec<serde_json::Value> = ids
+                .iter()
+                .map(|i| {
+                    serde_json::json!({"id": format!("batch_{i}"), "status": "completed",
+                    "input_file_id": format!("file-{i}"), "created_at": 0})
+                })
+                .collect();
+            let mut page = serde_json::json!({"object": "list", "data": data, "has_more": start + ids.len() < self.count});
+            if self.last_id {
+                page["last_id"] = serde_json::json!(ids.last().map(|i| format!("batch_{i}")));
+            }
+            wiremock::ResponseTemplate::new(200).set_body_json(page)
+        }
+    }
+
+    /// Looks up `file` in a list of `pages`; the answer and the pages asked for.
+    async fn look_up(pages: Pages, file: &str) -> (Result<Option<String>, String>, usize) {
+        let server = wiremock::MockServer::start().await;
+        let pages = std::sync::Arc::new(pages);
+        wiremock::Mock::given(wiremock::matchers::path("/v1/batches"))
+            .respond_with(ArcResponder(std::sync::Arc::clone(&pages)))
+            .mount(&server)
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting(&server.uri(), dir.path());
+        let found = llm.find_batch(file, 0).await.map(|b| b.map(|b| b.id)).map_err(|e| e.to_string());
+        (found, pages.asked.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    struct ArcResponder(std::sync::Arc<Pages>);
+
+    impl wiremock::Respond for ArcResponder {
+        fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+            self.0.respond(request)
+        }
+    }
+
+    fn pages(count: usize, last_id: bool, stuck: bool) -> Pages {
+        Pages { count, per_page: 3, last_id, stuck, asked: std::sync::atomic::AtomicUsize::new(0) }
+    }
+
+    #[tokio::test]
+    async fn a_lookup_pages_through_the_list_until_it_finds_the_batch_or_the_list_ends() {
+        // Pages of 3: batch_7 is on the third.
+        assert_eq!(look_up(pages(10, true, false), "file-7").await, (Ok(Some("batch_7".to_owned())), 3));
+        // Without last_id, the page's last batch says where the next starts.
+        assert_eq!(look_up(pages(10, false, false), "file-9").await, (Ok(Some("batch_9".to_owned())), 4));
+        // Not in any of the 4 pages, the last without has_more: no batch was made.
+        assert_eq!(look_up(pages(10, true, false), "file-x").await, (Ok(None), 4));
+    }
+
+    #[tokio::test]
+    async fn a_lookup_that_cannot_finish_is_inconclusive_never_not_made() {
+        let (found, asked) = look_up(pages(10, true, true), "file-7").await;
+        let message = found.unwrap_err();
+        assert!(message.contains("does not move on past batch batch_2"), "{message}");
+        assert_eq!(asked, 2);
+        let (found, asked) = look_up(pages(MAX_PAGES * 3 + 1, true, false), "file-x").await;
+        let message = found.unwrap_err();
+        assert!(
+            message.contains(&format!("not in the newest {} batches listed", MAX_PAGES * 3)),
+            "{message}"
+        );
+        assert!(message.contains("batch forget file-x"), "the way out is named: {message}");
+        assert_eq!(asked, MAX_PAGES, "the page cap");
+    }
+
+    /// A server that answers a file upload and cuts the connection (RST) of every create call;
+    /// its base URL and the create calls it got.
+    async fn cutting_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let creates = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&creates);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let seen = std::sync::Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut data = Vec::new();
+                    let mut buf = vec![0; 65_536];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        data.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&data).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else { continue };
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().to_owned())
+                            })
+                            .and_then(|v| v.parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if data.len() < end + 4 + length {
+                            continue;
+                        }
+                        if text.starts_with("POST /v1/batches") {
+                            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            stream.set_zero_linger().unwrap();
+                            return;
+                        }
+                        let body = r#"{"id":"file-1","object":"file","bytes":1,"created_at":0,"filename":"x","purpose":"batch"}"#;
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        data.clear();
+                    }
+                });
+            }
+        });
+        (url, creates)
+    }
+
+    #[tokio::test]
+    async fn a_create_call_cut_off_is_not_made_again_and_its_record_is_kept() {
+        let (url, creates) = cutting_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting(&url, dir.path());
+        let key = "k".to_owned();
+        let line = pending("{}");
+        let made = llm.create("generate", &[(&key, &line)]).await;
+        assert!(
+            matches!(&made, Err(BatchError::CreateUnanswered { file, error: LlmError::Connect { .. }, .. }) if file == "file-1"),
+            "{made:?}"
+        );
+        assert_eq!(creates.load(std::sync::atomic::Ordering::SeqCst), 1, "the create call was sent again");
+        let records = llm.cache.batches().unwrap();
+        let kept: Vec<(&str, &str)> = records.iter().map(|r| (r.id.as_str(), r.status.as_str())).collect();
+        assert_eq!(kept, [("file-1", "creating")], "the next run looks the batch up by its file");
+        let message = made.map_err(|e| e.to_string()).unwrap_err();
+        assert!(message.contains("rerun the same command"), "{message}");
+    }
+
+    #[test]
+    fn a_batch_reply_is_stored_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("cache.sqlite")).unwrap();
+        let reply = reply();
+        // The second write fails: the first must not stay (a reply priced as an online one).
+        cache.with(|c| c.execute_batch("DROP TABLE batch_replies")).unwrap();
+        let stored = cache.put_batched("k", &reply, "batch_1");
+        assert!(stored.is_err_and(|e| e.to_string().contains("no such table: batch_replies")));
+        assert!(!cache.contains("k").unwrap(), "half a record was left");
+    }
+
+    #[test]
+    fn a_reply_read_from_the_cache_says_whether_it_came_through_a_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = super::super::Cache::open(&dir.path().join("cache.sqlite")).unwrap();
+        let reply = reply();
         cache.put("online", &reply).unwrap();
         cache.put_batched("batched", &reply, "batch_1").unwrap();
         let via = |key: &str| cache.get(key).unwrap().map(|(_, via)| via);

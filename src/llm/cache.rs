@@ -134,23 +134,26 @@ impl Cache {
     /// # Errors
     /// [`CacheError`] when SQLite fails.
     pub fn put(&self, key: &str, reply: &CachedReply) -> Result<(), CacheError> {
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        conn.execute(
-            "INSERT OR REPLACE INTO replies \
-             (key, content, finish_reason, prompt_tokens, completion_tokens, abandoned) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                key,
-                reply.content,
-                reply.finish_reason,
-                i64::try_from(reply.prompt_tokens).unwrap_or(i64::MAX),
-                i64::try_from(reply.completion_tokens).unwrap_or(i64::MAX),
-                i64::try_from(reply.abandoned).unwrap_or(i64::MAX)
-            ],
-        )
-        .map(drop)
-        .map_err(|source| CacheError { path: self.path.clone(), source })
+        self.with(|c| insert_reply(c, key, reply))
     }
+}
+
+/// Writes a reply under `key` on `conn` (inside the caller's transaction, if any).
+pub(super) fn insert_reply(conn: &Connection, key: &str, reply: &CachedReply) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO replies \
+         (key, content, finish_reason, prompt_tokens, completion_tokens, abandoned) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            key,
+            reply.content,
+            reply.finish_reason,
+            i64::try_from(reply.prompt_tokens).unwrap_or(i64::MAX),
+            i64::try_from(reply.completion_tokens).unwrap_or(i64::MAX),
+            i64::try_from(reply.abandoned).unwrap_or(i64::MAX)
+        ],
+    )
+    .map(drop)
 }
 
 #[cfg(test)]

@@ -132,6 +132,20 @@ impl LlmError {
         }
     }
 
+    /// Whether the request may have reached the server and done its work although no answer
+    /// says so: no answer in time, a gateway's timeout, or a connection cut after it was made
+    /// (a refused connection, or one that failed while being made, sent nothing).
+    #[must_use]
+    pub fn may_have_taken_effect(&self) -> bool {
+        match self {
+            Self::Timeout(_) | Self::Http { status: 504, .. } => true,
+            Self::Connect { kind: ConnectKind::Reset | ConnectKind::Other, source } => {
+                !failed_while_connecting(source.as_ref())
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the server answered with a 5xx (which may mean "I don't support that").
     #[must_use]
     pub fn is_server_error(&self) -> bool {
@@ -175,6 +189,19 @@ impl LlmError {
         }
         text
     }
+}
+
+/// Whether `error`'s chain holds a `reqwest` error of the connecting phase (DNS, TCP, TLS):
+/// then no request was sent.
+fn failed_while_connecting(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 #[cfg(test)]

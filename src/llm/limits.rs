@@ -52,7 +52,7 @@ const SLOWEST_SCALE: f64 = CUBIC_SCALE / 8.0;
 /// After the first 429, with no limit known, the rate the server answered in the last second
 /// is a guess: it doubles every this long until the next 429 (TCP's slow start).
 const DOUBLING: Duration = Duration::from_secs(4);
-/// The lowest adaptive rate: one request a minute.
+/// The lowest adaptive rate: one request a minute (a told cap may be lower).
 const MIN_RATE: f64 = 1.0 / 60.0;
 /// How late a waiter may wake and its slot still count as used on time (tokio's timers fire on
 /// whole milliseconds).
@@ -237,8 +237,11 @@ struct Slots {
 
 impl Slots {
     /// Slots at `rate` per second, the first `1 / rate` after `origin` (a request left then).
+    /// The rate is kept as given, however low: a told cap (`--rpm 1`) is never paced faster.
     fn after(rate: f64, origin: Instant) -> Self {
-        let period = Duration::from_secs_f64(1.0 / rate.max(MIN_RATE)).max(Duration::from_nanos(1));
+        let day = Duration::from_secs(86_400);
+        let period =
+            Duration::try_from_secs_f64(1.0 / rate).map_or(day, |p| p.min(day)).max(Duration::from_nanos(1));
         let quota =
             Quota::with_period(period).unwrap_or_else(|| Quota::per_second(std::num::NonZeroU32::MAX));
         let clock = FakeRelativeClock::default();
@@ -284,7 +287,7 @@ impl Pace {
         let adaptive = self.cubic.map(|c| {
             // Grow no faster than twice what is actually sent (an idle spell earns nothing).
             let sent = self.sent.len() as f64 / 2.0;
-            c.at(now).min(c.max.max(2.0 * sent))
+            c.at(now).min(c.max.max(2.0 * sent)).max(MIN_RATE)
         });
         [self.flag_cap, self.header_cap, adaptive].into_iter().flatten().reduce(f64::min)
     }
@@ -558,6 +561,27 @@ mod tests {
         // 600 rpm paced at 98 %: one every 102.04 ms, the first at once.
         let elapsed = start.elapsed().as_secs_f64();
         assert!((elapsed - 5.0 * 60.0 / (600.0 * PACE)).abs() < 1e-3, "{elapsed}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cap_below_the_adaptive_floor_is_paced_at_the_cap() {
+        // --rpm 1 paced at 98 %: one request every 61.22 s, not every 60 s (the adaptive floor).
+        let limits = Limits::new(config(1, Some(1), None));
+        let start = Instant::now();
+        for _ in 0..3 {
+            drop(limits.acquire(10, 0).await);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        assert!((elapsed - 2.0 * 60.0 / PACE).abs() < 1e-3, "{elapsed} s for 3 requests at 1 rpm");
+        // After a 429 the pace stays at or below the cap too.
+        let Some(ticket) = limits.acquire(10, 0).await else { panic!("closed") };
+        limits.rate_limited(&ticket);
+        drop(ticket);
+        let before = Instant::now();
+        drop(limits.acquire(10, 0).await);
+        let gap = before.elapsed().as_secs_f64();
+        assert!(gap >= 60.0 / PACE - 1e-3, "{gap} s apart after a 429, faster than the cap");
+        assert!(limits.rate().is_some_and(|r| r <= 1.0 / 60.0 * PACE), "{:?}", limits.rate());
     }
 
     #[test]

@@ -16,12 +16,13 @@ mod stall;
 mod transport;
 
 pub use batch::{
-    BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Imported, MAX_BYTES, MAX_REQUESTS,
+    BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Forgotten, Imported, MAX_BYTES,
+    MAX_REQUESTS,
 };
 pub use cache::{Cache, CacheError, CachedReply, Via};
 pub use error::{Cause, ConnectKind, LlmError};
 pub use limits::{LimitConfig, Limits};
-pub use retry::{RetryPolicy, parse_retry_after};
+pub use retry::{Effect, RetryPolicy, parse_retry_after};
 pub use session::{Asked, Session, Stop, Unusable};
 pub use stall::StallClock;
 
@@ -392,10 +393,13 @@ struct Totals {
 impl Totals {
     /// Reserves the worst case of a request (`tokens` = prompt estimate + `max_tokens`), or
     /// refuses it if that could take the spend over `budget`: the limits are hard caps, even
-    /// with requests in flight, and count abandoned attempts at their worst.
-    fn reserve(&mut self, budget: Budget, tokens: u32) -> Result<(), LlmError> {
+    /// with requests in flight, and count abandoned attempts at their worst. Money is counted
+    /// at the price each token is paid at: replies that came through a batch, and a request
+    /// `via` a batch, at `discount` times the price; online replies, online requests in flight
+    /// and abandoned attempts (always online) at the full price.
+    fn reserve(&mut self, budget: Budget, discount: f64, tokens: u64, via: Via) -> Result<(), LlmError> {
         let used = self.used.worst_tokens() + self.before.worst_tokens();
-        let worst = used + self.reserved + u64::from(tokens);
+        let worst = used.saturating_add(self.reserved).saturating_add(tokens);
         if let Some(limit) = budget.max_tokens_total.filter(|limit| worst > *limit) {
             return Err(LlmError::Budget(format!(
                 "{used} tokens used (abandoned attempts at their worst included); the next call could \
@@ -405,17 +409,20 @@ impl Totals {
         }
         if let (Some(limit), Some(price)) = (budget.max_cost, budget.price) {
             let dearest = price.prompt.max(price.completion);
-            let spent = |u: &TokenUsage| u.cost(price) + u.abandoned_cost(price);
-            let cost = spent(&self.used)
-                + spent(&self.before)
-                + (self.reserved + u64::from(tokens)) as f64 * dearest / 1e6;
+            let share = match via {
+                Via::Online => 1.0,
+                Via::Batch => discount,
+            };
+            let spent = |u: &TokenUsage| u.cost_at(price, discount) + u.abandoned_cost(price);
+            let next = (self.reserved as f64 + tokens as f64 * share) * dearest / 1e6;
+            let cost = spent(&self.used) + spent(&self.before) + next;
             if cost > limit {
                 return Err(LlmError::Budget(format!(
                     "the next call could bring the cost to {cost:.4}, over --max-cost {limit}"
                 )));
             }
         }
-        self.reserved += u64::from(tokens);
+        self.reserved = self.reserved.saturating_add(tokens);
         Ok(())
     }
 }
@@ -667,8 +674,8 @@ impl Llm {
         // Attempts that failed (429s aside), abandoned on a timeout, and 429s in a row.
         let (mut attempt, mut abandoned, mut limited) = (0, 0, 0);
         loop {
-            let budget = self.config.budget;
-            self.update(|t| t.reserve(budget, tokens))?;
+            let (budget, discount) = (self.config.budget, self.config.batch_discount);
+            self.update(|t| t.reserve(budget, discount, u64::from(tokens), Via::Online))?;
             let outcome = self.attempt(request, prompt, max_tokens).await;
             self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
             let error = match outcome {
@@ -860,13 +867,14 @@ mod tests {
 
     #[test]
     fn budgets_count_abandoned_attempts_at_their_worst() {
+        let online = |t: &mut Totals, budget, tokens| t.reserve(budget, 0.5, tokens, Via::Online);
         let mut totals = Totals::default();
         totals.used.prompt_tokens = 1_000;
         let budget = Budget { max_tokens_total: Some(2_000), ..Budget::default() };
-        assert!(totals.reserve(budget, 200).is_ok(), "1,000 used + 200 fits in 2,000");
+        assert!(online(&mut totals, budget, 200).is_ok(), "1,000 used + 200 fits in 2,000");
         totals.reserved = 0;
         totals.used.abandon(1, 500, 400);
-        let refused = totals.reserve(budget, 200);
+        let refused = online(&mut totals, budget, 200);
         assert!(
             matches!(&refused, Err(LlmError::Budget(m)) if m.starts_with("1900 tokens used")),
             "{refused:?}"
@@ -878,9 +886,49 @@ mod tests {
         totals.used.prompt_tokens = 1_000;
         totals.used.abandon(1, 500, 400);
         // 1,000 × 1 + (500 × 1 + 400 × 2) = 2,300 per million, and the next call's 100 at 2.
-        assert!(totals.reserve(budget, 100).is_ok());
+        assert!(online(&mut totals, budget, 100).is_ok());
         totals.reserved = 0;
-        assert!(totals.reserve(budget, 200).is_err(), "2,300 + 400 over 2,500");
+        assert!(online(&mut totals, budget, 200).is_err(), "2,300 + 400 over 2,500");
+    }
+
+    #[test]
+    fn a_budget_prices_each_token_at_what_it_is_paid() {
+        let price = Price { prompt: 1.0, completion: 2.0 };
+        let budget = |max_cost| Budget { max_cost: Some(max_cost), price: Some(price), ..Budget::default() };
+        // 1,000 prompt tokens used online: 1,000 × 1 = 1,000 per million, at the full price.
+        let mut online = Totals::default();
+        online.used.prompt_tokens = 1_000;
+        // A batch of 1,000 tokens at the dearest price, halved: 1,000 × 2 × 0.5 = 1,000.
+        // 2,000 in all, over 1,800 (discounting the online 1,000 too would make it 1,500).
+        assert!(online.reserve(budget(1.8e-3), 0.5, 1_000, Via::Batch).is_err());
+        assert!(online.reserve(budget(2.1e-3), 0.5, 1_000, Via::Batch).is_ok(), "2,000 fits in 2,100");
+        assert_eq!(online.reserved, 1_000);
+
+        // 1,000 prompt tokens used through a batch: 1,000 × 1 × 0.5 = 500 per million. The next
+        // online call of 500 tokens: 500 × 2 = 1,000. 1,500 in all, within 1,600 (at the full
+        // price the batch replies would make it 2,000).
+        let mut batched = Totals::default();
+        batched.used.prompt_tokens = 1_000;
+        batched.used.batch_prompt_tokens = 1_000;
+        assert!(batched.reserve(budget(1.6e-3), 0.5, 500, Via::Online).is_ok());
+        batched.reserved = 0;
+        assert!(batched.reserve(budget(1.4e-3), 0.5, 500, Via::Online).is_err(), "1,500 over 1,400");
+
+        // The preflight's online replies are counted at the full price too: 200 × 2 = 400, and
+        // 1,000 batch tokens at 1 (at the batch price, the preflight would count 200: 1,200).
+        let mut before = Totals::default();
+        before.before.completion_tokens = 200;
+        assert!(before.reserve(budget(1.3e-3), 0.5, 1_000, Via::Batch).is_err(), "1,400 over 1,300");
+    }
+
+    #[test]
+    fn a_budget_takes_the_worst_case_of_a_big_run_whole() {
+        // Seven billion tokens do not fit in u32: the reservation must not be cut to 4.29e9.
+        let budget = Budget { max_tokens_total: Some(6_000_000_000), ..Budget::default() };
+        let mut totals = Totals::default();
+        assert!(totals.reserve(budget, 0.5, 7_000_000_000, Via::Batch).is_err());
+        assert!(totals.reserve(budget, 0.5, 5_000_000_000, Via::Batch).is_ok());
+        assert_eq!(totals.reserved, 5_000_000_000);
     }
 
     #[test]

@@ -1,6 +1,62 @@
-//! Backoff arithmetic, kept pure so it can be tested directly.
+//! Retries: the backoff arithmetic (pure, tested directly), and the retry loop of the Files
+//! and Batches calls, which knows per request whether sending it again could do something
+//! twice ([`Effect`]).
 
+use super::LlmError;
 use std::time::{Duration, SystemTime};
+
+/// What a request does on the server: decides whether it is sent again after a failure that
+/// leaves unknown whether it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Sending it twice does no harm (a read, or an upload that only stores a file).
+    Repeatable,
+    /// It makes something each time it arrives (a batch, which is billed): after a failure
+    /// that may have reached the server (see [`LlmError::may_have_taken_effect`]) it is not
+    /// sent again, and the caller hears that it may have taken effect.
+    Once,
+}
+
+impl Effect {
+    /// Whether a request of this effect is tried again after `error`.
+    #[must_use]
+    pub fn retries_after(self, error: &LlmError) -> bool {
+        error.is_retryable() && !(self == Self::Once && error.may_have_taken_effect())
+    }
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `policy`'s attempts run out, backing
+/// off between attempts (never shorter than the server's `Retry-After`); `on_retry` hears of
+/// each retry. A request of [`Effect::Once`] is not sent again after a failure that may have
+/// reached the server.
+///
+/// # Errors
+/// The last attempt's error.
+pub(super) async fn run<T, Fut>(
+    policy: &RetryPolicy,
+    effect: Effect,
+    mut attempt: impl FnMut() -> Fut,
+    mut on_retry: impl FnMut(),
+) -> Result<T, LlmError>
+where
+    Fut: Future<Output = Result<T, LlmError>>,
+{
+    let attempts = policy.max_attempts.max(1);
+    let mut tried = 0;
+    loop {
+        let error = match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        tried += 1;
+        if tried >= attempts || !effect.retries_after(&error) {
+            return Err(error);
+        }
+        on_retry();
+        let jitter = rand::Rng::random::<f64>(&mut rand::rng());
+        tokio::time::sleep(policy.delay(tried - 1, jitter, error.retry_after())).await;
+    }
+}
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +109,44 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Runs a request of `effect` that fails with `error` every time; the attempts it took.
+    async fn attempts_after(effect: Effect, error: &LlmError) -> u32 {
+        let tried = AtomicU32::new(0);
+        let policy = RetryPolicy { max_attempts: 4, ..RetryPolicy::default() };
+        let outcome: Result<(), LlmError> = run(
+            &policy,
+            effect,
+            || {
+                tried.fetch_add(1, Ordering::SeqCst);
+                std::future::ready(Err(error.clone()))
+            },
+            || {},
+        )
+        .await;
+        assert!(outcome.is_err());
+        tried.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_may_have_taken_effect_is_not_sent_again_if_it_makes_something() {
+        let timeout = LlmError::Timeout(Duration::from_secs(1));
+        let reset = LlmError::connect(std::io::Error::from(std::io::ErrorKind::ConnectionReset), false);
+        let gateway = LlmError::Http { status: 504, message: String::new(), retry_after: None };
+        for unsure in [&timeout, &reset, &gateway] {
+            assert_eq!(attempts_after(Effect::Once, unsure).await, 1, "{unsure:?}");
+            assert_eq!(attempts_after(Effect::Repeatable, unsure).await, 4, "{unsure:?}");
+        }
+        // A definite failure is retried either way (it did nothing), a refusal never.
+        let server = LlmError::Http { status: 500, message: String::new(), retry_after: None };
+        let refused = LlmError::connect(std::io::Error::from(std::io::ErrorKind::ConnectionRefused), false);
+        for definite in [&server, &refused] {
+            assert_eq!(attempts_after(Effect::Once, definite).await, 4, "{definite:?}");
+        }
+        let bad = LlmError::Http { status: 400, message: String::new(), retry_after: None };
+        assert_eq!(attempts_after(Effect::Once, &bad).await, 1);
+    }
 
     const POLICY: RetryPolicy =
         RetryPolicy { max_attempts: 5, base: Duration::from_secs(1), max: Duration::from_secs(10) };

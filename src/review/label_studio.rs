@@ -150,7 +150,7 @@ pub fn config(slots: Slots) -> String {
         field::DECISION,
         data::QUERY
     );
-    for decision in Decision::ALL {
+    for &decision in <Decision as strum::VariantArray>::VARIANTS {
         let _ = writeln!(xml, "    <Choice value=\"{}\" alias=\"{decision}\"/>", decision_words(decision));
     }
     let _ = writeln!(xml, "  </Choices>");

@@ -51,9 +51,6 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// Every decision, in order of severity.
-    pub const ALL: [Self; 4] = [Self::Accept, Self::Edit, Self::Answerable, Self::Reject];
-
     /// The label written in decision files: serde's name.
     #[must_use]
     pub fn label(self) -> &'static str {
@@ -282,6 +279,10 @@ mod tests {
         }
         crate::testing::labels_are_serde_names(agreement::Policy::label);
         crate::testing::labels_are_serde_names(version::MadeBy::label);
-        assert_eq!(Decision::ALL, Decision::VARIANTS, "ALL is in declaration (severity) order");
+        assert_eq!(
+            Decision::VARIANTS,
+            [Decision::Accept, Decision::Edit, Decision::Answerable, Decision::Reject],
+            "VARIANTS is in declaration (severity) order"
+        );
     }
 }

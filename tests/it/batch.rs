@@ -538,15 +538,25 @@ async fn kill_once(args: &[&str], state: &Mutex<State>, reached: impl Fn(&State)
     let _ = child.wait();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
+/// The batch flags of the runs killed while they wait.
+const WAITING: [&str; 4] = ["--batch", "submit", "--batch-poll", "0.02"];
+
+/// Kills a build (with [`WAITING`]) while its first batch runs, held `in_progress` until the
+/// returned flag is cleared; the mock, its state, the flag, and the set's folder in `dir`.
+async fn kill_while_waiting(dir: &Path) -> (MockServer, Arc<Mutex<State>>, Arc<AtomicBool>, PathBuf) {
     let hold = Arc::new(AtomicBool::new(true));
     let (server, state, _) = start(Plan { hold: Arc::clone(&hold), ..Plan::default() }).await;
-    let dir = tempdir();
-    let out = dir.path().join("set");
+    let out = dir.join("set");
     let base_url = format!("{}/v1", server.uri());
-    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
-    kill_once(&args(&out, &base_url, &extra), &state, |s| s.polls >= 3).await;
+    kill_once(&args(&out, &base_url, &WAITING), &state, |s| s.polls >= 3).await;
+    (server, state, hold, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_while_waiting_resumes_by_polling_the_same_batch() {
+    let dir = tempdir();
+    let (server, state, hold, out) = kill_while_waiting(dir.path()).await;
+    let extra = WAITING;
     let submitted = state.lock().map_or(0, |s| s.batches.len());
     assert_eq!(submitted, 1);
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
@@ -618,11 +628,14 @@ async fn kill_during_the_first_create(plan: Plan) -> (Run, Arc<Mutex<State>>) {
     let dir = tempdir();
     let out = dir.path().join("set");
     let base_url = format!("{}/v1", server.uri());
-    let extra = ["--batch", "submit", "--batch-poll", "0.02"];
+    // A create call takes 4 s at most (--timeout × --attempts): a younger record may be a
+    // create call of another run still in flight, which the rerun waits for.
+    let extra = ["--batch", "submit", "--batch-poll", "0.02", "--timeout", "2", "--attempts", "2"];
     kill_once(&args(&out, &base_url, &extra), &state, |s| s.creates >= 1).await;
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("file-") && text.contains("creating") && text.contains("1 not imported"), "{text}");
+    assert!(text.contains("qrelgen batch forget ID"), "the way out of a record that blocks: {text}");
 
     let run = build(&server, &out, &extra).await;
     run.assert_code(0);
@@ -644,6 +657,11 @@ async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_agai
     let (run, state) =
         kill_during_the_first_create(Plan { lose_first_create: true, ..Plan::default() }).await;
     assert!(run.stderr.contains("no batch was made of file-"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("may still be creating it"),
+        "it waited for the young record: {}",
+        run.stderr
+    );
     assert!(!run.stderr.contains("resuming batch"), "{}", run.stderr);
     assert_eq!(state.lock().map_or(0, |s| s.creates), assert_no_line_submitted_twice(&state) + 1);
 }
@@ -694,7 +712,7 @@ async fn a_create_call_that_timed_out_is_not_made_again_and_the_rerun_takes_the_
     let run = build(&server, &out, &extra).await;
     assert_ne!(run.code, Some(0), "{}", run.stderr);
     assert!(
-        run.stderr.contains("got no reply within 1 s") && run.stderr.contains("rerun the same command"),
+        run.stderr.contains("no reply within 1 s") && run.stderr.contains("rerun the same command"),
         "{}",
         run.stderr
     );
@@ -833,4 +851,80 @@ async fn a_reply_the_cache_cannot_keep_stops_the_run_instead_of_being_rejected()
     );
     let sent = counters.requests.load(Ordering::SeqCst);
     assert!(sent <= 6, "the run went on sending after the cache failed: {sent} requests");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_that_cannot_be_polled_names_the_way_out_and_forgetting_it_lets_the_rerun_go_on() {
+    let dir = tempdir();
+    let (server, state, hold, out) = kill_while_waiting(dir.path()).await;
+    let extra = WAITING;
+    // The provider no longer knows the batch (deleted, or another project's key): 404.
+    let gone = state.lock().map(|mut s| s.batches.remove(0)).unwrap();
+    hold.store(false, Ordering::SeqCst);
+    let run = build(&server, &out, &extra).await;
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    let told = format!("batch {}: HTTP 404", gone.id);
+    let way_out = format!("`qrelgen batch forget {} --set DIR`", gone.id);
+    assert!(run.stderr.contains(&told) && run.stderr.contains(&way_out), "{}", run.stderr);
+    assert_eq!(state.lock().map_or(0, |s| s.creates), 1, "nothing was submitted again");
+
+    let drop_record = |id: &str| qrelgen_with_env(&["batch", "forget", id, "--set", path_str(&out)], &[]);
+    let forgot = drop_record(&gone.id);
+    let text = String::from_utf8_lossy(&forgot.stdout);
+    assert!(forgot.status.success(), "{text}");
+    let lines = gone.lines.len();
+    for expected in [
+        format!("forgot batch {} (generate, round 1, in_progress, {lines} requests)", gone.id),
+        "0 of its requests have replies in the cache: they stay there".to_owned(),
+        format!("{lines} have none: the next `build --batch submit` submits them again"),
+        format!("warning: batch {} is not cancelled by this and may still run and bill", gone.id),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} in {text}");
+    }
+    let again = drop_record(&gone.id);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains(&format!("no batch {} is recorded", gone.id)));
+
+    let run = build(&server, &out, &extra).await;
+    run.assert_code(0);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    assert_eq!(batches[0].lines, gone.lines, "its requests went in a new batch, once");
+    assert_no_line_submitted_twice(&state);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_sharing_the_cache_waits_for_the_batch_another_run_is_creating_instead_of_forgetting_it() {
+    // The provider makes the first batch only when it answers the create call, 8 s on.
+    let plan = Plan { slow_create: Some(Duration::from_secs(8)), made_late: true, ..Plan::default() };
+    let (server, state, _) = start(plan).await;
+    let dir = tempdir();
+    let cache = dir.path().join("shared-cache.sqlite");
+    let extra = ["--batch", "submit", "--batch-poll", "0.05", "--cache", path_str(&cache)];
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let second = async {
+        let started = Instant::now();
+        while state.lock().map_or(0, |s| s.creates) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the first run never created a batch");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        build(&server, &b, &extra).await
+    };
+    let (first, second) = tokio::join!(build(&server, &a, &extra), second);
+    first.assert_code(0);
+    second.assert_code(0);
+    assert!(second.stderr.contains("may still be creating it"), "{}", second.stderr);
+    let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
+    // It then polled that batch, or found its replies already imported by the first run.
+    let ids = |b: &MockBatch| {
+        b.lines.iter().filter_map(|l| l["custom_id"].as_str().map(str::to_owned)).collect::<BTreeSet<_>>()
+    };
+    let first_lines = ids(&batches[0]);
+    for later in &batches[1..] {
+        assert!(
+            ids(later).is_disjoint(&first_lines),
+            "the first run's lines were submitted again in {}",
+            later.id
+        );
+    }
+    assert_same_set(&first, &second);
 }
