@@ -9,6 +9,12 @@
 # RssAnon (the heap: what qrelgen keeps) and RssFile (memory-mapped files: the index's pages in
 # the page cache, which the kernel drops under pressure), then the chunks, the wall time, the
 # peak RSS (VmHWM) and the peaks of its parts over the whole run.
+#
+# A stage's VmRSS peak is the kernel's high-water mark (VmHWM), reset as each stage ends (through
+# /proc/PID/clear_refs), so a stage shorter than the polling interval has its own peak too; its
+# RssAnon and RssFile peaks are the largest polled, at least those polled as it began. Stages
+# that end within one interval share its figures; a stage that ends after the last poll shows
+# those polled last.
 set -euo pipefail
 corpus=${1:?usage: bench/memory.sh CORPUS [FACTOR] [QUERIES]}
 factor=${2:-1}
@@ -25,12 +31,13 @@ start=$(date +%s.%N)
 "$bin" build --corpus "$work" --out "$work/out" --queries "$queries" --allow-shortfall \
   >/dev/null 2>"$work/stages" &
 pid=$!
-hwm=0 anon=0 file=0 stage_rss=0 stage_anon=0 stage_file=0 ended=0
-# Prints a line per stage that ended since the last call, with the peaks polled while it ran
-# ("-" for a stage shorter than the polling interval).
+hwm=0 anon=0 file=0 stage_rss=0 stage_anon=0 stage_file=0 ended=0 now_rss=0 now_anon=0 now_file=0
+# Prints a line per stage that ended since the last call, with the peaks since the last stage
+# ended, and starts the next stage's peaks from the memory polled last.
 report_stages() {
   # A stage's last line ends with its time, e.g. "    index: 55165 chunks, index built (1.52s)".
   mapfile -t done < <(grep -E '^ *[a-z]+: .*\([0-9.]+s\)$' "$work/stages" || true)
+  ((${#done[@]} > ended)) || return 0
   for ((k = ended; k < ${#done[@]}; k++)); do
     local name line
     name=$(sed -E 's/^ *([a-z]+):.*/\1/' <<<"${done[$k]}")
@@ -41,21 +48,30 @@ report_stages() {
       printf '%-8s VmRSS %4d MiB | RssAnon %4d MiB | RssFile %4d MiB | %s\n' "$name" \
         $((stage_rss / 1024)) $((stage_anon / 1024)) $((stage_file / 1024)) "$line"
     fi
-    stage_rss=0 stage_anon=0 stage_file=0
   done
   ended=${#done[@]}
+  stage_rss=$now_rss stage_anon=$now_anon stage_file=$now_file
+  # The next stage's VmHWM starts from the current VmRSS.
+  echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true
+}
+# Polls the process's memory into the run's and the current stage's peaks.
+poll() {
+  local status h r a f
+  status=$(cat "/proc/$pid/status" 2>/dev/null) || return 0
+  read -r h r a f < <(awk '/^VmHWM/{h=$2} /^VmRSS/{r=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2}
+    END{print h+0, r+0, a+0, f+0}' <<<"$status")
+  ((h > r)) || h=$r
+  now_rss=$r now_anon=$a now_file=$f
+  ((h > hwm)) && hwm=$h
+  ((a > anon)) && anon=$a
+  ((f > file)) && file=$f
+  ((h > stage_rss)) && stage_rss=$h
+  ((a > stage_anon)) && stage_anon=$a
+  ((f > stage_file)) && stage_file=$f
+  return 0
 }
 while kill -0 "$pid" 2>/dev/null; do
-  if status=$(cat "/proc/$pid/status" 2>/dev/null); then
-    read -r h r a f < <(awk '/^VmHWM/{h=$2} /^VmRSS/{r=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2}
-      END{print h+0, r+0, a+0, f+0}' <<<"$status")
-    ((h > hwm)) && hwm=$h
-    ((a > anon)) && anon=$a
-    ((f > file)) && file=$f
-    ((r > stage_rss)) && stage_rss=$r
-    ((a > stage_anon)) && stage_anon=$a
-    ((f > stage_file)) && stage_file=$f
-  fi
+  poll
   report_stages
   sleep 0.05
 done

@@ -155,7 +155,7 @@ impl<'a> OfflineGenerator<'a> {
         match words {
             Ok(words) => {
                 let query = self.add_noise(words, shape.noise, &mut rng)?.join(" ");
-                let topic = (self.topics.labels > 0).then(|| self.topic(&request.sources));
+                let topic = (self.topics.labels > 0).then(|| self.topic(&request.sources)).transpose()?;
                 Ok(Ok((query, None, topic)))
             }
             Err(reason) => Ok(Err(reason)),
@@ -165,11 +165,11 @@ impl<'a> OfflineGenerator<'a> {
     /// The chunks on the topic of `sources`: those within the minimum cosine of any source in
     /// the topic space, closest first (ties by position), as many as the config allows, the
     /// sources left out.
-    fn topic(&self, sources: &[usize]) -> Vec<usize> {
+    fn topic(&self, sources: &[usize]) -> Result<Vec<usize>> {
         let TopicConfig { labels, min_cosine } = self.topics;
         let mut near: Vec<(usize, f32)> = Vec::new();
         for &source in sources {
-            for (chunk, cosine) in self.corpus.space.neighbours(source, min_cosine, labels + sources.len()) {
+            for (chunk, cosine) in self.corpus.space.neighbours(source, min_cosine, labels + sources.len())? {
                 match near.iter_mut().find(|(c, _)| *c == chunk) {
                     Some(entry) => entry.1 = entry.1.max(cosine),
                     None => near.push((chunk, cosine)),
@@ -178,7 +178,7 @@ impl<'a> OfflineGenerator<'a> {
         }
         near.retain(|(c, _)| !sources.contains(c));
         near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        near.into_iter().take(labels).map(|(c, _)| c).collect()
+        Ok(near.into_iter().take(labels).map(|(c, _)| c).collect())
     }
 
     fn no_answer(
@@ -199,7 +199,7 @@ impl<'a> OfflineGenerator<'a> {
     /// space, without the chunk's own terms (`own`, its model).
     fn neighbour_model(&self, chunk: usize, own: &TermModel) -> Result<TermModel> {
         let mut text = String::new();
-        for (neighbour, _) in self.corpus.space.neighbours(chunk, f32::MIN, NEIGHBOURS) {
+        for (neighbour, _) in self.corpus.space.neighbours(chunk, f32::MIN, NEIGHBOURS)? {
             text.push_str(&self.index.text(neighbour)?);
             text.push('\n');
         }

@@ -34,6 +34,15 @@ pub enum IndexError {
         #[source]
         source: std::io::Error,
     },
+    /// The topic space's scratch file in the index folder cannot be made, written or read.
+    #[error("cannot use the topic space's scratch file in {path}")]
+    Scratch {
+        /// The index folder.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Shorthand for results with [`IndexError`].

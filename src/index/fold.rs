@@ -115,7 +115,7 @@ impl CorpusModel {
             if let Some(&at) = was.get(&index.chunk_id(position)) {
                 let before = old[at];
                 if before.title == stored.title && before.text == stored.text {
-                    space.push(&old_space.vector(at));
+                    space.push(&old_space.vector(at)?)?;
                     continue;
                 }
                 // The same id with another title or text: its old counts go, it is folded in anew.
@@ -137,7 +137,7 @@ impl CorpusModel {
             }
             let row: HashMap<u32, u32> =
                 tf.iter().filter_map(|(term, &n)| Some((*basis.ids.get(term)?, n))).collect();
-            space.push(&basis.projection.project(&sorted(row), &basis.df, basis.n));
+            space.push(&basis.projection.project(&sorted(row), &basis.df, basis.n))?;
             learn(&mut terms, &tf);
         }
         for (term, forms) in new_forms {
@@ -172,10 +172,7 @@ impl CorpusModel {
         }
         basis.projection.v.iter().try_for_each(|x| out.0.write_all(&x.to_le_bytes()))?;
         out.number(self.space.chunks() as u64)?;
-        for chunk in 0..self.space.chunks() {
-            self.space.vector(chunk).iter().try_for_each(|x| out.0.write_all(&x.to_le_bytes()))?;
-        }
-        Ok(())
+        self.space.write_vectors(&mut out.0)
     }
 }
 
@@ -301,7 +298,7 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
         return None;
     }
     let mut space = TopicSpace::empty(dim, vectors, threads);
-    values.chunks_exact(dim).for_each(|vector| space.push(vector));
+    values.chunks_exact(dim).try_for_each(|vector| space.push(vector)).ok()?;
     let basis = Basis { ids, names, df, n, projection: Projection { dim, v } };
     Some(CorpusModel { terms, space, basis: Some(basis) })
 }
@@ -328,7 +325,7 @@ mod tests {
     }
 
     fn bits(space: &TopicSpace) -> Vec<Vec<u32>> {
-        (0..space.chunks()).map(|c| space.vector(c).iter().map(|x| x.to_bits()).collect()).collect()
+        (0..space.chunks()).map(|c| space.vector(c).unwrap().iter().map(|x| x.to_bits()).collect()).collect()
     }
 
     fn usage(terms: &CorpusTerms) -> Vec<(String, u32, u64)> {
@@ -376,7 +373,7 @@ mod tests {
         assert_eq!(now[0], old_bits[0]);
         assert_eq!(now[3], old_bits[4], "old chunk 4 is at position 3 now");
         assert_eq!(now[7], old_bits[0]);
-        assert!(folded.space.neighbours(7, 0.99, 3).iter().any(|&(c, _)| c == 0));
+        assert!(folded.space.neighbours(7, 0.99, 3).unwrap().iter().any(|&(c, _)| c == 0));
     }
 
     #[test]

@@ -16,11 +16,14 @@
 //! cosine summed as a plain dot product is and the parts merged in one total order).
 
 use super::ChunkIndex;
-use super::error::Result;
+use super::directory::{read_at, write_at};
+use super::error::{IndexError, Result};
 use super::fold::Basis;
 use crate::rng::stream;
 use foldhash::{HashMap, HashMapExt as _};
 use rand::Rng as _;
+use std::ops::Range;
+use std::path::Path;
 
 /// Dimensions of the topic space: the 50–100 that LSA studies found best on small test
 /// collections (Deerwester et al. 1990; Dumais 1991), at the low end so the space stays topical.
@@ -89,6 +92,13 @@ fn residual_idf(df: f64, cf: f64, n: f64) -> f64 {
 const LANES: usize = 16;
 /// Below this many chunks [`TopicSpace::neighbours`] scans on one thread.
 const PARALLEL_SCAN: usize = 8_192;
+/// Bytes of vectors a space with a scratch file keeps in memory before it writes them there
+/// (about 168,000 chunks of 50 dimensions): a smaller space is scanned in memory, a larger one
+/// from the file, which costs the scan a copy out of the page cache.
+const IN_MEMORY_BYTES: usize = 32 << 20;
+/// Blocks a space with a scratch file writes there at a time once it spills, and reads at a
+/// time when it scans (64 blocks of 50 dimensions: 200 KiB, within a core's cache).
+const SPILL_BLOCKS: usize = 64;
 
 /// The chunks in a latent topic space: one unit vector per chunk (all zeros for a chunk with
 /// no term shared with another chunk).
@@ -96,33 +106,103 @@ const PARALLEL_SCAN: usize = 8_192;
 /// The vectors are stored in blocks of [`LANES`] chunks, dimension by dimension, so that a scan
 /// computes sixteen cosines at once; each is summed dimension by dimension from -0.0, as
 /// `Iterator::sum` does, so it has the same bits as the plain dot product.
-#[derive(Debug, Clone, Default)]
+///
+/// A space made [`TopicSpace::in_folder`] that outgrows [`IN_MEMORY_BYTES`] keeps its blocks in
+/// a scratch file there (unnamed, gone when the space is dropped) and only the last few in
+/// memory: a scan reads the file a few blocks at a time, so the vectors sit in the kernel's page
+/// cache, not in the process's memory (88 MB for 441,000 chunks).
+#[derive(Debug, Default)]
 pub struct TopicSpace {
     dim: usize,
     chunks: usize,
-    /// Block `b`, dimension `d`, lane `l` at `(b * dim + d) * LANES + l`; the last block padded
-    /// with zero vectors.
+    /// Blocks `spilled..`: block `b`, dimension `d`, lane `l` at
+    /// `((b - spilled) * dim + d) * LANES + l`; the last block padded with zero vectors.
     blocks: Vec<f32>,
+    /// Blocks written to the scratch file (0 without one), in the same layout, little-endian.
+    spilled: usize,
+    scratch: Option<Scratch>,
     threads: usize,
 }
 
+/// The scratch file of a [`TopicSpace`], and the folder it is in (to name in errors).
+#[derive(Debug)]
+struct Scratch {
+    file: std::fs::File,
+    dir: std::path::PathBuf,
+    /// Bytes of blocks kept in memory before the first are written to the file.
+    budget: usize,
+}
+
+/// A scan's buffers for blocks read from the scratch file.
+#[derive(Default)]
+struct ReadBuffer {
+    bytes: Vec<u8>,
+    values: Vec<f32>,
+}
+
 impl TopicSpace {
-    /// An empty space of `dim` dimensions for `capacity` chunks, scanned with `threads` threads.
+    /// An empty space of `dim` dimensions for `capacity` chunks, held in memory, scanned with
+    /// `threads` threads.
     pub(super) fn empty(dim: usize, capacity: usize, threads: usize) -> Self {
         let blocks = Vec::with_capacity(capacity.div_ceil(LANES) * dim * LANES);
-        Self { dim, chunks: 0, blocks, threads: threads.max(1) }
+        Self { dim, blocks, threads: threads.max(1), ..Self::default() }
+    }
+
+    /// An empty space of `dim` dimensions that keeps its vectors in a scratch file in `dir`,
+    /// scanned with `threads` threads.
+    ///
+    /// # Errors
+    /// [`IndexError::Scratch`] when the file cannot be made.
+    pub(super) fn in_folder(dim: usize, capacity: usize, threads: usize, dir: &Path) -> Result<Self> {
+        Self::spilling_past(IN_MEMORY_BYTES, dim, capacity, threads, dir)
+    }
+
+    /// [`TopicSpace::in_folder`], spilling once its blocks take `budget` bytes.
+    fn spilling_past(budget: usize, dim: usize, capacity: usize, threads: usize, dir: &Path) -> Result<Self> {
+        let file = tempfile::tempfile_in(dir).map_err(|source| scratch_error(dir, source))?;
+        let held =
+            (capacity.div_ceil(LANES) * dim * LANES).min((budget / 4).div_ceil(dim * LANES) * dim * LANES);
+        let blocks = Vec::with_capacity(held);
+        let scratch = Some(Scratch { file, dir: dir.to_owned(), budget });
+        Ok(Self { dim, blocks, scratch, threads: threads.max(1), ..Self::default() })
     }
 
     /// Adds the next chunk's vector (`dim` values).
-    pub(super) fn push(&mut self, vector: &[f32]) {
+    ///
+    /// # Errors
+    /// [`IndexError::Scratch`] when the scratch file cannot be written.
+    pub(super) fn push(&mut self, vector: &[f32]) -> Result<()> {
         let (block, lane) = (self.chunks / LANES, self.chunks % LANES);
         if lane == 0 {
-            self.blocks.resize(self.blocks.len() + self.dim * LANES, 0.0);
+            let held = block - self.spilled;
+            if let Some(scratch) = &self.scratch
+                && held > 0
+                && if self.spilled == 0 {
+                    held * self.block_len() * 4 >= scratch.budget
+                } else {
+                    held == SPILL_BLOCKS
+                }
+            {
+                let bytes: Vec<u8> = self.blocks.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let offset = (self.spilled * self.block_len() * 4) as u64;
+                write_at(&scratch.file, &bytes, offset).map_err(|e| scratch_error(&scratch.dir, e))?;
+                self.spilled = block;
+                // A new buffer: the first spill's held the whole budget.
+                self.blocks = Vec::with_capacity(SPILL_BLOCKS * self.block_len());
+            }
+            self.blocks.resize(self.blocks.len() + self.block_len(), 0.0);
         }
+        let local = block - self.spilled;
         for (d, &x) in vector.iter().enumerate() {
-            self.blocks[(block * self.dim + d) * LANES + lane] = x;
+            self.blocks[(local * self.dim + d) * LANES + lane] = x;
         }
         self.chunks += 1;
+        Ok(())
+    }
+
+    /// Values in a block.
+    fn block_len(&self) -> usize {
+        self.dim * LANES
     }
 
     /// Number of chunks.
@@ -137,18 +217,68 @@ impl TopicSpace {
     }
 
     /// Cosine similarity of two chunks in the space.
-    #[must_use]
-    pub fn cosine(&self, a: usize, b: usize) -> f32 {
-        dot(&self.vector(a), &self.vector(b))
+    ///
+    /// # Errors
+    /// [`IndexError::Scratch`] when the scratch file cannot be read.
+    pub fn cosine(&self, a: usize, b: usize) -> Result<f32> {
+        Ok(dot(&self.vector(a)?, &self.vector(b)?))
     }
 
     /// The vector of `chunk` (empty past the last chunk).
-    pub(super) fn vector(&self, chunk: usize) -> Vec<f32> {
+    ///
+    /// # Errors
+    /// [`IndexError::Scratch`] when the scratch file cannot be read.
+    pub(super) fn vector(&self, chunk: usize) -> Result<Vec<f32>> {
         if chunk >= self.chunks {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let (block, lane) = (chunk / LANES, chunk % LANES);
-        (0..self.dim).map(|d| self.blocks[(block * self.dim + d) * LANES + lane]).collect()
+        let mut buffer = ReadBuffer::default();
+        let values = self.blocks(block..block + 1, &mut buffer)?;
+        Ok((0..self.dim).map(|d| values[d * LANES + lane]).collect())
+    }
+
+    /// Blocks `range`, borrowed from memory or read into `buffer`.
+    fn blocks<'s>(&'s self, range: Range<usize>, buffer: &'s mut ReadBuffer) -> Result<&'s [f32]> {
+        let width = self.block_len();
+        let Some(scratch) = self.scratch.as_ref().filter(|_| range.start < self.spilled) else {
+            let local = range.start - self.spilled..range.end - self.spilled;
+            return Ok(&self.blocks[local.start * width..local.end * width]);
+        };
+        let from_file = range.start..range.end.min(self.spilled);
+        buffer.bytes.resize(from_file.len() * width * 4, 0);
+        read_at(&scratch.file, &mut buffer.bytes, (from_file.start * width * 4) as u64)
+            .map_err(|e| scratch_error(&scratch.dir, e))?;
+        let tail = range.end.saturating_sub(self.spilled) * width;
+        buffer.values.resize(from_file.len() * width + tail, 0.0);
+        let (read, held) = buffer.values.split_at_mut(from_file.len() * width);
+        for (value, bytes) in read.iter_mut().zip(buffer.bytes.as_chunks::<4>().0) {
+            *value = f32::from_le_bytes(*bytes);
+        }
+        held.copy_from_slice(&self.blocks[..tail]);
+        Ok(&buffer.values)
+    }
+
+    /// Writes every chunk's vector, chunk after chunk, each value little-endian (the corpus
+    /// model file's layout).
+    pub(super) fn write_vectors(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let blocks = self.chunks.div_ceil(LANES);
+        let mut buffer = ReadBuffer::default();
+        for from in (0..blocks).step_by(SPILL_BLOCKS) {
+            let values =
+                self.blocks(from..(from + SPILL_BLOCKS).min(blocks), &mut buffer).map_err(|e| match e {
+                    IndexError::Scratch { source, .. } => source,
+                    other => std::io::Error::other(other),
+                })?;
+            for (block, columns) in values.chunks_exact(self.block_len()).enumerate() {
+                for lane in 0..LANES.min(self.chunks - (from + block) * LANES) {
+                    for d in 0..self.dim {
+                        out.write_all(&columns[d * LANES + lane].to_le_bytes())?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The chunks whose cosine with `chunk` is at least `min_cosine`, most similar first (ties
@@ -156,58 +286,69 @@ impl TopicSpace {
     ///
     /// An exact scan of every chunk, sixteen at a time and split over the space's threads, each
     /// keeping only its best `cap` as it goes.
-    #[must_use]
-    pub fn neighbours(&self, chunk: usize, min_cosine: f32, cap: usize) -> Vec<(usize, f32)> {
-        let own = self.vector(chunk);
+    ///
+    /// # Errors
+    /// [`IndexError::Scratch`] when the scratch file cannot be read.
+    pub fn neighbours(&self, chunk: usize, min_cosine: f32, cap: usize) -> Result<Vec<(usize, f32)>> {
+        let own = self.vector(chunk)?;
         if cap == 0 || own.iter().all(|&x| x == 0.0) {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let blocks = self.chunks.div_ceil(LANES);
         let threads = if self.chunks < PARALLEL_SCAN { 1 } else { self.threads };
         let per_thread = blocks.div_ceil(threads);
-        let scan = |from: usize| {
+        let scan = |from: usize| -> Result<Vec<(usize, f32)>> {
             let mut best = Best::new(cap);
-            for block in from..(from + per_thread).min(blocks) {
-                let cosines = self.block_cosines(&own, block);
-                for (lane, &cosine) in cosines.iter().enumerate() {
-                    let other = block * LANES + lane;
-                    if other != chunk && other < self.chunks && cosine >= min_cosine {
-                        best.offer(other, cosine);
+            let mut buffer = ReadBuffer::default();
+            let to = (from + per_thread).min(blocks);
+            for start in (from..to).step_by(SPILL_BLOCKS) {
+                let end = (start + SPILL_BLOCKS).min(to);
+                let values = self.blocks(start..end, &mut buffer)?;
+                for (block, columns) in (start..end).zip(values.chunks_exact(self.block_len())) {
+                    for (lane, &cosine) in block_cosines(&own, columns).iter().enumerate() {
+                        let other = block * LANES + lane;
+                        if other != chunk && other < self.chunks && cosine >= min_cosine {
+                            best.offer(other, cosine);
+                        }
                     }
                 }
             }
-            best.into_sorted()
+            Ok(best.into_sorted())
         };
         let mut near: Vec<(usize, f32)> = if threads == 1 {
-            scan(0)
+            scan(0)?
         } else {
             std::thread::scope(|scope| {
                 let parts: Vec<_> = (0..blocks)
                     .step_by(per_thread.max(1))
                     .map(|from| scope.spawn(move || scan(from)))
                     .collect();
-                parts
+                let parts: Result<Vec<Vec<(usize, f32)>>> = parts
                     .into_iter()
-                    .flat_map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                    .collect()
-            })
+                    .map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                    .collect();
+                parts.map(|parts| parts.into_iter().flatten().collect())
+            })?
         };
         near.sort_by(closer);
         near.truncate(cap);
-        near
+        Ok(near)
     }
+}
 
-    /// The cosines of `own` with the sixteen chunks of `block`.
-    fn block_cosines(&self, own: &[f32], block: usize) -> [f32; LANES] {
-        let mut sums = [-0.0f32; LANES];
-        let columns = &self.blocks[block * self.dim * LANES..(block + 1) * self.dim * LANES];
-        for (&x, column) in own.iter().zip(columns.chunks_exact(LANES)) {
-            for (sum, &y) in sums.iter_mut().zip(column) {
-                *sum += x * y;
-            }
+/// The cosines of `own` with the sixteen chunks of a block (`columns`, dimension by dimension).
+fn block_cosines(own: &[f32], columns: &[f32]) -> [f32; LANES] {
+    let mut sums = [-0.0f32; LANES];
+    for (&x, column) in own.iter().zip(columns.chunks_exact(LANES)) {
+        for (sum, &y) in sums.iter_mut().zip(column) {
+            *sum += x * y;
         }
-        sums
     }
+    sums
+}
+
+fn scratch_error(dir: &Path, source: std::io::Error) -> IndexError {
+    IndexError::Scratch { path: dir.to_owned(), source }
 }
 
 /// The order of neighbours: most similar first, ties by position.
@@ -275,8 +416,12 @@ impl CorpusModel {
     /// Reads every chunk of `index` and builds both: in one pass up to the fit sample's size,
     /// in two above it (the second projects each chunk's counts and drops them).
     ///
+    /// The topic space keeps its vectors in a scratch file in the index folder (see
+    /// [`TopicSpace`]).
+    ///
     /// # Errors
-    /// [`super::IndexError::Tantivy`] when a chunk text cannot be read.
+    /// [`IndexError::Tantivy`] when a chunk text cannot be read, [`IndexError::Scratch`] when
+    /// the space's scratch file cannot be made or written.
     pub fn build(index: &ChunkIndex) -> Result<Self> {
         let n = index.len();
         let step = n.div_ceil(FIT_SAMPLE).max(1);
@@ -302,11 +447,11 @@ impl CorpusModel {
         let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
             return Ok(Self { terms, space: TopicSpace::default(), basis: None });
         };
-        let mut space = TopicSpace::empty(projection.dim, n, index.threads());
+        let mut space = TopicSpace::in_folder(projection.dim, n, index.threads(), index.dir())?;
         if step == 1 {
             // The sample is every chunk's counts, in chunk order: no second pass needed.
             for row in &sample {
-                space.push(&projection.project(row, &df, n));
+                space.push(&projection.project(row, &df, n))?;
             }
             let basis = Some(Basis { ids, names, df, n, projection });
             return Ok(Self { terms, space, basis });
@@ -321,7 +466,7 @@ impl CorpusModel {
                     *counts.entry(id).or_default() += 1;
                 }
             }
-            space.push(&projection.project(&sorted(counts), &df, n));
+            space.push(&projection.project(&sorted(counts), &df, n))?;
         }
         let basis = Some(Basis { ids, names, df, n, projection });
         Ok(Self { terms, space, basis })
@@ -515,7 +660,7 @@ fn topic_space(rows: &[Vec<(u32, u32)>], df: &[u32], vocabulary: usize, wanted: 
     };
     let mut space = TopicSpace::empty(projection.dim, rows.len(), 1);
     for row in rows {
-        space.push(&projection.project(row, df, rows.len()));
+        space.push(&projection.project(row, df, rows.len())).unwrap();
     }
     space
 }
@@ -707,11 +852,12 @@ mod tests {
         let rows: Vec<Vec<(u32, u32)>> = raw.iter().map(|r| r.to_vec()).collect();
         let space = topic_space(&rows, &[2; 8], 8, 2);
         assert_eq!(space.dim(), 2);
-        assert!(space.cosine(0, 2) > 0.9, "{}", space.cosine(0, 2));
-        assert!(space.cosine(0, 3).abs() < 0.1, "{}", space.cosine(0, 3));
-        let near: Vec<usize> = space.neighbours(0, 0.5, 10).into_iter().map(|(c, _)| c).collect();
+        let cosine = |a, b| space.cosine(a, b).unwrap();
+        assert!(cosine(0, 2) > 0.9, "{}", cosine(0, 2));
+        assert!(cosine(0, 3).abs() < 0.1, "{}", cosine(0, 3));
+        let near: Vec<usize> = space.neighbours(0, 0.5, 10).unwrap().into_iter().map(|(c, _)| c).collect();
         assert_eq!(near, [1, 2]);
-        assert_eq!(space.neighbours(0, 0.5, 1).len(), 1, "capped");
+        assert_eq!(space.neighbours(0, 0.5, 1).unwrap().len(), 1, "capped");
     }
 
     /// The neighbours by a plain scan: every chunk's dot product, filtered, sorted, capped.
@@ -740,8 +886,9 @@ mod tests {
 
     #[test]
     fn the_blocked_scan_finds_what_a_plain_scan_finds_bit_for_bit() {
-        // 9,000 chunks (past the parallel threshold) of 7 dimensions, a third of them copies
-        // of a few vectors (ties far longer than any cap) and some all zeros.
+        // 9,000 chunks (past the parallel threshold, and many spilled blocks of a space in a
+        // folder) of 7 dimensions, a third of them copies of a few vectors (ties far longer
+        // than any cap) and some all zeros.
         let dim = 7;
         let mut rng = stream(3, "topics/test");
         let mut vectors = Vec::new();
@@ -754,23 +901,44 @@ mod tests {
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             vectors.extend(v.iter().map(|x| if norm > 0.0 { x / norm } else { 0.0 }));
         }
-        for threads in [1, 2, 3] {
-            let mut space = TopicSpace::empty(dim, 9_000, threads);
-            vectors.chunks_exact(dim).for_each(|v| space.push(v));
+        let dir = tempfile::tempdir().unwrap();
+        // Held in memory; in a folder, spilling at once, after 100 blocks, and never.
+        let block_bytes = dim * LANES * 4;
+        let spaces = [None, Some(0), Some(100 * block_bytes), Some(IN_MEMORY_BYTES)];
+        for (threads, budget) in [1, 2, 3].into_iter().flat_map(|t| spaces.map(|b| (t, b))) {
+            let mut space = match budget {
+                None => TopicSpace::empty(dim, 9_000, threads),
+                Some(budget) => TopicSpace::spilling_past(budget, dim, 9_000, threads, dir.path()).unwrap(),
+            };
+            vectors.chunks_exact(dim).for_each(|v| space.push(v).unwrap());
+            let spills = budget.is_some_and(|b| b < IN_MEMORY_BYTES);
+            assert_eq!(space.spilled > 0, spills, "budget {budget:?}");
+            if spills {
+                assert!(space.blocks.capacity() <= SPILL_BLOCKS * dim * LANES, "only the last blocks held");
+            }
+            let in_folder = budget;
             for chunk in [0, 1, 2, 97, 4_500, 8_999] {
                 for (min, cap) in [(f32::MIN, 3), (0.5, 51), (0.9, 2_000), (-1.0, 10_000), (0.2, 0)] {
                     let expected = plain_neighbours(&vectors, dim, chunk, min, cap);
-                    let got = space.neighbours(chunk, min, cap);
+                    let got = space.neighbours(chunk, min, cap).unwrap();
                     let bits =
                         |n: &[(usize, f32)]| n.iter().map(|&(c, x)| (c, x.to_bits())).collect::<Vec<_>>();
                     assert_eq!(
                         bits(&got),
                         bits(&expected),
-                        "threads {threads} chunk {chunk} min {min} cap {cap}"
+                        "threads {threads} in folder {in_folder:?} chunk {chunk} min {min} cap {cap}"
                     );
                 }
             }
-            assert_eq!(space.cosine(3, 6).to_bits(), dot(&vectors[21..28], &vectors[42..49]).to_bits());
+            let cosine = space.cosine(3, 6).unwrap();
+            assert_eq!(cosine.to_bits(), dot(&vectors[21..28], &vectors[42..49]).to_bits());
+            let mut written = Vec::new();
+            space.write_vectors(&mut written).unwrap();
+            let expected: Vec<u8> = vectors.iter().flat_map(|x| x.to_le_bytes()).collect();
+            assert!(
+                written == expected,
+                "vectors written chunk after chunk, threads {threads} {in_folder:?}"
+            );
         }
     }
 
@@ -785,7 +953,10 @@ mod tests {
         assert_eq!(infection, Some(TermUsage { df: 2, cf: 3, surface: "infections".into() }));
         assert_eq!(model.terms.usage("kidney").map(|u| (u.df, u.cf)), Some((2, 2)));
         assert!(model.terms.usage("and").is_none(), "stop words are not terms");
-        assert!(model.space.neighbours(2, 0.1, 5).is_empty(), "a chunk sharing no term has no neighbour");
+        assert!(
+            model.space.neighbours(2, 0.1, 5).unwrap().is_empty(),
+            "a chunk sharing no term has no neighbour"
+        );
     }
 
     #[test]
