@@ -1,10 +1,10 @@
 //! The build, stage by stage: corpus → chunks → index → plan and generate → round trip →
 //! review sample → files. Each stage lives in its own module; this one only wires them.
 
-use crate::chunk::Chunker;
+use crate::chunk::{self, Chunker, KeptChunking, KeptItem, KeptWriter};
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, ReadReport, Skipped};
-use crate::dedup::ChunkGroups;
+use crate::dedup::{ChunkGroups, Signature, chunk_signature};
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
@@ -12,12 +12,12 @@ use crate::generate::{
     Quotas, Request,
 };
 use crate::id::ContentHasher;
-use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError};
+use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError, Unchanged};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
 use crate::progress::{Progress, Timings};
-use crate::record::{Checked, Chunk, FORMAT_VERSION, QueryType};
+use crate::record::{Checked, Chunk, Document, FORMAT_VERSION, QueryType};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::sample;
@@ -74,8 +74,8 @@ pub fn build(
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let (index, groups, corpus, skipped) =
-        chunk_and_index(config, out, &staging, None, *progress, &mut timings)?;
+    let Chunked { index, groups, corpus, skipped, .. } =
+        chunk_and_index(config, out, &staging, None, None, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
@@ -313,22 +313,26 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
 }
 
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way), then builds (or reuses) the index; one of the `earlier`
-/// chunk list is updated in place.
+/// near-identical chunks on the way; the items `kept` from an earlier run's chunking are not
+/// chunked again), then builds (or reuses) the index; one of the `earlier` chunk list is
+/// updated in place. The chunking is kept in the index folder for the next refresh.
 pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
     earlier: Option<Earlier<'_>>,
+    kept: Option<KeptChunking>,
     progress: Progress,
     timings: &mut Timings,
-) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
+) -> Result<Chunked> {
     // In bytes: a single large file shows its progress too.
     let size =
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
     let corpus_file = staging.path(layout::CORPUS);
-    let (chunks, groups, corpus, read) = read_and_chunk(config, out, &corpus_file, &stage)?;
+    let chunking = Chunking::new(config, staging, kept.unwrap_or_default())?;
+    let (chunks, groups, corpus, read, (chunking, reused)) =
+        read_and_chunk(config, out, &corpus_file, chunking, &stage)?;
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
     }
@@ -342,12 +346,16 @@ pub(crate) fn chunk_and_index(
             corpus::extensions(&read.ignored_by_extension)
         ));
     }
-    timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
+    let reused = match reused {
+        0 => String::new(),
+        n => format!(" ({n} unchanged, their chunks kept)"),
+    };
+    timings.add("chunk", stage.finish(&format!("{} documents → {} chunks{reused}", corpus.documents, chunks.len())));
     let stage = progress.stage("index", chunks.len() as u64);
     let analyzer = Analyzer::new(config.segmenter);
     let dir = out.join(layout::INDEX_DIR);
     let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| reread_chunks(&corpus_file, add);
-    let (index, provenance) = match earlier {
+    let (index, provenance, unchanged) = match earlier {
         Some(earlier) => ChunkIndex::update_or_build(
             &dir,
             chunks,
@@ -358,18 +366,32 @@ pub(crate) fn chunk_and_index(
             &stage,
             feed,
         )?,
-        None => ChunkIndex::open_or_build(
-            &dir,
-            chunks,
-            &corpus.chunks_hash,
-            analyzer,
-            config.threads,
-            &stage,
-            feed,
-        )?,
+        None => {
+            let (index, provenance) = ChunkIndex::open_or_build(
+                &dir,
+                chunks,
+                &corpus.chunks_hash,
+                analyzer,
+                config.threads,
+                &stage,
+                feed,
+            )?;
+            (index, provenance, None)
+        }
     };
+    chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok((index, groups, corpus, read.skipped))
+    Ok(Chunked { index, groups, corpus, skipped: read.skipped, unchanged })
+}
+
+/// What [`chunk_and_index`] made.
+pub(crate) struct Chunked {
+    pub(crate) index: ChunkIndex,
+    pub(crate) groups: ChunkGroups,
+    pub(crate) corpus: CorpusSummary,
+    pub(crate) skipped: Vec<Skipped>,
+    /// With an index updated in place: the chunks it kept as they were.
+    pub(crate) unchanged: Option<Unchanged>,
 }
 
 /// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
@@ -457,20 +479,21 @@ fn read_and_chunk(
     config: &BuildConfig,
     out: &Path,
     corpus_file: &Path,
+    mut chunking: Chunking,
     stage: &crate::progress::Stage,
-) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport)> {
-    let chunker = Chunker::new(config.chunking)?;
+) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, (chunk::Written, usize))> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
         tally.add(&item);
         match item {
             Item::Document(doc) => {
-                let chunks = chunker.chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64));
-                chunks.iter().try_for_each(|chunk| sink.keep(chunk))?;
+                let (chunks, signatures) = chunking.document(&doc, stage)?;
+                chunks.iter().zip(signatures).try_for_each(|(chunk, signature)| sink.keep(chunk, signature))?;
             }
             Item::Chunk(chunk) => {
-                sink.keep(&chunk)?;
+                let signature = chunking.unit(&chunk)?;
+                sink.keep(&chunk, signature)?;
                 stage.inc(chunk.text.len() as u64);
             }
         }
@@ -480,7 +503,74 @@ fn read_and_chunk(
     file.commit()?;
     groups.seal();
     let summary = tally.summary(&report, &metas, &groups, &hash);
-    Ok((metas, groups, summary, report))
+    let written = chunking.finish(&summary.chunks_hash)?;
+    Ok((metas, groups, summary, report, written))
+}
+
+/// The chunker, with the items an earlier run chunked (taken from there when unchanged) and
+/// the record of this run's chunking for the next one.
+struct Chunking {
+    chunker: Chunker,
+    kept: KeptChunking,
+    writer: KeptWriter,
+    path: std::path::PathBuf,
+    /// Items whose chunks were kept.
+    reused: usize,
+}
+
+impl Chunking {
+    fn new(config: &BuildConfig, staging: &output::Staging, kept: KeptChunking) -> Result<Self> {
+        let path = staging.path(chunk::KEPT_FILE);
+        let stamp = chunk::settings_stamp(config.chunking, config.prechunked);
+        let writer = KeptWriter::create(&staging.path(""), &stamp).map_err(|source| Error::Output { path: path.clone(), source })?;
+        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0 })
+    }
+
+    /// The chunks of `doc` and their signatures: as the earlier run made them when `doc` is
+    /// unchanged, else chunked now.
+    fn document(&mut self, doc: &Document, stage: &crate::progress::Stage) -> Result<(Vec<Chunk>, Vec<Option<Signature>>)> {
+        let digest = chunk::document_digest(doc);
+        let item = match self.kept.take(doc.id.as_str(), &digest, &doc.text) {
+            Some(item) => {
+                stage.inc(doc.text.len() as u64);
+                self.reused += 1;
+                item
+            }
+            None => {
+                let spans = self.chunker.spans(doc, &mut |bytes| stage.inc(bytes as u64));
+                let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
+                KeptItem { spans, signatures }
+            }
+        };
+        self.record(doc.id.as_str(), &digest, &item)?;
+        Ok((chunk::chunks_at(doc, &item.spans), item.signatures))
+    }
+
+    /// The signature of a pre-chunked unit: the earlier run's when its text is unchanged.
+    fn unit(&mut self, unit: &Chunk) -> Result<Option<Signature>> {
+        let digest = chunk::text_digest(&unit.text);
+        let item = match self.kept.take(unit.id.as_str(), &digest, &unit.text) {
+            Some(item) if item.signatures.len() == 1 => {
+                self.reused += 1;
+                item
+            }
+            _ => KeptItem { spans: vec![0..unit.text.len()], signatures: vec![chunk_signature(&unit.text)] },
+        };
+        self.record(unit.id.as_str(), &digest, &item)?;
+        Ok(item.signatures[0])
+    }
+
+    fn record(&mut self, id: &str, digest: &chunk::Digest, item: &KeptItem) -> Result<()> {
+        self.writer
+            .item(id, digest, &item.spans, &item.signatures)
+            .map_err(|source| Error::Output { path: self.path.clone(), source })
+    }
+
+    /// The finished record, and the items whose chunks were kept.
+    fn finish(self, fingerprint: &str) -> Result<(chunk::Written, usize)> {
+        let written = self.writer.finish(fingerprint).map_err(|source| Error::Output { path: self.path, source })?;
+        Ok((written, self.reused))
+    }
 }
 
 /// Adds a document (or pre-chunked unit) to the corpus hash.
@@ -521,10 +611,11 @@ impl ChunkSink {
         })
     }
 
-    fn keep(&mut self, chunk: &Chunk) -> Result<()> {
+    /// Keeps `chunk`, whose near-duplicate signature is `signature`.
+    fn keep(&mut self, chunk: &Chunk, signature: Option<Signature>) -> Result<()> {
         self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         self.file.write_json_line(&output::corpus_line(chunk))?;
-        self.groups.add(&chunk.text);
+        self.groups.add_signature(signature);
         self.metas.push(chunk);
         Ok(())
     }

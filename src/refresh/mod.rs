@@ -12,13 +12,14 @@ pub mod map;
 pub mod recheck;
 mod report;
 
+use crate::chunk::KeptChunking;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk, Unchanged};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
@@ -146,14 +147,18 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     // Read before the index folder is updated (the model of the old chunks is kept in it).
     let model = saved_model(config, set, &manifest);
     let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
+    let kept = earlier.and_then(|earlier| {
+        let stamp = crate::chunk::settings_stamp(config.chunking, config.prechunked);
+        KeptChunking::load(&set.join(INDEX_DIR), &stamp, earlier.fingerprint)
+    });
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
     let mut timings = Timings::default();
     let staging = Staging::create(work)?;
-    let (index, groups, corpus, _skipped) =
-        pipeline::chunk_and_index(config, work, &staging, earlier, *progress, &mut timings)?;
+    let pipeline::Chunked { index, groups, corpus, unchanged, .. } =
+        pipeline::chunk_and_index(config, work, &staging, earlier, kept, *progress, &mut timings)?;
     let new = read_pieces(&staging.path(CORPUS))?;
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
@@ -183,6 +188,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         progress: *progress,
         stages: None,
         model: model.map(|model| (model, old_chunks.as_slice())),
+        unchanged: unchanged.as_ref(),
     };
     outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
     for c in &checked {
@@ -381,6 +387,8 @@ struct Fresh<'a> {
     /// The offline generator's corpus model of the old chunks, and those chunks: the changes
     /// are folded into it when the generator is made.
     model: Option<(CorpusModel, &'a [OldChunk<'a>])>,
+    /// With the index updated in place: the chunks it kept as they were.
+    unchanged: Option<&'a Unchanged>,
 }
 
 impl<'a> Fresh<'a> {
@@ -390,7 +398,7 @@ impl<'a> Fresh<'a> {
             made
         } else {
             let stage = self.progress.stage("connect", 0);
-            let model = self.model.take().map(|(model, old)| model.fold_in(old, self.index)).transpose()?;
+            let model = self.model.take().map(|(model, old)| model.fold_in(old, self.index, self.unchanged)).transpose()?;
             let made = pipeline::make_stages(
                 self.config,
                 self.index,
