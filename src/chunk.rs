@@ -8,7 +8,8 @@
 mod kept;
 
 pub use kept::{
-    Digest, KEPT_FILE, KeptChunking, KeptItem, KeptWriter, Written, document_digest, settings_stamp, text_digest,
+    Digest, KEPT_FILE, KeptChunking, KeptItem, KeptWriter, Written, document_digest, settings_stamp,
+    text_digest,
 };
 
 use crate::error::{Error, Result};
@@ -104,7 +105,18 @@ impl Chunker {
 
     /// Where [`Chunker::chunk_reporting`] cuts `doc`: the byte range of each chunk's text.
     pub fn spans(&self, doc: &Document, done: &mut dyn FnMut(usize)) -> Vec<Range<usize>> {
-        let splitters = match Language::detect(&doc.text) {
+        self.spans_in(doc, Language::detect(&doc.text), done)
+    }
+
+    /// As [`Chunker::spans`], for a document known to be in `language` (its
+    /// [`Language::detect`]).
+    pub fn spans_in(
+        &self,
+        doc: &Document,
+        language: Language,
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Range<usize>> {
+        let splitters = match language {
             Language::En => (&self.en, false),
             Language::Zh => (&self.zh, true),
         };

@@ -148,9 +148,9 @@ pub struct ChunkGroups {
     /// The band entries: each one's chunk position and signature.
     entries: Vec<(u32, [u32; HASHES])>,
     /// Per band: band value → the first ungrouped chunk with it (its number in `entries`).
-    bands: Vec<HashMap<u32, u32>>,
+    bands: Vec<foldhash::HashMap<u32, u32>>,
     /// Group number of each chunk in a group of two or more.
-    group_of: HashMap<usize, usize>,
+    group_of: foldhash::HashMap<usize, usize>,
     groups: Vec<Vec<usize>>,
 }
 
@@ -159,20 +159,20 @@ impl ChunkGroups {
     /// shingles) will share a group.
     #[must_use]
     pub fn new(threshold: f64) -> Self {
-        Self { threshold, bands: vec![HashMap::new(); BANDS], ..Self::default() }
+        Self { threshold, bands: vec![foldhash::HashMap::default(); BANDS], ..Self::default() }
     }
 
     /// Adds the next chunk (its position is the number of chunks added before it).
     pub fn add(&mut self, text: &str) {
-        self.add_signature(chunk_signature(text));
+        self.add_signature(chunk_signature(text).as_ref());
     }
 
     /// Adds the next chunk by its [`chunk_signature`] (kept from an earlier run: the groups are
     /// those [`ChunkGroups::add`] of its text makes).
-    pub fn add_signature(&mut self, signature: Option<Signature>) {
+    pub fn add_signature(&mut self, signature: Option<&Signature>) {
         let position = self.added;
         self.added += 1;
-        let Some(signature) = signature else { return };
+        let Some(&signature) = signature else { return };
         #[expect(clippy::cast_possible_truncation, reason = "a band value needs 32 bits only")]
         let keys: Vec<u32> = (0..BANDS)
             .map(|b| band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h))) as u32)

@@ -150,6 +150,7 @@ pub fn build(
         skipped: &skipped,
     };
     output::write_set(&staging, &files, &manifest, &index)?;
+    staging.sync()?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run =
         RunInfo { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
@@ -325,13 +326,16 @@ pub(crate) fn chunk_and_index(
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<Chunked> {
+    // A refresh keeps the chunks in memory (it maps them against the old ones): the index is
+    // fed from there, not from `corpus.jsonl`.
+    let keep = kept.is_some() || earlier.is_some();
     // In bytes: a single large file shows its progress too.
     let size =
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
     let corpus_file = staging.path(layout::CORPUS);
-    let chunking = Chunking::new(config, staging, kept.unwrap_or_default())?;
-    let (chunks, groups, corpus, read, (chunking, reused)) =
+    let chunking = Chunking::new(config, staging, kept.unwrap_or_default(), keep)?;
+    let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
         read_and_chunk(config, out, &corpus_file, chunking, &stage)?;
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
@@ -350,13 +354,19 @@ pub(crate) fn chunk_and_index(
         0 => String::new(),
         n => format!(" ({n} unchanged, their chunks kept)"),
     };
-    timings.add("chunk", stage.finish(&format!("{} documents → {} chunks{reused}", corpus.documents, chunks.len())));
+    timings.add(
+        "chunk",
+        stage.finish(&format!("{} documents → {} chunks{reused}", corpus.documents, chunks.len())),
+    );
     let stage = progress.stage("index", chunks.len() as u64);
     let analyzer = Analyzer::new(config.segmenter);
     let dir = out.join(layout::INDEX_DIR);
-    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| reread_chunks(&corpus_file, add);
-    let (index, provenance, unchanged) = match earlier {
-        Some(earlier) => ChunkIndex::update_or_build(
+    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &kept_chunks {
+        Some(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
+        None => reread_chunks(&corpus_file, add),
+    };
+    let (index, provenance, unchanged) = if let Some(earlier) = earlier {
+        ChunkIndex::update_or_build(
             &dir,
             chunks,
             &corpus.chunks_hash,
@@ -365,23 +375,22 @@ pub(crate) fn chunk_and_index(
             config.threads,
             &stage,
             feed,
-        )?,
-        None => {
-            let (index, provenance) = ChunkIndex::open_or_build(
-                &dir,
-                chunks,
-                &corpus.chunks_hash,
-                analyzer,
-                config.threads,
-                &stage,
-                feed,
-            )?;
-            (index, provenance, None)
-        }
+        )?
+    } else {
+        let (index, provenance) = ChunkIndex::open_or_build(
+            &dir,
+            chunks,
+            &corpus.chunks_hash,
+            analyzer,
+            config.threads,
+            &stage,
+            feed,
+        )?;
+        (index, provenance, None)
     };
     chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok(Chunked { index, groups, corpus, skipped: read.skipped, unchanged })
+    Ok(Chunked { index, groups, corpus, skipped: read.skipped, unchanged, chunks: kept_chunks })
 }
 
 /// What [`chunk_and_index`] made.
@@ -392,6 +401,8 @@ pub(crate) struct Chunked {
     pub(crate) skipped: Vec<Skipped>,
     /// With an index updated in place: the chunks it kept as they were.
     pub(crate) unchanged: Option<Unchanged>,
+    /// For a refresh, every chunk, as `corpus.jsonl` reads back.
+    pub(crate) chunks: Option<Vec<Chunk>>,
 }
 
 /// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
@@ -481,20 +492,25 @@ fn read_and_chunk(
     corpus_file: &Path,
     mut chunking: Chunking,
     stage: &crate::progress::Stage,
-) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, (chunk::Written, usize))> {
+) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        tally.add(&item);
         match item {
             Item::Document(doc) => {
-                let (chunks, signatures) = chunking.document(&doc, stage)?;
-                chunks.iter().zip(signatures).try_for_each(|(chunk, signature)| sink.keep(chunk, signature))?;
+                let (chunks, signatures, language) = chunking.document(&doc, stage)?;
+                tally.add([doc.id.as_str(), &doc.title, &doc.text], language);
+                for (chunk, signature) in chunks.into_iter().zip(&signatures) {
+                    sink.keep(&chunk, signature.as_ref())?;
+                    chunking.collect(chunk);
+                }
             }
             Item::Chunk(chunk) => {
-                let signature = chunking.unit(&chunk)?;
-                sink.keep(&chunk, signature)?;
+                let (signature, language) = chunking.unit(&chunk)?;
+                tally.add([chunk.id.as_str(), &chunk.title, &chunk.text], language);
+                sink.keep(&chunk, signature.as_ref())?;
                 stage.inc(chunk.text.len() as u64);
+                chunking.collect(chunk);
             }
         }
         Ok(())
@@ -516,60 +532,90 @@ struct Chunking {
     path: std::path::PathBuf,
     /// Items whose chunks were kept.
     reused: usize,
+    /// Every chunk, when asked for.
+    chunks: Option<Vec<Chunk>>,
 }
 
+/// What [`Chunking`] leaves: the record for the next run, the items whose chunks were kept,
+/// and the chunks, when asked for.
+type KeptRun = (chunk::Written, usize, Option<Vec<Chunk>>);
+
 impl Chunking {
-    fn new(config: &BuildConfig, staging: &output::Staging, kept: KeptChunking) -> Result<Self> {
+    fn new(
+        config: &BuildConfig,
+        staging: &output::Staging,
+        kept: KeptChunking,
+        collect: bool,
+    ) -> Result<Self> {
         let path = staging.path(chunk::KEPT_FILE);
         let stamp = chunk::settings_stamp(config.chunking, config.prechunked);
-        let writer = KeptWriter::create(&staging.path(""), &stamp).map_err(|source| Error::Output { path: path.clone(), source })?;
-        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0 })
+        let writer = KeptWriter::create(&staging.path(""), &stamp)
+            .map_err(|source| Error::Output { path: path.clone(), source })?;
+        let chunks = collect.then(Vec::new);
+        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, chunks })
     }
 
     /// The chunks of `doc` and their signatures: as the earlier run made them when `doc` is
     /// unchanged, else chunked now.
-    fn document(&mut self, doc: &Document, stage: &crate::progress::Stage) -> Result<(Vec<Chunk>, Vec<Option<Signature>>)> {
+    fn document(
+        &mut self,
+        doc: &Document,
+        stage: &crate::progress::Stage,
+    ) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
         let digest = chunk::document_digest(doc);
-        let item = match self.kept.take(doc.id.as_str(), &digest, &doc.text) {
-            Some(item) => {
-                stage.inc(doc.text.len() as u64);
-                self.reused += 1;
-                item
-            }
-            None => {
-                let spans = self.chunker.spans(doc, &mut |bytes| stage.inc(bytes as u64));
-                let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
-                KeptItem { spans, signatures }
-            }
+        let item = if let Some(item) = self.kept.take(doc.id.as_str(), &digest, &doc.text) {
+            stage.inc(doc.text.len() as u64);
+            self.reused += 1;
+            item
+        } else {
+            let language = Language::detect(&doc.text);
+            let spans = self.chunker.spans_in(doc, language, &mut |bytes| stage.inc(bytes as u64));
+            let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
+            KeptItem { language, spans, signatures }
         };
         self.record(doc.id.as_str(), &digest, &item)?;
-        Ok((chunk::chunks_at(doc, &item.spans), item.signatures))
+        Ok((chunk::chunks_at(doc, &item.spans), item.signatures, item.language))
     }
 
-    /// The signature of a pre-chunked unit: the earlier run's when its text is unchanged.
-    fn unit(&mut self, unit: &Chunk) -> Result<Option<Signature>> {
+    /// The signature and language of a pre-chunked unit: the earlier run's when its text is
+    /// unchanged.
+    fn unit(&mut self, unit: &Chunk) -> Result<(Option<Signature>, Language)> {
         let digest = chunk::text_digest(&unit.text);
         let item = match self.kept.take(unit.id.as_str(), &digest, &unit.text) {
             Some(item) if item.signatures.len() == 1 => {
                 self.reused += 1;
                 item
             }
-            _ => KeptItem { spans: vec![0..unit.text.len()], signatures: vec![chunk_signature(&unit.text)] },
+            _ => KeptItem {
+                language: Language::detect(&unit.text),
+                spans: std::iter::once(0..unit.text.len()).collect(),
+                signatures: vec![chunk_signature(&unit.text)],
+            },
         };
         self.record(unit.id.as_str(), &digest, &item)?;
-        Ok(item.signatures[0])
+        Ok((item.signatures[0], item.language))
     }
 
     fn record(&mut self, id: &str, digest: &chunk::Digest, item: &KeptItem) -> Result<()> {
-        self.writer
-            .item(id, digest, &item.spans, &item.signatures)
-            .map_err(|source| Error::Output { path: self.path.clone(), source })
+        self.writer.item(id, digest, item).map_err(|source| Error::Output { path: self.path.clone(), source })
     }
 
-    /// The finished record, and the items whose chunks were kept.
-    fn finish(self, fingerprint: &str) -> Result<(chunk::Written, usize)> {
-        let written = self.writer.finish(fingerprint).map_err(|source| Error::Output { path: self.path, source })?;
-        Ok((written, self.reused))
+    /// Keeps `chunk` when the chunks are asked for, as `corpus.jsonl` reads it back (a blank
+    /// title is read as the document id).
+    fn collect(&mut self, mut chunk: Chunk) {
+        if let Some(chunks) = &mut self.chunks {
+            if chunk.title.trim().is_empty() {
+                chunk.title = chunk.doc_id.to_string();
+            }
+            chunks.push(chunk);
+        }
+    }
+
+    /// The finished record, the items whose chunks were kept, and the chunks if asked for.
+    fn finish(self, fingerprint: &str) -> Result<KeptRun> {
+        let written =
+            self.writer.finish(fingerprint).map_err(|source| Error::Output { path: self.path, source })?;
+        Ok((written, self.reused, self.chunks))
     }
 }
 
@@ -612,7 +658,7 @@ impl ChunkSink {
     }
 
     /// Keeps `chunk`, whose near-duplicate signature is `signature`.
-    fn keep(&mut self, chunk: &Chunk, signature: Option<Signature>) -> Result<()> {
+    fn keep(&mut self, chunk: &Chunk, signature: Option<&Signature>) -> Result<()> {
         self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         self.file.write_json_line(&output::corpus_line(chunk))?;
         self.groups.add_signature(signature);
@@ -629,13 +675,11 @@ struct CorpusTally {
 }
 
 impl CorpusTally {
-    /// Adds a document (or, prechunked, a chunk).
-    fn add(&mut self, item: &Item) {
-        hash_item(&mut self.hash, item);
-        self.languages.add(match item {
-            Item::Document(doc) => &doc.text,
-            Item::Chunk(chunk) => &chunk.text,
-        });
+    /// Adds a document (or, prechunked, a chunk) by its id, title and text, in `language`
+    /// (its text's [`Language::detect`]).
+    fn add(&mut self, [id, title, text]: [&str; 3], language: Language) {
+        self.hash.update(&[id, title, text]);
+        self.languages.add(text, language);
     }
 
     fn summary(
@@ -668,8 +712,7 @@ struct Languages {
 }
 
 impl Languages {
-    fn add(&mut self, text: &str) {
-        let language = Language::detect(text);
+    fn add(&mut self, text: &str, language: Language) {
         *self.documents.entry(language).or_default() += 1;
         *self.characters.entry(language).or_default() += text.chars().count();
     }

@@ -14,6 +14,7 @@
 use crate::chunk::ChunkConfig;
 use crate::dedup::Signature;
 use crate::record::Document;
+use crate::text::Language;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::ops::Range;
@@ -61,6 +62,8 @@ pub fn text_digest(text: &str) -> Digest {
 /// One item's chunks, as an earlier run made them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptItem {
+    /// The item's language ([`Language::detect`] of its text).
+    pub language: Language,
     /// The byte range of each chunk's text in the item's text.
     pub spans: Vec<Range<usize>>,
     /// Each chunk's near-duplicate signature.
@@ -132,12 +135,13 @@ impl KeptWriter {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn item(&mut self, id: &str, digest: &Digest, spans: &[Range<usize>], signatures: &[Option<Signature>]) -> std::io::Result<()> {
+    pub fn item(&mut self, id: &str, digest: &Digest, item: &KeptItem) -> std::io::Result<()> {
         self.bytes(&[ENTRY])?;
         self.text(id)?;
         self.bytes(digest)?;
-        self.number(spans.len() as u64)?;
-        for (span, signature) in spans.iter().zip(signatures) {
+        self.bytes(&[u8::from(item.language == Language::Zh)])?;
+        self.number(item.spans.len() as u64)?;
+        for (span, signature) in item.spans.iter().zip(&item.signatures) {
             self.number(span.start as u64)?;
             self.number(span.end as u64)?;
             match signature {
@@ -219,12 +223,15 @@ impl<'a> Decoder<'a> {
         std::str::from_utf8(self.take(n)?).ok()
     }
 
+    #[expect(clippy::option_option, reason = "outer: readable; inner: a chunk without shingles has none")]
     fn signature(&mut self) -> Option<Option<Signature>> {
         match self.byte()? {
             0 => Some(None),
             1 => {
                 let mut signature = [0u32; crate::dedup::HASHES];
-                for (slot, bytes) in signature.iter_mut().zip(self.take(4 * crate::dedup::HASHES)?.chunks_exact(4)) {
+                for (slot, bytes) in
+                    signature.iter_mut().zip(self.take(4 * crate::dedup::HASHES)?.chunks_exact(4))
+                {
                     *slot = u32::from_le_bytes(bytes.try_into().ok()?);
                 }
                 Some(Some(signature))
@@ -247,9 +254,15 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
     while input.byte()? == ENTRY {
         let id = input.text()?.to_owned();
         let digest: Digest = input.take(DIGEST)?.try_into().ok()?;
+        let language = match input.byte()? {
+            0 => Language::En,
+            1 => Language::Zh,
+            _ => return None,
+        };
         let chunks = input.size()?;
         // A span takes at least 17 bytes: a bad count reserves no more than the file holds.
         let mut item = KeptItem {
+            language,
             spans: Vec::with_capacity(chunks.min(input.0.len() / 17)),
             signatures: Vec::with_capacity(chunks.min(input.0.len() / 17)),
         };
@@ -268,20 +281,22 @@ mod tests {
     use crate::chunk::SizeUnit;
     use crate::dedup::chunk_signature;
 
-    const CONFIG: ChunkConfig = ChunkConfig { size: 40, overlap: 0, size_zh: 40, overlap_zh: 0, unit: SizeUnit::Chars };
+    const CONFIG: ChunkConfig =
+        ChunkConfig { size: 40, overlap: 0, size_zh: 40, overlap_zh: 0, unit: SizeUnit::Chars };
 
     fn item(text: &str, spans: &[Range<usize>]) -> KeptItem {
-        KeptItem { spans: spans.to_vec(), signatures: spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect() }
+        let signatures = spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect();
+        KeptItem { language: Language::detect(text), spans: spans.to_vec(), signatures }
     }
 
     /// A file of two items in `dir`, for the chunk list "print".
     fn written(dir: &Path, stamp: &str) -> (Digest, KeptItem, KeptItem) {
         let (a, b) = ("Alpha beta gamma delta. Epsilon zeta eta theta.", "one");
-        let (one, two) = (item(a, &[0..23, 24..a.len()]), item(b, &[0..3]));
+        let (one, two) = (item(a, &[0..23, 24..a.len()]), item(b, std::slice::from_ref(&(0..b.len()))));
         let digest = text_digest(a);
         let mut writer = KeptWriter::create(dir, stamp).unwrap();
-        writer.item("a.md", &digest, &one.spans, &one.signatures).unwrap();
-        writer.item("b.md", &text_digest(b), &two.spans, &two.signatures).unwrap();
+        writer.item("a.md", &digest, &one).unwrap();
+        writer.item("b.md", &text_digest(b), &two).unwrap();
         writer.finish("print").unwrap().place(dir).unwrap();
         (digest, one, two)
     }

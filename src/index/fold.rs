@@ -106,7 +106,12 @@ impl CorpusModel {
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when a chunk text cannot be read.
-    pub fn fold_in(self, old: &[OldChunk<'_>], index: &ChunkIndex, unchanged: Option<&Unchanged>) -> Result<Self> {
+    pub fn fold_in(
+        self,
+        old: &[OldChunk<'_>],
+        index: &ChunkIndex,
+        unchanged: Option<&Unchanged>,
+    ) -> Result<Self> {
         let Self { mut terms, space: old_space, basis } = self;
         let Some(basis) = basis.filter(|_| old_space.chunks() == old.len()) else {
             return Self::build(index);
@@ -121,14 +126,13 @@ impl CorpusModel {
             let mut stored = None;
             if let Some(&at) = was.get(index.chunk_id_str(position)) {
                 let before = old[at];
-                let same = match unchanged {
-                    Some(unchanged) => unchanged.at(position),
-                    None => {
-                        let now = index.stored(position)?;
-                        let same = before.title == now.title && before.text == now.text;
-                        stored = Some(now);
-                        same
-                    }
+                let same = if let Some(unchanged) = unchanged {
+                    unchanged.at(position)
+                } else {
+                    let now = index.stored(position)?;
+                    let same = before.title == now.title && before.text == now.text;
+                    stored = Some(now);
+                    same
                 };
                 if same {
                     space.push(&old_space.vector(at));
@@ -277,7 +281,11 @@ impl<'a> Decoder<'a> {
     /// `n` values of `width` bytes, checked against what is left before anything is allocated.
     fn values<T>(&mut self, n: usize, width: usize, read: impl Fn(&[u8]) -> Option<T>) -> Option<Vec<T>> {
         let bytes = self.take(n.checked_mul(width)?)?;
-        bytes.chunks_exact(width).map(read).collect()
+        let mut values = Vec::with_capacity(n);
+        for value in bytes.chunks_exact(width) {
+            values.push(read(value)?);
+        }
+        Some(values)
     }
 }
 
@@ -311,13 +319,19 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
     let v =
         input.values(vocabulary.checked_mul(dim)?, 8, |b| Some(f64::from_le_bytes(b.try_into().ok()?)))?;
     let vectors = input.size()?;
-    let values =
-        input.values(vectors.checked_mul(dim)?, 4, |b| Some(f32::from_le_bytes(b.try_into().ok()?)))?;
+    let values = input.take(vectors.checked_mul(dim)?.checked_mul(4)?)?;
     if !input.0.is_empty() || dim == 0 {
         return None;
     }
+    // Straight into the space, a vector at a time: the file's bytes are the only other copy.
     let mut space = TopicSpace::empty(dim, vectors, threads);
-    values.chunks_exact(dim).for_each(|vector| space.push(vector));
+    let mut vector = vec![0.0; dim];
+    for bytes in values.chunks_exact(4 * dim) {
+        for (x, b) in vector.iter_mut().zip(bytes.chunks_exact(4)) {
+            *x = f32::from_le_bytes(b.try_into().ok()?);
+        }
+        space.push(&vector);
+    }
     let basis = Basis { ids, names, df, n, projection: Projection { dim, v } };
     Some(CorpusModel { terms, space, basis: Some(basis) })
 }

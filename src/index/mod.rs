@@ -501,7 +501,8 @@ fn build<E: From<IndexError>>(
 ) -> Result<(), E> {
     let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
     let (schema, fields) = schema();
-    let index = Index::create_in_dir(dir, schema).map_err(err)?;
+    let directory = directory::IndexDirectory::open(dir).map_err(|e| err(e.into()))?;
+    let index = Index::create(directory, schema, tantivy::IndexSettings::default()).map_err(err)?;
     register(&index, analyzer);
     let threads = threads.clamp(1, WRITER_THREADS);
     let mut writer: IndexWriter =

@@ -111,7 +111,7 @@ impl Plan {
     /// position past the earlier list, an updated index without its token count, a damaged
     /// index): then it is rebuilt.
     fn of(dir: &Path, analyzer: &Analyzer, chunks: &ChunkList, earlier: Earlier<'_>) -> Option<Self> {
-        let index = Index::open_in_dir(dir).ok()?;
+        let index = Index::open(super::directory::IndexDirectory::open(dir).ok()?).ok()?;
         register(&index, analyzer);
         let schema = index.schema();
         let ord = schema.get_field("ord").ok()?;
@@ -263,7 +263,8 @@ mod tests {
         match earlier {
             Some(earlier) => {
                 let (index, origin, unchanged) =
-                    ChunkIndex::update_or_build(dir, metas, &print, earlier, analyzer, 2, &stage, feed).unwrap();
+                    ChunkIndex::update_or_build(dir, metas, &print, earlier, analyzer, 2, &stage, feed)
+                        .unwrap();
                 assert_eq!(unchanged.is_some(), origin == IndexOrigin::Updated);
                 if let Some(unchanged) = unchanged {
                     for (position, chunk) in chunks.iter().enumerate() {

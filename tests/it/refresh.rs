@@ -920,14 +920,20 @@ fn kept_documents(run: &Run) -> usize {
     let line = run.stderr.lines().find(|l| l.trim_start().starts_with("chunk:")).unwrap_or_default();
     // `chunk: 40 documents → 120 chunks (37 unchanged, their chunks kept) (0.05s)`
     let count = line.split(" (").nth(1).filter(|rest| rest.contains(" unchanged, their chunks kept"));
-    count.and_then(|rest| rest.split(' ').next()).map_or(0, |n| n.parse().unwrap_or_else(|e| panic!("{line}: {e}")))
+    count
+        .and_then(|rest| rest.split(' ').next())
+        .map_or(0, |n| n.parse().unwrap_or_else(|e| panic!("{line}: {e}")))
 }
 
 #[test]
 fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() {
     for corpus in [sample_corpus(), sample_corpus().with_file_name("haigang-zh")] {
         let f = fixture(&corpus, &[]);
-        let documents = walkdir::WalkDir::new(&f.corpus).into_iter().flatten().filter(|e| e.file_type().is_file()).count();
+        let documents = walkdir::WalkDir::new(&f.corpus)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .count();
         // One of each change: an edit, a deletion, a rename, a new document, a near-copy (so
         // that a new chunk joins a near-duplicate group of kept ones).
         let mut names: Vec<PathBuf> = walkdir::WalkDir::new(&f.corpus)
@@ -937,14 +943,18 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
             .filter(|e| e.file_type().is_file())
             .map(|e| e.path().to_owned())
             .collect();
-        let (edited, deleted, renamed, copied) = (names.remove(0), names.remove(0), names.remove(0), names.remove(0));
+        let (edited, deleted, renamed, copied) =
+            (names.remove(0), names.remove(0), names.remove(0), names.remove(0));
         let text = fs_err::read_to_string(&edited).unwrap_or_else(|e| panic!("{e}"));
         write(&edited, format!("{text}\n\nOne more paragraph, added for the refresh.\n"));
         fs_err::remove_file(&deleted).unwrap_or_else(|e| panic!("{e}"));
         fs_err::rename(&renamed, renamed.with_file_name("renamed.md")).unwrap_or_else(|e| panic!("{e}"));
         let copy = fs_err::read_to_string(&copied).unwrap_or_else(|e| panic!("{e}"));
         write(&f.doc("copy-of-a-page.md"), format!("{copy}\n"));
-        let run = finished(&f.set.out, &qrelgen(&["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)]));
+        let run = finished(
+            &f.set.out,
+            &qrelgen(&["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)]),
+        );
         run.assert_code(0);
         // Kept: every document but the edited, deleted and renamed ones (the copy is new).
         assert_eq!(kept_documents(&run), documents - 3, "{}", run.stderr);
@@ -952,7 +962,12 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
         let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet"]);
         fresh.assert_code(0);
         let (chunks, groups) = chunking_files(&f.set.out);
-        assert_eq!((&chunks, &groups), (&chunking_files(&fresh.out).0, &chunking_files(&fresh.out).1), "{}", corpus.display());
+        assert_eq!(
+            (&chunks, &groups),
+            (&chunking_files(&fresh.out).0, &chunking_files(&fresh.out).1),
+            "{}",
+            corpus.display()
+        );
         assert!(groups.lines().count() > 0, "the copy makes a group");
         let summary = |run: &Run| parse(&run.file("manifest.json"))["corpus"].clone();
         assert_eq!(summary(&run), summary(&fresh));
@@ -984,7 +999,18 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
         }
         // And the record of a refresh is used by the next one.
         write(&f.doc("copy-of-a-page.md"), "A new text for the copy, short and plain.\n");
-        let run = finished(&f.set.out, &qrelgen(&["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus), "--chunk-size", "300"]));
+        let run = finished(
+            &f.set.out,
+            &qrelgen(&[
+                "refresh",
+                "--set",
+                path_str(&f.set.out),
+                "--corpus",
+                path_str(&f.corpus),
+                "--chunk-size",
+                "300",
+            ]),
+        );
         run.assert_code(0);
         assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
     }
