@@ -46,6 +46,10 @@ impl IndexDirectory {
 
 /// Files synced at once, at most.
 const SYNCS_AT_ONCE: usize = 16;
+/// Finished files kept open for the next `sync_directory`, at most: past this many (a large
+/// build's many segments between two commits), they are synced at once, so a build never holds
+/// more open files than this.
+const UNSYNCED_MAX: usize = 64;
 
 /// Syncs the data of `files`, many at once.
 fn sync_together(files: &[File]) -> io::Result<()> {
@@ -84,7 +88,11 @@ impl TerminatingWrite for Unsynced {
     fn terminate_ref(&mut self, _: AntiCallToken) -> io::Result<()> {
         if let Some(mut file) = self.file.take() {
             io::Write::flush(&mut file)?;
-            self.unsynced.lock().unwrap_or_else(PoisonError::into_inner).push(file);
+            let mut unsynced = self.unsynced.lock().unwrap_or_else(PoisonError::into_inner);
+            unsynced.push(file);
+            if unsynced.len() >= UNSYNCED_MAX {
+                sync_together(&std::mem::take(&mut *unsynced))?;
+            }
         }
         Ok(())
     }
@@ -241,5 +249,11 @@ mod tests {
         directory.sync_directory().unwrap();
         assert!(directory.unsynced.lock().unwrap().is_empty());
         assert_eq!(std::fs::read(dir.path().join("b.term")).unwrap(), b"b.term");
+        // Never more than `UNSYNCED_MAX` open at once.
+        for n in 0..UNSYNCED_MAX + 6 {
+            let writer = directory.open_write(Path::new(&format!("{n}.pos"))).unwrap();
+            writer.terminate().unwrap();
+        }
+        assert_eq!(directory.unsynced.lock().unwrap().len(), 6);
     }
 }

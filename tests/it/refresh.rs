@@ -997,20 +997,16 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
             let fresh = build(fresh_dir.path(), &f.corpus, &build_args);
             assert_eq!(chunking_files(&f.set.out), chunking_files(&fresh.out), "round {round}");
         }
-        // And the record of a refresh is used by the next one.
-        write(&f.doc("copy-of-a-page.md"), "A new text for the copy, short and plain.\n");
-        let run = finished(
-            &f.set.out,
-            &qrelgen(&[
-                "refresh",
-                "--set",
-                path_str(&f.set.out),
-                "--corpus",
-                path_str(&f.corpus),
-                "--chunk-size",
-                "300",
-            ]),
-        );
+        // And the record of a refresh is used by the next one (after one more refresh: the settings
+        // a refresh records are those the next one runs with).
+        for text in ["A new text for the copy, short and plain.\n", "Another text for the copy.\n"] {
+            write(&f.doc("copy-of-a-page.md"), text);
+            let args = ["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)];
+            finished(&f.set.out, &qrelgen(&args)).assert_code(0);
+        }
+        write(&f.doc("copy-of-a-page.md"), "And a last one.\n");
+        let args = ["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)];
+        let run = finished(&f.set.out, &qrelgen(&args));
         run.assert_code(0);
         assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
     }
