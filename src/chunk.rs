@@ -5,12 +5,20 @@
 //! paragraphs, then sentences, then words; ids derive from the document id and the chunk text
 //! only, so they are byte-identical across runs and processes.
 
+mod kept;
+
+pub use kept::{
+    Digest, KEPT_FILE, KeptChunking, KeptItem, KeptWriter, Written, document_digest, settings_stamp,
+    text_digest,
+};
+
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
 use crate::record::{Chunk, Document};
 use crate::text::Language;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::ops::Range;
 use text_splitter::{ChunkConfig as SplitConfig, ChunkSizer, MarkdownSplitter, TextSplitter};
 
 /// What chunk sizes are counted in.
@@ -92,35 +100,64 @@ impl Chunker {
     /// larger than 1 MiB is first cut into sections of at most 64 KiB at its top-level structure
     /// ([`sections`]), so that splitting stays linear in its size; smaller ones are split whole.
     pub fn chunk_reporting(&self, doc: &Document, done: &mut dyn FnMut(usize)) -> Vec<Chunk> {
-        let splitters = match Language::detect(&doc.text) {
+        chunks_at(doc, &self.spans(doc, done))
+    }
+
+    /// Where [`Chunker::chunk_reporting`] cuts `doc`: the byte range of each chunk's text.
+    pub fn spans(&self, doc: &Document, done: &mut dyn FnMut(usize)) -> Vec<Range<usize>> {
+        self.spans_in(doc, Language::detect(&doc.text), done)
+    }
+
+    /// As [`Chunker::spans`], for a document known to be in `language` (its
+    /// [`Language::detect`]).
+    pub fn spans_in(
+        &self,
+        doc: &Document,
+        language: Language,
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Range<usize>> {
+        let splitters = match language {
             Language::En => (&self.en, false),
             Language::Zh => (&self.zh, true),
         };
-        let mut pieces = Vec::new();
+        let mut spans = Vec::new();
         for range in sections(&doc.text, doc.markdown) {
             let (section, len) = (&doc.text[range.clone()], range.len());
-            pieces.extend(match splitters {
-                (splitters, false) => splitters.split(section, doc.markdown),
+            let pieces = match splitters {
+                (splitters, false) => splitters.indices(section, doc.markdown),
                 (splitters, true) => splitters.split_chinese(section, doc.markdown),
-            });
+            };
+            let pieces = pieces.into_iter().filter(|(_, text)| !text.trim().is_empty());
+            spans.extend(pieces.map(|(at, text)| range.start + at..range.start + at + text.len()));
             done(len);
         }
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        let mut chunks = Vec::with_capacity(pieces.len());
-        for text in pieces.into_iter().filter(|t| !t.trim().is_empty()) {
-            let occurrence = seen.entry(text).or_default();
-            chunks.push(Chunk {
-                id: ChunkId::derive(&doc.id, text, *occurrence),
-                doc_id: doc.id.clone(),
-                source_id: doc.source_id.clone(),
-                ordinal: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
-                title: doc.title.clone(),
-                text: text.to_owned(),
-            });
-            *occurrence += 1;
-        }
-        chunks
+        spans
     }
+}
+
+/// The chunks of `doc` whose texts are at `spans` (as [`Chunker::spans`] gives them, or kept
+/// from an earlier run); identical texts within it get distinct ids.
+///
+/// # Panics
+/// If a span is not a range of character boundaries of the document's text.
+#[must_use]
+pub fn chunks_at(doc: &Document, spans: &[Range<usize>]) -> Vec<Chunk> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut chunks = Vec::with_capacity(spans.len());
+    for span in spans {
+        let text = &doc.text[span.clone()];
+        let occurrence = seen.entry(text).or_default();
+        chunks.push(Chunk {
+            id: ChunkId::derive(&doc.id, text, *occurrence),
+            doc_id: doc.id.clone(),
+            source_id: doc.source_id.clone(),
+            ordinal: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
+            title: doc.title.clone(),
+            text: text.to_owned(),
+        });
+        *occurrence += 1;
+    }
+    chunks
 }
 
 /// Documents up to this size (bytes) are split whole.
@@ -245,15 +282,11 @@ impl Splitters {
         }
     }
 
-    fn split<'t>(&self, text: &'t str, markdown: bool) -> Vec<&'t str> {
-        self.indices(text, markdown).into_iter().map(|(_, chunk)| chunk).collect()
-    }
-
-    /// Like [`Splitters::split`], but a long Chinese sentence may also end a chunk at `；`: the
-    /// text is split with a line break after each `；` (the splitter breaks at line breaks
+    /// Like [`Splitters::indices`], but a long Chinese sentence may also end a chunk at `；`:
+    /// the text is split with a line break after each `；` (the splitter breaks at line breaks
     /// before sentences), and each chunk is mapped back to the original, so chunk texts stay
     /// verbatim.
-    fn split_chinese<'t>(&self, text: &'t str, markdown: bool) -> Vec<&'t str> {
+    fn split_chinese<'t>(&self, text: &'t str, markdown: bool) -> Vec<(usize, &'t str)> {
         let mut marked = String::with_capacity(text.len() + 64);
         let mut inserted = Vec::new();
         let mut chars = text.chars().peekable();
@@ -268,8 +301,8 @@ impl Splitters {
         self.indices(&marked, markdown)
             .into_iter()
             .filter_map(|(start, chunk)| {
-                let end = start + chunk.len();
-                text.get(start - before(start)..end - before(end))
+                let (start, end) = (start - before(start), start + chunk.len() - before(start + chunk.len()));
+                Some((start, text.get(start..end)?))
             })
             .collect()
     }

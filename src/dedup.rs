@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use unicode_normalization::UnicodeNormalization;
 
 /// Hash functions in a signature.
-const HASHES: usize = 64;
+pub(crate) const HASHES: usize = 64;
 /// LSH bands of chunk signatures (rows per band = `HASHES / BANDS`): a pair at Jaccard 0.9
 /// is a candidate with probability 1 − (1 − 0.9⁴)¹⁶ ≈ 1. Query dedup picks its rows per
 /// threshold ([`lsh_rows`]).
@@ -148,9 +148,9 @@ pub struct ChunkGroups {
     /// The band entries: each one's chunk position and signature.
     entries: Vec<(u32, [u32; HASHES])>,
     /// Per band: band value → the first ungrouped chunk with it (its number in `entries`).
-    bands: Vec<HashMap<u32, u32>>,
+    bands: Vec<foldhash::HashMap<u32, u32>>,
     /// Group number of each chunk in a group of two or more.
-    group_of: HashMap<usize, usize>,
+    group_of: foldhash::HashMap<usize, usize>,
     groups: Vec<Vec<usize>>,
 }
 
@@ -159,20 +159,20 @@ impl ChunkGroups {
     /// shingles) will share a group.
     #[must_use]
     pub fn new(threshold: f64) -> Self {
-        Self { threshold, bands: vec![HashMap::new(); BANDS], ..Self::default() }
+        Self { threshold, bands: vec![foldhash::HashMap::default(); BANDS], ..Self::default() }
     }
 
     /// Adds the next chunk (its position is the number of chunks added before it).
     pub fn add(&mut self, text: &str) {
+        self.add_signature(chunk_signature(text).as_ref());
+    }
+
+    /// Adds the next chunk by its [`chunk_signature`] (kept from an earlier run: the groups are
+    /// those [`ChunkGroups::add`] of its text makes).
+    pub fn add_signature(&mut self, signature: Option<&Signature>) {
         let position = self.added;
         self.added += 1;
-        let units = units(text);
-        let signature = if units.len() < CHUNK_SHINGLE {
-            one_permutation(units.iter().copied())
-        } else {
-            one_permutation(units.windows(CHUNK_SHINGLE).map(|w| w.iter().fold(0, |h, u| mix(h ^ u))))
-        };
-        let Some(signature) = signature else { return };
+        let Some(&signature) = signature else { return };
         #[expect(clippy::cast_possible_truncation, reason = "a band value needs 32 bits only")]
         let keys: Vec<u32> = (0..BANDS)
             .map(|b| band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h))) as u32)
@@ -226,6 +226,21 @@ impl ChunkGroups {
     #[must_use]
     pub fn groups(&self) -> &[Vec<usize>] {
         &self.groups
+    }
+}
+
+/// A chunk's signature: [`HASHES`] one-permutation `MinHash` slots of its 3-unit shingles.
+pub type Signature = [u32; HASHES];
+
+/// The signature [`ChunkGroups`] compares a chunk text by; `None` for a text without shingles
+/// (never grouped). It depends on the text alone.
+#[must_use]
+pub fn chunk_signature(text: &str) -> Option<Signature> {
+    let units = units(text);
+    if units.len() < CHUNK_SHINGLE {
+        one_permutation(units.iter().copied())
+    } else {
+        one_permutation(units.windows(CHUNK_SHINGLE).map(|w| w.iter().fold(0, |h, u| mix(h ^ u))))
     }
 }
 

@@ -1,10 +1,10 @@
 //! The build, stage by stage: corpus → chunks → index → plan and generate → round trip →
 //! review sample → files. Each stage lives in its own module; this one only wires them.
 
-use crate::chunk::Chunker;
+use crate::chunk::{self, Chunker, KeptChunking, KeptItem, KeptWriter};
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, ReadReport, Skipped};
-use crate::dedup::ChunkGroups;
+use crate::dedup::{ChunkGroups, Signature, chunk_signature};
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
@@ -12,12 +12,12 @@ use crate::generate::{
     Quotas, Request,
 };
 use crate::id::ContentHasher;
-use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError};
+use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError, Unchanged};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
 use crate::progress::{Progress, Timings};
-use crate::record::{Checked, Chunk, FORMAT_VERSION, QueryType};
+use crate::record::{Checked, Chunk, Document, FORMAT_VERSION, QueryType};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::sample;
@@ -74,8 +74,8 @@ pub fn build(
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let (index, groups, corpus, skipped) =
-        chunk_and_index(config, out, &staging, None, *progress, &mut timings)?;
+    let Chunked { index, groups, corpus, skipped, .. } =
+        chunk_and_index(config, out, &staging, None, None, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
@@ -150,6 +150,7 @@ pub fn build(
         skipped: &skipped,
     };
     output::write_set(&staging, &files, &manifest, &index)?;
+    staging.sync()?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run =
         RunInfo { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
@@ -313,22 +314,29 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
 }
 
 /// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way), then builds (or reuses) the index; one of the `earlier`
-/// chunk list is updated in place.
+/// near-identical chunks on the way; the items `kept` from an earlier run's chunking are not
+/// chunked again), then builds (or reuses) the index; one of the `earlier` chunk list is
+/// updated in place. The chunking is kept in the index folder for the next refresh.
 pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
     earlier: Option<Earlier<'_>>,
+    kept: Option<KeptChunking>,
     progress: Progress,
     timings: &mut Timings,
-) -> Result<(ChunkIndex, ChunkGroups, CorpusSummary, Vec<Skipped>)> {
+) -> Result<Chunked> {
+    // A refresh keeps the chunks in memory (it maps them against the old ones): the index is
+    // fed from there, not from `corpus.jsonl`.
+    let keep = kept.is_some() || earlier.is_some();
     // In bytes: a single large file shows its progress too.
     let size =
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
     let corpus_file = staging.path(layout::CORPUS);
-    let (chunks, groups, corpus, read) = read_and_chunk(config, out, &corpus_file, &stage)?;
+    let chunking = Chunking::new(config, staging, kept.unwrap_or_default(), keep)?;
+    let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
+        read_and_chunk(config, out, &corpus_file, chunking, &stage)?;
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
     }
@@ -342,13 +350,23 @@ pub(crate) fn chunk_and_index(
             corpus::extensions(&read.ignored_by_extension)
         ));
     }
-    timings.add("chunk", stage.finish(&format!("{} documents → {} chunks", corpus.documents, chunks.len())));
+    let reused = match reused {
+        0 => String::new(),
+        n => format!(" ({n} unchanged, their chunks kept)"),
+    };
+    timings.add(
+        "chunk",
+        stage.finish(&format!("{} documents → {} chunks{reused}", corpus.documents, chunks.len())),
+    );
     let stage = progress.stage("index", chunks.len() as u64);
     let analyzer = Analyzer::new(config.segmenter);
     let dir = out.join(layout::INDEX_DIR);
-    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| reread_chunks(&corpus_file, add);
-    let (index, provenance) = match earlier {
-        Some(earlier) => ChunkIndex::update_or_build(
+    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &kept_chunks {
+        Some(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
+        None => reread_chunks(&corpus_file, add),
+    };
+    let (index, provenance, unchanged) = if let Some(earlier) = earlier {
+        ChunkIndex::update_or_build(
             &dir,
             chunks,
             &corpus.chunks_hash,
@@ -357,8 +375,9 @@ pub(crate) fn chunk_and_index(
             config.threads,
             &stage,
             feed,
-        )?,
-        None => ChunkIndex::open_or_build(
+        )?
+    } else {
+        let (index, provenance) = ChunkIndex::open_or_build(
             &dir,
             chunks,
             &corpus.chunks_hash,
@@ -366,10 +385,24 @@ pub(crate) fn chunk_and_index(
             config.threads,
             &stage,
             feed,
-        )?,
+        )?;
+        (index, provenance, None)
     };
+    chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
     timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok((index, groups, corpus, read.skipped))
+    Ok(Chunked { index, groups, corpus, skipped: read.skipped, unchanged, chunks: kept_chunks })
+}
+
+/// What [`chunk_and_index`] made.
+pub(crate) struct Chunked {
+    pub(crate) index: ChunkIndex,
+    pub(crate) groups: ChunkGroups,
+    pub(crate) corpus: CorpusSummary,
+    pub(crate) skipped: Vec<Skipped>,
+    /// With an index updated in place: the chunks it kept as they were.
+    pub(crate) unchanged: Option<Unchanged>,
+    /// For a refresh, every chunk, as `corpus.jsonl` reads back.
+    pub(crate) chunks: Option<Vec<Chunk>>,
 }
 
 /// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
@@ -457,21 +490,27 @@ fn read_and_chunk(
     config: &BuildConfig,
     out: &Path,
     corpus_file: &Path,
+    mut chunking: Chunking,
     stage: &crate::progress::Stage,
-) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport)> {
-    let chunker = Chunker::new(config.chunking)?;
+) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        tally.add(&item);
         match item {
             Item::Document(doc) => {
-                let chunks = chunker.chunk_reporting(&doc, &mut |bytes| stage.inc(bytes as u64));
-                chunks.iter().try_for_each(|chunk| sink.keep(chunk))?;
+                let (chunks, signatures, language) = chunking.document(&doc, stage)?;
+                tally.add([doc.id.as_str(), &doc.title, &doc.text], language);
+                for (chunk, signature) in chunks.into_iter().zip(&signatures) {
+                    sink.keep(&chunk, signature.as_ref())?;
+                    chunking.collect(chunk);
+                }
             }
             Item::Chunk(chunk) => {
-                sink.keep(&chunk)?;
+                let (signature, language) = chunking.unit(&chunk)?;
+                tally.add([chunk.id.as_str(), &chunk.title, &chunk.text], language);
+                sink.keep(&chunk, signature.as_ref())?;
                 stage.inc(chunk.text.len() as u64);
+                chunking.collect(chunk);
             }
         }
         Ok(())
@@ -480,7 +519,104 @@ fn read_and_chunk(
     file.commit()?;
     groups.seal();
     let summary = tally.summary(&report, &metas, &groups, &hash);
-    Ok((metas, groups, summary, report))
+    let written = chunking.finish(&summary.chunks_hash)?;
+    Ok((metas, groups, summary, report, written))
+}
+
+/// The chunker, with the items an earlier run chunked (taken from there when unchanged) and
+/// the record of this run's chunking for the next one.
+struct Chunking {
+    chunker: Chunker,
+    kept: KeptChunking,
+    writer: KeptWriter,
+    path: std::path::PathBuf,
+    /// Items whose chunks were kept.
+    reused: usize,
+    /// Every chunk, when asked for.
+    chunks: Option<Vec<Chunk>>,
+}
+
+/// What [`Chunking`] leaves: the record for the next run, the items whose chunks were kept,
+/// and the chunks, when asked for.
+type KeptRun = (chunk::Written, usize, Option<Vec<Chunk>>);
+
+impl Chunking {
+    fn new(
+        config: &BuildConfig,
+        staging: &output::Staging,
+        kept: KeptChunking,
+        collect: bool,
+    ) -> Result<Self> {
+        let path = staging.path(chunk::KEPT_FILE);
+        let stamp = chunk::settings_stamp(config.chunking, config.prechunked);
+        let writer = KeptWriter::create(&staging.path(""), &stamp)
+            .map_err(|source| Error::Output { path: path.clone(), source })?;
+        let chunks = collect.then(Vec::new);
+        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, chunks })
+    }
+
+    /// The chunks of `doc` and their signatures: as the earlier run made them when `doc` is
+    /// unchanged, else chunked now.
+    fn document(
+        &mut self,
+        doc: &Document,
+        stage: &crate::progress::Stage,
+    ) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
+        let digest = chunk::document_digest(doc);
+        let item = if let Some(item) = self.kept.take(doc.id.as_str(), &digest, &doc.text) {
+            stage.inc(doc.text.len() as u64);
+            self.reused += 1;
+            item
+        } else {
+            let language = Language::detect(&doc.text);
+            let spans = self.chunker.spans_in(doc, language, &mut |bytes| stage.inc(bytes as u64));
+            let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
+            KeptItem { language, spans, signatures }
+        };
+        self.record(doc.id.as_str(), &digest, &item)?;
+        Ok((chunk::chunks_at(doc, &item.spans), item.signatures, item.language))
+    }
+
+    /// The signature and language of a pre-chunked unit: the earlier run's when its text is
+    /// unchanged.
+    fn unit(&mut self, unit: &Chunk) -> Result<(Option<Signature>, Language)> {
+        let digest = chunk::text_digest(&unit.text);
+        let item = match self.kept.take(unit.id.as_str(), &digest, &unit.text) {
+            Some(item) if item.signatures.len() == 1 => {
+                self.reused += 1;
+                item
+            }
+            _ => KeptItem {
+                language: Language::detect(&unit.text),
+                spans: std::iter::once(0..unit.text.len()).collect(),
+                signatures: vec![chunk_signature(&unit.text)],
+            },
+        };
+        self.record(unit.id.as_str(), &digest, &item)?;
+        Ok((item.signatures[0], item.language))
+    }
+
+    fn record(&mut self, id: &str, digest: &chunk::Digest, item: &KeptItem) -> Result<()> {
+        self.writer.item(id, digest, item).map_err(|source| Error::Output { path: self.path.clone(), source })
+    }
+
+    /// Keeps `chunk` when the chunks are asked for, as `corpus.jsonl` reads it back (a blank
+    /// title is read as the document id).
+    fn collect(&mut self, mut chunk: Chunk) {
+        if let Some(chunks) = &mut self.chunks {
+            if chunk.title.trim().is_empty() {
+                chunk.title = chunk.doc_id.to_string();
+            }
+            chunks.push(chunk);
+        }
+    }
+
+    /// The finished record, the items whose chunks were kept, and the chunks if asked for.
+    fn finish(self, fingerprint: &str) -> Result<KeptRun> {
+        let written =
+            self.writer.finish(fingerprint).map_err(|source| Error::Output { path: self.path, source })?;
+        Ok((written, self.reused, self.chunks))
+    }
 }
 
 /// Adds a document (or pre-chunked unit) to the corpus hash.
@@ -521,10 +657,11 @@ impl ChunkSink {
         })
     }
 
-    fn keep(&mut self, chunk: &Chunk) -> Result<()> {
+    /// Keeps `chunk`, whose near-duplicate signature is `signature`.
+    fn keep(&mut self, chunk: &Chunk, signature: Option<&Signature>) -> Result<()> {
         self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         self.file.write_json_line(&output::corpus_line(chunk))?;
-        self.groups.add(&chunk.text);
+        self.groups.add_signature(signature);
         self.metas.push(chunk);
         Ok(())
     }
@@ -538,13 +675,11 @@ struct CorpusTally {
 }
 
 impl CorpusTally {
-    /// Adds a document (or, prechunked, a chunk).
-    fn add(&mut self, item: &Item) {
-        hash_item(&mut self.hash, item);
-        self.languages.add(match item {
-            Item::Document(doc) => &doc.text,
-            Item::Chunk(chunk) => &chunk.text,
-        });
+    /// Adds a document (or, prechunked, a chunk) by its id, title and text, in `language`
+    /// (its text's [`Language::detect`]).
+    fn add(&mut self, [id, title, text]: [&str; 3], language: Language) {
+        self.hash.update(&[id, title, text]);
+        self.languages.add(text, language);
     }
 
     fn summary(
@@ -577,8 +712,7 @@ struct Languages {
 }
 
 impl Languages {
-    fn add(&mut self, text: &str) {
-        let language = Language::detect(text);
+    fn add(&mut self, text: &str, language: Language) {
         *self.documents.entry(language).or_default() += 1;
         *self.characters.entry(language).or_default() += text.chars().count();
     }

@@ -65,6 +65,14 @@ impl Analyzer {
         tokens
     }
 
+    /// The analyzed tokens of a chunk as the index holds it: its title's, then its text's.
+    #[must_use]
+    pub fn chunk_tokens(&self, title: &str, text: &str) -> Vec<Token> {
+        let mut tokens = self.tokens(title);
+        tokens.extend(self.tokens(text));
+        tokens
+    }
+
     /// The analyzed terms of `text`, in order, with repeats.
     #[must_use]
     pub fn terms(&self, text: &str) -> Vec<String> {

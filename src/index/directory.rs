@@ -1,5 +1,6 @@
-//! The index folder as qrelgen reads it: tantivy's memory-mapped directory, except for the
-//! document stores, which are read with positioned reads.
+//! The index folder as qrelgen reads and writes it: tantivy's memory-mapped directory, except
+//! for the document stores, which are read with positioned reads, and for the syncs of the
+//! files it writes, which wait for [`Directory::sync_directory`] and are then made all at once.
 //!
 //! Searching touches a small part of the postings again and again, which a memory map serves
 //! best. The document store is different: building the topic space reads every chunk's text
@@ -7,30 +8,93 @@
 //! the rest of the run, as large as the compressed texts. Read through the file, the pages stay
 //! in the kernel's page cache only, and tantivy's store reader still keeps its cache of recent
 //! blocks.
+//!
+//! tantivy syncs each file of a new segment as it is finished, one after the other, and then the
+//! folder, before it writes `meta.json` (a file is durable only once both are done). Here a
+//! finished file is only flushed and noted; `sync_directory` syncs the noted files together
+//! (a file system commits syncs that wait together in one go), then the folder: the same
+//! guarantee before `meta.json`, at the cost of about one sync instead of one per file.
 
 use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tantivy::HasLen;
 use tantivy::directory::error::{DeleteError, LockError, OpenDirectoryError, OpenReadError, OpenWriteError};
 use tantivy::directory::{
-    Directory, DirectoryLock, FileHandle, Lock, MmapDirectory, OwnedBytes, WatchCallback, WatchHandle,
-    WritePtr,
+    AntiCallToken, Directory, DirectoryLock, FileHandle, Lock, MmapDirectory, OwnedBytes, TerminatingWrite,
+    WatchCallback, WatchHandle, WritePtr,
 };
 
-/// A memory-mapped index folder whose document stores are read, not mapped.
+/// A memory-mapped index folder whose document stores are read, not mapped, and whose written
+/// files are synced together.
 #[derive(Debug, Clone)]
 pub(super) struct IndexDirectory {
     root: PathBuf,
     mapped: MmapDirectory,
+    /// Files written and finished since the last `sync_directory`, not yet synced.
+    unsynced: Arc<Mutex<Vec<File>>>,
 }
 
 impl IndexDirectory {
     /// Opens the index folder `root`.
     pub(super) fn open(root: &Path) -> Result<Self, OpenDirectoryError> {
-        Ok(Self { root: root.to_owned(), mapped: MmapDirectory::open(root)? })
+        Ok(Self { root: root.to_owned(), mapped: MmapDirectory::open(root)?, unsynced: Arc::default() })
+    }
+}
+
+/// Files synced at once, at most.
+const SYNCS_AT_ONCE: usize = 16;
+/// Finished files kept open for the next `sync_directory`, at most: past this many (a large
+/// build's many segments between two commits), they are synced at once, so a build never holds
+/// more open files than this.
+const UNSYNCED_MAX: usize = 64;
+
+/// Syncs the data of `files`, many at once.
+fn sync_together(files: &[File]) -> io::Result<()> {
+    let per_thread = files.len().div_ceil(SYNCS_AT_ONCE).max(1);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = files
+            .chunks(per_thread)
+            .map(|part| scope.spawn(move || part.iter().try_for_each(File::sync_data)))
+            .collect();
+        threads.into_iter().try_for_each(|thread| {
+            thread.join().unwrap_or_else(|_| Err(io::Error::other("a sync thread failed")))
+        })
+    })
+}
+
+/// A file being written: flushed when finished, and noted for the next `sync_directory`.
+struct Unsynced {
+    file: Option<File>,
+    unsynced: Arc<Mutex<Vec<File>>>,
+}
+
+impl io::Write for Unsynced {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.file {
+            Some(file) => file.write(buf),
+            None => Err(io::Error::other("write after the file was finished")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl TerminatingWrite for Unsynced {
+    fn terminate_ref(&mut self, _: AntiCallToken) -> io::Result<()> {
+        if let Some(mut file) = self.file.take() {
+            io::Write::flush(&mut file)?;
+            let mut unsynced = self.unsynced.lock().unwrap_or_else(PoisonError::into_inner);
+            unsynced.push(file);
+            if unsynced.len() >= UNSYNCED_MAX {
+                sync_together(&std::mem::take(&mut *unsynced))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -66,7 +130,16 @@ impl Directory for IndexDirectory {
     }
 
     fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
-        self.mapped.open_write(path)
+        // As tantivy's memory-mapped directory opens it; durable after `sync_directory`.
+        let file = File::options().write(true).create_new(true).open(self.root.join(path)).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                OpenWriteError::FileAlreadyExists(path.to_owned())
+            } else {
+                OpenWriteError::wrap_io_error(e, path.to_owned())
+            }
+        })?;
+        let unsynced = Unsynced { file: Some(file), unsynced: Arc::clone(&self.unsynced) };
+        Ok(io::BufWriter::new(Box::new(unsynced)))
     }
 
     fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
@@ -82,6 +155,8 @@ impl Directory for IndexDirectory {
     }
 
     fn sync_directory(&self) -> io::Result<()> {
+        let files = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(PoisonError::into_inner));
+        sync_together(&files)?;
         self.mapped.sync_directory()
     }
 
@@ -178,5 +253,30 @@ mod tests {
             directory.get_file_handle(Path::new("1.store")),
             Err(OpenReadError::FileDoesNotExist(_))
         ));
+    }
+
+    #[test]
+    fn written_files_wait_for_sync_directory_and_are_synced_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let directory = IndexDirectory::open(dir.path()).unwrap();
+        for name in ["a.idx", "b.term"] {
+            let mut writer = directory.open_write(Path::new(name)).unwrap();
+            io::Write::write_all(&mut writer, name.as_bytes()).unwrap();
+            writer.terminate().unwrap();
+        }
+        assert!(matches!(
+            directory.open_write(Path::new("a.idx")),
+            Err(OpenWriteError::FileAlreadyExists(_))
+        ));
+        assert_eq!(directory.unsynced.lock().unwrap().len(), 2, "finished, not synced yet");
+        directory.sync_directory().unwrap();
+        assert!(directory.unsynced.lock().unwrap().is_empty());
+        assert_eq!(std::fs::read(dir.path().join("b.term")).unwrap(), b"b.term");
+        // Never more than `UNSYNCED_MAX` open at once.
+        for n in 0..UNSYNCED_MAX + 6 {
+            let writer = directory.open_write(Path::new(&format!("{n}.pos"))).unwrap();
+            writer.terminate().unwrap();
+        }
+        assert_eq!(directory.unsynced.lock().unwrap().len(), 6);
     }
 }

@@ -23,9 +23,11 @@
 
 use super::error::{IndexError, Result};
 use super::topics::{Projection, TopicSpace, most_common, sorted};
+use super::update::Unchanged;
 use super::{ChunkIndex, CorpusModel, CorpusTerms, TermUsage};
 use crate::id::ChunkId;
-use foldhash::{HashMap, HashMapExt as _, HashSet};
+use crate::record::Chunk;
+use foldhash::{HashMap, HashMapExt as _};
 use std::io::Write as _;
 use std::path::Path;
 
@@ -54,6 +56,12 @@ pub struct OldChunk<'a> {
     pub title: &'a str,
     /// Its text.
     pub text: &'a str,
+}
+
+impl<'a> From<&'a Chunk> for OldChunk<'a> {
+    fn from(chunk: &'a Chunk) -> Self {
+        Self { id: &chunk.id, title: &chunk.title, text: &chunk.text }
+    }
 }
 
 impl CorpusModel {
@@ -90,42 +98,54 @@ impl CorpusModel {
 
     /// The model of the corpus `index` holds, from this model of an earlier corpus whose
     /// chunks were `old` (in their positions): kept chunks keep their vectors, new ones are
-    /// folded in, term statistics follow exactly (see the module docs). A model without a
-    /// basis (an empty space), or with another number of chunks than `old`, is rebuilt (the
-    /// caller loads it by the stamp of `old`'s index, see [`CorpusModel::load`]).
+    /// folded in, term statistics follow exactly (see the module docs). `unchanged`, from an
+    /// update of the index in place, tells which chunks are `old`'s as they were; without it
+    /// (a rebuilt index), each chunk that kept an old id is compared with its stored text. A
+    /// model without a basis (an empty space), or with another number of chunks than `old`, is
+    /// rebuilt (the caller loads it by the stamp of `old`'s index, see [`CorpusModel::load`]).
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when a chunk text cannot be read.
-    pub fn fold_in(self, old: &[OldChunk<'_>], index: &ChunkIndex) -> Result<Self> {
+    pub fn fold_in(
+        self,
+        old: &[OldChunk<'_>],
+        index: &ChunkIndex,
+        unchanged: Option<&Unchanged>,
+    ) -> Result<Self> {
         let Self { mut terms, space: old_space, basis } = self;
         let Some(basis) = basis.filter(|_| old_space.chunks() == old.len()) else {
             return Self::build(index);
         };
-        let was: HashMap<&ChunkId, usize> = old.iter().enumerate().map(|(at, c)| (c.id, at)).collect();
-        let now: HashSet<ChunkId> = (0..index.len()).map(|p| index.chunk_id(p)).collect();
-        for gone in old.iter().filter(|c| !now.contains(c.id)) {
-            let mut tokens = index.analyzer().tokens(gone.title);
-            tokens.extend(index.analyzer().tokens(gone.text));
-            forget(&mut terms, &counts(tokens).0);
+        let was: HashMap<&str, usize> = old.iter().enumerate().map(|(at, c)| (c.id.as_str(), at)).collect();
+        for gone in old.iter().filter(|c| index.position(c.id).is_none()) {
+            forget(&mut terms, &counts(index.analyzer().chunk_tokens(gone.title, gone.text)).0);
         }
         let mut space = TopicSpace::empty(basis.projection.dim, index.len(), index.threads());
         let mut new_forms: HashMap<String, HashMap<String, u32>> = HashMap::new();
         for position in 0..index.len() {
-            let stored = index.stored(position)?;
-            if let Some(&at) = was.get(&index.chunk_id(position)) {
+            let mut stored = None;
+            if let Some(&at) = was.get(index.chunk_id_str(position)) {
                 let before = old[at];
-                if before.title == stored.title && before.text == stored.text {
+                let same = if let Some(unchanged) = unchanged {
+                    unchanged.at(position)
+                } else {
+                    let now = index.stored(position)?;
+                    let same = before.title == now.title && before.text == now.text;
+                    stored = Some(now);
+                    same
+                };
+                if same {
                     space.push(&old_space.vector(at)?)?;
                     continue;
                 }
                 // The same id with another title or text: its old counts go, it is folded in anew.
-                let mut tokens = index.analyzer().tokens(before.title);
-                tokens.extend(index.analyzer().tokens(before.text));
-                forget(&mut terms, &counts(tokens).0);
+                forget(&mut terms, &counts(index.analyzer().chunk_tokens(before.title, before.text)).0);
             }
-            let mut tokens = index.analyzer().tokens(&stored.title);
-            tokens.extend(index.analyzer().tokens(&stored.text));
-            let (tf, forms) = counts(tokens);
+            let stored = match stored {
+                Some(stored) => stored,
+                None => index.stored(position)?,
+            };
+            let (tf, forms) = counts(index.analyzer().chunk_tokens(&stored.title, &stored.text));
             for (term, surfaces) in forms {
                 if terms.usage.contains_key(&term) && !new_forms.contains_key(&term) {
                     continue;
@@ -258,7 +278,11 @@ impl<'a> Decoder<'a> {
     /// `n` values of `width` bytes, checked against what is left before anything is allocated.
     fn values<T>(&mut self, n: usize, width: usize, read: impl Fn(&[u8]) -> Option<T>) -> Option<Vec<T>> {
         let bytes = self.take(n.checked_mul(width)?)?;
-        bytes.chunks_exact(width).map(read).collect()
+        let mut values = Vec::with_capacity(n);
+        for value in bytes.chunks_exact(width) {
+            values.push(read(value)?);
+        }
+        Some(values)
     }
 }
 
@@ -292,13 +316,19 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
     let v =
         input.values(vocabulary.checked_mul(dim)?, 8, |b| Some(f64::from_le_bytes(b.try_into().ok()?)))?;
     let vectors = input.size()?;
-    let values =
-        input.values(vectors.checked_mul(dim)?, 4, |b| Some(f32::from_le_bytes(b.try_into().ok()?)))?;
+    let values = input.take(vectors.checked_mul(dim)?.checked_mul(4)?)?;
     if !input.0.is_empty() || dim == 0 {
         return None;
     }
+    // Straight into the space, a vector at a time: the file's bytes are the only other copy.
     let mut space = TopicSpace::empty(dim, vectors, threads);
-    values.chunks_exact(dim).try_for_each(|vector| space.push(vector)).ok()?;
+    let mut vector = vec![0.0; dim];
+    for bytes in values.chunks_exact(4 * dim) {
+        for (x, b) in vector.iter_mut().zip(bytes.chunks_exact(4)) {
+            *x = f32::from_le_bytes(b.try_into().ok()?);
+        }
+        space.push(&vector).ok()?;
+    }
     let basis = Basis { ids, names, df, n, projection: Projection { dim, v } };
     Some(CorpusModel { terms, space, basis: Some(basis) })
 }
@@ -307,7 +337,6 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
 mod tests {
     use super::*;
     use crate::index::{from_chunks, test_chunks};
-    use crate::record::Chunk;
 
     const TEXTS: [&str; 8] = [
         "kidney infections and renal failure in adults",
@@ -321,7 +350,7 @@ mod tests {
     ];
 
     fn old_chunks(chunks: &[Chunk]) -> Vec<OldChunk<'_>> {
-        chunks.iter().map(|c| OldChunk { id: &c.id, title: &c.title, text: &c.text }).collect()
+        chunks.iter().map(OldChunk::from).collect()
     }
 
     fn bits(space: &TopicSpace) -> Vec<Vec<u32>> {
@@ -341,7 +370,7 @@ mod tests {
         let (index, _) = from_chunks(dir.path(), &chunks);
         let built = CorpusModel::build(&index).unwrap();
         let (space, terms) = (bits(&built.space), usage(&built.terms));
-        let folded = built.fold_in(&old_chunks(&chunks), &index).unwrap();
+        let folded = built.fold_in(&old_chunks(&chunks), &index, None).unwrap();
         assert_eq!(bits(&folded.space), space);
         assert_eq!(usage(&folded.terms), terms);
     }
@@ -362,7 +391,7 @@ mod tests {
         fresh.text = "tuning a ukulele by ear".to_owned();
         new.extend([copy, fresh]);
         let (index, _) = from_chunks(&dir.path().join("new"), &new);
-        let folded = built.fold_in(&old_chunks(&old), &index).unwrap();
+        let folded = built.fold_in(&old_chunks(&old), &index, None).unwrap();
         let rebuilt = CorpusModel::build(&index).unwrap();
         assert_eq!(usage(&folded.terms), usage(&rebuilt.terms), "df and cf are a rebuild's");
         assert_eq!(folded.terms.chunks(), new.len());
@@ -406,14 +435,13 @@ mod tests {
         let (index, _) = from_chunks(&dir.path().join("new"), &new);
         let basis = built.basis.as_ref().unwrap();
         let projected = |chunk: &Chunk| {
-            let mut tokens = index.analyzer().tokens(&chunk.title);
-            tokens.extend(index.analyzer().tokens(&chunk.text));
+            let tokens = index.analyzer().chunk_tokens(&chunk.title, &chunk.text);
             let row: HashMap<u32, u32> =
                 counts(tokens).0.iter().filter_map(|(t, &n)| Some((*basis.ids.get(t)?, n))).collect();
             basis.projection.project(&sorted(row), &basis.df, basis.n).iter().map(|x| x.to_bits()).collect()
         };
         let (one, five): (Vec<u32>, Vec<u32>) = (projected(&new[1]), projected(&new[5]));
-        let folded = built.fold_in(&old_chunks(&old), &index).unwrap();
+        let folded = built.fold_in(&old_chunks(&old), &index, None).unwrap();
         let rebuilt = CorpusModel::build(&index).unwrap();
         assert_eq!(usage(&folded.terms), usage(&rebuilt.terms), "df and cf are a rebuild's");
         let now = bits(&folded.space);

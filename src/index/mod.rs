@@ -27,7 +27,7 @@ pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::Segmenter;
 pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
-pub use update::Earlier;
+pub use update::{Earlier, Unchanged};
 
 use crate::id::{ChunkId, DocId};
 use crate::progress::Stage;
@@ -501,7 +501,8 @@ fn build<E: From<IndexError>>(
 ) -> Result<(), E> {
     let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
     let (schema, fields) = schema();
-    let index = Index::create_in_dir(dir, schema).map_err(err)?;
+    let directory = directory::IndexDirectory::open(dir).map_err(|e| err(e.into()))?;
+    let index = Index::create(directory, schema, tantivy::IndexSettings::default()).map_err(err)?;
     register(&index, analyzer);
     let threads = threads.clamp(1, WRITER_THREADS);
     let mut writer: IndexWriter =

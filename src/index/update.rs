@@ -40,13 +40,27 @@ pub struct Earlier<'a> {
     pub chunks: &'a [OldChunk<'a>],
 }
 
+/// Which chunks an update in place kept as the earlier list had them (the same id, title and
+/// text), by their position in the new list: the others were added.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unchanged(Vec<bool>);
+
+impl Unchanged {
+    /// Whether the chunk at `position` is the earlier list's chunk of its id, as it was.
+    #[must_use]
+    pub fn at(&self, position: usize) -> bool {
+        self.0.get(position).copied().unwrap_or(false)
+    }
+}
+
 impl ChunkIndex {
     /// As [`ChunkIndex::open_or_build`], but when `dir` holds the index of the `earlier` chunk
     /// list (made with `analyzer`), updates it in place instead of building it again: only
     /// the chunks new to the list, or whose title or text changed under their id, are
     /// analysed, taken from `feed` (which hands over every chunk, in order). Searches then
     /// give exactly what a rebuilt index gives (see the module docs). An index that cannot be
-    /// read as the earlier list's is built again.
+    /// read as the earlier list's is built again. An index updated in place comes with the
+    /// chunks it kept as they were.
     ///
     /// # Errors
     /// As [`ChunkIndex::open_or_build`].
@@ -60,22 +74,23 @@ impl ChunkIndex {
         threads: usize,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
-    ) -> Result<(Self, IndexOrigin), E> {
+    ) -> Result<(Self, IndexOrigin, Option<Unchanged>), E> {
         let stamp_path = dir.join(FINGERPRINT_FILE);
         let on_disk = fs_err::read_to_string(&stamp_path).unwrap_or_default();
         let updatable = on_disk == Self::stamp(&analyzer, earlier.fingerprint)
             && on_disk != Self::stamp(&analyzer, fingerprint);
         let plan = if updatable { Plan::of(dir, &analyzer, &chunks, earlier) } else { None };
         let Some(plan) = plan else {
-            return Self::open_or_build(dir, chunks, fingerprint, analyzer, threads, progress, feed);
+            return Self::open_or_build(dir, chunks, fingerprint, analyzer, threads, progress, feed)
+                .map(|(index, origin)| (index, origin, None));
         };
         // Without its stamp, an index cut short here is rebuilt by the next run.
         fs_err::remove_file(&stamp_path).map_err(|e| write_error(&stamp_path, e))?;
-        plan.apply(dir, &analyzer, earlier, progress, feed)?;
+        let unchanged = plan.apply(dir, &analyzer, earlier, progress, feed)?;
         let index = Opened::open(dir, &analyzer)?.attach(dir, chunks, fingerprint, analyzer, threads)?;
         let stamp = index.own_stamp();
         write_atomically(&stamp_path, stamp.as_bytes())?;
-        Ok((index, IndexOrigin::Updated))
+        Ok((index, IndexOrigin::Updated, Some(unchanged)))
     }
 }
 
@@ -96,7 +111,7 @@ impl Plan {
     /// position past the earlier list, an updated index without its token count, a damaged
     /// index): then it is rebuilt.
     fn of(dir: &Path, analyzer: &Analyzer, chunks: &ChunkList, earlier: Earlier<'_>) -> Option<Self> {
-        let index = Index::open_in_dir(dir).ok()?;
+        let index = Index::open(super::directory::IndexDirectory::open(dir).ok()?).ok()?;
         register(&index, analyzer);
         let schema = index.schema();
         let ord = schema.get_field("ord").ok()?;
@@ -132,7 +147,8 @@ impl Plan {
     }
 
     /// Deletes the chunks that went or changed, adds the new and changed ones, merges away the
-    /// deleted documents and writes the key and token files.
+    /// deleted documents and writes the key and token files. Returns the chunks kept as they
+    /// were.
     fn apply<E: From<IndexError>>(
         self,
         dir: &Path,
@@ -140,10 +156,9 @@ impl Plan {
         earlier: Earlier<'_>,
         progress: &Stage,
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
-    ) -> Result<(), E> {
+    ) -> Result<Unchanged, E> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
-        let count =
-            |title: &str, text: &str| (analyzer.tokens(title).len() + analyzer.tokens(text).len()) as u64;
+        let count = |title: &str, text: &str| analyzer.chunk_tokens(title, text).len() as u64;
         let Self { index, ord, mut moved_to, from, gone, mut tokens } = self;
         let mut writer: IndexWriter =
             index.writer_with_num_threads(1, WRITER_MEMORY_PER_THREAD).map_err(err)?;
@@ -156,6 +171,7 @@ impl Plan {
         let mut deleted = !gone.is_empty();
         let fields = super::schema().1;
         let mut position = 0usize;
+        let mut unchanged = vec![false; from.len()];
         feed(&mut |chunk| {
             let at = position;
             position += 1;
@@ -163,6 +179,7 @@ impl Plan {
             if let Some((key, was)) = from.get(at).copied().flatten() {
                 let Some(was) = old(was) else { return Ok(()) };
                 if was.title == chunk.title && was.text == chunk.text {
+                    unchanged[at] = true;
                     return Ok(());
                 }
                 // The same id with another title or text: its document is replaced.
@@ -186,7 +203,7 @@ impl Plan {
         let keys: Vec<u8> = moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
         write_atomically(&dir.join(POSITIONS_FILE), &keys)?;
         write_atomically(&dir.join(TOKENS_FILE), &tokens.to_le_bytes())?;
-        Ok(())
+        Ok(Unchanged(unchanged))
     }
 }
 
@@ -245,14 +262,25 @@ mod tests {
         let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
         match earlier {
             Some(earlier) => {
-                ChunkIndex::update_or_build(dir, metas, &print, earlier, analyzer, 2, &stage, feed).unwrap()
+                let (index, origin, unchanged) =
+                    ChunkIndex::update_or_build(dir, metas, &print, earlier, analyzer, 2, &stage, feed)
+                        .unwrap();
+                assert_eq!(unchanged.is_some(), origin == IndexOrigin::Updated);
+                if let Some(unchanged) = unchanged {
+                    for (position, chunk) in chunks.iter().enumerate() {
+                        let was = earlier.chunks.iter().find(|old| *old.id == chunk.id);
+                        let same = was.is_some_and(|old| old.title == chunk.title && old.text == chunk.text);
+                        assert_eq!(unchanged.at(position), same, "{}", chunk.id);
+                    }
+                }
+                (index, origin)
             }
             None => ChunkIndex::open_or_build(dir, metas, &print, analyzer, 2, &stage, feed).unwrap(),
         }
     }
 
     fn olds(chunks: &[Chunk]) -> Vec<OldChunk<'_>> {
-        chunks.iter().map(|c| OldChunk { id: &c.id, title: &c.title, text: &c.text }).collect()
+        chunks.iter().map(OldChunk::from).collect()
     }
 
     fn bits(hits: &[Hit]) -> Vec<(usize, u32)> {

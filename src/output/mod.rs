@@ -36,10 +36,13 @@ use std::io::{BufWriter, Write};
 use std::path::{Component, Path, PathBuf};
 
 /// A file written to a temporary name in its folder and renamed into place on
-/// [`AtomicFile::commit`]; dropped without a commit, it leaves no trace.
+/// [`AtomicFile::commit`]; dropped without a commit, it leaves no trace. It is synced to disk
+/// before the rename, unless it lies in a staging folder: [`Staging::publish`] syncs every
+/// staged file at once before it moves any.
 pub struct AtomicFile {
     path: PathBuf,
     writer: BufWriter<tempfile::NamedTempFile>,
+    sync: bool,
 }
 
 impl AtomicFile {
@@ -54,7 +57,8 @@ impl AtomicFile {
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
         let temp = builder.tempfile_in(dir).map_err(|e| output_error(path, e))?;
-        Ok(Self { path: path.to_owned(), writer: BufWriter::new(temp) })
+        let staged = path.components().any(|c| c.as_os_str() == STAGING);
+        Ok(Self { path: path.to_owned(), writer: BufWriter::new(temp), sync: !staged })
     }
 
     /// Appends one JSON value and a newline.
@@ -68,14 +72,16 @@ impl AtomicFile {
             .map_err(|e| output_error(&self.path, e))
     }
 
-    /// Flushes, syncs and renames the file into place.
+    /// Flushes, syncs (outside a staging folder) and renames the file into place.
     ///
     /// # Errors
     /// [`Error::Output`] naming the file.
     pub fn commit(self) -> Result<()> {
         let path = self.path;
         let temp = self.writer.into_inner().map_err(|e| output_error(&path, e.into_error()))?;
-        temp.as_file().sync_all().map_err(|e| output_error(&path, e))?;
+        if self.sync {
+            temp.as_file().sync_all().map_err(|e| output_error(&path, e))?;
+        }
         temp.persist(&path).map_err(|e| output_error(&path, e.error))?;
         Ok(())
     }
@@ -104,6 +110,15 @@ impl Staging {
         Ok(Self { dir, out: out.to_owned(), published: false })
     }
 
+    /// Syncs every file staged so far to disk, many at once (see [`AtomicFile`]): a run calls
+    /// it as its write stage ends, so that its publish has little left to sync.
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file that could not be synced.
+    pub fn sync(&self) -> Result<()> {
+        sync_files(&self.dir, &self.staged())
+    }
+
     /// Where to write the output file `name` (e.g. `qrels/test.tsv`) for now.
     #[must_use]
     pub fn path(&self, name: &str) -> PathBuf {
@@ -128,6 +143,7 @@ impl Staging {
             first.iter().position(|prefix| relative.starts_with(prefix)).unwrap_or(first.len())
         };
         files.sort_by_key(|relative| rank(relative));
+        sync_files(&self.dir, &files)?;
         let mut rollback = Rollback::begin(&self.out, &files)?;
         let moved =
             files.iter().try_for_each(|relative| rollback.replace(&self.dir.join(relative), relative));
@@ -153,6 +169,7 @@ impl Staging {
             .flat_map(|prefix| staged.iter().filter(move |relative| relative.starts_with(prefix)))
             .cloned()
             .collect();
+        sync_files(&self.dir, &files)?;
         let mut folders = BTreeSet::new();
         for relative in &files {
             let target = self.out.join(relative);
@@ -308,6 +325,32 @@ fn chain(error: &Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Syncs the files `files` (relative to `dir`) to disk, many at once: a file system commits
+/// syncs that wait together in one go, where one after the other each waits for its own.
+fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
+    const AT_ONCE: usize = 16;
+    let sync = |relative: &PathBuf| {
+        let path = dir.join(relative);
+        fs_err::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| output_error(&path, e))
+    };
+    let per_thread = files.len().div_ceil(AT_ONCE).max(1);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = files
+            .chunks(per_thread)
+            .map(|part| scope.spawn(move || part.iter().try_for_each(sync)))
+            .collect();
+        threads.into_iter().try_for_each(|thread| {
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(output_error(dir, std::io::Error::other("a sync thread failed"))))
+        })
+    })
 }
 
 /// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be opened).

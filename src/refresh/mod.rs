@@ -12,18 +12,19 @@ pub mod map;
 pub mod recheck;
 mod report;
 
+use crate::chunk::KeptChunking;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk, Unchanged};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
-    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS,
-    REPORT_HTML,
+    BUILD_ONLY_FILES, CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES,
+    QUEUE, REJECTS, REPORT_HTML, VERSION_FILES,
 };
 use crate::output::{self, Staging};
 use crate::pipeline;
@@ -129,32 +130,31 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
 /// An unreadable set (manifest, queries, qrels, corpus) or corpus, index or write failures, an
 /// unusable endpoint.
 pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Progress) -> Result<Outcome> {
-    if output::recover(set)? {
-        progress.warn(&format!(
-            "a publish into {} was cut short; its previous files were put back",
-            set.display()
-        ));
-    }
-    let manifest = read_manifest(set)?;
-    if same_corpus(config, set, &manifest)? {
+    let stage = progress.stage("read", 0);
+    let Some(Start { manifest, current, old, model, kept }) = start(config, set, *progress)? else {
+        stage.finish("the corpus is the set's");
         return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
-    }
-    let current = Version::read(set)?;
-    let old = read_pieces(&set.join(CORPUS))?;
+    };
     let old_chunks: Vec<OldChunk<'_>> =
         old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
-    // Read before the index folder is updated (the model of the old chunks is kept in it).
-    let model = saved_model(config, set, &manifest);
     let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
-    let mut timings = Timings::default();
     let staging = Staging::create(work)?;
-    let (index, groups, corpus, _skipped) =
-        pipeline::chunk_and_index(config, work, &staging, earlier, *progress, &mut timings)?;
-    let new = read_pieces(&staging.path(CORPUS))?;
+    let mut timings = Timings::default();
+    let read =
+        format!("version {}: {} queries, {} chunks", manifest.version(), current.queries.len(), old.len());
+    timings.add("read", stage.finish(&read));
+    let pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. } =
+        pipeline::chunk_and_index(config, work, &staging, earlier, kept, *progress, &mut timings)?;
+    let new: Vec<Piece> = match chunks {
+        Some(chunks) => {
+            chunks.into_iter().map(|c| Piece { id: c.id, title: c.title, text: c.text }).collect()
+        }
+        None => read_pieces(&staging.path(CORPUS))?,
+    };
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
@@ -183,6 +183,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         progress: *progress,
         stages: None,
         model: model.map(|model| (model, old_chunks.as_slice())),
+        unchanged: unchanged.as_ref(),
     };
     outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
     for c in &checked {
@@ -220,6 +221,10 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
     version::keep_current(set, version, &staging, &KEPT_BY_REFRESH)?;
+    // What `stage_rebuild` keeps of the current version, staged and synced inside the timed
+    // stages (it then finds them staged).
+    version::keep_current(set, version, &staging, &[VERSION_FILES, BUILD_ONLY_FILES].concat())?;
+    staging.sync()?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
     let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
     update_manifest(&mut manifest, config, &corpus, &outcome, &run)?;
@@ -227,6 +232,40 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     version::stage_rebuild(set, &mut staging, MadeBy::Refresh)?;
     staging.publish(&[])?;
     Ok(outcome)
+}
+
+/// What a refresh starts from: the set's manifest, current version and chunks, and what its
+/// index folder keeps of them (the offline generator's corpus model, the chunking).
+struct Start {
+    manifest: SetManifest,
+    current: Version,
+    old: Vec<Piece>,
+    model: Option<CorpusModel>,
+    kept: Option<KeptChunking>,
+}
+
+/// Reads the set in `set` (after rolling back a publish cut short); `None` when the corpus is
+/// the one it was built from.
+fn start(config: &BuildConfig, set: &Path, progress: Progress) -> Result<Option<Start>> {
+    if output::recover(set)? {
+        progress.warn(&format!(
+            "a publish into {} was cut short; its previous files were put back",
+            set.display()
+        ));
+    }
+    let manifest = read_manifest(set)?;
+    if same_corpus(config, set, &manifest)? {
+        return Ok(None);
+    }
+    let current = Version::read(set)?;
+    let old = read_pieces(&set.join(CORPUS))?;
+    // Read before the index folder is updated (the model of the old chunks is kept in it).
+    let model = saved_model(config, set, &manifest);
+    let kept = old_chunks_hash(&manifest).and_then(|fingerprint| {
+        let stamp = crate::chunk::settings_stamp(config.chunking, config.prechunked);
+        KeptChunking::load(&set.join(INDEX_DIR), &stamp, fingerprint)
+    });
+    Ok(Some(Start { manifest, current, old, model, kept }))
 }
 
 /// The files of the current version that a build does not keep under `versions/vN/` when it
@@ -381,6 +420,8 @@ struct Fresh<'a> {
     /// The offline generator's corpus model of the old chunks, and those chunks: the changes
     /// are folded into it when the generator is made.
     model: Option<(CorpusModel, &'a [OldChunk<'a>])>,
+    /// With the index updated in place: the chunks it kept as they were.
+    unchanged: Option<&'a Unchanged>,
 }
 
 impl<'a> Fresh<'a> {
@@ -390,7 +431,11 @@ impl<'a> Fresh<'a> {
             made
         } else {
             let stage = self.progress.stage("connect", 0);
-            let model = self.model.take().map(|(model, old)| model.fold_in(old, self.index)).transpose()?;
+            let model = self
+                .model
+                .take()
+                .map(|(model, old)| model.fold_in(old, self.index, self.unchanged))
+                .transpose()?;
             let made = pipeline::make_stages(
                 self.config,
                 self.index,

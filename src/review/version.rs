@@ -90,6 +90,10 @@ pub(crate) fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &
     let kept = version_dir(Path::new(""), current);
     for name in names.iter().filter(|name| dir.join(name).is_file()) {
         let target = staging.path(&kept.join(name).to_string_lossy());
+        // Staged already (a refresh stages them before its write stage ends).
+        if target.is_file() {
+            continue;
+        }
         output::write_atomic(&target, |w| {
             std::io::copy(&mut fs_err::File::open(dir.join(name))?, w).map(|_| ())
         })?;

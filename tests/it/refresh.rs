@@ -908,3 +908,106 @@ async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
     assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 2, "{}", with_new.stdout);
     assert_eq!(counters.requests(), requests, "a dry run asks nothing");
 }
+
+/// The set's files that the chunking decides: the chunks and the near-duplicate groups.
+fn chunking_files(set: &Path) -> (String, String) {
+    let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    (read("corpus.jsonl"), read("chunk_groups.jsonl"))
+}
+
+/// The number of documents a refresh's `chunk` line says kept their chunks (0 when it says none).
+fn kept_documents(run: &Run) -> usize {
+    let line = run.stderr.lines().find(|l| l.trim_start().starts_with("chunk:")).unwrap_or_default();
+    // `chunk: 40 documents → 120 chunks (37 unchanged, their chunks kept) (0.05s)`
+    let count = line.split(" (").nth(1).filter(|rest| rest.contains(" unchanged, their chunks kept"));
+    count
+        .and_then(|rest| rest.split(' ').next())
+        .map_or(0, |n| n.parse().unwrap_or_else(|e| panic!("{line}: {e}")))
+}
+
+#[test]
+fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() {
+    for corpus in [sample_corpus(), sample_corpus().with_file_name("haigang-zh")] {
+        let f = fixture(&corpus, &[]);
+        let documents = walkdir::WalkDir::new(&f.corpus)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .count();
+        // One of each change: an edit, a deletion, a rename, a new document, a near-copy (so
+        // that a new chunk joins a near-duplicate group of kept ones).
+        let mut names: Vec<PathBuf> = walkdir::WalkDir::new(&f.corpus)
+            .sort_by_file_name()
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .map(|e| e.path().to_owned())
+            .collect();
+        let (edited, deleted, renamed, copied) =
+            (names.remove(0), names.remove(0), names.remove(0), names.remove(0));
+        let text = fs_err::read_to_string(&edited).unwrap_or_else(|e| panic!("{e}"));
+        write(&edited, format!("{text}\n\nOne more paragraph, added for the refresh.\n"));
+        fs_err::remove_file(&deleted).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::rename(&renamed, renamed.with_file_name("renamed.md")).unwrap_or_else(|e| panic!("{e}"));
+        let copy = fs_err::read_to_string(&copied).unwrap_or_else(|e| panic!("{e}"));
+        write(&f.doc("copy-of-a-page.md"), format!("{copy}\n"));
+        let run = finished(
+            &f.set.out,
+            &qrelgen(&["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)]),
+        );
+        run.assert_code(0);
+        // Kept: every document but the edited, deleted and renamed ones (the copy is new).
+        assert_eq!(kept_documents(&run), documents - 3, "{}", run.stderr);
+        let fresh_dir = tempdir();
+        let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet"]);
+        fresh.assert_code(0);
+        let (chunks, groups) = chunking_files(&f.set.out);
+        assert_eq!(
+            (&chunks, &groups),
+            (&chunking_files(&fresh.out).0, &chunking_files(&fresh.out).1),
+            "{}",
+            corpus.display()
+        );
+        assert!(groups.lines().count() > 0, "the copy makes a group");
+        let summary = |run: &Run| parse(&run.file("manifest.json"))["corpus"].clone();
+        assert_eq!(summary(&run), summary(&fresh));
+
+        // The next refresh reads what this one kept: a damaged record, a missing one and other
+        // chunking settings each chunk every document, with the same result as a build.
+        let record = f.set.out.join("index/qrelgen-chunking");
+        assert!(record.is_file());
+        let mut bytes = fs_err::read(&record).unwrap_or_else(|e| panic!("{e}"));
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        fs_err::write(&record, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        for (round, settings) in [(1, &[][..]), (2, &[][..]), (3, &["--chunk-size", "300"][..])] {
+            if round == 2 {
+                fs_err::remove_file(&record).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let text = fs_err::read_to_string(f.doc("copy-of-a-page.md")).unwrap_or_else(|e| panic!("{e}"));
+            write(&f.doc("copy-of-a-page.md"), format!("{text}\nRound {round}.\n"));
+            let mut args = vec!["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)];
+            args.extend_from_slice(settings);
+            let run = finished(&f.set.out, &qrelgen(&args));
+            run.assert_code(0);
+            assert_eq!(kept_documents(&run), 0, "round {round}: {}", run.stderr);
+            let fresh_dir = tempdir();
+            let mut build_args = vec!["--quiet"];
+            build_args.extend_from_slice(settings);
+            let fresh = build(fresh_dir.path(), &f.corpus, &build_args);
+            assert_eq!(chunking_files(&f.set.out), chunking_files(&fresh.out), "round {round}");
+        }
+        // And the record of a refresh is used by the next one (after one more refresh: the settings
+        // a refresh records are those the next one runs with).
+        for text in ["A new text for the copy, short and plain.\n", "Another text for the copy.\n"] {
+            write(&f.doc("copy-of-a-page.md"), text);
+            let args = ["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)];
+            finished(&f.set.out, &qrelgen(&args)).assert_code(0);
+        }
+        write(&f.doc("copy-of-a-page.md"), "And a last one.\n");
+        let args = ["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)];
+        let run = finished(&f.set.out, &qrelgen(&args));
+        run.assert_code(0);
+        assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
+    }
+}

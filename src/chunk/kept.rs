@@ -1,0 +1,368 @@
+//! The chunking of a corpus, kept for the next refresh: per corpus item (a document, or a
+//! pre-chunked unit) a digest of everything its chunks derive from, where its chunks' texts lie
+//! in it, and each chunk's near-duplicate signature. A refresh chunks again only the items
+//! whose digest changed; the others get their chunks back from the spans (ids, ordinals,
+//! titles derived as the chunker derives them) and their signatures replayed into the
+//! near-duplicate groups, so the chunk list, `corpus.jsonl` and the groups are exactly what
+//! chunking the whole corpus gives.
+//!
+//! The file (`index/qrelgen-chunking`) names the chunking settings and qrelgen version it was
+//! made with and the chunk list it describes (the manifest's `corpus.chunks_hash`), and ends
+//! with a checksum of its bytes: one for other settings, another chunk list, cut short or
+//! damaged is not used, and the refresh chunks the whole corpus.
+
+use crate::chunk::ChunkConfig;
+use crate::dedup::Signature;
+use crate::record::Document;
+use crate::text::Language;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::ops::Range;
+use std::path::Path;
+
+/// The file in the index folder.
+pub const KEPT_FILE: &str = "qrelgen-chunking";
+/// The first bytes of that file (the format's version).
+const MAGIC: &[u8] = b"qrelgen-chunking v1\n";
+/// Before each item's entry, and after the last one.
+const ENTRY: u8 = 1;
+const END: u8 = 0;
+/// Bytes of a digest and of the checksum.
+const DIGEST: usize = 32;
+
+/// A digest of everything an item's chunks derive from.
+pub type Digest = [u8; DIGEST];
+
+/// What names the chunking an item's spans come from: the settings, whether the corpus is
+/// pre-chunked, and the qrelgen version (whose splitter made them).
+#[must_use]
+pub fn settings_stamp(config: ChunkConfig, prechunked: bool) -> String {
+    let settings = serde_json::to_string(&config).unwrap_or_default();
+    format!("{} {}\n{settings}\n{prechunked}\n", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+}
+
+/// The digest of a document: its id, source id, title, text and format.
+#[must_use]
+pub fn document_digest(doc: &Document) -> Digest {
+    let mut hasher = blake3::Hasher::new();
+    for part in [doc.id.as_str(), doc.source_id.as_deref().unwrap_or_default(), &doc.title, &doc.text] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher.update(&[u8::from(doc.source_id.is_some()), u8::from(doc.markdown)]);
+    *hasher.finalize().as_bytes()
+}
+
+/// The digest of a pre-chunked unit: its text (all its signature derives from).
+#[must_use]
+pub fn text_digest(text: &str) -> Digest {
+    *blake3::hash(text.as_bytes()).as_bytes()
+}
+
+/// One item's chunks, as an earlier run made them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptItem {
+    /// The item's language ([`Language::detect`] of its text).
+    pub language: Language,
+    /// The byte range of each chunk's text in the item's text.
+    pub spans: Vec<Range<usize>>,
+    /// Each chunk's near-duplicate signature.
+    pub signatures: Vec<Option<Signature>>,
+}
+
+/// The kept chunking of an earlier run, by item id.
+#[derive(Debug, Default)]
+pub struct KeptChunking {
+    items: HashMap<String, (Digest, KeptItem)>,
+}
+
+impl KeptChunking {
+    /// The chunking kept in the index folder `dir` by the run that made the chunk list
+    /// `fingerprint` with the settings `stamp` ([`settings_stamp`]); `None` when there is none,
+    /// it is for other settings or another chunk list, or it is damaged.
+    #[must_use]
+    pub fn load(dir: &Path, stamp: &str, fingerprint: &str) -> Option<Self> {
+        let bytes = fs_err::read(dir.join(KEPT_FILE)).ok()?;
+        decode(&bytes, stamp, fingerprint)
+    }
+
+    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`: taken
+    /// out (each item is read once).
+    pub fn take(&mut self, id: &str, digest: &Digest, text: &str) -> Option<KeptItem> {
+        let (kept, item) = self.items.get(id)?;
+        let fits = |s: &Range<usize>| s.start < s.end && text.get(s.clone()).is_some();
+        if kept != digest || !item.spans.iter().all(fits) {
+            return None;
+        }
+        self.items.remove(id).map(|(_, item)| item)
+    }
+
+    /// Items kept.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no item is kept.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// Writes the chunking of a run as its items are chunked, into a temporary file (in the
+/// staging folder: gone with it when the run fails), put in the index folder once the index is
+/// there ([`Written::place`]).
+pub struct KeptWriter {
+    out: std::io::BufWriter<tempfile::NamedTempFile>,
+    hasher: blake3::Hasher,
+}
+
+impl KeptWriter {
+    /// Starts the file in `folder` for chunking with the settings `stamp`.
+    ///
+    /// # Errors
+    /// When the file cannot be made or written.
+    pub fn create(folder: &Path, stamp: &str) -> std::io::Result<Self> {
+        let file = tempfile::Builder::new().prefix(".qrelgen-chunking").tempfile_in(folder)?;
+        let mut writer = Self { out: std::io::BufWriter::new(file), hasher: blake3::Hasher::new() };
+        writer.bytes(MAGIC)?;
+        writer.text(stamp)?;
+        Ok(writer)
+    }
+
+    /// Records the chunks of item `id` (its digest `digest`).
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn item(&mut self, id: &str, digest: &Digest, item: &KeptItem) -> std::io::Result<()> {
+        self.bytes(&[ENTRY])?;
+        self.text(id)?;
+        self.bytes(digest)?;
+        self.bytes(&[u8::from(item.language == Language::Zh)])?;
+        self.number(item.spans.len() as u64)?;
+        for (span, signature) in item.spans.iter().zip(&item.signatures) {
+            self.number(span.start as u64)?;
+            self.number(span.end as u64)?;
+            match signature {
+                None => self.bytes(&[0])?,
+                Some(signature) => {
+                    self.bytes(&[1])?;
+                    let mut slots = [0u8; 4 * crate::dedup::HASHES];
+                    for (slot, value) in slots.chunks_exact_mut(4).zip(signature) {
+                        slot.copy_from_slice(&value.to_le_bytes());
+                    }
+                    self.bytes(&slots)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the file with the fingerprint of the chunk list it describes and its checksum.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn finish(mut self, fingerprint: &str) -> std::io::Result<Written> {
+        self.bytes(&[END])?;
+        self.text(fingerprint)?;
+        let checksum = *self.hasher.finalize().as_bytes();
+        self.out.write_all(&checksum)?;
+        let file = self.out.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        Ok(Written(file))
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.hasher.update(bytes);
+        self.out.write_all(bytes)
+    }
+
+    fn number(&mut self, n: u64) -> std::io::Result<()> {
+        self.bytes(&n.to_le_bytes())
+    }
+
+    fn text(&mut self, text: &str) -> std::io::Result<()> {
+        self.number(text.len() as u64)?;
+        self.bytes(text.as_bytes())
+    }
+}
+
+/// A finished chunking file, not yet in the index folder.
+pub struct Written(tempfile::NamedTempFile);
+
+impl Written {
+    /// Moves the file into the index folder `dir`, as [`KEPT_FILE`].
+    ///
+    /// # Errors
+    /// When it cannot be moved there.
+    pub fn place(self, dir: &Path) -> std::io::Result<()> {
+        self.0.persist(dir.join(KEPT_FILE)).map(drop).map_err(|e| e.error)
+    }
+}
+
+/// Reads what [`KeptWriter`] wrote; `None` past the end, for bad UTF-8 or a bad checksum.
+struct Decoder<'a>(&'a [u8]);
+
+impl<'a> Decoder<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn size(&mut self) -> Option<usize> {
+        usize::try_from(u64::from_le_bytes(self.take(8)?.try_into().ok()?)).ok()
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        let n = self.size()?;
+        std::str::from_utf8(self.take(n)?).ok()
+    }
+
+    #[expect(clippy::option_option, reason = "outer: readable; inner: a chunk without shingles has none")]
+    fn signature(&mut self) -> Option<Option<Signature>> {
+        match self.byte()? {
+            0 => Some(None),
+            1 => {
+                let mut signature = [0u32; crate::dedup::HASHES];
+                for (slot, bytes) in
+                    signature.iter_mut().zip(self.take(4 * crate::dedup::HASHES)?.chunks_exact(4))
+                {
+                    *slot = u32::from_le_bytes(bytes.try_into().ok()?);
+                }
+                Some(Some(signature))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> {
+    let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(DIGEST)?)?;
+    if blake3::hash(body).as_bytes() != checksum {
+        return None;
+    }
+    let mut input = Decoder(body);
+    if input.take(MAGIC.len())? != MAGIC || input.text()? != stamp {
+        return None;
+    }
+    let mut items = HashMap::new();
+    while input.byte()? == ENTRY {
+        let id = input.text()?.to_owned();
+        let digest: Digest = input.take(DIGEST)?.try_into().ok()?;
+        let language = match input.byte()? {
+            0 => Language::En,
+            1 => Language::Zh,
+            _ => return None,
+        };
+        let chunks = input.size()?;
+        // A span takes at least 17 bytes: a bad count reserves no more than the file holds.
+        let mut item = KeptItem {
+            language,
+            spans: Vec::with_capacity(chunks.min(input.0.len() / 17)),
+            signatures: Vec::with_capacity(chunks.min(input.0.len() / 17)),
+        };
+        for _ in 0..chunks {
+            item.spans.push(input.size()?..input.size()?);
+            item.signatures.push(input.signature()?);
+        }
+        items.insert(id, (digest, item));
+    }
+    (input.text()? == fingerprint && input.0.is_empty()).then_some(KeptChunking { items })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::SizeUnit;
+    use crate::dedup::chunk_signature;
+
+    const CONFIG: ChunkConfig =
+        ChunkConfig { size: 40, overlap: 0, size_zh: 40, overlap_zh: 0, unit: SizeUnit::Chars };
+
+    fn item(text: &str, spans: &[Range<usize>]) -> KeptItem {
+        let signatures = spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect();
+        KeptItem { language: Language::detect(text), spans: spans.to_vec(), signatures }
+    }
+
+    /// A file of two items in `dir`, for the chunk list "print".
+    fn written(dir: &Path, stamp: &str) -> (Digest, KeptItem, KeptItem) {
+        let (a, b) = ("Alpha beta gamma delta. Epsilon zeta eta theta.", "-- --");
+        let (one, two) = (item(a, &[0..23, 24..a.len()]), item(b, std::slice::from_ref(&(0..b.len()))));
+        let digest = text_digest(a);
+        let mut writer = KeptWriter::create(dir, stamp).unwrap();
+        writer.item("a.md", &digest, &one).unwrap();
+        writer.item("b.md", &text_digest(b), &two).unwrap();
+        writer.finish("print").unwrap().place(dir).unwrap();
+        (digest, one, two)
+    }
+
+    #[test]
+    fn items_come_back_as_written_for_their_own_settings_and_chunk_list_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let stamp = settings_stamp(CONFIG, false);
+        let (digest, one, two) = written(dir.path(), &stamp);
+        let text = "Alpha beta gamma delta. Epsilon zeta eta theta.";
+        let mut kept = KeptChunking::load(dir.path(), &stamp, "print").unwrap();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(one.signatures.iter().filter(|s| s.is_some()).count(), 2, "the test needs signatures");
+        assert_eq!(two.signatures, [None], "and a text without shingles");
+        assert_eq!(kept.take("a.md", &text_digest("changed"), text), None, "another digest");
+        assert_eq!(kept.take("a.md", &digest, "Alpha"), None, "spans past the text");
+        assert_eq!(kept.take("a.md", &digest, text), Some(one));
+        assert_eq!(kept.take("a.md", &digest, text), None, "taken once");
+        assert_eq!(kept.take("b.md", &text_digest("-- --"), "-- --"), Some(two));
+        let other = settings_stamp(ChunkConfig { size: 41, ..CONFIG }, false);
+        assert!(KeptChunking::load(dir.path(), &other, "print").is_none(), "other settings");
+        assert!(KeptChunking::load(dir.path(), &settings_stamp(CONFIG, true), "print").is_none());
+        assert!(KeptChunking::load(dir.path(), &stamp, "another list").is_none());
+    }
+
+    #[test]
+    fn a_damaged_or_cut_file_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let stamp = settings_stamp(CONFIG, false);
+        written(dir.path(), &stamp);
+        let path = dir.path().join(KEPT_FILE);
+        let bytes = fs_err::read(&path).unwrap();
+        for at in [0, MAGIC.len() + 9, bytes.len() / 2, bytes.len() - 1] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x20;
+            fs_err::write(&path, &damaged).unwrap();
+            assert!(KeptChunking::load(dir.path(), &stamp, "print").is_none(), "byte {at} changed");
+        }
+        for len in [0, 10, bytes.len() - 1] {
+            fs_err::write(&path, &bytes[..len]).unwrap();
+            assert!(KeptChunking::load(dir.path(), &stamp, "print").is_none(), "cut at {len}");
+        }
+        fs_err::write(&path, &bytes).unwrap();
+        assert!(KeptChunking::load(dir.path(), &stamp, "print").is_some());
+    }
+
+    #[test]
+    fn the_digest_covers_everything_chunks_derive_from() {
+        let doc = Document {
+            id: crate::id::DocId::sanitized("a.md"),
+            source_id: None,
+            title: "T".into(),
+            text: "Text.".into(),
+            markdown: true,
+        };
+        let digest = document_digest(&doc);
+        let variants = [
+            Document { id: crate::id::DocId::sanitized("b.md"), ..doc.clone() },
+            Document { source_id: Some("a.md".into()), ..doc.clone() },
+            Document { title: "U".into(), ..doc.clone() },
+            Document { text: "Text!".into(), ..doc.clone() },
+            Document { markdown: false, ..doc.clone() },
+        ];
+        for variant in variants {
+            assert_ne!(document_digest(&variant), digest, "{variant:?}");
+        }
+        assert_eq!(document_digest(&doc.clone()), digest);
+    }
+}
