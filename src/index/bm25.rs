@@ -484,9 +484,12 @@ mod tests {
         assert!(order(0).is_empty());
     }
 
+    /// A segment for the scorer: per query term, its scored postings; each document's chunk.
+    type TestSegment = (Vec<Vec<(u32, f32)>>, Vec<u32>);
+
     /// What the pruned search must give: every document of every list scored (term at a time,
     /// the sum in term order) and offered.
-    fn exhaustive(segments: &[(Vec<Vec<(u32, f32)>>, Vec<u32>)], limit: usize) -> Vec<Hit> {
+    fn exhaustive(segments: &[TestSegment], limit: usize) -> Vec<Hit> {
         let mut top = Top::new(limit);
         for (lists, positions) in segments {
             let mut scores = vec![0.0f32; positions.len()];
@@ -502,7 +505,7 @@ mod tests {
         top.into_sorted()
     }
 
-    fn pruned(segments: &[(Vec<Vec<(u32, f32)>>, Vec<u32>)], limit: usize) -> Vec<Hit> {
+    fn pruned(segments: &[TestSegment], limit: usize) -> Vec<Hit> {
         let terms = segments.first().map_or(0, |(lists, _)| lists.len());
         let postings: Vec<Postings> = (0..terms)
             .map(|t| Postings::new(segments.iter().map(|(lists, _)| Scored::new(lists[t].clone())).collect()))
@@ -541,7 +544,7 @@ mod tests {
             let mut order: Vec<u32> = (0..total as u32).collect();
             order.sort_by_key(|&g| (u64::from(g) ^ shuffle).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let mut next = order.into_iter();
-            let segments: Vec<(Vec<Vec<(u32, f32)>>, Vec<u32>)> = postings
+            let segments: Vec<TestSegment> = postings
                 .iter()
                 .map(|terms| {
                     let lists = terms
