@@ -98,7 +98,7 @@ impl Chunker {
 
     /// Like [`Chunker::chunk`], calling `done(bytes)` as parts of the text are split. A document
     /// larger than 1 MiB is first cut into sections of at most 64 KiB at its top-level structure
-    /// ([`sections`]), so that splitting stays linear in its size; smaller ones are split whole.
+    /// (`sections`), so that splitting stays linear in its size; smaller ones are split whole.
     pub fn chunk_reporting(&self, doc: &Document, done: &mut dyn FnMut(usize)) -> Vec<Chunk> {
         chunks_at(doc, &self.spans(doc, done))
     }

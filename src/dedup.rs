@@ -136,7 +136,7 @@ const CHUNK_SHINGLE: usize = 3;
 /// while the corpus is read. A query written from one member has every member as relevant.
 ///
 /// Chunks are long, so their signatures use one-permutation hashing (one hash per shingle,
-/// split into [`HASHES`] bins, empty bins filled from their neighbour) rather than a hash per
+/// split into `HASHES` bins, empty bins filled from their neighbour) rather than a hash per
 /// shingle and slot; LSH keeps, per band, the first chunk seen with each band value. Only
 /// those band entries keep their signatures: a later chunk is compared with them alone, so a
 /// grouped chunk's signature (or one whose band values were all taken) is dropped at once.
@@ -229,7 +229,7 @@ impl ChunkGroups {
     }
 }
 
-/// A chunk's signature: [`HASHES`] one-permutation `MinHash` slots of its 3-unit shingles.
+/// A chunk's signature: `HASHES` one-permutation `MinHash` slots of its 3-unit shingles.
 pub type Signature = [u32; HASHES];
 
 /// The signature [`ChunkGroups`] compares a chunk text by; `None` for a text without shingles

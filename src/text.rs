@@ -35,7 +35,7 @@ impl Language {
     }
 
     /// The language of `text`: Chinese when CJK characters make up at least 30 % of its
-    /// units (see [`units`]).
+    /// units (see `units`).
     #[must_use]
     pub fn detect(text: &str) -> Self {
         let u = units(text);

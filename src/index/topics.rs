@@ -103,11 +103,11 @@ const SPILL_BLOCKS: usize = 64;
 /// The chunks in a latent topic space: one unit vector per chunk (all zeros for a chunk with
 /// no term shared with another chunk).
 ///
-/// The vectors are stored in blocks of [`LANES`] chunks, dimension by dimension, so that a scan
+/// The vectors are stored in blocks of `LANES` chunks, dimension by dimension, so that a scan
 /// computes sixteen cosines at once; each is summed dimension by dimension from -0.0, as
 /// `Iterator::sum` does, so it has the same bits as the plain dot product.
 ///
-/// A space made [`TopicSpace::in_folder`] that outgrows [`IN_MEMORY_BYTES`] keeps its blocks in
+/// A space made `TopicSpace::in_folder` that outgrows `IN_MEMORY_BYTES` keeps its blocks in
 /// a scratch file there (unnamed, gone when the space is dropped) and only the last few in
 /// memory: a scan reads the file a few blocks at a time, so the vectors sit in the kernel's page
 /// cache, not in the process's memory (88 MB for 441,000 chunks).
@@ -210,7 +210,7 @@ impl TopicSpace {
         self.chunks
     }
 
-    /// Number of dimensions (fewer than [`DIMENSIONS`] for a tiny corpus).
+    /// Number of dimensions (fewer than `DIMENSIONS` for a tiny corpus).
     #[must_use]
     pub fn dim(&self) -> usize {
         self.dim

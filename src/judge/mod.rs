@@ -12,7 +12,7 @@
 //! reason or type changed where the judge says so. Invariants: a dropped candidate is never
 //! graded; the same (query, chunk) pair is asked once per round (and, through the LLM cache,
 //! once ever); a missing grade never drops a query: it flags it for review (`judge_failed`).
-//! What is asked of each candidate is decided in one place, [`asked`], which both plans the
+//! What is asked of each candidate is decided in one place, `asked`, which both plans the
 //! asks and estimates their cost.
 
 mod llm;

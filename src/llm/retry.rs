@@ -91,7 +91,7 @@ impl RetryPolicy {
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// Parses a `Retry-After` value: seconds, or an HTTP date (a date in the past means now); capped
-/// at [`MAX_RETRY_AFTER`].
+/// at `MAX_RETRY_AFTER`.
 #[must_use]
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();

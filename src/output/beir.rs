@@ -158,7 +158,7 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Checked>) -> Vec<Qrel> {
 /// for those names.
 ///
 /// # Errors
-/// [`Error::Output`] naming the file.
+/// [`Error::Output`](crate::error::Error::Output) naming the file.
 pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()> {
     let relevant: Vec<&Qrel> = qrels.iter().filter(|q| q.grade >= 1).collect();
     super::write_atomic(&path(QRELS_TSV), |w| {
@@ -181,7 +181,7 @@ pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()>
 /// chunk's rank there, and its grade once judged (empty until then).
 ///
 /// # Errors
-/// [`Error::Output`] naming the file.
+/// [`Error::Output`](crate::error::Error::Output) naming the file.
 pub fn write_pool(path: &std::path::Path, set: &[&Checked]) -> Result<()> {
     super::write_atomic(path, |w| {
         writeln!(w, "query-id\tcorpus-id\tpooled-by\trank\tgrade")?;
