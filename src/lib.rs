@@ -8,6 +8,7 @@
 //! files; [`eval`] scores retrieval runs against a set. See `docs/ARCHITECTURE.md`.
 
 pub mod chunk;
+mod codec;
 pub mod config;
 pub mod corpus;
 pub mod dedup;

@@ -12,6 +12,7 @@
 //! damaged is not used, and the refresh chunks the whole corpus.
 
 use crate::chunk::ChunkConfig;
+use crate::codec::Decoder;
 use crate::dedup::Signature;
 use crate::record::Document;
 use crate::text::Language;
@@ -200,44 +201,21 @@ impl Written {
     }
 }
 
-/// Reads what [`KeptWriter`] wrote; `None` past the end, for bad UTF-8 or a bad checksum.
-struct Decoder<'a>(&'a [u8]);
-
-impl<'a> Decoder<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-
-    fn size(&mut self) -> Option<usize> {
-        usize::try_from(u64::from_le_bytes(self.take(8)?.try_into().ok()?)).ok()
-    }
-
-    fn text(&mut self) -> Option<&'a str> {
-        let n = self.size()?;
-        std::str::from_utf8(self.take(n)?).ok()
-    }
-
-    #[expect(clippy::option_option, reason = "outer: readable; inner: a chunk without shingles has none")]
-    fn signature(&mut self) -> Option<Option<Signature>> {
-        match self.byte()? {
-            0 => Some(None),
-            1 => {
-                let mut signature = [0u32; crate::dedup::HASHES];
-                for (slot, bytes) in
-                    signature.iter_mut().zip(self.take(4 * crate::dedup::HASHES)?.chunks_exact(4))
-                {
-                    *slot = u32::from_le_bytes(bytes.try_into().ok()?);
-                }
-                Some(Some(signature))
+/// A chunk's near-duplicate signature as [`KeptWriter`] wrote it: a flag, then the slots.
+#[expect(clippy::option_option, reason = "outer: readable; inner: a chunk without shingles has none")]
+fn signature(input: &mut Decoder<'_>) -> Option<Option<Signature>> {
+    match input.byte()? {
+        0 => Some(None),
+        1 => {
+            let mut signature = [0u32; crate::dedup::HASHES];
+            for (slot, bytes) in
+                signature.iter_mut().zip(input.take(4 * crate::dedup::HASHES)?.chunks_exact(4))
+            {
+                *slot = u32::from_le_bytes(bytes.try_into().ok()?);
             }
-            _ => None,
+            Some(Some(signature))
         }
+        _ => None,
     }
 }
 
@@ -246,7 +224,7 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
     if blake3::hash(body).as_bytes() != checksum {
         return None;
     }
-    let mut input = Decoder(body);
+    let mut input = Decoder::new(body);
     if input.take(MAGIC.len())? != MAGIC || input.text()? != stamp {
         return None;
     }
@@ -263,16 +241,16 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
         // A span takes at least 17 bytes: a bad count reserves no more than the file holds.
         let mut item = KeptItem {
             language,
-            spans: Vec::with_capacity(chunks.min(input.0.len() / 17)),
-            signatures: Vec::with_capacity(chunks.min(input.0.len() / 17)),
+            spans: Vec::with_capacity(chunks.min(input.rest().len() / 17)),
+            signatures: Vec::with_capacity(chunks.min(input.rest().len() / 17)),
         };
         for _ in 0..chunks {
             item.spans.push(input.size()?..input.size()?);
-            item.signatures.push(input.signature()?);
+            item.signatures.push(signature(&mut input)?);
         }
         items.insert(id, (digest, item));
     }
-    (input.text()? == fingerprint && input.0.is_empty()).then_some(KeptChunking { items })
+    (input.text()? == fingerprint && input.rest().is_empty()).then_some(KeptChunking { items })
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use super::error::{IndexError, Result};
 use super::topics::{Projection, TopicSpace, most_common, sorted};
 use super::update::Unchanged;
 use super::{ChunkIndex, CorpusModel, CorpusTerms, TermUsage};
+use crate::codec::Decoder;
 use crate::id::ChunkId;
 use crate::record::Chunk;
 use foldhash::{HashMap, HashMapExt as _};
@@ -248,67 +249,29 @@ impl<W: std::io::Write> Encoder<W> {
     }
 }
 
-/// Reads what [`Encoder`] wrote; `None` past the end or for bad UTF-8.
-struct Decoder<'a>(&'a [u8]);
-
-impl<'a> Decoder<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn number(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn size(&mut self) -> Option<usize> {
-        usize::try_from(self.number()?).ok()
-    }
-
-    fn small(&mut self) -> Option<u32> {
-        u32::try_from(self.number()?).ok()
-    }
-
-    fn text(&mut self) -> Option<String> {
-        let n = self.size()?;
-        String::from_utf8(self.take(n)?.to_vec()).ok()
-    }
-
-    /// `n` values of `width` bytes, checked against what is left before anything is allocated.
-    fn values<T>(&mut self, n: usize, width: usize, read: impl Fn(&[u8]) -> Option<T>) -> Option<Vec<T>> {
-        let bytes = self.take(n.checked_mul(width)?)?;
-        let mut values = Vec::with_capacity(n);
-        for value in bytes.chunks_exact(width) {
-            values.push(read(value)?);
-        }
-        Some(values)
-    }
-}
-
 fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
-    let mut input = Decoder(bytes);
+    let mut input = Decoder::new(bytes);
     if input.take(MAGIC.len())? != MAGIC || input.text()? != stamp {
         return None;
     }
     let chunks = input.size()?;
     let terms = input.size()?;
     // An entry takes at least four numbers (32 bytes): a corrupt count reserves no more.
-    let mut usage = HashMap::with_capacity(terms.min(input.0.len() / 32));
+    let mut usage = HashMap::with_capacity(terms.min(input.rest().len() / 32));
     for _ in 0..terms {
-        let term = input.text()?;
-        let (df, cf, surface) = (input.small()?, input.number()?, input.text()?);
+        let term = input.text()?.to_owned();
+        let (df, cf, surface) = (input.small()?, input.number()?, input.text()?.to_owned());
         usage.insert(term, TermUsage { df, cf, surface });
     }
     let terms = CorpusTerms { chunks, usage };
-    if input.0.is_empty() {
+    if input.rest().is_empty() {
         return Some(CorpusModel { terms, space: TopicSpace::default(), basis: None });
     }
     let (n, dim, vocabulary) = (input.size()?, input.size()?, input.size()?);
-    let mut ids = HashMap::with_capacity(vocabulary.min(input.0.len() / 16));
+    let mut ids = HashMap::with_capacity(vocabulary.min(input.rest().len() / 16));
     let (mut names, mut df) = (Vec::new(), Vec::new());
     for id in 0..u32::try_from(vocabulary).ok()? {
-        let name = input.text()?;
+        let name = input.text()?.to_owned();
         ids.insert(name.clone(), id);
         names.push(name);
         df.push(input.small()?);
@@ -317,7 +280,7 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
         input.values(vocabulary.checked_mul(dim)?, 8, |b| Some(f64::from_le_bytes(b.try_into().ok()?)))?;
     let vectors = input.size()?;
     let values = input.take(vectors.checked_mul(dim)?.checked_mul(4)?)?;
-    if !input.0.is_empty() || dim == 0 {
+    if !input.rest().is_empty() || dim == 0 {
         return None;
     }
     // Straight into the space, a vector at a time: the file's bytes are the only other copy.
