@@ -52,7 +52,7 @@ report_stages() {
   ended=${#done[@]}
   stage_rss=$now_rss stage_anon=$now_anon stage_file=$now_file
   # The next stage's VmHWM starts from the current VmRSS.
-  echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true
+  { echo 5 >"/proc/$pid/clear_refs"; } 2>/dev/null || true
 }
 # Polls the process's memory into the run's and the current stage's peaks.
 poll() {
