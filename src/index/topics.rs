@@ -154,6 +154,10 @@ impl TopicSpace {
     /// # Errors
     /// [`IndexError::Scratch`] when the file cannot be made.
     pub(super) fn in_folder(dim: usize, capacity: usize, threads: usize, dir: &Path) -> Result<Self> {
+        if dim == 0 {
+            // A corpus without a shared term has no topics: nothing to keep, nothing to spill.
+            return Ok(Self::empty(dim, capacity, threads));
+        }
         Self::spilling_past(IN_MEMORY_BYTES, dim, capacity, threads, dir)
     }
 
@@ -882,6 +886,15 @@ mod tests {
         near.sort_by(closer);
         near.truncate(cap);
         near
+    }
+
+    #[test]
+    fn a_space_without_dimensions_in_a_folder_is_an_empty_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut space = TopicSpace::in_folder(0, 3, 2, dir.path()).unwrap();
+        space.push(&[]).unwrap();
+        assert_eq!((space.dim(), space.chunks()), (0, 1));
+        assert!(space.neighbours(0, 0.5, 3).unwrap().is_empty());
     }
 
     #[test]
