@@ -496,22 +496,25 @@ fn read_and_chunk(
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        match item {
+        let language = match &item {
             Item::Document(doc) => {
-                let (chunks, signatures, language) = chunking.document(&doc, stage)?;
-                tally.add([doc.id.as_str(), &doc.title, &doc.text], language);
+                let (chunks, signatures, language) = chunking.document(doc, stage)?;
                 for (chunk, signature) in chunks.into_iter().zip(&signatures) {
                     sink.keep(&chunk, signature.as_ref())?;
                     chunking.collect(chunk);
                 }
+                language
             }
             Item::Chunk(chunk) => {
-                let (signature, language) = chunking.unit(&chunk)?;
-                tally.add([chunk.id.as_str(), &chunk.title, &chunk.text], language);
-                sink.keep(&chunk, signature.as_ref())?;
+                let (signature, language) = chunking.unit(chunk)?;
+                sink.keep(chunk, signature.as_ref())?;
                 stage.inc(chunk.text.len() as u64);
-                chunking.collect(chunk);
+                language
             }
+        };
+        tally.add(&item, language);
+        if let Item::Chunk(chunk) = item {
+            chunking.collect(chunk);
         }
         Ok(())
     })?;
@@ -675,10 +678,14 @@ struct CorpusTally {
 }
 
 impl CorpusTally {
-    /// Adds a document (or, prechunked, a chunk) by its id, title and text, in `language`
-    /// (its text's [`Language::detect`]).
-    fn add(&mut self, [id, title, text]: [&str; 3], language: Language) {
-        self.hash.update(&[id, title, text]);
+    /// Adds a document (or, prechunked, a chunk) to the corpus hash as [`corpus_hash`] does, and
+    /// its text in `language` (its text's [`Language::detect`]).
+    fn add(&mut self, item: &Item, language: Language) {
+        hash_item(&mut self.hash, item);
+        let text = match item {
+            Item::Document(doc) => &doc.text,
+            Item::Chunk(chunk) => &chunk.text,
+        };
         self.languages.add(text, language);
     }
 

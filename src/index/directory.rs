@@ -88,10 +88,14 @@ impl TerminatingWrite for Unsynced {
     fn terminate_ref(&mut self, _: AntiCallToken) -> io::Result<()> {
         if let Some(mut file) = self.file.take() {
             io::Write::flush(&mut file)?;
-            let mut unsynced = self.unsynced.lock().unwrap_or_else(PoisonError::into_inner);
-            unsynced.push(file);
-            if unsynced.len() >= UNSYNCED_MAX {
-                sync_together(&std::mem::take(&mut *unsynced))?;
+            let full = {
+                let mut unsynced = self.unsynced.lock().unwrap_or_else(PoisonError::into_inner);
+                unsynced.push(file);
+                (unsynced.len() >= UNSYNCED_MAX).then(|| std::mem::take(&mut *unsynced))
+            };
+            // Synced outside the lock, so other writer threads finishing a file do not wait.
+            if let Some(files) = full {
+                sync_together(&files)?;
             }
         }
         Ok(())
