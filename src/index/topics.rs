@@ -266,6 +266,9 @@ impl TopicSpace {
     /// Writes every chunk's vector, chunk after chunk, each value little-endian (the corpus
     /// model file's layout).
     pub(super) fn write_vectors(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        if self.dim == 0 {
+            return Ok(());
+        }
         let blocks = self.chunks.div_ceil(LANES);
         let mut buffer = ReadBuffer::default();
         for from in (0..blocks).step_by(SPILL_BLOCKS) {
@@ -895,6 +898,9 @@ mod tests {
         space.push(&[]).unwrap();
         assert_eq!((space.dim(), space.chunks()), (0, 1));
         assert!(space.neighbours(0, 0.5, 3).unwrap().is_empty());
+        let mut written = Vec::new();
+        space.write_vectors(&mut written).unwrap();
+        assert!(written.is_empty(), "no values to write");
     }
 
     #[test]
