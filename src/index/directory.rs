@@ -51,18 +51,32 @@ const SYNCS_AT_ONCE: usize = 16;
 /// more open files than this.
 const UNSYNCED_MAX: usize = 64;
 
-/// Syncs the data of `files`, many at once.
-fn sync_together(files: &[File]) -> io::Result<()> {
-    let per_thread = files.len().div_ceil(SYNCS_AT_ONCE).max(1);
+/// Runs `sync` on each of `items`, [`SYNCS_AT_ONCE`] threads at once: a file system commits
+/// syncs that wait together in one go, where one after the other each waits for its own.
+/// `lost` is the error of a sync thread that panicked. (The index's files here, the output
+/// files in `output`.)
+///
+/// # Errors
+/// The first error of a thread, in the order of `items`.
+pub(crate) fn sync_together<T: Sync, E: Send>(
+    items: &[T],
+    sync: impl Fn(&T) -> Result<(), E> + Sync,
+    lost: impl Fn() -> E,
+) -> Result<(), E> {
+    let per_thread = items.len().div_ceil(SYNCS_AT_ONCE).max(1);
+    let sync = &sync;
     std::thread::scope(|scope| {
-        let threads: Vec<_> = files
+        let threads: Vec<_> = items
             .chunks(per_thread)
-            .map(|part| scope.spawn(move || part.iter().try_for_each(File::sync_data)))
+            .map(|part| scope.spawn(move || part.iter().try_for_each(sync)))
             .collect();
-        threads.into_iter().try_for_each(|thread| {
-            thread.join().unwrap_or_else(|_| Err(io::Error::other("a sync thread failed")))
-        })
+        threads.into_iter().try_for_each(|thread| thread.join().unwrap_or_else(|_| Err(lost())))
     })
+}
+
+/// Syncs the data of `files`, many at once.
+fn sync_files(files: &[File]) -> io::Result<()> {
+    sync_together(files, File::sync_data, || io::Error::other("a sync thread failed"))
 }
 
 /// A file being written: flushed when finished, and noted for the next `sync_directory`.
@@ -95,7 +109,7 @@ impl TerminatingWrite for Unsynced {
             };
             // Synced outside the lock, so other writer threads finishing a file do not wait.
             if let Some(files) = full {
-                sync_together(&files)?;
+                sync_files(&files)?;
             }
         }
         Ok(())
@@ -160,7 +174,7 @@ impl Directory for IndexDirectory {
 
     fn sync_directory(&self) -> io::Result<()> {
         let files = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(PoisonError::into_inner));
-        sync_together(&files)?;
+        sync_files(&files)?;
         self.mapped.sync_directory()
     }
 
@@ -282,5 +296,21 @@ mod tests {
             writer.terminate().unwrap();
         }
         assert_eq!(directory.unsynced.lock().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn syncing_together_syncs_every_item_and_fails_with_the_first_error() {
+        let synced = std::sync::atomic::AtomicUsize::new(0);
+        let items: Vec<usize> = (0..40).collect();
+        let sync = |&i: &usize| {
+            synced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if i % 10 == 7 { Err(i) } else { Ok(()) }
+        };
+        assert_eq!(sync_together(&items, sync, || usize::MAX), Err(7));
+        let fine = sync_together(&items, |_| Ok::<(), usize>(()), || usize::MAX);
+        assert_eq!(fine, Ok(()));
+        assert!(synced.into_inner() >= 4, "each thread stops at its own first error");
+        let lost = sync_together(&[0], |_| -> Result<(), usize> { panic!("a sync thread panics") }, || 99);
+        assert_eq!(lost, Err(99));
     }
 }

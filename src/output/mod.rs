@@ -327,10 +327,9 @@ fn chain(error: &Error) -> String {
     text
 }
 
-/// Syncs the files `files` (relative to `dir`) to disk, many at once: a file system commits
-/// syncs that wait together in one go, where one after the other each waits for its own.
+/// Syncs the files `files` (relative to `dir`) to disk, many at once (see
+/// [`crate::index::sync_together`]).
 fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
-    const AT_ONCE: usize = 16;
     let sync = |relative: &PathBuf| {
         let path = dir.join(relative);
         fs_err::OpenOptions::new()
@@ -339,17 +338,8 @@ fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
             .and_then(|f| f.sync_all())
             .map_err(|e| output_error(&path, e))
     };
-    let per_thread = files.len().div_ceil(AT_ONCE).max(1);
-    std::thread::scope(|scope| {
-        let threads: Vec<_> = files
-            .chunks(per_thread)
-            .map(|part| scope.spawn(move || part.iter().try_for_each(sync)))
-            .collect();
-        threads.into_iter().try_for_each(|thread| {
-            thread
-                .join()
-                .unwrap_or_else(|_| Err(output_error(dir, std::io::Error::other("a sync thread failed"))))
-        })
+    crate::index::sync_together(files, sync, || {
+        output_error(dir, std::io::Error::other("a sync thread failed"))
     })
 }
 
