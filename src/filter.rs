@@ -92,7 +92,7 @@ const BATCH: usize = 16;
 /// Checks candidates against the index: the round trip.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
-    /// What the queries are searched in: the index itself unless [`RoundTrip::with_retriever`].
+    /// What the queries are searched in: the index itself (tests put other engines here).
     retriever: &'a dyn Retriever,
     groups: &'a ChunkGroups,
     config: FilterConfig,
@@ -255,6 +255,7 @@ impl<'a> RoundTrip<'a> {
 
     /// The same filter, searching `retriever` (an engine over the same chunks, by position)
     /// instead of the index.
+    #[cfg(test)]
     #[must_use]
     pub fn with_retriever(self, retriever: &'a dyn Retriever) -> Self {
         Self { retriever, ..self }
@@ -753,10 +754,6 @@ mod tests {
     struct Blind;
 
     impl Retriever for Blind {
-        fn name(&self) -> &'static str {
-            "blind"
-        }
-
         fn search_terms(
             &self,
             _: &[String],

@@ -99,12 +99,14 @@ impl KeptChunking {
     }
 
     /// Items kept.
+    #[cfg(test)]
     #[must_use]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether no item is kept.
+    #[cfg(test)]
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()

@@ -114,6 +114,7 @@ impl ChunkList {
     }
 }
 
+#[cfg(test)]
 impl<'a> FromIterator<&'a Chunk> for ChunkList {
     fn from_iter<I: IntoIterator<Item = &'a Chunk>>(chunks: I) -> Self {
         let mut list = Self::default();

@@ -1,8 +1,7 @@
 //! The boundary the round trip searches through: a [`Retriever`] answers a query's analyzed
 //! terms with the top chunks by BM25. The tantivy [`ChunkIndex`] is the one built-in engine;
 //! past one machine (see `docs/SCALE.md`), the user's Elasticsearch or OpenSearch cluster can
-//! take its place behind the same trait (BM25 is the same model; one `_msearch` request per
-//! batch of queries, which is what [`Retriever::search_many`] is for).
+//! take its place behind the same trait (BM25 is the same model).
 
 use super::{ChunkIndex, Hit, IndexError};
 
@@ -12,31 +11,15 @@ type Result<T> = std::result::Result<T, IndexError>;
 /// A BM25 engine over the chunks, addressed by their positions in the chunk list; `Sync`,
 /// because the round trip searches it from `--threads` threads at once.
 pub trait Retriever: Sync {
-    /// The engine's name, for messages (`tantivy`).
-    fn name(&self) -> &'static str;
-
     /// The top `limit` chunks for already-analyzed `terms` (each counted once), best first;
     /// equal scores are ordered by chunk position, so results are deterministic.
     ///
     /// # Errors
     /// When the engine fails.
     fn search_terms(&self, terms: &[String], limit: usize) -> Result<Vec<Hit>>;
-
-    /// The top `limit` chunks of each query, in order: one round trip to a remote engine for
-    /// many queries (`_msearch`); locally, one search after another.
-    ///
-    /// # Errors
-    /// When the engine fails.
-    fn search_many(&self, queries: &[Vec<String>], limit: usize) -> Result<Vec<Vec<Hit>>> {
-        queries.iter().map(|terms| self.search_terms(terms, limit)).collect()
-    }
 }
 
 impl Retriever for ChunkIndex {
-    fn name(&self) -> &'static str {
-        "tantivy"
-    }
-
     fn search_terms(&self, terms: &[String], limit: usize) -> Result<Vec<Hit>> {
         ChunkIndex::search_terms(self, terms, limit)
     }
@@ -56,7 +39,10 @@ mod tests {
         let retriever: &dyn Retriever = &index;
         let queries: Vec<Vec<String>> =
             ["storage quota", "links"].iter().map(|q| index.analyzer().terms(q)).collect();
-        let many = retriever.search_many(&queries, 2).unwrap_or_else(|e| panic!("{e}"));
+        let many: Vec<Vec<Hit>> = queries
+            .iter()
+            .map(|terms| retriever.search_terms(terms, 2).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
         for (terms, hits) in queries.iter().zip(&many) {
             let direct = index.search_terms(terms, 2).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(
@@ -65,6 +51,5 @@ mod tests {
             );
         }
         assert_eq!(many[1].first().map(|h| h.chunk), Some(1));
-        assert_eq!(retriever.name(), "tantivy");
     }
 }

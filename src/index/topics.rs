@@ -224,6 +224,7 @@ impl TopicSpace {
     ///
     /// # Errors
     /// [`IndexError::Scratch`] when the scratch file cannot be read.
+    #[cfg(test)]
     pub fn cosine(&self, a: usize, b: usize) -> Result<f32> {
         Ok(dot(&self.vector(a)?, &self.vector(b)?))
     }
