@@ -14,7 +14,8 @@
 //! that cannot tell stops the run rather than submit the lines again. A line that failed is a failure of its call (in `rejects.jsonl`), a line a batch
 //! never ran (expired, cancelled) is submitted again.
 
-use super::{Cache, CachedReply, Effect, Llm, LlmError, classify};
+use super::creator::{Liveness, Process};
+use super::{Cache, CachedReply, Effect, Llm, LlmError};
 use async_openai::types::InputSource;
 use async_openai::types::files::{CreateFileRequest, FileInput, FilePurpose};
 use rusqlite::{OptionalExtension as _, params};
@@ -188,6 +189,8 @@ pub(super) struct Deferral {
     own_files: Mutex<HashSet<String>>,
     /// Records of other runs this run waits for (told once each).
     waiting_for: Mutex<HashSet<String>>,
+    /// This process, as the records it makes name it (where `/proc` tells).
+    me: Option<Process>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -204,6 +207,7 @@ impl Deferral {
             submitted: Mutex::default(),
             own_files: Mutex::default(),
             waiting_for: Mutex::default(),
+            me: Process::current(),
         }
     }
 
@@ -406,7 +410,7 @@ pub(super) const TABLES: &str = "
         id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
         total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
         failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
-        created INTEGER NOT NULL DEFAULT 0);
+        created INTEGER NOT NULL DEFAULT 0, creator TEXT);
     CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
         PRIMARY KEY (batch, key));
     CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
@@ -456,6 +460,8 @@ struct OpenBatch {
     creating: bool,
     /// Unix time of the record.
     created: u64,
+    /// The process that made the record, if it says.
+    creator: Option<Process>,
 }
 
 impl BatchObject {
@@ -465,31 +471,37 @@ impl BatchObject {
 }
 
 impl Cache {
-    /// Records a batch and its lines, in one transaction, with `status`: under its input
-    /// file's id and [`CREATING`] before the create call, so no batch exists that the cache
-    /// does not know of.
+    /// Records a batch and its lines, in one transaction, with `status` and the process that
+    /// made the record (`creator`): under its input file's id and [`CREATING`] before the
+    /// create call, so no batch exists that the cache does not know of.
     fn record_batch(
         &self,
         id: &str,
         stage: &str,
         status: &str,
         keys: &[&String],
+        creator: Option<&Process>,
     ) -> Result<(), super::CacheError> {
         let created = unix_now();
         self.with(|c| {
             let tx = c.unchecked_transaction()?;
             tx.execute(
-                "INSERT OR REPLACE INTO batches (id, stage, status, total, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT OR REPLACE INTO batches (id, stage, status, total, created, creator) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
                     id,
                     stage,
                     status,
                     i64::try_from(keys.len()).unwrap_or(i64::MAX),
-                    i64::try_from(created).unwrap_or(0)
+                    i64::try_from(created).unwrap_or(0),
+                    creator.map(Process::to_text)
                 ],
             )?;
             for key in keys {
-                tx.execute("INSERT OR IGNORE INTO batch_lines (batch, key) VALUES (?1, ?2)", params![id, key])?;
+                tx.execute(
+                    "INSERT OR IGNORE INTO batch_lines (batch, key) VALUES (?1, ?2)",
+                    params![id, key],
+                )?;
             }
             tx.commit()
         })
@@ -547,7 +559,7 @@ impl Cache {
         let mut open = BTreeMap::new();
         self.with(|c| {
             let mut query = c.prepare(
-                "SELECT b.id, b.status, b.created FROM batch_lines l JOIN batches b ON b.id = l.batch \
+                "SELECT b.id, b.status, b.created, b.creator FROM batch_lines l JOIN batches b ON b.id = l.batch \
                  WHERE l.key = ?1 AND b.imported = 0",
             )?;
             for key in keys {
@@ -556,6 +568,7 @@ impl Cache {
                         id: r.get(0)?,
                         creating: r.get::<_, String>(1)? == CREATING,
                         created: r.get::<_, i64>(2)?.unsigned_abs(),
+                        creator: Process::from_text(r.get::<_, Option<String>>(3)?.as_deref()),
                     })
                 })?;
                 for row in rows {
@@ -729,6 +742,11 @@ impl Llm {
         }
     }
 
+    /// This process, as the batch records it makes name it.
+    fn me(&self) -> Option<&Process> {
+        self.batch.as_ref().and_then(|b| b.me.as_ref())
+    }
+
     /// Calls collected for the next batch.
     #[must_use]
     pub fn pending(&self) -> usize {
@@ -750,7 +768,7 @@ impl Llm {
         );
         let imported = self.import_lines(&text, &id)?;
         let keys: Vec<String> = Vec::new();
-        self.cache.record_batch(&id, "import", "validating", &keys.iter().collect::<Vec<_>>())?;
+        self.cache.record_batch(&id, "import", "validating", &keys.iter().collect::<Vec<_>>(), self.me())?;
         let done = BatchObject {
             id,
             status: "imported".to_owned(),
@@ -894,9 +912,12 @@ impl Llm {
     /// What to do with a batch an earlier run (or another run sharing the cache) left open:
     /// poll it by its id; for one being created, the batch made from its input file, if the
     /// create call went through. If none is listed, its record is forgotten and its lines are
-    /// submitted again (nothing was paid for them), but only if the record is this run's own
-    /// or older than the longest its create call can take (`--timeout` × `--attempts`):
-    /// a younger one may be another run's create call still in flight, which this run waits for.
+    /// submitted again (nothing was paid for them), but only if the record is this run's own,
+    /// or the process that made it is gone (on this machine), or the record is older than the
+    /// longest its create call can take ([`RetryPolicy::longest_call`]): a younger one may be
+    /// another run's create call still in flight, which this run waits for.
+    ///
+    /// [`RetryPolicy::longest_call`]: super::RetryPolicy::longest_call
     async fn resolve(
         &self,
         open: OpenBatch,
@@ -920,20 +941,28 @@ impl Llm {
             return Ok(Resolved::Batch(batch.id));
         }
         let age = unix_now().saturating_sub(open.created);
-        let window = self.config.timeout.saturating_mul(self.config.retry.max_attempts.max(1)).as_secs();
+        let window = self.config.retry.longest_call(self.config.timeout).as_secs();
         let own = lock(&deferral.own_files).contains(&open.id);
         if !own && age < window {
-            if lock(&deferral.waiting_for).insert(open.id.clone()) {
-                note(format!(
-                    "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
-                     still be creating it (another run sharing this cache): waiting up to {} s for it before its \
-                     requests are submitted again (if no other run uses this cache, stop and drop the record with \
-                     `qrelgen batch forget {file} --set DIR`)",
-                    window - age,
-                    file = open.id
-                ));
+            match open.creator.as_ref().map(|p| (p.pid(), p.liveness())) {
+                Some((pid, Liveness::Gone)) => note(format!(
+                    "{stage}: the run that recorded {} {age} s ago (pid {pid} on this machine) is gone",
+                    open.id
+                )),
+                _ => {
+                    if lock(&deferral.waiting_for).insert(open.id.clone()) {
+                        note(format!(
+                            "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
+                             still be creating it (another run sharing this cache): waiting up to {} s for it before \
+                             its requests are submitted again (if no other run uses this cache, stop and drop the \
+                             record with `qrelgen batch forget {file} --set DIR`)",
+                            window - age,
+                            file = open.id
+                        ));
+                    }
+                    return Ok(Resolved::Waiting);
+                }
             }
-            return Ok(Resolved::Waiting);
         }
         note(format!("{stage}: no batch was made of {}; its requests are submitted again", open.id));
         self.cache.forget_batch(&open.id)?;
@@ -1046,7 +1075,7 @@ impl Llm {
         });
         self.update(|t| t.network.requests += 1);
         let keys: Vec<&String> = lines.iter().map(|(k, _)| *k).collect();
-        self.cache.record_batch(&file.id, stage, CREATING, &keys)?;
+        self.cache.record_batch(&file.id, stage, CREATING, &keys, self.me())?;
         if let Some(deferral) = &self.batch {
             lock(&deferral.own_files).insert(file.id.clone());
         }
@@ -1070,7 +1099,7 @@ impl Llm {
         if !self.cache.adopt_batch(&file.id, &batch.id)? {
             // Another run sharing the cache moved (or dropped) the record: the batch must stay
             // known, so it is polled and imported.
-            self.cache.record_batch(&batch.id, stage, "validating", &keys)?;
+            self.cache.record_batch(&batch.id, stage, "validating", &keys, self.me())?;
         }
         Ok(batch.id)
     }
@@ -1128,26 +1157,15 @@ impl Llm {
     }
 
     /// Runs a Files or Batches call of `effect`, within the timeout, retrying transient
-    /// failures (see [`super::retry::run`]).
+    /// failures as every call is (see [`super::retry::Retry::run`]).
     async fn retrying<T, F, Fut>(&self, effect: Effect, call: F) -> Result<T, BatchError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
     {
-        let call = &call;
-        let attempt = move || async move {
-            match tokio::time::timeout(self.config.timeout, call()).await {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(error)) => Err(match classify(error, self.loopback) {
-                    LlmError::Http { status, message, retry_after } => {
-                        LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
-                    }
-                    other => other,
-                }),
-                Err(_) => Err(LlmError::Timeout(self.config.timeout)),
-            }
-        };
-        super::retry::run(&self.config.retry, effect, attempt, || self.update(|t| t.network.retries += 1))
+        let retry = super::retry::Retry { policy: &self.config.retry, effect, stall: &self.stall };
+        retry
+            .run(|| self.timed(call()), |_| false, || self.update(|t| t.network.retries += 1))
             .await
             .map_err(BatchError::Endpoint)
     }
@@ -1268,7 +1286,12 @@ mod tests {
 
     /// As [`submitting`], with `budget`.
     fn submitting_with(server: &str, dir: &Path, budget: super::super::Budget) -> Llm {
-        let config = super::super::LlmConfig {
+        submitting_tuned(server, dir, |config| config.budget = budget)
+    }
+
+    /// As [`submitting`], its configuration changed by `tune`.
+    fn submitting_tuned(server: &str, dir: &Path, tune: impl FnOnce(&mut super::super::LlmConfig)) -> Llm {
+        let mut config = super::super::LlmConfig {
             endpoint: super::super::Endpoint {
                 base_url: format!("{server}/v1"),
                 model: "m".into(),
@@ -1280,7 +1303,7 @@ mod tests {
             temperature: 0.0,
             max_tokens: 16,
             seed: 1,
-            budget,
+            budget: super::super::Budget::default(),
             batch: Some(BatchConfig {
                 mode: BatchMode::Submit,
                 poll: Duration::from_millis(10),
@@ -1289,7 +1312,57 @@ mod tests {
             }),
             batch_discount: DEFAULT_DISCOUNT,
         };
+        tune(&mut config);
         Llm::new(config, Cache::open(&dir.join("cache.sqlite")).unwrap()).unwrap()
+    }
+
+    /// Asks `server` for batch `batch_1` with 2 attempts of 300 ms each, after `first` answered
+    /// the first `times` requests; what came back, the requests the server got, and the
+    /// retries counted.
+    async fn retrieve_after(
+        first: wiremock::ResponseTemplate,
+        times: u64,
+    ) -> (Result<String, String>, usize, u64) {
+        let server = wiremock::MockServer::start().await;
+        let path = || wiremock::matchers::path("/v1/batches/batch_1");
+        wiremock::Mock::given(path()).respond_with(first).up_to_n_times(times).mount(&server).await;
+        let batch = serde_json::json!({"id": "batch_1", "status": "completed"});
+        wiremock::Mock::given(path())
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(batch))
+            .mount(&server)
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting_tuned(&server.uri(), dir.path(), |config| {
+            config.timeout = Duration::from_millis(300);
+            config.retry = super::super::RetryPolicy {
+                max_attempts: 2,
+                base: Duration::from_millis(10),
+                max: Duration::from_millis(10),
+            };
+        });
+        let got: Result<BatchObject, BatchError> = llm
+            .retrying(Effect::Repeatable, || async { llm.client.batches().retrieve_byot("batch_1").await })
+            .await;
+        let sent = server.received_requests().await.unwrap_or_default().len();
+        (got.map(|b| b.id).map_err(|e| e.to_string()), sent, llm.network().retries)
+    }
+
+    #[tokio::test]
+    async fn a_files_or_batches_call_that_times_out_is_sent_again() {
+        let late = wiremock::ResponseTemplate::new(200)
+            .set_body_json(serde_json::json!({"id": "batch_1", "status": "completed"}))
+            .set_delay(Duration::from_secs(3));
+        assert_eq!(retrieve_after(late, 1).await, (Ok("batch_1".to_owned()), 2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_files_or_batches_call_answered_429_uses_no_attempt_as_a_chat_call() {
+        let limited = wiremock::ResponseTemplate::new(429).insert_header("retry-after", "0");
+        assert_eq!(retrieve_after(limited, 3).await, (Ok("batch_1".to_owned()), 4, 3));
+        let broken = wiremock::ResponseTemplate::new(500);
+        let (got, sent, _) = retrieve_after(broken, 3).await;
+        assert!(got.is_err_and(|e| e.contains("HTTP 500")));
+        assert_eq!(sent, 2, "a 500 uses an attempt");
     }
 
     #[test]
@@ -1350,7 +1423,7 @@ mod tests {
         let cache = Cache::open(&dir.path().join("cache.sqlite")).unwrap();
         let keys: Vec<String> = ["a", "b", "c"].map(String::from).into();
         let lines: Vec<&String> = keys.iter().collect();
-        cache.record_batch("batch_1", "generate", "in_progress", &lines).unwrap();
+        cache.record_batch("batch_1", "generate", "in_progress", &lines, None).unwrap();
         cache.put_batched("a", &reply(), "batch_1").unwrap();
         let forgotten = cache.forget_record("batch_1").unwrap();
         assert_eq!(
@@ -1530,6 +1603,51 @@ mod tests {
         assert_eq!(kept, [("file-1", "creating")], "the next run looks the batch up by its file");
         let message = made.map_err(|e| e.to_string()).unwrap_err();
         assert!(message.contains("rerun the same command"), "{message}");
+    }
+
+    /// What a run (with a fresh client) makes of a `creating` record made `age` seconds ago by
+    /// `creator`, when the provider lists no batch of its file; and whether the record is kept.
+    async fn resolve_record(creator: Option<Process>, age: u64) -> (Resolved, bool) {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::path("/v1/batches"))
+            .respond_with(
+                wiremock::ResponseTemplate::new(200)
+                    .set_body_json(serde_json::json!({"object": "list", "data": [], "has_more": false})),
+            )
+            .mount(&server)
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting(&server.uri(), dir.path());
+        let key = "k".to_owned();
+        llm.cache.record_batch("file-1", "generate", CREATING, &[&key], creator.as_ref()).unwrap();
+        let created = i64::try_from(unix_now() - age).unwrap();
+        llm.cache.with(|c| c.execute("UPDATE batches SET created = ?1", params![created])).unwrap();
+        let mut open = llm.cache.open_batches(&[&key]).unwrap();
+        assert_eq!(open.len(), 1);
+        let resolved = llm.resolve(open.remove(0), "generate", &|_| {}).await.unwrap();
+        (resolved, !llm.cache.batches().unwrap().is_empty())
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_young_record_of_a_process_that_is_gone_is_submitted_again_at_once() {
+        let me = Process::current().unwrap();
+        let (resolved, kept) = resolve_record(Some(me.clone()), 0).await;
+        assert!(matches!(resolved, Resolved::Waiting) && kept, "a live run's record is waited for");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = me.with_pid(child.id());
+        child.wait().unwrap();
+        let (resolved, kept) = resolve_record(Some(gone), 0).await;
+        assert!(matches!(resolved, Resolved::Forgotten) && !kept, "{resolved:?}");
+    }
+
+    #[tokio::test]
+    async fn a_record_is_waited_for_as_long_as_its_create_call_can_take_backoffs_included() {
+        // --timeout 5 s × 6 attempts = 30 s, and backoffs of 0.5 + 1 + 2 + 4 + 8 s at their longest.
+        let (resolved, kept) = resolve_record(None, 44).await;
+        assert!(matches!(resolved, Resolved::Waiting) && kept, "{resolved:?}");
+        let (resolved, kept) = resolve_record(None, 46).await;
+        assert!(matches!(resolved, Resolved::Forgotten) && !kept, "{resolved:?}");
     }
 
     #[test]

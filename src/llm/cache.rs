@@ -67,20 +67,14 @@ impl Cache {
              );",
         )
         .map_err(err)?;
-        // Caches written before `abandoned` existed get the column, 0 for their replies.
-        let has_abandoned: bool = conn
-            .query_row(
-                "SELECT COUNT(*) FROM pragma_table_info('replies') WHERE name = 'abandoned'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n > 0)
-            .map_err(err)?;
-        if !has_abandoned {
-            conn.execute_batch("ALTER TABLE replies ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;")
-                .map_err(err)?;
-        }
         conn.execute_batch(super::batch::TABLES).map_err(err)?;
+        // Caches written before a column existed get it (replies: 0 abandoned attempts; batch
+        // records: no creator named).
+        for (table, column, declaration) in
+            [("replies", "abandoned", "INTEGER NOT NULL DEFAULT 0"), ("batches", "creator", "TEXT")]
+        {
+            add_missing_column(&conn, table, column, declaration).map_err(err)?;
+        }
         Ok(Self { path: path.to_owned(), conn: Mutex::new(conn) })
     }
 
@@ -156,6 +150,24 @@ pub(super) fn insert_reply(conn: &Connection, key: &str, reply: &CachedReply) ->
     .map(drop)
 }
 
+/// Adds `column` to `table` unless it has it.
+fn add_missing_column(
+    conn: &Connection,
+    table: &str,
+    column: &str,
+    declaration: &str,
+) -> rusqlite::Result<()> {
+    let present: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        params![table, column],
+        |r| r.get(0),
+    )?;
+    if present == 0 {
+        conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {declaration};"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +208,28 @@ mod tests {
         let cache = Cache::open(&path).unwrap();
         let old = cache.get("old").unwrap();
         assert_eq!(old.map(|(r, via)| (r.prompt_tokens, r.abandoned, via)), Some((5, 0, Via::Online)));
+    }
+
+    #[test]
+    fn batch_records_from_before_their_creator_was_named_are_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache.sqlite");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE batches (id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
+                   total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
+                   failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
+                   created INTEGER NOT NULL DEFAULT 0);
+                 INSERT INTO batches (id, stage, status) VALUES ('file-1', 'generate', 'creating');",
+            )
+            .unwrap();
+        }
+        let cache = Cache::open(&path).unwrap();
+        let creator =
+            cache.with(|c| c.query_row("SELECT creator FROM batches", [], |r| r.get::<_, Option<String>>(0)));
+        assert_eq!(creator.unwrap(), None, "an old record names no creator: it is waited for as before");
+        assert_eq!(cache.batches().unwrap().len(), 1);
     }
 
     #[test]

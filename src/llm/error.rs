@@ -17,21 +17,29 @@ pub enum ConnectKind {
     RefusedLocally,
     /// Another host refused the connection (a proxy or balancer may let the next one through).
     Refused,
-    /// The connection was reset or cut off.
+    /// The connection was reset or cut off after it was made (the request may have arrived).
     Reset,
-    /// Anything else: DNS, TLS, a proxy.
+    /// The connection could not be made (DNS, TCP, TLS): no request was sent.
+    Unmade,
+    /// Anything else (a proxy, a failure after the connection was made).
     Other,
 }
 
 impl ConnectKind {
-    /// Classifies `error` by walking its source chain: the first `reqwest` builder error or
-    /// `io::Error` with a telling kind decides (`loopback`: the base URL names this machine).
+    /// Classifies `error` by walking its source chain once: a `reqwest` builder error, or an
+    /// `io::Error` with a telling kind, decides; a `reqwest` error of the connecting phase met
+    /// on the way (it wraps the `io::Error`) makes a cut connection or an unknown failure one
+    /// that was never made (`loopback`: the base URL names this machine).
     #[must_use]
     pub fn of(error: &(dyn StdError + 'static), loopback: bool) -> Self {
+        let mut connecting = false;
         let mut next = Some(error);
         while let Some(error) = next {
-            if error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_builder) {
-                return Self::InvalidUrl;
+            if let Some(reqwest) = error.downcast_ref::<reqwest::Error>() {
+                if reqwest.is_builder() {
+                    return Self::InvalidUrl;
+                }
+                connecting |= reqwest.is_connect();
             }
             if let Some(io) = error.downcast_ref::<std::io::Error>() {
                 use std::io::ErrorKind;
@@ -41,13 +49,13 @@ impl ConnectKind {
                     ErrorKind::ConnectionReset
                     | ErrorKind::ConnectionAborted
                     | ErrorKind::BrokenPipe
-                    | ErrorKind::UnexpectedEof => return Self::Reset,
+                    | ErrorKind::UnexpectedEof => return if connecting { Self::Unmade } else { Self::Reset },
                     _ => {}
                 }
             }
             next = error.source();
         }
-        Self::Other
+        if connecting { Self::Unmade } else { Self::Other }
     }
 
     fn describe(self) -> &'static str {
@@ -56,6 +64,7 @@ impl ConnectKind {
             Self::RefusedLocally => "connection refused: nothing listens at that address",
             Self::Refused => "connection refused",
             Self::Reset => "the connection was reset",
+            Self::Unmade => "the connection could not be made",
             Self::Other => "the connection failed",
         }
     }
@@ -125,7 +134,10 @@ impl LlmError {
         match self {
             Self::Http { status, .. } => *status == 429 || *status >= 500,
             Self::Connect { kind, .. } => {
-                matches!(kind, ConnectKind::Refused | ConnectKind::Reset | ConnectKind::Other)
+                matches!(
+                    kind,
+                    ConnectKind::Refused | ConnectKind::Reset | ConnectKind::Unmade | ConnectKind::Other
+                )
             }
             Self::Timeout(_) => true,
             Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) | Self::Deferred | Self::Cache(_) => false,
@@ -137,13 +149,12 @@ impl LlmError {
     /// (a refused connection, or one that failed while being made, sent nothing).
     #[must_use]
     pub fn may_have_taken_effect(&self) -> bool {
-        match self {
-            Self::Timeout(_) | Self::Http { status: 504, .. } => true,
-            Self::Connect { kind: ConnectKind::Reset | ConnectKind::Other, source } => {
-                !failed_while_connecting(source.as_ref())
-            }
-            _ => false,
-        }
+        matches!(
+            self,
+            Self::Timeout(_)
+                | Self::Http { status: 504, .. }
+                | Self::Connect { kind: ConnectKind::Reset | ConnectKind::Other, .. }
+        )
     }
 
     /// Whether the server answered with a 5xx (which may mean "I don't support that").
@@ -189,19 +200,6 @@ impl LlmError {
         }
         text
     }
-}
-
-/// Whether `error`'s chain holds a `reqwest` error of the connecting phase (DNS, TCP, TLS):
-/// then no request was sent.
-fn failed_while_connecting(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect) {
-            return true;
-        }
-        next = error.source();
-    }
-    false
 }
 
 #[cfg(test)]
@@ -259,6 +257,27 @@ mod tests {
         let chain = error.chain();
         assert!(chain.starts_with("cannot reach the server: connection refused"), "{chain}");
         assert!(chain.contains("(os error"), "the OS error is kept: {chain}");
+    }
+
+    /// A TLS handshake with a listener that closes every connection at once: the connection
+    /// is cut while being made, so no request was sent.
+    #[tokio::test]
+    async fn a_connection_cut_while_being_made_sent_nothing() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().map_or_else(|e| panic!("{e}"), |a| a.port());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        let Err(error) = reqwest::Client::new().get(format!("https://127.0.0.1:{port}/v1")).send().await
+        else {
+            panic!("the handshake went through");
+        };
+        let error = LlmError::connect(error, true);
+        assert!(matches!(error, LlmError::Connect { kind: ConnectKind::Unmade, .. }), "{error:?}");
+        assert!(error.is_retryable());
+        assert!(!error.may_have_taken_effect(), "{}", error.chain());
     }
 
     #[test]

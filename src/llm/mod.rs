@@ -8,6 +8,7 @@
 
 mod batch;
 mod cache;
+mod creator;
 mod error;
 mod limits;
 mod retry;
@@ -30,7 +31,6 @@ use crate::id::ContentHasher;
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -236,10 +236,6 @@ struct Usage {
     #[serde(default)]
     completion_tokens: u64,
 }
-
-/// A call answered 429 several times in a row backs off as after this many failures at most
-/// (the pace, not the backoff, is what finds the server's rate).
-const RATE_LIMITED_BACKOFF: u32 = 3;
 
 /// Which failures a call retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -663,68 +659,46 @@ impl Llm {
         }
     }
 
-    /// Sends `request` until it succeeds, fails for good or the attempts run out. An attempt
-    /// abandoned on a timeout is counted at its worst (the server may still bill it), and the
-    /// reply remembers how many there were.
+    /// Sends `request` until it succeeds, fails for good or the attempts run out (see
+    /// [`retry::Retry::run`]). An attempt abandoned on a timeout is counted at its worst (the
+    /// server may still bill it), and the reply remembers how many there were.
     async fn send(&self, request: &ChatRequest<'_>, retry_on: RetryOn) -> Result<CachedReply, LlmError> {
         let prompt = estimate_tokens(request.messages, request.response_format);
         let max_tokens = self.config.max_tokens;
-        let tokens = prompt + max_tokens;
-        let attempts = self.config.retry.max_attempts.max(1);
-        // Attempts that failed (429s aside), abandoned on a timeout, and 429s in a row.
-        let (mut attempt, mut abandoned, mut limited) = (0, 0, 0);
-        loop {
+        let tokens = u64::from(prompt + max_tokens);
+        let abandoned = std::sync::atomic::AtomicU64::new(0);
+        let attempt = || async {
             let (budget, discount) = (self.config.budget, self.config.batch_discount);
-            self.update(|t| t.reserve(budget, discount, u64::from(tokens), Via::Online))?;
+            self.update(|t| t.reserve(budget, discount, tokens, Via::Online))?;
             let outcome = self.attempt(request, prompt, max_tokens).await;
-            self.update(|t| t.reserved = t.reserved.saturating_sub(u64::from(tokens)));
-            let error = match outcome {
-                Ok(mut reply) => {
-                    self.stall.progress();
-                    reply.abandoned = abandoned;
-                    self.update(|t| {
-                        t.used.add(&reply);
-                        t.network.paid.add(&reply);
-                    });
-                    return Ok(reply);
-                }
-                Err(error) => error,
-            };
-            if matches!(error, LlmError::Timeout(_)) {
-                abandoned += 1;
+            self.update(|t| t.reserved = t.reserved.saturating_sub(tokens));
+            if matches!(outcome, Err(LlmError::Timeout(_))) {
+                abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.update(|t| {
                     t.used.abandon(1, prompt, max_tokens);
                     t.network.paid.abandon(1, prompt, max_tokens);
                 });
             }
-            // A 429 means "later", never "failed": it uses no attempt, and the watchdog and the
-            // budget still bound the run.
-            let rate_limited = matches!(error, LlmError::Http { status: 429, .. });
-            let unsupported = retry_on == RetryOn::Probe && error.names_response_format();
-            let backoff = if rate_limited {
-                limited += 1;
-                Some(limited.min(RATE_LIMITED_BACKOFF) - 1)
-            } else if attempt + 1 < attempts && error.is_retryable() && !unsupported {
-                attempt += 1;
-                Some(attempt - 1)
-            } else {
-                None
-            };
-            if let Some(retry) = backoff {
-                let jitter = rand::rng().random::<f64>();
-                // Backing off after the server failed us is waiting on the server.
-                let waiting = self.stall.wait();
-                tokio::time::sleep(self.config.retry.delay(retry, jitter, error.retry_after())).await;
-                drop(waiting);
-                self.update(|t| t.network.retries += 1);
-                continue;
+            outcome
+        };
+        let unsupported = |error: &LlmError| retry_on == RetryOn::Probe && error.names_response_format();
+        let retry =
+            retry::Retry { policy: &self.config.retry, effect: Effect::Repeatable, stall: &self.stall };
+        match retry.run(attempt, unsupported, || self.update(|t| t.network.retries += 1)).await {
+            Ok(mut reply) => {
+                reply.abandoned = abandoned.into_inner();
+                self.update(|t| {
+                    t.used.add(&reply);
+                    t.network.paid.add(&reply);
+                });
+                Ok(reply)
             }
-            if matches!(error, LlmError::Http { .. }) && (!error.is_retryable() || unsupported) {
-                // A definite refusal finishes the call: the server is alive.
-                self.stall.progress();
+            Err(error) => {
+                if !matches!(error, LlmError::Budget(_)) {
+                    self.update(|t| t.network.failures += 1);
+                }
+                Err(error)
             }
-            self.update(|t| t.network.failures += 1);
-            return Err(error);
         }
     }
 
@@ -751,30 +725,34 @@ impl Llm {
     async fn exchange(&self, request: &ChatRequest<'_>) -> Result<CachedReply, LlmError> {
         self.update(|t| t.network.requests += 1);
         let chat = self.client.chat();
+        reply_from(self.timed(chat.create_byot::<_, ChatResponse>(request)).await?)
+    }
+
+    /// Runs one request to the server (a chat completion, a Files or Batches call) within the
+    /// timeout, its time counted on the stall clock; a failure is classified, with the server's
+    /// message redacted, and a 429 is counted.
+    async fn timed<T>(&self, call: impl Future<Output = Result<T, OpenAIError>>) -> Result<T, LlmError> {
         let waiting = self.stall.wait();
-        let outcome =
-            tokio::time::timeout(self.config.timeout, chat.create_byot::<_, ChatResponse>(request)).await;
+        let outcome = tokio::time::timeout(self.config.timeout, call).await;
         drop(waiting);
-        let response = match outcome {
+        let error = match outcome {
+            Ok(Ok(value)) => return Ok(value),
             Err(_) => return Err(LlmError::Timeout(self.config.timeout)),
             Ok(Err(OpenAIError::Reqwest(e))) if e.is_timeout() => {
                 return Err(LlmError::Timeout(self.config.timeout));
             }
-            Ok(Err(error)) => {
-                let error = match classify(error, self.loopback) {
-                    LlmError::Http { status, message, retry_after } => {
-                        LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
-                    }
-                    other => other,
-                };
-                if matches!(error, LlmError::Http { status: 429, .. }) {
-                    self.update(|t| t.network.rate_limited += 1);
-                }
-                return Err(error);
-            }
-            Ok(Ok(response)) => response,
+            Ok(Err(error)) => error,
         };
-        reply_from(response)
+        let error = match classify(error, self.loopback) {
+            LlmError::Http { status, message, retry_after } => {
+                LlmError::Http { status, message: self.config.endpoint.redact(&message), retry_after }
+            }
+            other => other,
+        };
+        if matches!(error, LlmError::Http { status: 429, .. }) {
+            self.update(|t| t.network.rate_limited += 1);
+        }
+        Err(error)
     }
 
     fn update<T>(&self, change: impl FnOnce(&mut Totals) -> T) -> T {
@@ -943,8 +921,34 @@ mod tests {
         let price = Price { prompt: 1.0, completion: 2.0 };
         // Online: 600 × 1 + 400 × 2 = 1,400; batch: 400 × 0.5 + 100 × 1 = 300 (per million).
         assert!((usage.cost_at(price, 0.5) - 1_700e-6).abs() < 1e-15, "{}", usage.cost_at(price, 0.5));
-        assert_eq!(usage.cost_at(price, 1.0).to_bits(), usage.cost(price).to_bits(), "no discount");
         assert_eq!(price.discounted(0.5), Price { prompt: 0.5, completion: 1.0 });
+    }
+
+    #[test]
+    fn without_a_discount_batch_replies_cost_what_online_ones_do_and_each_token_is_priced_once() {
+        // Uneven prices and counts: summing the online and batch parts rounds differently from
+        // the whole, so costs are compared within a rounding error, never bit for bit.
+        let usage = TokenUsage {
+            prompt_tokens: 1_234_567,
+            completion_tokens: 89_013,
+            batch_prompt_tokens: 234_567,
+            batch_completion_tokens: 9_013,
+            ..TokenUsage::default()
+        };
+        let price = Price { prompt: 0.15, completion: 0.6 };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(
+            close(usage.cost_at(price, 1.0), usage.cost(price)),
+            "{} vs {}",
+            usage.cost_at(price, 1.0),
+            usage.cost(price)
+        );
+        // At a discount of 0.25: online 1,000,000 × 0.15 + 80,000 × 0.6 = 198,000; batch
+        // (234,567 × 0.15 + 9,013 × 0.6) × 0.25 = 10,148.2125 (per million). Pricing the batch
+        // tokens online as well (not subtracted) would give 248,741.06; discounting every
+        // token, 59,648.21.
+        let expected = (198_000.0 + 10_148.212_5) / 1e6;
+        assert!(close(usage.cost_at(price, 0.25), expected), "{} vs {expected}", usage.cost_at(price, 0.25));
     }
 
     #[test]

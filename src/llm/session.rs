@@ -193,7 +193,8 @@ impl Session {
             if self.llm.pending() == 0 {
                 return Ok(done.into_iter().flatten().collect());
             }
-            self.llm.flush(stage, note).await?;
+            // Under the watchdog too: a Files or Batches call retries 429s without limit.
+            self.watched(async { self.llm.flush(stage, note).await.map_err(Stop::from) }).await?;
         }
     }
 

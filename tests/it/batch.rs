@@ -628,8 +628,9 @@ async fn kill_during_the_first_create(plan: Plan) -> (Run, Arc<Mutex<State>>) {
     let dir = tempdir();
     let out = dir.path().join("set");
     let base_url = format!("{}/v1", server.uri());
-    // A create call takes 4 s at most (--timeout × --attempts): a younger record may be a
-    // create call of another run still in flight, which the rerun waits for.
+    // A create call takes 4 s at most (--timeout × --attempts), backoffs aside: a younger
+    // record may be a create call of another run still in flight, but the killed run is gone,
+    // so the rerun does not wait for it.
     let extra = ["--batch", "submit", "--batch-poll", "0.02", "--timeout", "2", "--attempts", "2"];
     kill_once(&args(&out, &base_url, &extra), &state, |s| s.creates >= 1).await;
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&out)], &[]);
@@ -657,9 +658,10 @@ async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_agai
     let (run, state) =
         kill_during_the_first_create(Plan { lose_first_create: true, ..Plan::default() }).await;
     assert!(run.stderr.contains("no batch was made of file-"), "{}", run.stderr);
+    assert!(run.stderr.contains("on this machine) is gone"), "{}", run.stderr);
     assert!(
-        run.stderr.contains("may still be creating it"),
-        "it waited for the young record: {}",
+        !run.stderr.contains("may still be creating it"),
+        "it waited for the young record of a run that was killed: {}",
         run.stderr
     );
     assert!(!run.stderr.contains("resuming batch"), "{}", run.stderr);
