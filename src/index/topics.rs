@@ -404,6 +404,7 @@ impl Best {
     }
 }
 
+#[cfg(test)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

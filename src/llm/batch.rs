@@ -944,24 +944,23 @@ impl Llm {
         let window = self.config.retry.longest_call(self.config.timeout).as_secs();
         let own = lock(&deferral.own_files).contains(&open.id);
         if !own && age < window {
-            match open.creator.as_ref().map(|p| (p.pid(), p.liveness())) {
-                Some((pid, Liveness::Gone)) => note(format!(
+            if let Some((pid, Liveness::Gone)) = open.creator.as_ref().map(|p| (p.pid(), p.liveness())) {
+                note(format!(
                     "{stage}: the run that recorded {} {age} s ago (pid {pid} on this machine) is gone",
                     open.id
-                )),
-                _ => {
-                    if lock(&deferral.waiting_for).insert(open.id.clone()) {
-                        note(format!(
-                            "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
-                             still be creating it (another run sharing this cache): waiting up to {} s for it before \
-                             its requests are submitted again (if no other run uses this cache, stop and drop the \
-                             record with `qrelgen batch forget {file} --set DIR`)",
-                            window - age,
-                            file = open.id
-                        ));
-                    }
-                    return Ok(Resolved::Waiting);
+                ));
+            } else {
+                if lock(&deferral.waiting_for).insert(open.id.clone()) {
+                    note(format!(
+                        "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
+                         still be creating it (another run sharing this cache): waiting up to {} s for it before \
+                         its requests are submitted again (if no other run uses this cache, stop and drop the \
+                         record with `qrelgen batch forget {file} --set DIR`)",
+                        window - age,
+                        file = open.id
+                    ));
                 }
+                return Ok(Resolved::Waiting);
             }
         }
         note(format!("{stage}: no batch was made of {}; its requests are submitted again", open.id));
