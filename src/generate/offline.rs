@@ -21,13 +21,14 @@
 use super::terms::{TermModel, Weighting, is_query_word};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
-use crate::index::{ChunkIndex, CorpusModel, TermStat};
+use crate::index::{ChunkIndex, CorpusModel, Probe, TermStat};
 use crate::progress::Stage;
 use crate::record::{FailureKind, QueryType};
 use crate::rng::{Rng, stream};
 use crate::text::{Language, is_cjk};
 use rand::Rng as _;
 use rand::seq::{IndexedRandom, SliceRandom};
+use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
 /// Candidate absent words per language, one per line (`#` starts a comment).
@@ -38,6 +39,8 @@ const ABSENT_WORDS_ZH: &str = include_str!("absent_terms_zh.txt");
 const PARAPHRASE_ANCHORS: usize = 3;
 /// Neighbouring chunks whose vocabulary a paraphrase borrows.
 const NEIGHBOURS: usize = 3;
+/// Requests whose neighbour searches are made together, in one scan of the topic space.
+const REQUESTS_PER_SCAN: usize = 32;
 /// Which chunks share an offline query's topic (and so are relevant to it).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct TopicConfig {
@@ -112,7 +115,7 @@ impl<'a> OfflineGenerator<'a> {
         Ok(Self { index, absent, language, seed, corpus, topics })
     }
 
-    fn write(&self, request: &Request) -> Result<std::result::Result<Written, String>> {
+    fn write(&self, request: &Request, near: &Near) -> Result<std::result::Result<Written, String>> {
         let ids: Vec<String> =
             request.sources.iter().map(|&c| self.index.chunk_id_str(c).to_owned()).collect();
         let mut rng = stream(self.seed, &format!("offline/{}/{}", request.query_type, ids.join("+")));
@@ -126,7 +129,7 @@ impl<'a> OfflineGenerator<'a> {
             QueryType::Direct => draw(&topical(&text(first)?)?, &shape, &mut rng),
             QueryType::Paraphrase => {
                 let source = topical(&text(first)?)?;
-                let neighbours = self.neighbour_model(first, &source)?;
+                let neighbours = self.neighbour_model(first, &source, near)?;
                 paraphrase(source, &neighbours, &shape, &mut rng)
             }
             QueryType::MultiHop => {
@@ -155,7 +158,8 @@ impl<'a> OfflineGenerator<'a> {
         match words {
             Ok(words) => {
                 let query = self.add_noise(words, shape.noise, &mut rng)?.join(" ");
-                let topic = (self.topics.labels > 0).then(|| self.topic(&request.sources)).transpose()?;
+                let topic =
+                    (self.topics.labels > 0).then(|| self.topic(&request.sources, near)).transpose()?;
                 Ok(Ok((query, None, topic)))
             }
             Err(reason) => Ok(Err(reason)),
@@ -165,11 +169,11 @@ impl<'a> OfflineGenerator<'a> {
     /// The chunks on the topic of `sources`: those within the minimum cosine of any source in
     /// the topic space, closest first (ties by position), as many as the config allows, the
     /// sources left out.
-    fn topic(&self, sources: &[usize]) -> Result<Vec<usize>> {
-        let TopicConfig { labels, min_cosine } = self.topics;
+    fn topic(&self, sources: &[usize], found: &Near) -> Result<Vec<usize>> {
+        let labels = self.topics.labels;
         let mut near: Vec<(usize, f32)> = Vec::new();
-        for &source in sources {
-            for (chunk, cosine) in self.corpus.space.neighbours(source, min_cosine, labels + sources.len())? {
+        for probe in self.topic_probes(sources) {
+            for (chunk, cosine) in found.get(&self.corpus, probe)? {
                 match near.iter_mut().find(|(c, _)| *c == chunk) {
                     Some(entry) => entry.1 = entry.1.max(cosine),
                     None => near.push((chunk, cosine)),
@@ -179,6 +183,29 @@ impl<'a> OfflineGenerator<'a> {
         near.retain(|(c, _)| !sources.contains(c));
         near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(near.into_iter().take(labels).map(|(c, _)| c).collect())
+    }
+
+    /// The neighbour searches of a query's topic: each source's closest chunks.
+    fn topic_probes(&self, sources: &[usize]) -> Vec<Probe> {
+        let TopicConfig { labels, min_cosine } = self.topics;
+        sources.iter().map(|&chunk| Probe { chunk, min_cosine, cap: labels + sources.len() }).collect()
+    }
+
+    /// The neighbour searches writing `request` may make (a request that fails makes fewer).
+    fn probes(&self, request: &Request) -> Vec<Probe> {
+        let mut probes = Vec::new();
+        if request.query_type == QueryType::NoAnswer {
+            return probes;
+        }
+        if request.query_type == QueryType::Paraphrase
+            && let Some(&chunk) = request.sources.first()
+        {
+            probes.push(paraphrase_probe(chunk));
+        }
+        if self.topics.labels > 0 {
+            probes.extend(self.topic_probes(&request.sources));
+        }
+        probes
     }
 
     fn no_answer(
@@ -197,9 +224,9 @@ impl<'a> OfflineGenerator<'a> {
 
     /// The vocabulary of a chunk's topic: the topical terms of its closest chunks in the topic
     /// space, without the chunk's own terms (`own`, its model).
-    fn neighbour_model(&self, chunk: usize, own: &TermModel) -> Result<TermModel> {
+    fn neighbour_model(&self, chunk: usize, own: &TermModel, near: &Near) -> Result<TermModel> {
         let mut text = String::new();
-        for (neighbour, _) in self.corpus.space.neighbours(chunk, f32::MIN, NEIGHBOURS)? {
+        for (neighbour, _) in near.get(&self.corpus, paraphrase_probe(chunk))? {
             text.push_str(&self.index.text(neighbour)?);
             text.push('\n');
         }
@@ -238,6 +265,36 @@ impl<'a> OfflineGenerator<'a> {
             }
         }
         Ok(words)
+    }
+}
+
+/// The neighbour search of a paraphrase of `chunk`: its closest chunks, whatever their cosine.
+fn paraphrase_probe(chunk: usize) -> Probe {
+    Probe { chunk, min_cosine: f32::MIN, cap: NEIGHBOURS }
+}
+
+/// The neighbours found for a few requests' probes, in one scan of the topic space.
+#[derive(Default)]
+struct Near {
+    found: HashMap<(usize, u32, usize), Vec<(usize, f32)>>,
+}
+
+impl Near {
+    /// The neighbours of `probes` (repeats searched once).
+    fn search(corpus: &CorpusModel, mut probes: Vec<Probe>) -> Result<Self> {
+        let key = |p: &Probe| (p.chunk, p.min_cosine.to_bits(), p.cap);
+        probes.sort_by_key(key);
+        probes.dedup_by_key(|p| key(p));
+        let found = corpus.space.neighbours_of(&probes)?;
+        Ok(Self { found: probes.iter().map(key).zip(found).collect() })
+    }
+
+    /// The neighbours of `probe`: found already, or searched now.
+    fn get(&self, corpus: &CorpusModel, probe: Probe) -> Result<Vec<(usize, f32)>> {
+        match self.found.get(&(probe.chunk, probe.min_cosine.to_bits(), probe.cap)) {
+            Some(found) => Ok(found.clone()),
+            None => Ok(corpus.space.neighbours(probe.chunk, probe.min_cosine, probe.cap)?),
+        }
     }
 }
 
@@ -313,8 +370,13 @@ impl Generator for OfflineGenerator<'_> {
 
     fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated> {
         let mut generated = Generated::default();
+        let mut near = Near::default();
         for (i, request) in requests.iter().enumerate() {
-            match self.write(request)? {
+            if i % REQUESTS_PER_SCAN == 0 {
+                let batch = &requests[i..(i + REQUESTS_PER_SCAN).min(requests.len())];
+                near = Near::search(&self.corpus, batch.iter().flat_map(|r| self.probes(r)).collect())?;
+            }
+            match self.write(request, &near)? {
                 Ok((text, absent_term, topic)) => generated.drafts.push(Draft {
                     request: i,
                     text,

@@ -27,7 +27,7 @@ pub use error::IndexError;
 pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::Segmenter;
-pub use topics::{CorpusModel, CorpusTerms, TermUsage, TopicSpace};
+pub use topics::{CorpusModel, CorpusTerms, Probe, TermUsage, TopicSpace};
 pub use update::{Earlier, Unchanged};
 
 use crate::id::{ChunkId, DocId};

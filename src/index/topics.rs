@@ -99,6 +99,9 @@ const IN_MEMORY_BYTES: usize = 32 << 20;
 /// Blocks a space with a scratch file writes there at a time once it spills, and reads at a
 /// time when it scans (64 blocks of 50 dimensions: 200 KiB, within a core's cache).
 const SPILL_BLOCKS: usize = 64;
+/// Probes [`TopicSpace::neighbours_of`] answers in one scan: each thread keeps up to about
+/// 16 KiB of candidates per probe.
+const PROBES_PER_SCAN: usize = 64;
 
 /// The chunks in a latent topic space: one unit vector per chunk (all zeros for a chunk with
 /// no term shared with another chunk).
@@ -124,10 +127,10 @@ pub struct TopicSpace {
     threads: usize,
 }
 
-/// The scratch file of a [`TopicSpace`], and the folder it is in (to name in errors).
+/// The scratch file of a [`TopicSpace`] (made when it first spills), and the folder it is in.
 #[derive(Debug)]
 struct Scratch {
-    file: std::fs::File,
+    file: Option<std::fs::File>,
     dir: std::path::PathBuf,
     /// Bytes of blocks kept in memory before the first are written to the file.
     budget: usize,
@@ -148,48 +151,48 @@ impl TopicSpace {
         Self { dim, blocks, threads: threads.max(1), ..Self::default() }
     }
 
-    /// An empty space of `dim` dimensions that keeps its vectors in a scratch file in `dir`,
-    /// scanned with `threads` threads.
-    ///
-    /// # Errors
-    /// [`IndexError::Scratch`] when the file cannot be made.
-    pub(super) fn in_folder(dim: usize, capacity: usize, threads: usize, dir: &Path) -> Result<Self> {
+    /// An empty space of `dim` dimensions that keeps its vectors in a scratch file in `dir`
+    /// once they outgrow `IN_MEMORY_BYTES` (the file is made then), scanned with `threads`
+    /// threads.
+    pub(super) fn in_folder(dim: usize, capacity: usize, threads: usize, dir: &Path) -> Self {
         if dim == 0 {
             // A corpus without a shared term has no topics: nothing to keep, nothing to spill.
-            return Ok(Self::empty(dim, capacity, threads));
+            return Self::empty(dim, capacity, threads);
         }
         Self::spilling_past(IN_MEMORY_BYTES, dim, capacity, threads, dir)
     }
 
     /// [`TopicSpace::in_folder`], spilling once its blocks take `budget` bytes.
-    fn spilling_past(budget: usize, dim: usize, capacity: usize, threads: usize, dir: &Path) -> Result<Self> {
-        let file = tempfile::tempfile_in(dir).map_err(|source| scratch_error(dir, source))?;
+    fn spilling_past(budget: usize, dim: usize, capacity: usize, threads: usize, dir: &Path) -> Self {
         let held =
             (capacity.div_ceil(LANES) * dim * LANES).min((budget / 4).div_ceil(dim * LANES) * dim * LANES);
         let blocks = Vec::with_capacity(held);
-        let scratch = Some(Scratch { file, dir: dir.to_owned(), budget });
-        Ok(Self { dim, blocks, scratch, threads: threads.max(1), ..Self::default() })
+        let scratch = Some(Scratch { file: None, dir: dir.to_owned(), budget });
+        Self { dim, blocks, scratch, threads: threads.max(1), ..Self::default() }
     }
 
     /// Adds the next chunk's vector (`dim` values).
     ///
     /// # Errors
-    /// [`IndexError::Scratch`] when the scratch file cannot be written.
+    /// [`IndexError::Scratch`] when the scratch file cannot be made or written.
     pub(super) fn push(&mut self, vector: &[f32]) -> Result<()> {
         let (block, lane) = (self.chunks / LANES, self.chunks % LANES);
+        let width = self.block_len();
         if lane == 0 {
             let held = block - self.spilled;
-            if let Some(scratch) = &self.scratch
+            if let Some(scratch) = &mut self.scratch
                 && held > 0
-                && if self.spilled == 0 {
-                    held * self.block_len() * 4 >= scratch.budget
-                } else {
-                    held == SPILL_BLOCKS
-                }
+                && if self.spilled == 0 { held * width * 4 >= scratch.budget } else { held == SPILL_BLOCKS }
             {
+                let file = match &mut scratch.file {
+                    Some(file) => file,
+                    None => scratch.file.insert(
+                        tempfile::tempfile_in(&scratch.dir).map_err(|e| scratch_error(&scratch.dir, e))?,
+                    ),
+                };
                 let bytes: Vec<u8> = self.blocks.iter().flat_map(|x| x.to_le_bytes()).collect();
-                let offset = (self.spilled * self.block_len() * 4) as u64;
-                write_at(&scratch.file, &bytes, offset).map_err(|e| scratch_error(&scratch.dir, e))?;
+                let offset = (self.spilled * width * 4) as u64;
+                write_at(file, &bytes, offset).map_err(|e| scratch_error(&scratch.dir, e))?;
                 self.spilled = block;
                 // A new buffer: the first spill's held the whole budget.
                 self.blocks = Vec::with_capacity(SPILL_BLOCKS * self.block_len());
@@ -246,13 +249,18 @@ impl TopicSpace {
     /// Blocks `range`, borrowed from memory or read into `buffer`.
     fn blocks<'s>(&'s self, range: Range<usize>, buffer: &'s mut ReadBuffer) -> Result<&'s [f32]> {
         let width = self.block_len();
-        let Some(scratch) = self.scratch.as_ref().filter(|_| range.start < self.spilled) else {
+        let Some((scratch, file)) = self
+            .scratch
+            .as_ref()
+            .and_then(|s| Some((s, s.file.as_ref()?)))
+            .filter(|_| range.start < self.spilled)
+        else {
             let local = range.start - self.spilled..range.end - self.spilled;
             return Ok(&self.blocks[local.start * width..local.end * width]);
         };
         let from_file = range.start..range.end.min(self.spilled);
         buffer.bytes.resize(from_file.len() * width * 4, 0);
-        read_at(&scratch.file, &mut buffer.bytes, (from_file.start * width * 4) as u64)
+        read_at(file, &mut buffer.bytes, (from_file.start * width * 4) as u64)
             .map_err(|e| scratch_error(&scratch.dir, e))?;
         let tail = range.end.saturating_sub(self.spilled) * width;
         buffer.values.resize(from_file.len() * width + tail, 0.0);
@@ -298,50 +306,97 @@ impl TopicSpace {
     /// # Errors
     /// [`IndexError::Scratch`] when the scratch file cannot be read.
     pub fn neighbours(&self, chunk: usize, min_cosine: f32, cap: usize) -> Result<Vec<(usize, f32)>> {
-        let own = self.vector(chunk)?;
-        if cap == 0 || own.iter().all(|&x| x == 0.0) {
-            return Ok(Vec::new());
+        let mut found = self.neighbours_of(&[Probe { chunk, min_cosine, cap }])?;
+        Ok(found.pop().unwrap_or_default())
+    }
+
+    /// [`TopicSpace::neighbours`] of each probe, the same chunks and bits, in order: one scan
+    /// reads each block of the space (from the scratch file, when it spilled) once for up to
+    /// [`PROBES_PER_SCAN`] probes.
+    ///
+    /// # Errors
+    /// [`IndexError::Scratch`] when the scratch file cannot be read.
+    pub fn neighbours_of(&self, probes: &[Probe]) -> Result<Vec<Vec<(usize, f32)>>> {
+        let mut found = Vec::with_capacity(probes.len());
+        for group in probes.chunks(PROBES_PER_SCAN) {
+            found.extend(self.scan(group)?);
+        }
+        Ok(found)
+    }
+
+    /// One scan of the space for `probes`.
+    fn scan(&self, probes: &[Probe]) -> Result<Vec<Vec<(usize, f32)>>> {
+        let mut found = vec![Vec::new(); probes.len()];
+        // The probes that can have neighbours, with their own vectors.
+        let mut active: Vec<(usize, Vec<f32>)> = Vec::new();
+        for (at, probe) in probes.iter().enumerate() {
+            let own = self.vector(probe.chunk)?;
+            if probe.cap > 0 && own.iter().any(|&x| x != 0.0) {
+                active.push((at, own));
+            }
+        }
+        if active.is_empty() {
+            return Ok(found);
         }
         let blocks = self.chunks.div_ceil(LANES);
         let threads = if self.chunks < PARALLEL_SCAN { 1 } else { self.threads };
         let per_thread = blocks.div_ceil(threads);
-        let scan = |from: usize| -> Result<Vec<(usize, f32)>> {
-            let mut best = Best::new(cap);
+        let active = &active;
+        let part = |from: usize| -> Result<Vec<Vec<(usize, f32)>>> {
+            let mut best: Vec<Best> = active.iter().map(|&(at, _)| Best::new(probes[at].cap)).collect();
             let mut buffer = ReadBuffer::default();
             let to = (from + per_thread).min(blocks);
             for start in (from..to).step_by(SPILL_BLOCKS) {
                 let end = (start + SPILL_BLOCKS).min(to);
                 let values = self.blocks(start..end, &mut buffer)?;
                 for (block, columns) in (start..end).zip(values.chunks_exact(self.block_len())) {
-                    for (lane, &cosine) in block_cosines(&own, columns).iter().enumerate() {
-                        let other = block * LANES + lane;
-                        if other != chunk && other < self.chunks && cosine >= min_cosine {
-                            best.offer(other, cosine);
+                    for ((at, own), best) in active.iter().zip(&mut best) {
+                        let Probe { chunk, min_cosine, .. } = probes[*at];
+                        for (lane, &cosine) in block_cosines(own, columns).iter().enumerate() {
+                            let other = block * LANES + lane;
+                            if other != chunk && other < self.chunks && cosine >= min_cosine {
+                                best.offer(other, cosine);
+                            }
                         }
                     }
                 }
             }
-            Ok(best.into_sorted())
+            Ok(best.into_iter().map(Best::into_sorted).collect())
         };
-        let mut near: Vec<(usize, f32)> = if threads == 1 {
-            scan(0)?
+        let parts: Vec<Vec<Vec<(usize, f32)>>> = if threads == 1 {
+            vec![part(0)?]
         } else {
             std::thread::scope(|scope| {
                 let parts: Vec<_> = (0..blocks)
                     .step_by(per_thread.max(1))
-                    .map(|from| scope.spawn(move || scan(from)))
+                    .map(|from| scope.spawn(move || part(from)))
                     .collect();
-                let parts: Result<Vec<Vec<(usize, f32)>>> = parts
+                parts
                     .into_iter()
                     .map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                    .collect();
-                parts.map(|parts| parts.into_iter().flatten().collect())
+                    .collect::<Result<Vec<_>>>()
             })?
         };
-        near.sort_by(closer);
-        near.truncate(cap);
-        Ok(near)
+        for (i, &(at, _)) in active.iter().enumerate() {
+            let mut near: Vec<(usize, f32)> = parts.iter().flat_map(|p| p[i].iter().copied()).collect();
+            near.sort_by(closer);
+            near.truncate(probes[at].cap);
+            found[at] = near;
+        }
+        Ok(found)
     }
+}
+
+/// What [`TopicSpace::neighbours_of`] looks for: the chunks whose cosine with `chunk` is at
+/// least `min_cosine`, at most `cap`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Probe {
+    /// The chunk whose neighbours are wanted.
+    pub chunk: usize,
+    /// The lowest cosine a neighbour may have.
+    pub min_cosine: f32,
+    /// The most neighbours wanted.
+    pub cap: usize,
 }
 
 /// The cosines of `own` with the sixteen chunks of a block (`columns`, dimension by dimension).
@@ -456,7 +511,7 @@ impl CorpusModel {
         let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
             return Ok(Self { terms, space: TopicSpace::default(), basis: None });
         };
-        let mut space = TopicSpace::in_folder(projection.dim, n, index.threads(), index.dir())?;
+        let mut space = TopicSpace::in_folder(projection.dim, n, index.threads(), index.dir());
         if step == 1 {
             // The sample is every chunk's counts, in chunk order: no second pass needed.
             for row in &sample {
@@ -896,7 +951,7 @@ mod tests {
     #[test]
     fn a_space_without_dimensions_in_a_folder_is_an_empty_one() {
         let dir = tempfile::tempdir().unwrap();
-        let mut space = TopicSpace::in_folder(0, 3, 2, dir.path()).unwrap();
+        let mut space = TopicSpace::in_folder(0, 3, 2, dir.path());
         space.push(&[]).unwrap();
         assert_eq!((space.dim(), space.chunks()), (0, 1));
         assert!(space.neighbours(0, 0.5, 3).unwrap().is_empty());
@@ -929,11 +984,14 @@ mod tests {
         for (threads, budget) in [1, 2, 3].into_iter().flat_map(|t| spaces.map(|b| (t, b))) {
             let mut space = match budget {
                 None => TopicSpace::empty(dim, 9_000, threads),
-                Some(budget) => TopicSpace::spilling_past(budget, dim, 9_000, threads, dir.path()).unwrap(),
+                Some(budget) => TopicSpace::spilling_past(budget, dim, 9_000, threads, dir.path()),
             };
             vectors.chunks_exact(dim).for_each(|v| space.push(v).unwrap());
             let spills = budget.is_some_and(|b| b < IN_MEMORY_BYTES);
             assert_eq!(space.spilled > 0, spills, "budget {budget:?}");
+            // The scratch file is made when the space first spills, not before.
+            let made = space.scratch.as_ref().is_some_and(|s| s.file.is_some());
+            assert_eq!(made, spills, "scratch file, budget {budget:?}");
             if spills {
                 assert!(space.blocks.capacity() <= SPILL_BLOCKS * dim * LANES, "only the last blocks held");
             }
@@ -950,6 +1008,27 @@ mod tests {
                         "threads {threads} in folder {in_folder:?} chunk {chunk} min {min} cap {cap}"
                     );
                 }
+            }
+            // Many probes in one call (more than one scan's worth, repeats and an empty cap
+            // among them) find what each finds alone.
+            let probes: Vec<Probe> = (0..9_000)
+                .step_by(97)
+                .flat_map(|chunk| {
+                    [(f32::MIN, 3), (0.5, 51), (0.2, 0)].map(|(min_cosine, cap)| Probe {
+                        chunk,
+                        min_cosine,
+                        cap,
+                    })
+                })
+                .chain([Probe { chunk: 3, min_cosine: 0.9, cap: 2_000 }; 2])
+                .collect();
+            assert!(probes.len() > 2 * PROBES_PER_SCAN);
+            let together = space.neighbours_of(&probes).unwrap();
+            assert_eq!(together.len(), probes.len());
+            for (probe, got) in probes.iter().zip(&together) {
+                let expected = plain_neighbours(&vectors, dim, probe.chunk, probe.min_cosine, probe.cap);
+                let bits = |n: &[(usize, f32)]| n.iter().map(|&(c, x)| (c, x.to_bits())).collect::<Vec<_>>();
+                assert_eq!(bits(got), bits(&expected), "threads {threads} {in_folder:?} {probe:?}");
             }
             let cosine = space.cosine(3, 6).unwrap();
             assert_eq!(cosine.to_bits(), dot(&vectors[21..28], &vectors[42..49]).to_bits());
