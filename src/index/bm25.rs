@@ -18,6 +18,7 @@ use std::cmp;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use tantivy::fastfield::AliveBitSet;
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::postings::TermInfo;
 use tantivy::schema::{Field, IndexRecordOption};
@@ -35,6 +36,8 @@ struct Segment {
     fieldnorms: FieldNormReader,
     /// The chunk position of each document of the segment.
     positions: Vec<u32>,
+    /// Its live documents, when some are deleted (an index updated in place).
+    alive: Option<AliveBitSet>,
 }
 
 /// The scorer of one searcher's segments.
@@ -45,7 +48,12 @@ pub(super) struct Bm25 {
     known: RwLock<HashMap<String, Option<Arc<QueryTerm>>>>,
     /// Bytes left of [`KEPT_BYTES`].
     room: AtomicUsize,
+    /// Per term, the deleted documents that hold it (their postings are still in the index).
+    deleted: DeletedTerms,
 }
+
+/// Per term, how many of an index's deleted documents hold it.
+pub(super) type DeletedTerms = HashMap<String, u32>;
 
 /// The most bytes [`Bm25`] spends on the terms it keeps (weights, postings addresses, scored
 /// postings), whatever the corpus: queries share their terms, and a kept term is searched again
@@ -172,28 +180,37 @@ impl Scored {
 
 impl Bm25 {
     /// The scorer of `searcher`'s `field`; `positions` gives, per segment, each document's chunk
-    /// position; `exact_tokens`, the field's token count when tantivy's is an estimate (an index
-    /// updated in place, see `update.rs`).
+    /// position; `exact_tokens`, the field's token count when tantivy's is an estimate or counts
+    /// deleted documents, and `deleted`, the terms of those (an index updated in place, see
+    /// `update.rs`): deleted documents are in no statistic and no result.
     pub(super) fn new(
         searcher: &Searcher,
         field: Field,
         positions: Vec<Vec<u32>>,
         exact_tokens: Option<u64>,
+        deleted: DeletedTerms,
     ) -> tantivy::Result<Self> {
         let mut segments = Vec::with_capacity(positions.len());
         let mut tokens = 0u64;
         for (reader, positions) in searcher.segment_readers().iter().zip(positions) {
             let postings = reader.inverted_index(field)?;
             tokens += postings.total_num_tokens();
-            segments.push(Segment { postings, fieldnorms: reader.get_fieldnorms_reader(field)?, positions });
+            let fieldnorms = reader.get_fieldnorms_reader(field)?;
+            let alive = reader.alive_bitset().cloned();
+            segments.push(Segment { postings, fieldnorms, positions, alive });
         }
         let tokens = exact_tokens.unwrap_or(tokens);
-        let documents: u64 = searcher.segment_readers().iter().map(|r| u64::from(r.max_doc())).sum();
+        let documents: u64 = searcher.segment_readers().iter().map(|r| u64::from(r.num_docs())).sum();
         // tantivy's average field length, computed as tantivy does.
         let average_length = tokens as f32 / documents as f32;
         let weights = Weights::new(documents, average_length);
         let room = AtomicUsize::new(KEPT_BYTES);
-        Ok(Self { segments, weights, known: RwLock::default(), room })
+        Ok(Self { segments, weights, known: RwLock::default(), room, deleted })
+    }
+
+    /// How many deleted documents hold `term` (tantivy's document frequencies count them).
+    pub(super) fn deleted_holding(&self, term: &str) -> u64 {
+        self.deleted.get(term).copied().map_or(0, u64::from)
     }
 
     /// The chunk position of a document.
@@ -232,7 +249,12 @@ impl Bm25 {
             .iter()
             .map(|s| s.postings.terms().get(term.as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
-        let df: u64 = infos.iter().flatten().map(|info| u64::from(info.doc_freq)).sum();
+        let df: u64 = infos
+            .iter()
+            .flatten()
+            .map(|info| u64::from(info.doc_freq))
+            .sum::<u64>()
+            .saturating_sub(self.deleted_holding(term));
         let cost = size_of::<(String, QueryTerm)>() + term.len() + size_of_val(infos.as_slice());
         let keep = self.reserve(cost);
         let found = if df == 0 { None } else { Some(Arc::new(self.query_term(df, infos, keep)?)) };
@@ -292,7 +314,9 @@ impl Bm25 {
             segment.postings.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
         while !block.docs().is_empty() {
             for (&doc, &tf) in block.docs().iter().zip(block.freqs()) {
-                each(doc, self.weights.score(weight, segment.fieldnorms.fieldnorm_id(doc), tf));
+                if segment.alive.as_ref().is_none_or(|alive| alive.is_alive(doc)) {
+                    each(doc, self.weights.score(weight, segment.fieldnorms.fieldnorm_id(doc), tf));
+                }
             }
             block.advance();
         }

@@ -129,6 +129,8 @@ struct Opened {
     positions: Vec<Vec<u32>>,
     /// The exact token count of an updated index (whose own may be estimated).
     tokens: Option<u64>,
+    /// Its segments' deleted documents, which tantivy's statistics still count.
+    deletions: update::Deletions,
 }
 
 impl Opened {
@@ -155,10 +157,12 @@ impl Opened {
         let searcher = reader.searcher();
         let keys = update::read_u32s(&dir.join(update::POSITIONS_FILE));
         let tokens = update::read_tokens(dir);
-        // An updated index without its exact token count would score with an estimate.
-        if keys.is_some() && tokens.is_none() {
+        let deletions = update::deletions_of(dir, &searcher);
+        // An updated index without its exact token count would score with an estimate, one
+        // without its deleted documents' terms with their document frequencies.
+        let (true, Some(deletions)) = (keys.is_none() || tokens.is_some(), deletions) else {
             return Err(IndexError::Mismatch { path: dir.to_owned(), chunks: searcher.num_docs() as usize });
-        }
+        };
         let position = |key: u64| match &keys {
             None => key.min(u64::from(u32::MAX)) as u32,
             Some(keys) => usize::try_from(key).ok().and_then(|k| keys.get(k)).copied().unwrap_or(u32::MAX),
@@ -169,7 +173,21 @@ impl Opened {
             // A position past the chunk list is caught by `attach`.
             positions.push((0..ords.num_vals()).map(|doc| position(ords.get_val(doc))).collect());
         }
-        Ok(Self { searcher, fields, positions, tokens })
+        Ok(Self { searcher, fields, positions, tokens, deletions })
+    }
+
+    /// Each segment's documents that are not deleted, with their chunk positions.
+    fn live(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.searcher.segment_readers().iter().zip(&self.positions).enumerate().flat_map(
+            |(segment, (reader, positions))| {
+                let alive = reader.alive_bitset();
+                positions
+                    .iter()
+                    .enumerate()
+                    .filter(move |&(doc, _)| alive.is_none_or(|a| a.is_alive(doc as u32)))
+                    .map(move |(doc, &position)| (segment as u32, doc as u32, position))
+            },
+        )
     }
 
     /// Each of `chunks` positions' document; `None` unless every position has exactly one.
@@ -178,10 +196,8 @@ impl Opened {
             return None;
         }
         let mut addresses = vec![DocAddress::new(u32::MAX, u32::MAX); chunks];
-        for (segment, positions) in self.positions.iter().enumerate() {
-            for (doc, &position) in positions.iter().enumerate() {
-                *addresses.get_mut(position as usize)? = DocAddress::new(segment as u32, doc as u32);
-            }
+        for (segment, doc, position) in self.live() {
+            *addresses.get_mut(position as usize)? = DocAddress::new(segment, doc);
         }
         // Two documents claiming one position leave another without a document.
         addresses.iter().all(|a| a.segment_ord != u32::MAX).then_some(addresses)
@@ -200,7 +216,8 @@ impl Opened {
         let addresses = self
             .addresses(chunks.len())
             .ok_or_else(|| IndexError::Mismatch { path: dir.to_owned(), chunks: chunks.len() })?;
-        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens)
+        let deleted = update::deleted_terms(self.deletions);
+        let bm25 = Bm25::new(&self.searcher, self.fields.search, self.positions, self.tokens, deleted)
             .map_err(|source| IndexError::Tantivy { path: dir.to_owned(), source })?;
         let mut by_id = HashTable::with_capacity(chunks.len());
         for position in 0..chunks.len() as u32 {
@@ -433,7 +450,8 @@ impl ChunkIndex {
     /// # Errors
     /// [`IndexError::Tantivy`] when tantivy fails.
     pub fn doc_freq(&self, term: &str) -> Result<u64> {
-        self.searcher.doc_freq(&Term::from_field_text(self.fields.search, term)).map_err(|e| self.error(e))
+        let all = self.searcher.doc_freq(&Term::from_field_text(self.fields.search, term));
+        Ok(all.map_err(|e| self.error(e))?.saturating_sub(self.bm25.deleted_holding(term)))
     }
 
     /// Per-term statistics of `text`, sorted by term.

@@ -1,35 +1,48 @@
 //! The index of an earlier chunk list, brought to a new one in place: the chunks that went are
 //! deleted, the new ones (and those whose title or text changed under their id) added, the
-//! rest stay as they are, not analysed again. Adding only writes a new segment; once a chunk
-//! is deleted, the whole index is merged into one segment (a deletion costs a full merge).
+//! rest stay as they are, not analysed again. An update writes one new segment and marks the
+//! deleted documents; segments are merged only once deleted documents are a quarter of the
+//! index's (a merge rewrites the whole index, which costs more than the rest of an update).
 //!
 //! Each document's `ord` is a key that never changes; `qrelgen-positions` maps keys to chunk
-//! positions (an index as built has no such file: its keys are its positions). Once deleted
-//! documents are in it, the index is merged into one segment, so they leave its statistics:
-//! chunk count and document frequencies are then exactly a rebuild's. The total token count
-//! after such a merge is only estimated by tantivy (from quantized field lengths), so the exact
-//! one (the old total, minus the deleted chunks' tokens, plus the new ones') is kept in
-//! `qrelgen-tokens` and BM25 uses it: every score has a rebuild's bits, every ranking is a
-//! rebuild's.
+//! positions (an index as built has no such file: its keys are its positions). A deleted
+//! document stays in its segment's postings until a merge, and in tantivy's statistics, so
+//! qrelgen keeps its own: `qrelgen-deleted` counts, per segment, its deleted documents and,
+//! per term, those that hold it (tantivy drops a segment whose documents are all deleted, and
+//! its counts go with it), which BM25 and [`ChunkIndex::doc_freq`] take off tantivy's document
+//! frequencies; BM25
+//! counts only live documents and skips deleted ones in postings; and the exact total token
+//! count (the old total, minus the deleted chunks' tokens, plus the new ones'; tantivy's counts
+//! deleted documents, and after a merge is only estimated from quantized field lengths) is kept
+//! in `qrelgen-tokens`. So chunk count, document frequencies and average length are exactly a
+//! rebuild's: every score has a rebuild's bits, every ranking is a rebuild's.
 
+use super::bm25::DeletedTerms;
 use super::chunks::ChunkList;
 use super::error::{IndexError, Result};
 use super::fold::OldChunk;
 use super::{
-    Analyzer, ChunkIndex, FINGERPRINT_FILE, IndexOrigin, Opened, WRITER_MEMORY_PER_THREAD, register,
-    write_error,
+    Analyzer, ChunkIndex, FINGERPRINT_FILE, IndexOrigin, Opened, WRITER_MEMORY_PER_THREAD, write_error,
 };
 use crate::progress::Stage;
 use crate::record::Chunk;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::Path;
 use tantivy::schema::Field;
-use tantivy::{Index, IndexWriter, Term};
+use tantivy::{Index, IndexWriter, Searcher, Term};
 
 /// Key → chunk position (`u32::MAX` for a deleted key), little-endian `u32`s.
 pub(super) const POSITIONS_FILE: &str = "qrelgen-positions";
 /// The exact number of tokens in the index's search field, a little-endian `u64`.
 pub(super) const TOKENS_FILE: &str = "qrelgen-tokens";
+/// Per segment with deleted documents: its id, their count, and per term (by term order) how
+/// many of them hold it (little-endian `u64`s, texts length-prefixed, each list after its
+/// length).
+pub(super) const DELETED_FILE: &str = "qrelgen-deleted";
+/// Segments are merged (and deleted documents dropped) once more than this share of the
+/// index's documents are deleted.
+const MERGE_PAST_DELETED: f64 = 0.25;
 
 /// The chunk list an index on disk was built (or last updated) for.
 #[derive(Debug, Clone, Copy)]
@@ -95,15 +108,75 @@ impl ChunkIndex {
 }
 
 /// What changes: per key, the new position of its chunk (`None`: deleted); per new position,
-/// the key and earlier position of the document that holds its id; the keys whose chunks went;
-/// and the exact token count so far.
+/// the key, earlier position and segment of the document that holds its id; the keys (with
+/// positions and segments) whose chunks went; the exact token count so far; and each
+/// segment's id and deleted documents so far.
 struct Plan {
     index: Index,
     ord: Field,
     moved_to: Vec<Option<u32>>,
-    from: Vec<Option<(u64, u32)>>,
-    gone: Vec<(u64, u32)>,
+    from: Vec<Option<(u64, u32, u32)>>,
+    gone: Vec<(u64, u32, u32)>,
     tokens: u64,
+    segments: Vec<String>,
+    deletions: Deletions,
+}
+
+/// Per segment id, its deleted documents.
+pub(super) type Deletions = BTreeMap<String, SegmentDeletions>;
+
+/// A segment's deleted documents: how many, and per term how many hold it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct SegmentDeletions {
+    documents: u32,
+    terms: DeletedTerms,
+}
+
+impl SegmentDeletions {
+    /// Counts a chunk's document as deleted; returns its token count.
+    fn add(&mut self, analyzer: &Analyzer, title: &str, text: &str) -> u64 {
+        let tokens = analyzer.chunk_tokens(title, text);
+        let mut terms: Vec<&str> = tokens.iter().map(|t| t.term.as_str()).collect();
+        terms.sort_unstable();
+        terms.dedup();
+        for term in terms {
+            match self.terms.get_mut(term) {
+                Some(count) => *count += 1,
+                None => drop(self.terms.insert(term.to_owned(), 1)),
+            }
+        }
+        self.documents += 1;
+        tokens.len() as u64
+    }
+}
+
+/// The deletions of `searcher`'s segments (see [`DELETED_FILE`]); `None` when a segment has
+/// deleted documents that the file does not count.
+pub(super) fn deletions_of(dir: &Path, searcher: &Searcher) -> Option<Deletions> {
+    let with_deletions: Vec<(String, u32)> = searcher
+        .segment_readers()
+        .iter()
+        .filter(|r| r.num_deleted_docs() > 0)
+        .map(|r| (r.segment_id().uuid_string(), r.num_deleted_docs()))
+        .collect();
+    if with_deletions.is_empty() {
+        return Some(Deletions::new());
+    }
+    let mut deletions = read_deleted(dir)?;
+    deletions.retain(|id, _| with_deletions.iter().any(|(with, _)| with == id));
+    let counted = |(id, n): &(String, u32)| deletions.get(id).is_some_and(|d| d.documents == *n);
+    with_deletions.iter().all(counted).then_some(deletions)
+}
+
+/// Per term, the deleted documents of all segments that hold it.
+pub(super) fn deleted_terms(deletions: Deletions) -> DeletedTerms {
+    let mut all = DeletedTerms::default();
+    for (_, segment) in deletions {
+        for (term, n) in segment.terms {
+            *all.entry(term).or_default() += n;
+        }
+    }
+    all
 }
 
 impl Plan {
@@ -111,15 +184,13 @@ impl Plan {
     /// position past the earlier list, an updated index without its token count, a damaged
     /// index): then it is rebuilt.
     fn of(dir: &Path, analyzer: &Analyzer, chunks: &ChunkList, earlier: Earlier<'_>) -> Option<Self> {
-        let index = Index::open(super::directory::IndexDirectory::open(dir).ok()?).ok()?;
-        register(&index, analyzer);
+        let opened = Opened::open(dir, analyzer).ok()?;
+        let index = opened.searcher.index().clone();
         let schema = index.schema();
-        let ord = schema.get_field("ord").ok()?;
-        let search = schema.get_field("search").ok()?;
+        let (ord, search) = (opened.fields.ord, opened.fields.search);
         if !schema.get_field_entry(ord).is_indexed() {
             return None;
         }
-        let opened = Opened::open(dir, analyzer).ok()?;
         let keys = read_u32s(&dir.join(POSITIONS_FILE));
         let exact = read_tokens(dir);
         // An updated index's own token count is only estimated: without the exact one, rebuild.
@@ -129,26 +200,30 @@ impl Plan {
         let now: HashMap<&str, u32> = (0..chunks.len()).map(|at| (chunks.id_str(at), at as u32)).collect();
         let mut moved_to = vec![None; keys.as_ref().map_or(earlier.chunks.len(), Vec::len)];
         let (mut from, mut gone, mut tokens) = (vec![None; chunks.len()], Vec::new(), 0);
-        for (segment, positions) in opened.searcher.segment_readers().iter().zip(&opened.positions) {
+        let segments = opened.searcher.segment_readers();
+        let mut ords = Vec::with_capacity(segments.len());
+        for segment in segments {
             tokens += segment.inverted_index(search).ok()?.total_num_tokens();
-            let ords = segment.fast_fields().column_first_or_default::<u64>("ord").ok()?;
-            for (doc, &position) in positions.iter().enumerate() {
-                let key = ords.get_val(doc as u32);
-                let old = earlier.chunks.get(position as usize)?;
-                let slot = moved_to.get_mut(usize::try_from(key).ok()?)?;
-                *slot = now.get(old.id.as_str()).copied();
-                match *slot {
-                    Some(at) => *from.get_mut(at as usize)? = Some((key, position)),
-                    None => gone.push((key, position)),
-                }
+            ords.push(segment.fast_fields().column_first_or_default::<u64>("ord").ok()?);
+        }
+        for (segment, doc, position) in opened.live() {
+            let key = ords[segment as usize].get_val(doc);
+            let old = earlier.chunks.get(position as usize)?;
+            let slot = moved_to.get_mut(usize::try_from(key).ok()?)?;
+            *slot = now.get(old.id.as_str()).copied();
+            match *slot {
+                Some(at) => *from.get_mut(at as usize)? = Some((key, position, segment)),
+                None => gone.push((key, position, segment)),
             }
         }
-        Some(Self { index, ord, moved_to, from, gone, tokens: exact.unwrap_or(tokens) })
+        let segments = segments.iter().map(|s| s.segment_id().uuid_string()).collect();
+        let deletions = opened.deletions;
+        Some(Self { index, ord, moved_to, from, gone, tokens: exact.unwrap_or(tokens), segments, deletions })
     }
 
-    /// Deletes the chunks that went or changed, adds the new and changed ones, merges away the
-    /// deleted documents and writes the key and token files. Returns the chunks kept as they
-    /// were.
+    /// Deletes the chunks that went or changed, adds the new and changed ones, merges the
+    /// segments when many documents are deleted, and writes the key, token and deleted-term
+    /// files. Returns the chunks kept as they were.
     fn apply<E: From<IndexError>>(
         self,
         dir: &Path,
@@ -158,17 +233,21 @@ impl Plan {
         feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<Unchanged, E> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
-        let count = |title: &str, text: &str| analyzer.chunk_tokens(title, text).len() as u64;
-        let Self { index, ord, mut moved_to, from, gone, mut tokens } = self;
+        let Self { index, ord, mut moved_to, from, gone, mut tokens, segments, mut deletions } = self;
         let mut writer: IndexWriter =
             index.writer_with_num_threads(1, WRITER_MEMORY_PER_THREAD).map_err(err)?;
         writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
         let old = |position: u32| earlier.chunks.get(position as usize);
-        for &(key, position) in &gone {
-            tokens -= old(position).map_or(0, |c| count(c.title, c.text)).min(tokens);
+        // Deletes the document of `key` in `segment`, whose chunk was `was`.
+        let mut delete = |writer: &IndexWriter, key: u64, segment: u32, was: &OldChunk<'_>| {
             writer.delete_term(Term::from_field_u64(ord, key));
+            let id = segments[segment as usize].clone();
+            deletions.entry(id).or_default().add(analyzer, was.title, was.text)
+        };
+        for &(key, position, segment) in &gone {
+            let Some(was) = old(position) else { continue };
+            tokens -= delete(&writer, key, segment, was).min(tokens);
         }
-        let mut deleted = !gone.is_empty();
         let fields = super::schema().1;
         let mut position = 0usize;
         let mut unchanged = vec![false; from.len()];
@@ -176,33 +255,38 @@ impl Plan {
             let at = position;
             position += 1;
             progress.inc(1);
-            if let Some((key, was)) = from.get(at).copied().flatten() {
+            if let Some((key, was, segment)) = from.get(at).copied().flatten() {
                 let Some(was) = old(was) else { return Ok(()) };
                 if was.title == chunk.title && was.text == chunk.text {
                     unchanged[at] = true;
                     return Ok(());
                 }
                 // The same id with another title or text: its document is replaced.
-                tokens -= count(was.title, was.text).min(tokens);
-                writer.delete_term(Term::from_field_u64(ord, key));
+                tokens -= delete(&writer, key, segment, was).min(tokens);
                 moved_to[key as usize] = None;
-                deleted = true;
             }
             let key = moved_to.len() as u64;
             moved_to.push(Some(at as u32));
-            tokens += count(&chunk.title, &chunk.text);
+            tokens += analyzer.chunk_tokens(&chunk.title, &chunk.text).len() as u64;
             writer.add_document(super::document(fields, &chunk, key)).map_err(err)?;
             Ok(())
         })?;
         writer.commit().map_err(err)?;
-        if deleted {
-            let segments = index.searchable_segment_ids().map_err(err)?;
-            writer.merge(&segments).wait().map_err(err)?;
+        // tantivy drops a segment whose documents are all deleted.
+        let metas = index.searchable_segment_metas().map_err(err)?;
+        deletions.retain(|id, _| metas.iter().any(|m| m.id().uuid_string() == *id));
+        let documents: u32 = metas.iter().map(tantivy::SegmentMeta::max_doc).sum();
+        let deleted: u32 = metas.iter().map(tantivy::SegmentMeta::num_deleted_docs).sum();
+        if f64::from(deleted) > f64::from(documents) * MERGE_PAST_DELETED {
+            let ids: Vec<_> = metas.iter().map(tantivy::SegmentMeta::id).collect();
+            writer.merge(&ids).wait().map_err(err)?;
+            deletions.clear();
         }
         writer.wait_merging_threads().map_err(err)?;
         let keys: Vec<u8> = moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
         write_atomically(&dir.join(POSITIONS_FILE), &keys)?;
         write_atomically(&dir.join(TOKENS_FILE), &tokens.to_le_bytes())?;
+        write_atomically(&dir.join(DELETED_FILE), &encode_deleted(&deletions))?;
         Ok(Unchanged(unchanged))
     }
 }
@@ -232,6 +316,49 @@ pub(super) fn read_u32s(path: &Path) -> Option<Vec<u32>> {
 pub(super) fn read_tokens(dir: &Path) -> Option<u64> {
     let bytes = fs_err::read(dir.join(TOKENS_FILE)).ok()?;
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// The deletions `qrelgen-deleted` records; `None` without it (an index as built) or for a
+/// damaged one.
+fn read_deleted(dir: &Path) -> Option<Deletions> {
+    let bytes = fs_err::read(dir.join(DELETED_FILE)).ok()?;
+    let mut input = crate::codec::Decoder::new(&bytes);
+    let mut deletions = Deletions::new();
+    for _ in 0..input.size()? {
+        let id = input.text()?.to_owned();
+        let documents = input.small()?;
+        let n = input.size()?;
+        // Each term takes at least 16 bytes: a count past that is damage, not a size to reserve.
+        let mut terms = DeletedTerms::default();
+        terms.reserve(n.min(input.rest().len() / 16));
+        for _ in 0..n {
+            let term = input.text()?;
+            terms.insert(term.to_owned(), input.small()?);
+        }
+        deletions.insert(id, SegmentDeletions { documents, terms });
+    }
+    input.rest().is_empty().then_some(deletions)
+}
+
+/// The bytes of `qrelgen-deleted` for `deletions`.
+fn encode_deleted(deletions: &Deletions) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let number = |bytes: &mut Vec<u8>, n: u64| bytes.extend(n.to_le_bytes());
+    number(&mut bytes, deletions.len() as u64);
+    for (id, segment) in deletions {
+        number(&mut bytes, id.len() as u64);
+        bytes.extend(id.as_bytes());
+        number(&mut bytes, u64::from(segment.documents));
+        let mut terms: Vec<(&String, &u32)> = segment.terms.iter().collect();
+        terms.sort_unstable();
+        number(&mut bytes, terms.len() as u64);
+        for (term, count) in terms {
+            number(&mut bytes, term.len() as u64);
+            bytes.extend(term.as_bytes());
+            number(&mut bytes, u64::from(*count));
+        }
+    }
+    bytes
 }
 
 #[cfg(test)]
@@ -361,6 +488,13 @@ mod tests {
             let got = bits(&updated.search(query, 10).unwrap());
             assert_eq!(got, bits(&rebuilt.search(query, 10).unwrap()), "{query}");
         }
+        // Every term of either list, those only deleted chunks held included.
+        for chunk in before.iter().chain(after) {
+            for term in updated.analyzer().terms(&format!("{} {}", chunk.title, chunk.text)) {
+                assert_eq!(updated.doc_freq(&term).unwrap(), rebuilt.doc_freq(&term).unwrap(), "{term}");
+                assert_eq!(updated.search(&term, 10).unwrap(), rebuilt.search(&term, 10).unwrap(), "{term}");
+            }
+        }
         for (position, chunk) in after.iter().enumerate() {
             let stored = updated.stored(position).unwrap();
             assert_eq!(
@@ -469,17 +603,96 @@ mod tests {
         }
     }
 
+    fn deleted_documents(dir: &Path) -> u32 {
+        let index = Index::open_in_dir(dir).unwrap();
+        let searcher = index.reader().unwrap().searcher();
+        searcher.segment_readers().iter().map(tantivy::SegmentReader::num_deleted_docs).sum()
+    }
+
+    /// The index of `chunks` in one segment (one writer thread), which no single deletion empties.
+    fn one_segment(dir: &Path, chunks: &[Chunk]) {
+        let metas: ChunkList = chunks.iter().collect();
+        let feed = |add: &mut dyn FnMut(Chunk) -> Result<()>| chunks.iter().cloned().try_for_each(add);
+        let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
+        ChunkIndex::open_or_build(dir, metas, &print, analyzer, 1, &stage, feed).unwrap();
+        assert_eq!(segments(dir), 1);
+    }
+
     #[test]
-    fn after_a_deletion_an_addition_does_not_merge_again() {
+    fn deleted_documents_stay_until_they_are_a_quarter_of_the_index() {
         let dir = tempfile::tempdir().unwrap();
         let v1 = named(&V1);
-        let v2: Vec<Chunk> = v1.iter().filter(|c| c.id.as_str() != "bravo").cloned().collect();
-        let mut v3 = v2.clone();
-        v3.extend(named(&["echo links quota"]));
-        index(dir.path(), &v1, None);
+        // bravo deleted, echo added: 1 deleted of 5 documents.
+        let mut v2: Vec<Chunk> = v1.iter().filter(|c| c.id.as_str() != "bravo").cloned().collect();
+        v2.extend(named(&["echo links quota"]));
+        // charlie deleted: 2 of 5, past a quarter.
+        let v3: Vec<Chunk> = v2.iter().filter(|c| c.id.as_str() != "charlie").cloned().collect();
+        let mut v4 = v3.clone();
+        v4.extend(named(&["foxtrot sync password"]));
+        one_segment(dir.path(), &v1);
+        let start = segments(dir.path());
         update_and_compare(dir.path(), &v1, &v2);
-        assert_eq!(segments(dir.path()), 1, "a deletion merges");
+        assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (start + 1, 1), "no merge");
+        assert_eq!(deleted_terms(read_deleted(dir.path()).unwrap()).get("bravo"), Some(&1));
         update_and_compare(dir.path(), &v2, &v3);
+        assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (1, 0), "merged");
+        assert_eq!(read_deleted(dir.path()), Some(Deletions::new()));
+        update_and_compare(dir.path(), &v3, &v4);
         assert_eq!(segments(dir.path()), 2, "an addition only adds a segment");
+    }
+
+    #[test]
+    fn a_segment_whose_documents_all_went_takes_its_counts_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let mut v2 = v1.clone();
+        v2.extend(named(&["echo quota links"]));
+        // echo (alone in the second update's segment) and alpha go: the segment goes with echo.
+        let v3: Vec<Chunk> = v2[1..4].to_vec();
+        one_segment(dir.path(), &v1);
+        update_and_compare(dir.path(), &v1, &v2);
+        assert_eq!(segments(dir.path()), 2);
+        update_and_compare(dir.path(), &v2, &v3);
+        assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (1, 1));
+        let deleted = deleted_terms(read_deleted(dir.path()).unwrap());
+        assert_eq!((deleted.get("alpha"), deleted.get("echo")), (Some(&1), None));
+    }
+
+    #[test]
+    fn an_index_with_deleted_documents_but_not_their_terms_is_built_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let v2: Vec<Chunk> = v1[1..].to_vec();
+        one_segment(dir.path(), &v1);
+        update_and_compare(dir.path(), &v1, &v2);
+        assert_eq!(deleted_documents(dir.path()), 1);
+        fs_err::remove_file(dir.path().join(DELETED_FILE)).unwrap();
+        let v3: Vec<Chunk> = v2[1..].to_vec();
+        let earlier = Earlier { fingerprint: &fingerprint(&v2), chunks: &olds(&v2) };
+        assert_eq!(index(dir.path(), &v3, Some(earlier)).1, IndexOrigin::Built);
+        assert_eq!(deleted_documents(dir.path()), 0);
+    }
+
+    #[test]
+    fn a_damaged_deleted_terms_file_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let terms: DeletedTerms = [("quota".to_owned(), 2), ("sync".to_owned(), 1)].into_iter().collect();
+        let deletions: Deletions = [
+            ("a".to_owned(), SegmentDeletions { documents: 2, terms }),
+            ("b".to_owned(), SegmentDeletions::default()),
+        ]
+        .into_iter()
+        .collect();
+        let bytes = encode_deleted(&deletions);
+        fs_err::write(dir.path().join(DELETED_FILE), &bytes).unwrap();
+        assert_eq!(read_deleted(dir.path()), Some(deletions));
+        for cut in [bytes.len() - 1, 9, 0] {
+            fs_err::write(dir.path().join(DELETED_FILE), &bytes[..cut]).unwrap();
+            assert_eq!(read_deleted(dir.path()), None, "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        fs_err::write(dir.path().join(DELETED_FILE), &longer).unwrap();
+        assert_eq!(read_deleted(dir.path()), None);
     }
 }
