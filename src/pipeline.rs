@@ -573,8 +573,10 @@ fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -
     }
     let f = &f;
     std::thread::scope(|scope| {
-        let running: Vec<_> =
-            parts.into_iter().map(|part| scope.spawn(move || part.into_iter().map(f).collect::<Vec<_>>())).collect();
+        let running: Vec<_> = parts
+            .into_iter()
+            .map(|part| scope.spawn(move || part.into_iter().map(f).collect::<Vec<_>>()))
+            .collect();
         running
             .into_iter()
             .flat_map(|r| r.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
@@ -661,7 +663,11 @@ impl Chunking {
     }
 
     /// The chunks of `doc` and their signatures, from what [`Chunking::make`] made of it.
-    fn document(&mut self, doc: &Document, made: Made) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
+    fn document(
+        &mut self,
+        doc: &Document,
+        made: Made,
+    ) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
         let Made { digest, item, reused } = made;
         if reused {
             self.reused += 1;
@@ -823,5 +829,31 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), In
             path: corpus_file.to_owned(),
             source: std::io::Error::other(format!("cannot read back what was written: {line}")),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_in_order_keeps_the_order_and_runs_on_the_threads() {
+        for threads in [1, 2, 3, 8] {
+            for len in [0, 1, 2, 5, 100] {
+                let items: Vec<usize> = (0..len).collect();
+                let mapped =
+                    map_in_order(items, threads, |i| (i * 3, format!("{:?}", std::thread::current().id())));
+                assert_eq!(
+                    mapped.iter().map(|m| m.0).collect::<Vec<_>>(),
+                    (0..len).map(|i| i * 3).collect::<Vec<_>>()
+                );
+                let used: std::collections::BTreeSet<&String> = mapped.iter().map(|m| &m.1).collect();
+                assert_eq!(
+                    used.len(),
+                    threads.min(len).max(usize::from(len > 0)),
+                    "{threads} threads, {len} items"
+                );
+            }
+        }
     }
 }

@@ -696,11 +696,7 @@ struct Analysed {
 /// Reads and analyses every chunk's title and text, on `threads` threads a block at a time
 /// (block `b` on thread `b % threads`), and hands the blocks to `take` in chunk order (so that
 /// only a few blocks are held at once).
-fn analyse(
-    index: &ChunkIndex,
-    threads: usize,
-    mut take: impl FnMut(Analysed) -> Result<()>,
-) -> Result<()> {
+fn analyse(index: &ChunkIndex, threads: usize, mut take: impl FnMut(Analysed) -> Result<()>) -> Result<()> {
     let threads = threads.max(1);
     let blocks = index.len().div_ceil(ANALYSIS_BLOCK);
     let range = |block: usize| block * ANALYSIS_BLOCK..((block + 1) * ANALYSIS_BLOCK).min(index.len());
@@ -933,7 +929,9 @@ impl Projection {
         std::thread::scope(|scope| {
             let parts: Vec<_> = rows
                 .chunks(per_thread)
-                .map(|part| scope.spawn(move || part.iter().map(|row| self.project(row, df, n)).collect::<Vec<_>>()))
+                .map(|part| {
+                    scope.spawn(move || part.iter().map(|row| self.project(row, df, n)).collect::<Vec<_>>())
+                })
                 .collect();
             parts
                 .into_iter()
@@ -1012,8 +1010,9 @@ fn in_parts(out: &mut [f64], width: usize, threads: usize, work: impl Fn(Range<u
     });
 }
 
-/// Below twice this many rows a product is not split over threads.
-const PARALLEL_ROWS: usize = 1_024;
+/// Below twice this many rows a product is not split over threads (fewer in tests, so that
+/// small ones are split).
+const PARALLEL_ROWS: usize = if cfg!(test) { 16 } else { 1_024 };
 
 /// [`times`] split over `threads` threads by rows (each row's sums as on one).
 fn times_on(rows: &[&Row], dense: &[f64], width: usize, threads: usize) -> Vec<f64> {
@@ -1026,7 +1025,13 @@ fn times_on(rows: &[&Row], dense: &[f64], width: usize, threads: usize) -> Vec<f
 
 /// [`transposed_times`] split over `threads` threads by terms: each thread walks every row for
 /// its own terms, so each term's sum runs over the rows in order, as on one thread.
-fn transposed_times_on(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usize, threads: usize) -> Vec<f64> {
+fn transposed_times_on(
+    rows: &[&Row],
+    dense: &[f64],
+    vocabulary: usize,
+    width: usize,
+    threads: usize,
+) -> Vec<f64> {
     let mut out = vec![0.0; vocabulary * width];
     in_parts(&mut out, width, threads, |terms, values| {
         let (from, to) = (terms.start as u32, terms.end as u32);
@@ -1285,7 +1290,9 @@ mod tests {
     fn the_fit_on_the_used_terms_is_the_whole_vocabularys_bit_for_bit_on_any_threads() {
         // Samples from tiny (more directions than the rank: dependent columns, exact zeros) to
         // past the threads' split, with most of the vocabulary unused or in one chunk.
-        for (chunks, vocabulary, wanted) in [(3, 5, 50), (6, 8, 2), (40, 30, 50), (300, 2_000, 50), (2_500, 9_000, 50)] {
+        for (chunks, vocabulary, wanted) in
+            [(3, 5, 50), (6, 8, 2), (40, 30, 50), (300, 2_000, 50), (3_000, 20_000, 50)]
+        {
             for seed in 0..3 {
                 let (rows, df) = random_rows(chunks, vocabulary, seed);
                 let n = chunks * 3;
@@ -1295,14 +1302,128 @@ mod tests {
                     let bits = |p: &Option<Projection>| {
                         p.as_ref().map(|p| (p.dim, p.v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()))
                     };
-                    assert_eq!(bits(&got), bits(&expected), "{chunks} chunks, seed {seed}, {threads} threads");
+                    assert_eq!(
+                        bits(&got),
+                        bits(&expected),
+                        "{chunks} chunks, seed {seed}, {threads} threads"
+                    );
                 }
                 if chunks > 100 {
-                    let used = UsedTerms::of(&rows.iter().map(|r| weighted(r, &df, n as f64)).collect::<Vec<_>>(), vocabulary as usize);
-                    assert!(2 * used.terms.len() < vocabulary as usize, "most rows are zero: {}", used.terms.len());
+                    let used = UsedTerms::of(
+                        &rows.iter().map(|r| weighted(r, &df, n as f64)).collect::<Vec<_>>(),
+                        vocabulary as usize,
+                    );
+                    assert!(
+                        2 * used.terms.len() < vocabulary as usize,
+                        "most rows are zero: {}",
+                        used.terms.len()
+                    );
                 }
             }
         }
+    }
+
+    /// The counting the corpus pass did before: token after token, each analysed in full.
+    #[allow(clippy::type_complexity)]
+    fn token_by_token(
+        index: &ChunkIndex,
+    ) -> (Vec<String>, Vec<u32>, Vec<u64>, Vec<std::collections::BTreeMap<String, u32>>, Vec<Vec<(u32, u32)>>)
+    {
+        let (mut ids, mut names, mut df, mut cf) = (HashMap::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut surfaces, mut rows) = (Vec::new(), Vec::new());
+        for position in 0..index.len() {
+            let stored = index.stored(position).unwrap();
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for token in index.analyzer().chunk_tokens(&stored.title, &stored.text) {
+                let id = *ids.entry(token.term.clone()).or_insert_with(|| {
+                    names.push(token.term.clone());
+                    surfaces.push(std::collections::BTreeMap::new());
+                    df.push(0);
+                    cf.push(0);
+                    names.len() as u32 - 1
+                });
+                *counts.entry(id).or_default() += 1;
+                *surfaces[id as usize].entry(token.surface).or_default() += 1;
+            }
+            let row = sorted(counts);
+            for &(term, tf) in &row {
+                df[term as usize] += 1;
+                cf[term as usize] += u64::from(tf);
+            }
+            rows.push(row);
+        }
+        (names, df, cf, surfaces, rows)
+    }
+
+    #[test]
+    fn each_word_analysed_once_per_thread_counts_as_token_by_token_on_any_threads() {
+        // 700 chunks (three blocks) with titles, repeated words in several forms and cases,
+        // stop words and words without a term, and Chinese.
+        let words = [
+            "Kidney",
+            "kidneys",
+            "infections",
+            "INFECTION",
+            "renal",
+            "the",
+            "of",
+            "配额已满时",
+            "暂停",
+            "sync",
+        ];
+        let texts: Vec<String> = (0..700)
+            .map(|c| {
+                (0..(c % 13) + 1).map(|w| words[(c * 7 + w * w) % words.len()]).collect::<Vec<_>>().join(" ")
+            })
+            .map(|t| format!("{t} word{} tail{}", t.len() % 9, t.len() % 4))
+            .collect();
+        let mut chunks = test_chunks(&texts.iter().map(String::as_str).collect::<Vec<_>>());
+        chunks.iter_mut().step_by(3).for_each(|c| c.title = format!("Renal Syncing {}", c.text.len() % 5));
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = from_chunks(dir.path(), &chunks);
+        let expected = token_by_token(&index);
+        for threads in [1, 2, 3] {
+            let mut vocabulary = Vocabulary::default();
+            let (mut rows, mut from_threads) = (Vec::new(), std::collections::BTreeSet::new());
+            analyse(&index, threads, |block| {
+                from_threads.insert(block.thread);
+                rows.extend(vocabulary.count(block));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(from_threads.len(), threads, "blocks analysed on every thread");
+            let surfaces: Vec<std::collections::BTreeMap<String, u32>> = vocabulary
+                .surfaces
+                .iter()
+                .map(|counted| {
+                    counted.iter().map(|&(f, c)| (vocabulary.forms[f as usize].clone(), c)).collect()
+                })
+                .collect();
+            let got = (vocabulary.names, vocabulary.df, vocabulary.cf, surfaces, rows);
+            assert_eq!(got, expected, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn rows_read_back_from_the_scratch_file_are_the_rows_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Vec<(u32, u32)>> = (0..1_000u32)
+            .map(|c| (0..c % 7).map(|k| (k * 300_007 + c, 1 + (c * k) % 200_000)).collect())
+            .chain([vec![(u32::MAX - 1, u32::MAX)], vec![]])
+            .collect();
+        let mut file = RowFile::create(dir.path()).unwrap();
+        rows.iter().for_each(|row| file.write(row).unwrap());
+        let mut read = file.read_back().unwrap();
+        let mut back = Vec::new();
+        loop {
+            let block = read.next_block(300).unwrap();
+            if block.is_empty() {
+                break;
+            }
+            assert!(block.len() == 300 || back.len() + block.len() == rows.len(), "blocks of 300");
+            back.extend(block);
+        }
+        assert_eq!(back, rows);
     }
 
     #[test]
