@@ -501,7 +501,7 @@ fn read_and_chunk(
         for (item, made) in chunking.make(batch, config.threads, stage) {
             let language = match &item {
                 Item::Document(doc) => {
-                    let (chunks, signatures, language) = chunking.document(&doc, made)?;
+                    let (chunks, signatures, language) = chunking.document(doc, made)?;
                     for (chunk, signature) in chunks.into_iter().zip(&signatures) {
                         sink.keep(&chunk, signature.as_ref())?;
                         chunking.collect(chunk);

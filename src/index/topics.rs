@@ -740,7 +740,7 @@ struct Words<'a> {
     analyzer: &'a super::Analyzer,
     thread: usize,
     /// Word as written → (term, form), `None` for a word without a term.
-    words: HashMap<String, Option<(u32, u32)>>,
+    known: HashMap<String, Option<(u32, u32)>>,
     terms: HashMap<String, u32>,
     forms: HashMap<String, u32>,
     /// Terms and forms met since the last block.
@@ -753,7 +753,7 @@ impl<'a> Words<'a> {
         Self {
             analyzer,
             thread,
-            words: HashMap::new(),
+            known: HashMap::new(),
             terms: HashMap::new(),
             forms: HashMap::new(),
             new_terms: Vec::new(),
@@ -791,14 +791,14 @@ impl<'a> Words<'a> {
     /// The term and written form (lower-cased) of `word`, as [`super::Analyzer::tokens`] makes
     /// them; `None` for a word without a term.
     fn word(&mut self, word: &str) -> Option<(u32, u32)> {
-        if let Some(&known) = self.words.get(word) {
+        if let Some(&known) = self.known.get(word) {
             return known;
         }
         let ids = self.analyzer.term(word).map(|term| {
             let term = own_id(&mut self.terms, &mut self.new_terms, term);
             (term, own_id(&mut self.forms, &mut self.new_forms, word.to_lowercase()))
         });
-        self.words.insert(word.to_owned(), ids);
+        self.known.insert(word.to_owned(), ids);
         ids
     }
 }
@@ -1275,11 +1275,13 @@ mod tests {
                 let mut counts: HashMap<u32, u32> = HashMap::new();
                 for _ in 0..rng.random_range(0..12) {
                     let rank: f64 = rng.random_range(0.0..1.0);
-                    let term = ((vocabulary as f64).powf(rank) as u32).min(vocabulary - 1);
+                    let term = (f64::from(vocabulary).powf(rank) as u32).min(vocabulary - 1);
                     *counts.entry(term).or_default() += 1;
                 }
                 let row = sorted(counts);
-                row.iter().for_each(|&(term, _)| df[term as usize] += 1);
+                for &(term, _) in &row {
+                    df[term as usize] += 1;
+                }
                 row
             })
             .collect();
@@ -1372,9 +1374,7 @@ mod tests {
             "sync",
         ];
         let texts: Vec<String> = (0..700)
-            .map(|c| {
-                (0..(c % 13) + 1).map(|w| words[(c * 7 + w * w) % words.len()]).collect::<Vec<_>>().join(" ")
-            })
+            .map(|c| (0..=c % 13).map(|w| words[(c * 7 + w * w) % words.len()]).collect::<Vec<_>>().join(" "))
             .map(|t| format!("{t} word{} tail{}", t.len() % 9, t.len() % 4))
             .collect();
         let mut chunks = test_chunks(&texts.iter().map(String::as_str).collect::<Vec<_>>());
@@ -1412,7 +1412,9 @@ mod tests {
             .chain([vec![(u32::MAX - 1, u32::MAX)], vec![]])
             .collect();
         let mut file = RowFile::create(dir.path()).unwrap();
-        rows.iter().for_each(|row| file.write(row).unwrap());
+        for row in &rows {
+            file.write(row).unwrap();
+        }
         let mut read = file.read_back().unwrap();
         let mut back = Vec::new();
         loop {
