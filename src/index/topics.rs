@@ -450,7 +450,9 @@ impl CorpusModel {
             }
             Ok(())
         })?;
-        let Vocabulary { ids, names, forms, surfaces, df, cf, .. } = vocabulary;
+        let Vocabulary { ids, names, forms, form_ids, surfaces, df, cf, threads: counted_on } = vocabulary;
+        // Not held through the fit: only the counting needs them.
+        drop((form_ids, counted_on));
         let usage = names
             .iter()
             .zip(surfaces)
