@@ -9,6 +9,8 @@
 #              says [default: /tmp/bm25bench/rust-target/release/tantivy-probe]
 #   PY         a Python with bm25s and numba [default: /tmp/bm25bench/.venv/bin/python]
 #   BM25BENCH  the bm25bench folder [default: ../shared/tools/bm25bench]
+#   QRELGEN    a qrelgen binary to time instead of this checkout's (e.g. an older build, to
+#              compare before and after in one sitting) [default: target/release/qrelgen, built]
 #
 # Runs `qrelgen build` with --threads 1 and --threads 2 (round trip q/s from each manifest, whole
 # build wall time from GNU time), turns the second set into the probe's data with from_set.py
@@ -25,8 +27,12 @@ tools=${BM25BENCH:-../shared/tools/bm25bench}
 [[ -x $probe ]] || { echo "no tantivy probe at $probe: build it as $tools/README.md says" >&2; exit 2; }
 "$py" -c 'import bm25s, numba' || { echo "$py lacks bm25s or numba (pip install bm25s numba)" >&2; exit 2; }
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)" >&2; exit 2; }
-cargo build --release --locked --quiet
-bin=target/release/qrelgen
+if [[ -n ${QRELGEN:-} ]]; then
+  bin=$QRELGEN
+else
+  cargo build --release --locked --quiet
+  bin=target/release/qrelgen
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -66,6 +72,9 @@ print(f"| qrelgen round trip | {index1:.2f} / {index2:.2f} | {qps1:,.0f} | {qps2
 print(f"| plain tantivy (Rust) | {pb1['build_s']:.2f} / {pb2['build_s']:.2f} | {pq1['qps']:,.0f} | {pq2['qps']:,.0f} | – |")
 print(f"| bm25s + numba | {bb['build_s']:.2f} | {bq1['qps']:,.0f} warm | {bq2['qps']:,.0f} warm "
       f"| {cold:.2f} (import, index, JIT on first call, one pass) |")
+stages = json.load(open(os.path.join(work, "set2", "manifest.json")))["run"]["timings_ms"]
+print("\nqrelgen stages at 2 threads (ms): " + ", ".join(f"{k} {v:,}" for k, v in stages.items()))
+print(f"qrelgen whole build / bm25s cold: {wall1 / cold:.2f}x at 1 thread, {wall2 / cold:.2f}x at 2")
 print(f"\nqrelgen / plain tantivy: {qps1 / pq1['qps']:.2f}x at 1 thread, {qps2 / pq1['qps']:.2f}x of "
       f"tantivy's 1 thread at 2; hit@10 of the probe {pq1.get('hit10')}, bm25s {bq1.get('hit10')}")
 PY

@@ -495,29 +495,46 @@ fn read_and_chunk(
 ) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
-    let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        let language = match &item {
-            Item::Document(doc) => {
-                let (chunks, signatures, language) = chunking.document(doc, stage)?;
-                for (chunk, signature) in chunks.into_iter().zip(&signatures) {
-                    sink.keep(&chunk, signature.as_ref())?;
-                    chunking.collect(chunk);
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0;
+    let mut keep = |batch: &mut Vec<Item>, chunking: &mut Chunking| -> Result<()> {
+        for (item, made) in chunking.make(batch, config.threads, stage) {
+            let language = match &item {
+                Item::Document(doc) => {
+                    let (chunks, signatures, language) = chunking.document(doc, made)?;
+                    for (chunk, signature) in chunks.into_iter().zip(&signatures) {
+                        sink.keep(&chunk, signature.as_ref())?;
+                        chunking.collect(chunk);
+                    }
+                    language
                 }
-                language
+                Item::Chunk(chunk) => {
+                    let (signature, language) = chunking.unit(chunk, made)?;
+                    sink.keep(chunk, signature.as_ref())?;
+                    stage.inc(chunk.text.len() as u64);
+                    language
+                }
+            };
+            tally.add(&item, language);
+            if let Item::Chunk(chunk) = item {
+                chunking.collect(chunk);
             }
-            Item::Chunk(chunk) => {
-                let (signature, language) = chunking.unit(chunk)?;
-                sink.keep(chunk, signature.as_ref())?;
-                stage.inc(chunk.text.len() as u64);
-                language
-            }
+        }
+        Ok(())
+    };
+    let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
+        batch_bytes += match &item {
+            Item::Document(doc) => doc.text.len(),
+            Item::Chunk(chunk) => chunk.text.len(),
         };
-        tally.add(&item, language);
-        if let Item::Chunk(chunk) = item {
-            chunking.collect(chunk);
+        batch.push(item);
+        if batch_bytes >= CHUNK_BATCH_BYTES {
+            batch_bytes = 0;
+            keep(&mut batch, &mut chunking)?;
         }
         Ok(())
     })?;
+    keep(&mut batch, &mut chunking)?;
     let ChunkSink { file, mut groups, metas, hash } = sink;
     file.commit()?;
     groups.seal();
@@ -539,6 +556,45 @@ struct Chunking {
     chunks: Option<Vec<Chunk>>,
 }
 
+/// `f` of each of `items`, in order, on up to `threads` threads (each a run of consecutive items).
+fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> U + Sync) -> Vec<U> {
+    if threads <= 1 || items.len() < 2 {
+        return items.into_iter().map(f).collect();
+    }
+    let per_thread = items.len().div_ceil(threads);
+    let mut parts: Vec<Vec<T>> = Vec::new();
+    let mut items = items.into_iter();
+    loop {
+        let part: Vec<T> = items.by_ref().take(per_thread).collect();
+        if part.is_empty() {
+            break;
+        }
+        parts.push(part);
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let running: Vec<_> = parts
+            .into_iter()
+            .map(|part| scope.spawn(move || part.into_iter().map(f).collect::<Vec<_>>()))
+            .collect();
+        running
+            .into_iter()
+            .flat_map(|r| r.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    })
+}
+
+/// Text of the items [`read_and_chunk`] chunks at once (over the threads).
+const CHUNK_BATCH_BYTES: usize = 1 << 20;
+
+/// What [`Chunking::make`] made of an item: its digest and chunking, and whether that is the
+/// earlier run's.
+struct Made {
+    digest: chunk::Digest,
+    item: KeptItem,
+    reused: bool,
+}
+
 /// What [`Chunking`] leaves: the record for the next run, the items whose chunks were kept,
 /// and the chunks, when asked for.
 type KeptRun = (chunk::Written, usize, Option<Vec<Chunk>>);
@@ -558,43 +614,75 @@ impl Chunking {
         Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, chunks })
     }
 
-    /// The chunks of `doc` and their signatures: as the earlier run made them when `doc` is
-    /// unchanged, else chunked now.
+    /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
+    /// earlier run's when it is unchanged, else made now, the items of the batch chunked on up
+    /// to `threads` threads at once (each item's chunking is its own; the items stay in order).
+    fn make(
+        &mut self,
+        batch: &mut Vec<Item>,
+        threads: usize,
+        stage: &crate::progress::Stage,
+    ) -> Vec<(Item, Made)> {
+        let taken: Vec<(Item, chunk::Digest, Option<KeptItem>)> = batch
+            .drain(..)
+            .map(|item| {
+                let (id, digest, text) = match &item {
+                    Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
+                    Item::Chunk(unit) => (unit.id.as_str(), chunk::text_digest(&unit.text), &unit.text),
+                };
+                let kept = self.kept.take(id, &digest, text);
+                let kept = match &item {
+                    Item::Chunk(_) => kept.filter(|k| k.signatures.len() == 1),
+                    Item::Document(_) => kept,
+                };
+                (item, digest, kept)
+            })
+            .collect();
+        let chunker = &self.chunker;
+        let make = |(item, digest, kept): (Item, chunk::Digest, Option<KeptItem>)| {
+            let reused = kept.is_some();
+            if let (true, Item::Document(doc)) = (reused, &item) {
+                stage.inc(doc.text.len() as u64);
+            }
+            let made = kept.unwrap_or_else(|| match &item {
+                Item::Document(doc) => {
+                    let language = Language::detect(&doc.text);
+                    let spans = chunker.spans_in(doc, language, &mut |bytes| stage.inc(bytes as u64));
+                    let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
+                    KeptItem { language, spans, signatures }
+                }
+                Item::Chunk(unit) => KeptItem {
+                    language: Language::detect(&unit.text),
+                    spans: std::iter::once(0..unit.text.len()).collect(),
+                    signatures: vec![chunk_signature(&unit.text)],
+                },
+            });
+            (item, Made { digest, item: made, reused })
+        };
+        map_in_order(taken, threads, make)
+    }
+
+    /// The chunks of `doc` and their signatures, from what [`Chunking::make`] made of it.
     fn document(
         &mut self,
         doc: &Document,
-        stage: &crate::progress::Stage,
+        made: Made,
     ) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
-        let digest = chunk::document_digest(doc);
-        let item = if let Some(item) = self.kept.take(doc.id.as_str(), &digest, &doc.text) {
-            stage.inc(doc.text.len() as u64);
+        let Made { digest, item, reused } = made;
+        if reused {
             self.reused += 1;
-            item
-        } else {
-            let language = Language::detect(&doc.text);
-            let spans = self.chunker.spans_in(doc, language, &mut |bytes| stage.inc(bytes as u64));
-            let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
-            KeptItem { language, spans, signatures }
-        };
+        }
         self.record(doc.id.as_str(), &digest, &item)?;
         Ok((chunk::chunks_at(doc, &item.spans), item.signatures, item.language))
     }
 
-    /// The signature and language of a pre-chunked unit: the earlier run's when its text is
-    /// unchanged.
-    fn unit(&mut self, unit: &Chunk) -> Result<(Option<Signature>, Language)> {
-        let digest = chunk::text_digest(&unit.text);
-        let item = match self.kept.take(unit.id.as_str(), &digest, &unit.text) {
-            Some(item) if item.signatures.len() == 1 => {
-                self.reused += 1;
-                item
-            }
-            _ => KeptItem {
-                language: Language::detect(&unit.text),
-                spans: std::iter::once(0..unit.text.len()).collect(),
-                signatures: vec![chunk_signature(&unit.text)],
-            },
-        };
+    /// The signature and language of a pre-chunked unit, from what [`Chunking::make`] made of
+    /// it.
+    fn unit(&mut self, unit: &Chunk, made: Made) -> Result<(Option<Signature>, Language)> {
+        let Made { digest, item, reused } = made;
+        if reused {
+            self.reused += 1;
+        }
         self.record(unit.id.as_str(), &digest, &item)?;
         Ok((item.signatures[0], item.language))
     }
@@ -741,5 +829,31 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), In
             path: corpus_file.to_owned(),
             source: std::io::Error::other(format!("cannot read back what was written: {line}")),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_in_order_keeps_the_order_and_runs_on_the_threads() {
+        for threads in [1, 2, 3, 8] {
+            for len in [0, 1, 2, 5, 100] {
+                let items: Vec<usize> = (0..len).collect();
+                let mapped =
+                    map_in_order(items, threads, |i| (i * 3, format!("{:?}", std::thread::current().id())));
+                assert_eq!(
+                    mapped.iter().map(|m| m.0).collect::<Vec<_>>(),
+                    (0..len).map(|i| i * 3).collect::<Vec<_>>()
+                );
+                let used: std::collections::BTreeSet<&String> = mapped.iter().map(|m| &m.1).collect();
+                assert_eq!(
+                    used.len(),
+                    threads.min(len).max(usize::from(len > 0)),
+                    "{threads} threads, {len} items"
+                );
+            }
+        }
     }
 }

@@ -488,91 +488,247 @@ impl CorpusModel {
     /// the space's scratch file cannot be made or written.
     pub fn build(index: &ChunkIndex) -> Result<Self> {
         let n = index.len();
+        let threads = index.threads();
         let step = n.div_ceil(FIT_SAMPLE).max(1);
         let mut vocabulary = Vocabulary::default();
         let mut sample: Vec<Vec<(u32, u32)>> = Vec::new();
-        for (chunk, tokens) in analysed(index).enumerate() {
-            let row = vocabulary.count(tokens?);
-            if chunk % step == 0 {
-                sample.push(row);
+        // Above the fit sample's size, every chunk's counts wait in a scratch file for the fit.
+        let mut rows = if step > 1 { Some(RowFile::create(index.dir())?) } else { None };
+        let mut chunk = 0;
+        analyse(index, threads, |block| {
+            for counts in vocabulary.count(block) {
+                if let Some(rows) = &mut rows {
+                    rows.write(&counts)?;
+                }
+                if chunk % step == 0 {
+                    sample.push(counts);
+                }
+                chunk += 1;
             }
-        }
-        let Vocabulary { ids, names, surfaces, df, cf } = vocabulary;
+            Ok(())
+        })?;
+        let Vocabulary { ids, names, forms, form_ids, surfaces, df, cf, threads: counted_on } = vocabulary;
+        // Not held through the fit: only the counting needs them.
+        drop((form_ids, counted_on));
         let usage = names
             .iter()
             .zip(surfaces)
             .enumerate()
-            .map(|(id, (name, forms))| {
-                let surface = most_common(forms);
-                (name.clone(), TermUsage { df: df[id], cf: cf[id], surface })
+            .map(|(id, (name, counted))| {
+                let counted = counted.into_iter().map(|(form, count)| (forms[form as usize].clone(), count));
+                (name.clone(), TermUsage { df: df[id], cf: cf[id], surface: most_common(counted.collect()) })
             })
             .collect();
+        drop(forms);
         let terms = CorpusTerms { chunks: n, usage };
-        let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS) else {
+        let Some(projection) = Projection::fit(&sample, &df, n, names.len(), DIMENSIONS, threads) else {
             return Ok(Self { terms, space: TopicSpace::default(), basis: None });
         };
-        let mut space = TopicSpace::in_folder(projection.dim, n, index.threads(), index.dir());
-        if step == 1 {
-            // The sample is every chunk's counts, in chunk order: no second pass needed.
-            for row in &sample {
-                space.push(&projection.project(row, &df, n))?;
-            }
-            let basis = Some(Basis { ids, names, df, n, projection });
-            return Ok(Self { terms, space, basis });
-        }
-        drop(sample);
-        // The second pass: each chunk's counts again, projected and dropped, so that only the
-        // fit sample's counts are ever held.
-        for tokens in analysed(index) {
-            let mut counts: HashMap<u32, u32> = HashMap::new();
-            for token in tokens? {
-                if let Some(&id) = ids.get(&token.term) {
-                    *counts.entry(id).or_default() += 1;
+        let mut space = TopicSpace::in_folder(projection.dim, n, threads, index.dir());
+        let project = |rows: &[Vec<(u32, u32)>], space: &mut TopicSpace| -> Result<()> {
+            projection.project_all(rows, &df, n, threads).iter().try_for_each(|vector| space.push(vector))
+        };
+        match rows {
+            // The sample is every chunk's counts, in chunk order.
+            None => sample.chunks(PROJECTION_BLOCK).try_for_each(|rows| project(rows, &mut space))?,
+            Some(rows) => {
+                drop(sample);
+                let mut rows = rows.read_back()?;
+                loop {
+                    let block = rows.next_block(PROJECTION_BLOCK)?;
+                    if block.is_empty() {
+                        break;
+                    }
+                    project(&block, &mut space)?;
                 }
             }
-            space.push(&projection.project(&sorted(counts), &df, n))?;
         }
         let basis = Some(Basis { ids, names, df, n, projection });
         Ok(Self { terms, space, basis })
     }
 }
 
+/// Chunks projected at a time (split over the threads), and read back at a time from a
+/// [`RowFile`].
+const PROJECTION_BLOCK: usize = 4_096;
+
+/// Every chunk's row of term counts, in chunk order, in an unnamed scratch file (in the page
+/// cache, not the process's memory): each row its length, then each term as the difference
+/// from the one before and its count, all LEB128 varints.
+struct RowFile {
+    out: std::io::BufWriter<std::fs::File>,
+    dir: std::path::PathBuf,
+}
+
+/// A [`RowFile`] read back from its start.
+struct RowReader {
+    input: std::io::BufReader<std::fs::File>,
+    dir: std::path::PathBuf,
+}
+
+impl RowFile {
+    fn create(dir: &Path) -> Result<Self> {
+        let file = tempfile::tempfile_in(dir).map_err(|source| scratch_error(dir, source))?;
+        Ok(Self { out: std::io::BufWriter::new(file), dir: dir.to_owned() })
+    }
+
+    fn write(&mut self, row: &[(u32, u32)]) -> Result<()> {
+        let mut bytes = Vec::with_capacity(4 + row.len() * 3);
+        varint(&mut bytes, row.len() as u32);
+        let mut last = 0;
+        for &(term, count) in row {
+            varint(&mut bytes, term - last);
+            varint(&mut bytes, count);
+            last = term;
+        }
+        std::io::Write::write_all(&mut self.out, &bytes).map_err(|e| scratch_error(&self.dir, e))
+    }
+
+    fn read_back(self) -> Result<RowReader> {
+        use std::io::Seek as _;
+        let Self { out, dir } = self;
+        let mut file = out.into_inner().map_err(|e| scratch_error(&dir, e.into_error()))?;
+        file.rewind().map_err(|e| scratch_error(&dir, e))?;
+        Ok(RowReader { input: std::io::BufReader::new(file), dir })
+    }
+}
+
+impl RowReader {
+    /// The next `most` rows (fewer at the end, none past it).
+    fn next_block(&mut self, most: usize) -> Result<Vec<Vec<(u32, u32)>>> {
+        let mut rows = Vec::new();
+        while rows.len() < most {
+            let Some(len) = self.varint(true)? else { break };
+            let mut row = Vec::with_capacity(len as usize);
+            let mut term = 0;
+            for _ in 0..len {
+                term += self.varint(false)?.unwrap_or_default();
+                row.push((term, self.varint(false)?.unwrap_or_default()));
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    /// The next varint; `None` at the end of the file where `may_end`.
+    fn varint(&mut self, may_end: bool) -> Result<Option<u32>> {
+        use std::io::Read as _;
+        let (mut value, mut shift) = (0u32, 0);
+        loop {
+            let mut byte = [0u8];
+            match self.input.read_exact(&mut byte) {
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && may_end && shift == 0 => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(scratch_error(&self.dir, e)),
+                Ok(()) => {}
+            }
+            value |= u32::from(byte[0] & 0x7f) << shift;
+            if byte[0] & 0x80 == 0 {
+                return Ok(Some(value));
+            }
+            shift += 7;
+        }
+    }
+}
+
+/// Appends `value` as an LEB128 varint.
+fn varint(out: &mut Vec<u8>, mut value: u32) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
 /// The terms met so far: ids in order of first use, written forms, document and collection
-/// frequencies.
+/// frequencies; and what each analysing thread's own ids of terms and forms stand for.
 #[derive(Default)]
 struct Vocabulary {
     ids: HashMap<String, u32>,
     names: Vec<String>,
-    surfaces: Vec<HashMap<String, u32>>,
+    /// Written forms, in order of first use, and their ids.
+    forms: Vec<String>,
+    form_ids: HashMap<String, u32>,
+    /// Per term: (form, occurrences), in order of first use.
+    surfaces: Vec<Vec<(u32, u32)>>,
     df: Vec<u32>,
     cf: Vec<u64>,
+    /// Per analysing thread: its term and form ids' ids here (`u32::MAX`: a term not yet met
+    /// in chunk order), and the names of its terms.
+    threads: Vec<ThreadIds>,
+}
+
+#[derive(Default)]
+struct ThreadIds {
+    terms: Vec<u32>,
+    names: Vec<String>,
+    forms: Vec<u32>,
 }
 
 impl Vocabulary {
-    /// Counts one chunk's tokens; its row of (term, count), by term.
-    fn count(&mut self, tokens: Vec<super::Token>) -> Vec<(u32, u32)> {
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        for token in tokens {
-            let id = if let Some(&id) = self.ids.get(&token.term) {
-                id
-            } else {
-                let id = self.names.len() as u32;
-                self.ids.insert(token.term.clone(), id);
-                self.names.push(token.term);
-                self.surfaces.push(HashMap::new());
-                self.df.push(0);
-                self.cf.push(0);
-                id
-            };
-            *counts.entry(id).or_default() += 1;
-            *self.surfaces[id as usize].entry(token.surface).or_default() += 1;
+    /// Counts the chunks of one analysed block, in order: their rows of (term, count), by
+    /// term. A term's id is given where it is first used, chunk after chunk, word after word,
+    /// as counting the tokens one by one would.
+    fn count(&mut self, block: Analysed) -> Vec<Vec<(u32, u32)>> {
+        if self.threads.len() <= block.thread {
+            self.threads.resize_with(block.thread + 1, ThreadIds::default);
         }
-        let row = sorted(counts);
-        for &(term, tf) in &row {
-            self.df[term as usize] += 1;
-            self.cf[term as usize] += u64::from(tf);
+        let Self { ids, names, forms, form_ids, surfaces, df, cf, threads } = self;
+        let own = &mut threads[block.thread];
+        own.terms.resize(own.terms.len() + block.terms.len(), u32::MAX);
+        own.names.extend(block.terms);
+        for form in block.forms {
+            let next = forms.len() as u32;
+            let id = *form_ids.entry(form).or_insert_with_key(|form| {
+                forms.push(form.clone());
+                next
+            });
+            own.forms.push(id);
         }
-        row
+        let mut rows = Vec::with_capacity(block.chunks.len());
+        for pairs in block.chunks {
+            let mut row: Vec<(u32, u32)> = Vec::with_capacity(pairs.len());
+            for (local, form, count) in pairs {
+                let mut id = own.terms[local as usize];
+                if id == u32::MAX {
+                    let name = &own.names[local as usize];
+                    id = if let Some(&id) = ids.get(name) {
+                        id
+                    } else {
+                        let id = names.len() as u32;
+                        ids.insert(name.clone(), id);
+                        names.push(name.clone());
+                        surfaces.push(Vec::new());
+                        df.push(0);
+                        cf.push(0);
+                        id
+                    };
+                    own.terms[local as usize] = id;
+                }
+                let form = own.forms[form as usize];
+                let counted = &mut surfaces[id as usize];
+                match counted.iter_mut().find(|(f, _)| *f == form) {
+                    Some((_, c)) => *c += count,
+                    None => counted.push((form, count)),
+                }
+                row.push((id, count));
+            }
+            row.sort_unstable_by_key(|&(id, _)| id);
+            row.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    kept.1 += later.1;
+                }
+                same
+            });
+            for &(term, tf) in &row {
+                df[term as usize] += 1;
+                cf[term as usize] += u64::from(tf);
+            }
+            rows.push(row);
+        }
+        rows
     }
 }
 
@@ -583,38 +739,135 @@ pub(super) fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
     row
 }
 
-/// Chunks a thread of [`analysed`] reads and analyses at a time.
+/// Chunks a thread of [`analyse`] reads and analyses at a time.
 const ANALYSIS_BLOCK: usize = 256;
 
-/// The tokens of every chunk's title and text, in chunk order, read and analysed by the index's
-/// threads a block at a time (so that only a few blocks of tokens are held at once).
-fn analysed(index: &ChunkIndex) -> impl Iterator<Item = Result<Vec<super::Token>>> + '_ {
-    let threads = index.threads().max(1);
-    let analyse = move |position: usize| -> Result<Vec<super::Token>> {
-        let stored = index.stored(position)?;
-        let mut tokens = index.analyzer().tokens(&stored.title);
-        tokens.extend(index.analyzer().tokens(&stored.text));
-        Ok(tokens)
-    };
-    (0..index.len()).step_by(ANALYSIS_BLOCK * threads).flat_map(move |start| {
-        let end = (start + ANALYSIS_BLOCK * threads).min(index.len());
-        if threads == 1 {
-            return (start..end).map(analyse).collect::<Vec<_>>();
+/// One block of chunks analysed by one thread, in that thread's own ids: the terms and written
+/// forms it met first in this block (their ids follow on from its earlier blocks'), and each
+/// chunk's (term, form, occurrences) in order of first occurrence.
+struct Analysed {
+    thread: usize,
+    terms: Vec<String>,
+    forms: Vec<String>,
+    chunks: Vec<Vec<(u32, u32, u32)>>,
+}
+
+/// Reads and analyses every chunk's title and text, on `threads` threads a block at a time
+/// (block `b` on thread `b % threads`), and hands the blocks to `take` in chunk order (so that
+/// only a few blocks are held at once).
+fn analyse(index: &ChunkIndex, threads: usize, mut take: impl FnMut(Analysed) -> Result<()>) -> Result<()> {
+    let threads = threads.max(1);
+    let blocks = index.len().div_ceil(ANALYSIS_BLOCK);
+    let range = |block: usize| block * ANALYSIS_BLOCK..((block + 1) * ANALYSIS_BLOCK).min(index.len());
+    if threads == 1 {
+        let mut words = Words::new(index.analyzer(), 0);
+        return (0..blocks).try_for_each(|block| take(words.block(index, range(block))?));
+    }
+    std::thread::scope(|scope| {
+        let receivers: Vec<_> = (0..threads)
+            .map(|thread| {
+                let (send, receive) = std::sync::mpsc::sync_channel(2);
+                scope.spawn(move || {
+                    let mut words = Words::new(index.analyzer(), thread);
+                    for block in (thread..blocks).step_by(threads) {
+                        let analysed = words.block(index, range(block));
+                        let failed = analysed.is_err();
+                        if send.send(analysed).is_err() || failed {
+                            break;
+                        }
+                    }
+                });
+                receive
+            })
+            .collect();
+        for block in 0..blocks {
+            let analysed = receivers[block % threads].recv().map_err(|_| worker_lost(index.dir()))?;
+            take(analysed?)?;
         }
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (start..end)
-                .step_by(ANALYSIS_BLOCK)
-                .map(|from| {
-                    scope.spawn(move || {
-                        (from..(from + ANALYSIS_BLOCK).min(end)).map(analyse).collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect::<Vec<_>>()
-        })
+        Ok(())
+    })
+}
+
+/// The error of an analysing thread that stopped without a block (it panicked).
+fn worker_lost(dir: &Path) -> IndexError {
+    scratch_error(dir, std::io::Error::other("a thread analysing the chunks stopped"))
+}
+
+/// One analysing thread's words: each distinct word analysed once, its term and written form
+/// given this thread's own ids.
+struct Words<'a> {
+    analyzer: &'a super::Analyzer,
+    thread: usize,
+    /// Word as written → (term, form), `None` for a word without a term.
+    known: HashMap<String, Option<(u32, u32)>>,
+    terms: HashMap<String, u32>,
+    forms: HashMap<String, u32>,
+    /// Terms and forms met since the last block.
+    new_terms: Vec<String>,
+    new_forms: Vec<String>,
+}
+
+impl<'a> Words<'a> {
+    fn new(analyzer: &'a super::Analyzer, thread: usize) -> Self {
+        Self {
+            analyzer,
+            thread,
+            known: HashMap::new(),
+            terms: HashMap::new(),
+            forms: HashMap::new(),
+            new_terms: Vec::new(),
+            new_forms: Vec::new(),
+        }
+    }
+
+    /// The chunks at `positions`, analysed.
+    fn block(&mut self, index: &ChunkIndex, positions: Range<usize>) -> Result<Analysed> {
+        let mut chunks = Vec::with_capacity(positions.len());
+        let mut at: HashMap<(u32, u32), usize> = HashMap::new();
+        for position in positions {
+            let stored = index.stored(position)?;
+            let mut pairs: Vec<(u32, u32, u32)> = Vec::new();
+            at.clear();
+            for text in [&stored.title, &stored.text] {
+                for word in self.analyzer.words(text) {
+                    let Some((term, form)) = self.word(word) else { continue };
+                    match at.entry((term, form)) {
+                        std::collections::hash_map::Entry::Occupied(e) => pairs[*e.get()].2 += 1,
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(pairs.len());
+                            pairs.push((term, form, 1));
+                        }
+                    }
+                }
+            }
+            chunks.push(pairs);
+        }
+        let terms = std::mem::take(&mut self.new_terms);
+        let forms = std::mem::take(&mut self.new_forms);
+        Ok(Analysed { thread: self.thread, terms, forms, chunks })
+    }
+
+    /// The term and written form (lower-cased) of `word`, as [`super::Analyzer::tokens`] makes
+    /// them; `None` for a word without a term.
+    fn word(&mut self, word: &str) -> Option<(u32, u32)> {
+        if let Some(&known) = self.known.get(word) {
+            return known;
+        }
+        let ids = self.analyzer.term(word).map(|term| {
+            let term = own_id(&mut self.terms, &mut self.new_terms, term);
+            (term, own_id(&mut self.forms, &mut self.new_forms, word.to_lowercase()))
+        });
+        self.known.insert(word.to_owned(), ids);
+        ids
+    }
+}
+
+/// The id of `name` in `ids` (given in order of first use), a new one noted in `new`.
+fn own_id(ids: &mut HashMap<String, u32>, new: &mut Vec<String>, name: String) -> u32 {
+    let next = ids.len() as u32;
+    *ids.entry(name).or_insert_with_key(|name| {
+        new.push(name.clone());
+        next
     })
 }
 
@@ -659,49 +912,91 @@ pub(super) struct Projection {
 
 impl Projection {
     /// Fits the top `wanted` singular vectors of `sample` (term counts of chunks of a corpus of
-    /// `n`, weighted by [`weighted`]); `None` when the sample spans nothing.
+    /// `n`, weighted by [`weighted`]) on `threads` threads; `None` when the sample spans nothing.
+    ///
+    /// Only the terms the weighted sample uses have nonzero rows in Aᵀ Y and B (fewer than half
+    /// the vocabulary: a term in one chunk, or in no sampled chunk, has none), so the fit works
+    /// on those rows alone, in term order, and its results are the whole vocabulary's bit for
+    /// bit (see [`orthonormalize`]; the zero rows of V are filled in as the whole arithmetic makes
+    /// them). Each product is split over the threads by rows, each value summed in the same order.
     fn fit(
         sample: &[Vec<(u32, u32)>],
         df: &[u32],
         n: usize,
         vocabulary: usize,
         wanted: usize,
+        threads: usize,
     ) -> Option<Self> {
         let sample: Vec<Row> = sample.iter().map(|row| weighted(row, df, n as f64)).collect();
-        let fit: Vec<&Row> = sample.iter().collect();
-        let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
+        let width = (wanted + OVERSAMPLING).min(sample.len()).min(vocabulary);
         if width == 0 {
             return None;
         }
-        let mut rng = stream(0, "topics/omega");
-        let omega: Vec<f64> =
-            (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
+        let used = UsedTerms::of(&sample, vocabulary);
+        let fit: Vec<Row> = sample.into_iter().map(|row| used.compact(row)).collect();
+        let fit: Vec<&Row> = fit.iter().collect();
+        let terms = used.terms.len();
+        let zero_rows = terms < vocabulary;
         // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
-        let mut y = times(&fit, &omega, width);
-        drop(omega);
+        let mut y = times_on(&fit, &used.omega(width), width, threads);
         for _ in 0..POWER_ITERATIONS {
-            orthonormalize(&mut y, width);
-            let mut z = transposed_times(&fit, &y, vocabulary, width);
-            orthonormalize(&mut z, width);
-            y = times(&fit, &z, width);
+            orthonormalize(&mut y, width, false);
+            let mut z = transposed_times_on(&fit, &y, terms, width, threads);
+            orthonormalize(&mut z, width, zero_rows);
+            y = times_on(&fit, &z, width, threads);
         }
-        orthonormalize(&mut y, width);
-        // B = Qᵀ A (stored transposed, vocabulary × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
-        let b = transposed_times(&fit, &y, vocabulary, width);
+        orthonormalize(&mut y, width, false);
+        // B = Qᵀ A (stored transposed, terms × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
+        let b = transposed_times_on(&fit, &y, terms, width, threads);
         let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
         let top = values.first().copied().unwrap_or(0.0);
         let kept: Vec<usize> =
             (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
         let dim = kept.len();
-        let mut v = vec![0.0; vocabulary * dim];
-        for t in 0..vocabulary {
-            let bt = &b[t * width..(t + 1) * width];
+        // A row of V from a row of B (a zero row of B gives the same row for every unused term).
+        let v_row = |bt: &[f64], out: &mut [f64]| {
             for (k, &c) in kept.iter().enumerate() {
                 let sigma = values[c].sqrt();
-                v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+                out[k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+            }
+        };
+        let mut compact = vec![0.0; terms * dim];
+        in_parts(&mut compact, dim, threads, |rows, out| {
+            for (t, target) in rows.zip(out.chunks_exact_mut(dim)) {
+                v_row(&b[t * width..(t + 1) * width], target);
+            }
+        });
+        let mut unused = vec![0.0; dim];
+        v_row(&vec![0.0; width], &mut unused);
+        let mut v = Vec::with_capacity(vocabulary * dim);
+        let mut next = used.terms.iter().zip(compact.chunks_exact(dim)).peekable();
+        for t in 0..vocabulary as u32 {
+            match next.next_if(|(term, _)| **term == t) {
+                Some((_, row)) => v.extend_from_slice(row),
+                None => v.extend_from_slice(&unused),
             }
         }
         Some(Self { dim, v })
+    }
+
+    /// [`Projection::project`] of each of `rows`, in order, split over `threads` threads.
+    fn project_all(&self, rows: &[Vec<(u32, u32)>], df: &[u32], n: usize, threads: usize) -> Vec<Vec<f32>> {
+        let per_thread = rows.len().div_ceil(threads.max(1)).max(1);
+        if threads <= 1 || rows.len() < 2 * PARALLEL_ROWS {
+            return rows.iter().map(|row| self.project(row, df, n)).collect();
+        }
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = rows
+                .chunks(per_thread)
+                .map(|part| {
+                    scope.spawn(move || part.iter().map(|row| self.project(row, df, n)).collect::<Vec<_>>())
+                })
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        })
     }
 
     /// A chunk's row of term counts, weighted, projected and of unit length (all zeros when it
@@ -713,13 +1008,111 @@ impl Projection {
     }
 }
 
+/// The terms a weighted sample uses, ascending: the fit's rows.
+struct UsedTerms {
+    terms: Vec<u32>,
+    /// Each vocabulary term's row among `terms` (`u32::MAX` for an unused one).
+    rows: Vec<u32>,
+}
+
+impl UsedTerms {
+    fn of(sample: &[Row], vocabulary: usize) -> Self {
+        let mut rows = vec![u32::MAX; vocabulary];
+        sample.iter().flatten().for_each(|&(term, _)| rows[term as usize] = 0);
+        let mut terms = Vec::new();
+        for (term, row) in rows.iter_mut().enumerate() {
+            if *row == 0 {
+                *row = terms.len() as u32;
+                terms.push(term as u32);
+            }
+        }
+        Self { terms, rows }
+    }
+
+    /// `row` with each term replaced by its row (the order stays: rows follow term order).
+    fn compact(&self, row: Row) -> Row {
+        row.into_iter().map(|(term, w)| (self.rows[term as usize], w)).collect()
+    }
+
+    /// The rows of the random test matrix Ω (vocabulary × `width` signs, one stream over the
+    /// whole vocabulary) of the used terms.
+    fn omega(&self, width: usize) -> Vec<f64> {
+        let mut rng = stream(0, "topics/omega");
+        let mut omega = Vec::with_capacity(self.terms.len() * width);
+        for &row in &self.rows {
+            for _ in 0..width {
+                let sign = if rng.random::<bool>() { 1.0 } else { -1.0 };
+                if row != u32::MAX {
+                    omega.push(sign);
+                }
+            }
+        }
+        omega
+    }
+}
+
+/// Fills `out` (rows of `width` values) in up to `threads` parts of consecutive rows, one
+/// thread each: `work` gets a part's row range and its values.
+fn in_parts(out: &mut [f64], width: usize, threads: usize, work: impl Fn(Range<usize>, &mut [f64]) + Sync) {
+    let rows = out.len() / width.max(1);
+    let per_part = rows.div_ceil(threads.max(1)).max(1);
+    if threads <= 1 || rows < 2 * PARALLEL_ROWS {
+        work(0..rows, out);
+        return;
+    }
+    std::thread::scope(|scope| {
+        for (part, values) in out.chunks_mut(per_part * width).enumerate() {
+            let work = &work;
+            let from = part * per_part;
+            scope.spawn(move || work(from..from + values.len() / width, values));
+        }
+    });
+}
+
+/// Below twice this many rows a product is not split over threads (fewer in tests, so that
+/// small ones are split).
+const PARALLEL_ROWS: usize = if cfg!(test) { 16 } else { 1_024 };
+
+/// [`times`] split over `threads` threads by rows (each row's sums as on one).
+fn times_on(rows: &[&Row], dense: &[f64], width: usize, threads: usize) -> Vec<f64> {
+    let mut out = vec![0.0; rows.len() * width];
+    in_parts(&mut out, width, threads, |part, values| {
+        values.copy_from_slice(&times(&rows[part], dense, width));
+    });
+    out
+}
+
+/// [`transposed_times`] split over `threads` threads by terms: each thread walks every row for
+/// its own terms, so each term's sum runs over the rows in order, as on one thread.
+fn transposed_times_on(
+    rows: &[&Row],
+    dense: &[f64],
+    vocabulary: usize,
+    width: usize,
+    threads: usize,
+) -> Vec<f64> {
+    let mut out = vec![0.0; vocabulary * width];
+    in_parts(&mut out, width, threads, |terms, values| {
+        let (from, to) = (terms.start as u32, terms.end as u32);
+        for (i, row) in rows.iter().enumerate() {
+            let source = &dense[i * width..(i + 1) * width];
+            let start = row.partition_point(|&(term, _)| term < from);
+            for &(term, w) in row[start..].iter().take_while(|&&(term, _)| term < to) {
+                let at = (term - from) as usize * width;
+                values[at..at + width].iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
+            }
+        }
+    });
+    out
+}
+
 /// The rows projected into the space fitted on every `step`-th of them (as
 /// [`CorpusModel::build`] does in two passes): for tests.
 #[cfg(test)]
 fn topic_space(rows: &[Vec<(u32, u32)>], df: &[u32], vocabulary: usize, wanted: usize) -> TopicSpace {
     let step = rows.len().div_ceil(FIT_SAMPLE).max(1);
     let sample: Vec<Vec<(u32, u32)>> = rows.iter().step_by(step).cloned().collect();
-    let Some(projection) = Projection::fit(&sample, df, rows.len(), vocabulary, wanted) else {
+    let Some(projection) = Projection::fit(&sample, df, rows.len(), vocabulary, wanted, 1) else {
         return TopicSpace::default();
     };
     let mut space = TopicSpace::empty(projection.dim, rows.len(), 1);
@@ -742,23 +1135,15 @@ fn times(rows: &[&Row], dense: &[f64], width: usize) -> Vec<f64> {
     out
 }
 
-/// Transposed sparse rows × a dense (rows × width) matrix: vocabulary × width, row-major.
-fn transposed_times(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usize) -> Vec<f64> {
-    let mut out = vec![0.0; vocabulary * width];
-    for (i, row) in rows.iter().enumerate() {
-        let source = &dense[i * width..(i + 1) * width];
-        for &(term, w) in *row {
-            let target = &mut out[term as usize * width..(term as usize + 1) * width];
-            target.iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
-        }
-    }
-    out
-}
-
 /// Makes the columns of a row-major (n × width) matrix orthonormal (modified Gram–Schmidt,
 /// twice for stability, on the columns copied out contiguously); a column that depends on the
 /// earlier ones becomes zero.
-fn orthonormalize(m: &mut [f64], width: usize) {
+///
+/// `zero_rows`: `m` is the nonzero rows of a taller matrix whose other rows are +0.0 (they stay
+/// so, and each adds a +0.0 to a column product). Adding +0.0 to a sum changes it only from -0.0
+/// to +0.0, so each product then gets one `+ 0.0`, and the result is the taller matrix's
+/// nonzero rows bit for bit.
+fn orthonormalize(m: &mut [f64], width: usize, zero_rows: bool) {
     let n = m.len() / width.max(1);
     let mut columns: Vec<Vec<f64>> =
         (0..width).map(|j| (0..n).map(|row| m[row * width + j]).collect()).collect();
@@ -767,7 +1152,10 @@ fn orthonormalize(m: &mut [f64], width: usize) {
         let column = &mut rest[0];
         for _ in 0..2 {
             for earlier in done.iter() {
-                let r: f64 = earlier.iter().zip(column.iter()).map(|(a, b)| a * b).sum();
+                let mut r: f64 = earlier.iter().zip(column.iter()).map(|(a, b)| a * b).sum();
+                if zero_rows {
+                    r += 0.0;
+                }
                 column.iter_mut().zip(earlier).for_each(|(c, e)| *c -= r * e);
             }
         }
@@ -881,6 +1269,224 @@ mod tests {
         assert!(residual_idf(0.0, 0.0, 100.0).abs() < f64::EPSILON);
     }
 
+    /// Transposed sparse rows × a dense (rows × width) matrix: vocabulary × width, row-major.
+    fn transposed_times(rows: &[&Row], dense: &[f64], vocabulary: usize, width: usize) -> Vec<f64> {
+        let mut out = vec![0.0; vocabulary * width];
+        for (i, row) in rows.iter().enumerate() {
+            let source = &dense[i * width..(i + 1) * width];
+            for &(term, w) in *row {
+                let target = &mut out[term as usize * width..(term as usize + 1) * width];
+                target.iter_mut().zip(source).for_each(|(t, s)| *t += w * s);
+            }
+        }
+        out
+    }
+
+    /// The fit as it ran over the whole vocabulary, on one thread (the reference).
+    fn fit_over_the_whole_vocabulary(
+        sample: &[Vec<(u32, u32)>],
+        df: &[u32],
+        n: usize,
+        vocabulary: usize,
+        wanted: usize,
+    ) -> Option<Projection> {
+        let sample: Vec<Row> = sample.iter().map(|row| weighted(row, df, n as f64)).collect();
+        let fit: Vec<&Row> = sample.iter().collect();
+        let width = (wanted + OVERSAMPLING).min(fit.len()).min(vocabulary);
+        if width == 0 {
+            return None;
+        }
+        let mut rng = stream(0, "topics/omega");
+        let omega: Vec<f64> =
+            (0..vocabulary * width).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
+        let mut y = times(&fit, &omega, width);
+        for _ in 0..POWER_ITERATIONS {
+            orthonormalize(&mut y, width, false);
+            let mut z = transposed_times(&fit, &y, vocabulary, width);
+            orthonormalize(&mut z, width, false);
+            y = times(&fit, &z, width);
+        }
+        orthonormalize(&mut y, width, false);
+        let b = transposed_times(&fit, &y, vocabulary, width);
+        let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
+        let top = values.first().copied().unwrap_or(0.0);
+        let kept: Vec<usize> =
+            (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
+        let dim = kept.len();
+        let mut v = vec![0.0; vocabulary * dim];
+        for t in 0..vocabulary {
+            let bt = &b[t * width..(t + 1) * width];
+            for (k, &c) in kept.iter().enumerate() {
+                let sigma = values[c].sqrt();
+                v[t * dim + k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
+            }
+        }
+        Some(Projection { dim, v })
+    }
+
+    /// Random sparse count rows over `vocabulary` terms, Zipf-like (many terms in one chunk or
+    /// none), and their document frequencies.
+    fn random_rows(chunks: usize, vocabulary: u32, seed: u64) -> (Vec<Vec<(u32, u32)>>, Vec<u32>) {
+        let mut rng = stream(seed, "topics/test-rows");
+        let mut df = vec![0; vocabulary as usize];
+        let rows: Vec<Vec<(u32, u32)>> = (0..chunks)
+            .map(|_| {
+                let mut counts: HashMap<u32, u32> = HashMap::new();
+                for _ in 0..rng.random_range(0..12) {
+                    let rank: f64 = rng.random_range(0.0..1.0);
+                    let term = (f64::from(vocabulary).powf(rank) as u32).min(vocabulary - 1);
+                    *counts.entry(term).or_default() += 1;
+                }
+                let row = sorted(counts);
+                for &(term, _) in &row {
+                    df[term as usize] += 1;
+                }
+                row
+            })
+            .collect();
+        (rows, df)
+    }
+
+    #[test]
+    fn the_fit_on_the_used_terms_is_the_whole_vocabularys_bit_for_bit_on_any_threads() {
+        // Samples from tiny (more directions than the rank: dependent columns, exact zeros) to
+        // past the threads' split, with most of the vocabulary unused or in one chunk.
+        for (chunks, vocabulary, wanted) in
+            [(3, 5, 50), (6, 8, 2), (40, 30, 50), (300, 2_000, 50), (3_000, 20_000, 50)]
+        {
+            for seed in 0..3 {
+                let (rows, df) = random_rows(chunks, vocabulary, seed);
+                let n = chunks * 3;
+                let expected = fit_over_the_whole_vocabulary(&rows, &df, n, vocabulary as usize, wanted);
+                for threads in [1, 2, 3] {
+                    let got = Projection::fit(&rows, &df, n, vocabulary as usize, wanted, threads);
+                    let bits = |p: &Option<Projection>| {
+                        p.as_ref().map(|p| (p.dim, p.v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()))
+                    };
+                    assert_eq!(
+                        bits(&got),
+                        bits(&expected),
+                        "{chunks} chunks, seed {seed}, {threads} threads"
+                    );
+                }
+                if chunks > 100 {
+                    let used = UsedTerms::of(
+                        &rows.iter().map(|r| weighted(r, &df, n as f64)).collect::<Vec<_>>(),
+                        vocabulary as usize,
+                    );
+                    assert!(
+                        2 * used.terms.len() < vocabulary as usize,
+                        "most rows are zero: {}",
+                        used.terms.len()
+                    );
+                }
+            }
+        }
+    }
+
+    /// The counting the corpus pass did before: token after token, each analysed in full.
+    #[allow(clippy::type_complexity)]
+    fn token_by_token(
+        index: &ChunkIndex,
+    ) -> (Vec<String>, Vec<u32>, Vec<u64>, Vec<std::collections::BTreeMap<String, u32>>, Vec<Vec<(u32, u32)>>)
+    {
+        let (mut ids, mut names, mut df, mut cf) = (HashMap::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut surfaces, mut rows) = (Vec::new(), Vec::new());
+        for position in 0..index.len() {
+            let stored = index.stored(position).unwrap();
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for token in index.analyzer().chunk_tokens(&stored.title, &stored.text) {
+                let id = *ids.entry(token.term.clone()).or_insert_with(|| {
+                    names.push(token.term.clone());
+                    surfaces.push(std::collections::BTreeMap::new());
+                    df.push(0);
+                    cf.push(0);
+                    names.len() as u32 - 1
+                });
+                *counts.entry(id).or_default() += 1;
+                *surfaces[id as usize].entry(token.surface).or_default() += 1;
+            }
+            let row = sorted(counts);
+            for &(term, tf) in &row {
+                df[term as usize] += 1;
+                cf[term as usize] += u64::from(tf);
+            }
+            rows.push(row);
+        }
+        (names, df, cf, surfaces, rows)
+    }
+
+    #[test]
+    fn each_word_analysed_once_per_thread_counts_as_token_by_token_on_any_threads() {
+        // 700 chunks (three blocks) with titles, repeated words in several forms and cases,
+        // stop words and words without a term, and Chinese.
+        let words = [
+            "Kidney",
+            "kidneys",
+            "infections",
+            "INFECTION",
+            "renal",
+            "the",
+            "of",
+            "配额已满时",
+            "暂停",
+            "sync",
+        ];
+        let texts: Vec<String> = (0..700)
+            .map(|c| (0..=c % 13).map(|w| words[(c * 7 + w * w) % words.len()]).collect::<Vec<_>>().join(" "))
+            .map(|t| format!("{t} word{} tail{}", t.len() % 9, t.len() % 4))
+            .collect();
+        let mut chunks = test_chunks(&texts.iter().map(String::as_str).collect::<Vec<_>>());
+        chunks.iter_mut().step_by(3).for_each(|c| c.title = format!("Renal Syncing {}", c.text.len() % 5));
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = from_chunks(dir.path(), &chunks);
+        let expected = token_by_token(&index);
+        for threads in [1, 2, 3] {
+            let mut vocabulary = Vocabulary::default();
+            let (mut rows, mut from_threads) = (Vec::new(), std::collections::BTreeSet::new());
+            analyse(&index, threads, |block| {
+                from_threads.insert(block.thread);
+                rows.extend(vocabulary.count(block));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(from_threads.len(), threads, "blocks analysed on every thread");
+            let surfaces: Vec<std::collections::BTreeMap<String, u32>> = vocabulary
+                .surfaces
+                .iter()
+                .map(|counted| {
+                    counted.iter().map(|&(f, c)| (vocabulary.forms[f as usize].clone(), c)).collect()
+                })
+                .collect();
+            let got = (vocabulary.names, vocabulary.df, vocabulary.cf, surfaces, rows);
+            assert_eq!(got, expected, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn rows_read_back_from_the_scratch_file_are_the_rows_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Vec<(u32, u32)>> = (0..1_000u32)
+            .map(|c| (0..c % 7).map(|k| (k * 300_007 + c, 1 + (c * k) % 200_000)).collect())
+            .chain([vec![(u32::MAX - 1, u32::MAX)], vec![]])
+            .collect();
+        let mut file = RowFile::create(dir.path()).unwrap();
+        for row in &rows {
+            file.write(row).unwrap();
+        }
+        let mut read = file.read_back().unwrap();
+        let mut back = Vec::new();
+        loop {
+            let block = read.next_block(300).unwrap();
+            if block.is_empty() {
+                break;
+            }
+            assert!(block.len() == 300 || back.len() + block.len() == rows.len(), "blocks of 300");
+            back.extend(block);
+        }
+        assert_eq!(back, rows);
+    }
+
     #[test]
     fn jacobi_finds_the_eigenpairs_of_a_small_symmetric_matrix() {
         // [[2, 1], [1, 2]]: eigenvalues 3 and 1, eigenvectors (1, 1)/√2 and (1, −1)/√2.
@@ -894,7 +1500,7 @@ mod tests {
     #[test]
     fn orthonormalize_makes_unit_orthogonal_columns() {
         let mut m = vec![3.0, 1.0, 4.0, 1.0, 0.0, 2.0];
-        orthonormalize(&mut m, 2);
+        orthonormalize(&mut m, 2, false);
         let col = |j: usize| [m[j], m[2 + j], m[4 + j]];
         let (a, b) = (col(0), col(1));
         let d = |x: [f64; 3], y: [f64; 3]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
