@@ -477,15 +477,16 @@ pub struct CorpusModel {
 }
 
 impl CorpusModel {
-    /// Reads every chunk of `index` and builds both: in one pass up to the fit sample's size,
-    /// in two above it (the second projects each chunk's counts and drops them).
+    /// Reads every chunk of `index` once and builds both; above the fit sample's size, every
+    /// chunk's counts wait in a scratch file ([`RowFile`]) until the fit, then are projected
+    /// from it.
     ///
     /// The topic space keeps its vectors in a scratch file in the index folder (see
     /// [`TopicSpace`]).
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when a chunk text cannot be read, [`IndexError::Scratch`] when
-    /// the space's scratch file cannot be made or written.
+    /// the space's or the counts' scratch file cannot be made, written or read back whole.
     pub fn build(index: &ChunkIndex) -> Result<Self> {
         let n = index.len();
         let threads = index.threads();
@@ -534,12 +535,17 @@ impl CorpusModel {
             Some(rows) => {
                 drop(sample);
                 let mut rows = rows.read_back()?;
+                let mut read = 0;
                 loop {
                     let block = rows.next_block(PROJECTION_BLOCK)?;
                     if block.is_empty() {
                         break;
                     }
+                    read += block.len();
                     project(&block, &mut space)?;
+                }
+                if read != n {
+                    return Err(rows.damaged("fewer rows than chunks"));
                 }
             }
         }
@@ -552,9 +558,10 @@ impl CorpusModel {
 /// [`RowFile`].
 const PROJECTION_BLOCK: usize = 4_096;
 
-/// Every chunk's row of term counts, in chunk order, in an unnamed scratch file (in the page
-/// cache, not the process's memory): each row its length, then each term as the difference
-/// from the one before and its count, all LEB128 varints.
+/// Every chunk's row of term counts, in chunk order, in an unnamed scratch file in the index
+/// folder (disk and page cache, not the process's heap; about 3 bytes a term of a chunk): each
+/// row its length, then each term as the difference from the one before and its count, all
+/// LEB128 varints.
 struct RowFile {
     out: std::io::BufWriter<std::fs::File>,
     dir: std::path::PathBuf,
@@ -599,10 +606,11 @@ impl RowReader {
         let mut rows = Vec::new();
         while rows.len() < most {
             let Some(len) = self.varint(true)? else { break };
-            let mut row = Vec::with_capacity(len as usize);
-            let mut term = 0;
+            let mut row = Vec::with_capacity((len as usize).min(4_096));
+            let mut term = 0u32;
             for _ in 0..len {
-                term += self.varint(false)?.unwrap_or_default();
+                let step = self.varint(false)?.unwrap_or_default();
+                term = term.checked_add(step).ok_or_else(|| self.damaged("a term id past u32"))?;
                 row.push((term, self.varint(false)?.unwrap_or_default()));
             }
             rows.push(row);
@@ -628,7 +636,15 @@ impl RowReader {
                 return Ok(Some(value));
             }
             shift += 7;
+            if shift >= u32::BITS {
+                return Err(self.damaged("a number longer than 5 bytes"));
+            }
         }
+    }
+
+    /// The error for a scratch file that does not hold what was written.
+    fn damaged(&self, what: &str) -> IndexError {
+        scratch_error(&self.dir, std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()))
     }
 }
 
@@ -953,6 +969,10 @@ impl Projection {
         let kept: Vec<usize> =
             (0..width.min(wanted)).filter(|&c| values[c] > top * 1e-12 && values[c] > 0.0).collect();
         let dim = kept.len();
+        if dim == 0 {
+            // No term shared by two chunks: a space without dimensions.
+            return Some(Self { dim, v: Vec::new() });
+        }
         // A row of V from a row of B (a zero row of B gives the same row for every unused term).
         let v_row = |bt: &[f64], out: &mut [f64]| {
             for (k, &c) in kept.iter().enumerate() {
@@ -1381,6 +1401,36 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_sample_without_a_shared_term_fits_a_space_without_dimensions() {
+        // Every term in one chunk only: no weight survives, so no direction either.
+        let rows = vec![vec![(0, 1)], vec![(1, 2)], vec![(2, 1)]];
+        let df = vec![1, 1, 1];
+        let expected = fit_over_the_whole_vocabulary(&rows, &df, 3, 3, 50).map(|p| (p.dim, p.v.len()));
+        assert_eq!(expected, Some((0, 0)));
+        for threads in [1, 2] {
+            let got = Projection::fit(&rows, &df, 3, 3, 50, threads).map(|p| (p.dim, p.v.len()));
+            assert_eq!(got, expected, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn a_damaged_row_file_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        for bytes in
+            [&[1u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01][..], &[2, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 1, 1][..]]
+        {
+            let mut file = RowFile::create(dir.path()).unwrap();
+            std::io::Write::write_all(&mut file.out, bytes).unwrap();
+            let mut rows = file.read_back().unwrap();
+            let err = rows.next_block(10).unwrap_err();
+            assert!(
+                matches!(&err, IndexError::Scratch { source, .. } if source.kind() == std::io::ErrorKind::InvalidData),
+                "{err}"
+            );
         }
     }
 

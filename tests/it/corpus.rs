@@ -49,6 +49,18 @@ fn empty_corpus_is_a_clear_error() {
 }
 
 #[test]
+fn a_one_chunk_corpus_is_a_clear_error_not_a_panic() {
+    // No term in two chunks: the topic space has no dimensions (its fit once panicked here).
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    write(&corpus.join("only.md"), b"# One\n\nA single short page about nothing much.\n");
+    let run = build(dir.path(), &corpus, &[]);
+    run.assert_code(1);
+    assert!(run.stderr.contains("no query could be planned"), "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+#[test]
 fn jsonl_and_prechunked_input() {
     // First build from the folder; its corpus.jsonl (BEIR, "_id") is then a JSONL corpus.
     let dir = tempdir();
