@@ -287,6 +287,9 @@ impl Plan {
         write_atomically(&dir.join(POSITIONS_FILE), &keys)?;
         write_atomically(&dir.join(TOKENS_FILE), &tokens.to_le_bytes())?;
         write_atomically(&dir.join(DELETED_FILE), &encode_deleted(&deletions))?;
+        // The renames reach the disk before the stamp is written (power loss cannot keep the
+        // stamp and lose a rename).
+        sync_folder(dir)?;
         Ok(Unchanged(unchanged))
     }
 }
@@ -304,6 +307,15 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         fs_err::rename(&partial, path)
     };
     write().map_err(|e| write_error(path, e))
+}
+
+/// Flushes `dir`'s entries (the renames into it) to disk; a no-op where folders cannot be
+/// opened as files (Windows).
+fn sync_folder(dir: &Path) -> Result<()> {
+    if cfg!(unix) {
+        fs_err::File::open(dir).and_then(|folder| folder.sync_all()).map_err(|e| write_error(dir, e))?;
+    }
+    Ok(())
 }
 
 /// The key → position map of an updated index; `None` for one as built.
@@ -454,8 +466,10 @@ mod tests {
             let (rebuilt, _) = index(rebuilt_dir.path(), after, None);
             assert_eq!(updated.len(), after.len());
             for query in QUERIES {
-                let got = bits(&updated.search(query, 10).unwrap());
-                assert_eq!(got, bits(&rebuilt.search(query, 10).unwrap()), "{query}");
+                for limit in [1, 2, 3, 10] {
+                    let got = bits(&updated.search(query, limit).unwrap());
+                    assert_eq!(got, bits(&rebuilt.search(query, limit).unwrap()), "{query} @{limit}");
+                }
                 let term = &updated.analyzer().terms(query)[0];
                 assert_eq!(updated.doc_freq(term).unwrap(), rebuilt.doc_freq(term).unwrap(), "{term}");
             }
@@ -484,15 +498,21 @@ mod tests {
         assert_eq!(origin, IndexOrigin::Updated);
         let rebuilt_dir = tempfile::tempdir().unwrap();
         let (rebuilt, _) = index(rebuilt_dir.path(), after, None);
+        // Limits below the chunk count too: the top-k heap fills and MaxScore prunes.
         for query in QUERIES.iter().chain(&["renamed title", "bravo", "kidney kidney"]) {
-            let got = bits(&updated.search(query, 10).unwrap());
-            assert_eq!(got, bits(&rebuilt.search(query, 10).unwrap()), "{query}");
+            for limit in [1, 2, 3, 10] {
+                let got = bits(&updated.search(query, limit).unwrap());
+                assert_eq!(got, bits(&rebuilt.search(query, limit).unwrap()), "{query} @{limit}");
+            }
         }
         // Every term of either list, those only deleted chunks held included.
         for chunk in before.iter().chain(after) {
             for term in updated.analyzer().terms(&format!("{} {}", chunk.title, chunk.text)) {
                 assert_eq!(updated.doc_freq(&term).unwrap(), rebuilt.doc_freq(&term).unwrap(), "{term}");
-                assert_eq!(updated.search(&term, 10).unwrap(), rebuilt.search(&term, 10).unwrap(), "{term}");
+                for limit in [1, 2, 3, 10] {
+                    let got = updated.search(&term, limit).unwrap();
+                    assert_eq!(got, rebuilt.search(&term, limit).unwrap(), "{term} @{limit}");
+                }
             }
         }
         for (position, chunk) in after.iter().enumerate() {
@@ -694,5 +714,57 @@ mod tests {
         longer.push(0);
         fs_err::write(dir.path().join(DELETED_FILE), &longer).unwrap();
         assert_eq!(read_deleted(dir.path()), None);
+    }
+
+    /// Eight chunks in one segment; `quota` is in most, and `hotel` (short, `quota` three
+    /// times) would be `quota`'s best score.
+    const EIGHT: [&str; 8] = [
+        "alpha quota storage sync error links",
+        "bravo storage links password upload",
+        "charlie sync error folder quota",
+        "delta upload folder quota storage links",
+        "echo password upload links quota sync",
+        "foxtrot quota error storage",
+        "golf quota kidney",
+        "hotel quota quota quota",
+    ];
+
+    #[test]
+    fn a_deleted_short_chunk_that_repeats_a_term_is_not_its_best_score() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&EIGHT);
+        let v2: Vec<Chunk> = v1.iter().filter(|c| c.id.as_str() != "hotel").cloned().collect();
+        one_segment(dir.path(), &v1);
+        let updated = update_and_compare(dir.path(), &v1, &v2);
+        assert_eq!(deleted_documents(dir.path()), 1, "not merged");
+        let rebuilt_dir = tempfile::tempdir().unwrap();
+        let (rebuilt, _) = index(rebuilt_dir.path(), &v2, None);
+        for query in ["quota", "quota quota", "hotel quota", "quota kidney", "quota storage sync"] {
+            for limit in [1, 2, 3] {
+                let got = bits(&updated.search(query, limit).unwrap());
+                assert_eq!(got, bits(&rebuilt.search(query, limit).unwrap()), "{query} @{limit}");
+            }
+        }
+    }
+
+    #[test]
+    fn two_updates_in_a_row_with_deletions_in_two_segments_search_as_rebuilds() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&EIGHT);
+        // hotel deleted (quota), india and juliet added: 1 deleted of 10.
+        let mut v2: Vec<Chunk> = v1.iter().filter(|c| c.id.as_str() != "hotel").cloned().collect();
+        v2.extend(named(&["india quota quota sync", "juliet links password quota"]));
+        // india deleted from the second segment (quota again), kilo added: 2 deleted of 11.
+        let mut v3: Vec<Chunk> = v2.iter().filter(|c| c.id.as_str() != "india").cloned().collect();
+        v3.extend(named(&["kilo storage quota"]));
+        one_segment(dir.path(), &v1);
+        update_and_compare(dir.path(), &v1, &v2);
+        assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (2, 1));
+        update_and_compare(dir.path(), &v2, &v3);
+        assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (3, 2), "not merged");
+        let deletions = read_deleted(dir.path()).unwrap();
+        assert_eq!(deletions.len(), 2, "deletions in two segments");
+        let deleted = deleted_terms(deletions);
+        assert_eq!((deleted.get("quota"), deleted.get("sync")), (Some(&2), Some(&1)));
     }
 }
