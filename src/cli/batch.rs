@@ -66,6 +66,7 @@ impl BatchArgs {
             poll: Duration::from_secs_f64(poll.min(86_400.0)),
             max_requests: self.batch_max_requests.unwrap_or(MAX_REQUESTS).max(1),
             max_bytes: self.batch_max_bytes.unwrap_or(MAX_BYTES).max(1),
+            stall_after: setup.generation.stall_after,
         });
         Ok(())
     }

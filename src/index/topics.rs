@@ -99,9 +99,13 @@ const IN_MEMORY_BYTES: usize = 32 << 20;
 /// Blocks a space with a scratch file writes there at a time once it spills, and reads at a
 /// time when it scans (64 blocks of 50 dimensions: 200 KiB, within a core's cache).
 const SPILL_BLOCKS: usize = 64;
-/// Probes [`TopicSpace::neighbours_of`] answers in one scan: each thread keeps up to about
-/// 16 KiB of candidates per probe.
-const PROBES_PER_SCAN: usize = 64;
+/// Candidates one scan of [`TopicSpace::neighbours_of`] may keep per thread, counted as each
+/// probe's cap (at least 512, as `Best` keeps up to twice that): 64 probes of a small cap (about
+/// 1 MiB a thread), fewer of a larger one, a probe of a cap above it alone.
+const SCAN_BUDGET: usize = 64 * 512;
+/// Probes in one scan at most (when their caps are small).
+#[cfg(test)]
+const PROBES_PER_SCAN: usize = SCAN_BUDGET / 512;
 
 /// The chunks in a latent topic space: one unit vector per chunk (all zeros for a chunk with
 /// no term shared with another chunk).
@@ -311,15 +315,19 @@ impl TopicSpace {
     }
 
     /// [`TopicSpace::neighbours`] of each probe, the same chunks and bits, in order: one scan
-    /// reads each block of the space (from the scratch file, when it spilled) once for up to
-    /// [`PROBES_PER_SCAN`] probes.
+    /// reads each block of the space (from the scratch file, when it spilled) once for a group
+    /// of probes whose caps (at least 512 each) add up to `SCAN_BUDGET` at most (one probe
+    /// alone when its cap is larger), which bounds what a scan keeps whatever `--topic-labels`.
     ///
     /// # Errors
     /// [`IndexError::Scratch`] when the scratch file cannot be read.
     pub fn neighbours_of(&self, probes: &[Probe]) -> Result<Vec<Vec<(usize, f32)>>> {
         let mut found = Vec::with_capacity(probes.len());
-        for group in probes.chunks(PROBES_PER_SCAN) {
+        let mut rest = probes;
+        while !rest.is_empty() {
+            let (group, after) = rest.split_at(scan_size(rest));
             found.extend(self.scan(group)?);
+            rest = after;
         }
         Ok(found)
     }
@@ -417,6 +425,20 @@ fn scratch_error(dir: &Path, source: std::io::Error) -> IndexError {
 /// The order of neighbours: most similar first, ties by position.
 fn closer(a: &(usize, f32), b: &(usize, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// How many of `probes` (at least one, if any) go in the next scan: as many as fit in
+/// `SCAN_BUDGET`, each counted by its cap, at least 512.
+fn scan_size(probes: &[Probe]) -> usize {
+    let mut spent = 0usize;
+    let fit = probes
+        .iter()
+        .take_while(|probe| {
+            spent = spent.saturating_add(probe.cap.max(512));
+            spent <= SCAN_BUDGET
+        })
+        .count();
+    fit.max(1).min(probes.len())
 }
 
 /// The best `cap` neighbours offered so far, offered in ascending position.
@@ -1677,6 +1699,8 @@ mod tests {
                     })
                 })
                 .chain([Probe { chunk: 3, min_cosine: 0.9, cap: 2_000 }; 2])
+                .chain([Probe { chunk: 5, min_cosine: -1.0, cap: 100_000 }])
+                .chain([Probe { chunk: 8, min_cosine: 0.5, cap: 51 }])
                 .collect();
             assert!(probes.len() > 2 * PROBES_PER_SCAN);
             let together = space.neighbours_of(&probes).unwrap();
@@ -1696,6 +1720,19 @@ mod tests {
                 "vectors written chunk after chunk, threads {threads} {in_folder:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_scan_takes_probes_up_to_a_budget_of_their_caps() {
+        let probes = |caps: &[usize]| -> Vec<Probe> {
+            caps.iter().map(|&cap| Probe { chunk: 0, min_cosine: 0.0, cap }).collect()
+        };
+        assert_eq!(scan_size(&probes(&[3; 100])), PROBES_PER_SCAN, "small caps count as 512");
+        assert_eq!(scan_size(&probes(&[100_000, 3, 3])), 1, "a huge cap is scanned alone");
+        assert_eq!(scan_size(&probes(&[3, 3, 100_000])), 2, "and not with the probes before it");
+        assert_eq!(scan_size(&probes(&[8_192; 10])), 4);
+        assert_eq!(scan_size(&probes(&[0])), 1);
+        assert_eq!(scan_size(&[]), 0);
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub struct BatchConfig {
     pub max_requests: usize,
     /// Bytes per input file at most (the provider's limit).
     pub max_bytes: u64,
+    /// `--stall-timeout`: a run's watchdog stops it once no call finished for this long, so
+    /// a create call of a run this one cannot see lasts at most this (or as long as its
+    /// attempts take, whichever is longer).
+    #[serde(skip)]
+    pub stall_after: Duration,
 }
 
 /// Why a stage cannot go on in batch mode (not a failure of any one call).
@@ -189,6 +194,8 @@ pub(super) struct Deferral {
     own_files: Mutex<HashSet<String>>,
     /// Records of other runs this run waits for (told once each).
     waiting_for: Mutex<HashSet<String>>,
+    /// Records whose creator this run saw gone, and when it first did.
+    gone_since: Mutex<HashMap<String, std::time::Instant>>,
     /// This process, as the records it makes name it (where `/proc` tells).
     me: Option<Process>,
 }
@@ -207,6 +214,7 @@ impl Deferral {
             submitted: Mutex::default(),
             own_files: Mutex::default(),
             waiting_for: Mutex::default(),
+            gone_since: Mutex::default(),
             me: Process::current(),
         }
     }
@@ -912,10 +920,18 @@ impl Llm {
     /// What to do with a batch an earlier run (or another run sharing the cache) left open:
     /// poll it by its id; for one being created, the batch made from its input file, if the
     /// create call went through. If none is listed, its record is forgotten and its lines are
-    /// submitted again (nothing was paid for them), but only if the record is this run's own,
-    /// or the process that made it is gone (on this machine), or the record is older than the
-    /// longest its create call can take ([`RetryPolicy::longest_call`]): a younger one may be
-    /// another run's create call still in flight, which this run waits for.
+    /// submitted again (nothing was paid for them) once no create call of it can still reach
+    /// the provider:
+    /// - a record this run made: at once (its create call is over);
+    /// - its creator runs (on this machine): never, whatever the record's age (a create call
+    ///   kept waiting by 429s uses no attempt, so only the creator's watchdog ends it);
+    /// - its creator is gone (on this machine): one `--timeout` after this run first saw it
+    ///   gone (never earlier than that after the record was made, since it was seen gone after
+    ///   that): a run killed during its create call may have sent the request, which the
+    ///   provider may not list yet;
+    /// - its creator is unknown (another machine, no `/proc`): once the record is older than
+    ///   the longest its create call can take ([`RetryPolicy::longest_call`]) or the stall
+    ///   limit (`--stall-timeout`), whichever is longer.
     ///
     /// [`RetryPolicy::longest_call`]: super::RetryPolicy::longest_call
     async fn resolve(
@@ -938,33 +954,56 @@ impl Llm {
         }
         if let Some(batch) = self.find_batch(&open.id, open.created).await? {
             self.cache.adopt_batch(&open.id, &batch.id)?;
+            lock(&deferral.gone_since).remove(&open.id);
             return Ok(Resolved::Batch(batch.id));
         }
         let age = unix_now().saturating_sub(open.created);
-        let window = self.config.retry.longest_call(self.config.timeout).as_secs();
         let own = lock(&deferral.own_files).contains(&open.id);
-        if !own && age < window {
-            if let Some((pid, Liveness::Gone)) = open.creator.as_ref().map(|p| (p.pid(), p.liveness())) {
-                note(format!(
-                    "{stage}: the run that recorded {} {age} s ago (pid {pid} on this machine) is gone",
-                    open.id
-                ));
-            } else {
-                if lock(&deferral.waiting_for).insert(open.id.clone()) {
-                    note(format!(
+        let liveness = open.creator.as_ref().map_or(Liveness::Unknown, Process::liveness);
+        let pid = open.creator.as_ref().map_or(0, Process::pid);
+        let file = &open.id;
+        let wait = match liveness {
+            _ if own => None,
+            Liveness::Alive => Some(format!(
+                "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago (pid {pid} \
+                 on this machine) still runs: waiting for its create call"
+            )),
+            Liveness::Gone => {
+                let since =
+                    *lock(&deferral.gone_since).entry(file.clone()).or_insert_with(std::time::Instant::now);
+                let left = self.config.timeout.saturating_sub(since.elapsed());
+                (!left.is_zero()).then(|| {
+                    format!(
+                        "{stage}: the run that recorded {file} {age} s ago (pid {pid} on this machine) is gone, \
+                         but its create call may have reached the provider: looking for its batch for {} s more \
+                         before its requests are submitted again",
+                        left.as_secs_f64().ceil()
+                    )
+                })
+            }
+            Liveness::Unknown => {
+                let longest = self.config.retry.longest_call(self.config.timeout);
+                let window = longest.max(deferral.config.stall_after).as_secs();
+                (age < window).then(|| {
+                    format!(
                         "{stage}: no batch of {file} is listed yet, and the run that recorded it {age} s ago may \
                          still be creating it (another run sharing this cache): waiting up to {} s for it before \
                          its requests are submitted again (if no other run uses this cache, stop and drop the \
                          record with `qrelgen batch forget {file} --set DIR`)",
-                        window - age,
-                        file = open.id
-                    ));
-                }
-                return Ok(Resolved::Waiting);
+                        window - age
+                    )
+                })
             }
+        };
+        if let Some(message) = wait {
+            if lock(&deferral.waiting_for).insert(file.clone()) {
+                note(message);
+            }
+            return Ok(Resolved::Waiting);
         }
-        note(format!("{stage}: no batch was made of {}; its requests are submitted again", open.id));
-        self.cache.forget_batch(&open.id)?;
+        lock(&deferral.gone_since).remove(file);
+        note(format!("{stage}: no batch was made of {file}; its requests are submitted again"));
+        self.cache.forget_batch(file)?;
         Ok(Resolved::Forgotten)
     }
 
@@ -1308,6 +1347,7 @@ mod tests {
                 poll: Duration::from_millis(10),
                 max_requests: MAX_REQUESTS,
                 max_bytes: MAX_BYTES,
+                stall_after: Duration::ZERO,
             }),
             batch_discount: DEFAULT_DISCOUNT,
         };
@@ -1604,9 +1644,13 @@ mod tests {
         assert!(message.contains("rerun the same command"), "{message}");
     }
 
-    /// What a run (with a fresh client) makes of a `creating` record made `age` seconds ago by
-    /// `creator`, when the provider lists no batch of its file; and whether the record is kept.
-    async fn resolve_record(creator: Option<Process>, age: u64) -> (Resolved, bool) {
+    /// A fresh client (its `--stall-timeout` `stall_after`) and a `creating` record made `age`
+    /// seconds ago by `creator`, the provider listing no batch of its file.
+    async fn a_record(
+        creator: Option<Process>,
+        age: u64,
+        stall_after: Duration,
+    ) -> (wiremock::MockServer, tempfile::TempDir, Llm) {
         let server = wiremock::MockServer::start().await;
         wiremock::Mock::given(wiremock::matchers::path("/v1/batches"))
             .respond_with(
@@ -1616,28 +1660,72 @@ mod tests {
             .mount(&server)
             .await;
         let dir = tempfile::tempdir().unwrap();
-        let llm = submitting(&server.uri(), dir.path());
+        let llm = submitting_tuned(&server.uri(), dir.path(), |config| {
+            if let Some(batch) = &mut config.batch {
+                batch.stall_after = stall_after;
+            }
+        });
         let key = "k".to_owned();
         llm.cache.record_batch("file-1", "generate", CREATING, &[&key], creator.as_ref()).unwrap();
         let created = i64::try_from(unix_now() - age).unwrap();
         llm.cache.with(|c| c.execute("UPDATE batches SET created = ?1", params![created])).unwrap();
+        (server, dir, llm)
+    }
+
+    /// What `llm` makes of its record now; and whether the record is kept.
+    async fn resolve_again(llm: &Llm) -> (Resolved, bool) {
+        let key = "k".to_owned();
         let mut open = llm.cache.open_batches(&[&key]).unwrap();
         assert_eq!(open.len(), 1);
         let resolved = llm.resolve(open.remove(0), "generate", &|_| {}).await.unwrap();
         (resolved, !llm.cache.batches().unwrap().is_empty())
     }
 
+    /// What a run (with a fresh client) makes of a `creating` record made `age` seconds ago by
+    /// `creator`, when the provider lists no batch of its file; and whether the record is kept.
+    async fn resolve_record(creator: Option<Process>, age: u64) -> (Resolved, bool) {
+        let (_server, _dir, llm) = a_record(creator, age, Duration::ZERO).await;
+        resolve_again(&llm).await
+    }
+
     #[cfg(target_os = "linux")]
     #[tokio::test]
-    async fn a_young_record_of_a_process_that_is_gone_is_submitted_again_at_once() {
+    async fn a_record_of_a_process_that_is_gone_is_submitted_again_one_timeout_after_it_was_seen_gone() {
         let me = Process::current().unwrap();
-        let (resolved, kept) = resolve_record(Some(me.clone()), 0).await;
-        assert!(matches!(resolved, Resolved::Waiting) && kept, "a live run's record is waited for");
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let gone = me.with_pid(child.id());
         child.wait().unwrap();
-        let (resolved, kept) = resolve_record(Some(gone), 0).await;
+        let (_server, _dir, llm) = a_record(Some(gone), 0, Duration::ZERO).await;
+        let (resolved, kept) = resolve_again(&llm).await;
+        assert!(
+            matches!(resolved, Resolved::Waiting) && kept,
+            "its request may not be listed yet: {resolved:?}"
+        );
+        let deferral = llm.batch.as_ref().unwrap();
+        // Seen gone a little less than one --timeout (5 s) ago: still looked for.
+        let back = |by: Duration| {
+            let then = std::time::Instant::now().checked_sub(by).unwrap();
+            lock(&deferral.gone_since).insert("file-1".to_owned(), then);
+        };
+        back(Duration::from_secs(4));
+        let (resolved, kept) = resolve_again(&llm).await;
+        assert!(matches!(resolved, Resolved::Waiting) && kept, "{resolved:?}");
+        back(Duration::from_secs(5));
+        let (resolved, kept) = resolve_again(&llm).await;
         assert!(matches!(resolved, Resolved::Forgotten) && !kept, "{resolved:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_record_of_a_process_that_runs_is_waited_for_whatever_its_age() {
+        let me = Process::current().unwrap();
+        let (resolved, kept) = resolve_record(Some(me.clone()), 0).await;
+        assert!(matches!(resolved, Resolved::Waiting) && kept, "a live run's record is waited for");
+        let (resolved, kept) = resolve_record(Some(me), 86_400).await;
+        assert!(
+            matches!(resolved, Resolved::Waiting) && kept,
+            "its create call kept getting 429s: {resolved:?}"
+        );
     }
 
     #[tokio::test]
@@ -1646,6 +1734,20 @@ mod tests {
         let (resolved, kept) = resolve_record(None, 44).await;
         assert!(matches!(resolved, Resolved::Waiting) && kept, "{resolved:?}");
         let (resolved, kept) = resolve_record(None, 46).await;
+        assert!(matches!(resolved, Resolved::Forgotten) && !kept, "{resolved:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_creators_record_is_waited_for_up_to_the_stall_limit_if_that_is_longer() {
+        let stall = Duration::from_secs(100);
+        let (_server, _dir, llm) = a_record(None, 99, stall).await;
+        let (resolved, kept) = resolve_again(&llm).await;
+        assert!(
+            matches!(resolved, Resolved::Waiting) && kept,
+            "its creator's watchdog may not have fired: {resolved:?}"
+        );
+        let (_server, _dir, llm) = a_record(None, 101, stall).await;
+        let (resolved, kept) = resolve_again(&llm).await;
         assert!(matches!(resolved, Resolved::Forgotten) && !kept, "{resolved:?}");
     }
 

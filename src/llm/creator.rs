@@ -49,7 +49,12 @@ impl Process {
             .to_owned();
         let (_, started) = stat(&read("self/stat")?)?;
         let space = format!("{boot} {} uid {user}", namespace.display());
-        Some(Self { host, space, pid: std::process::id(), started })
+        let seen = std::fs::read_link(proc.join("self")).ok();
+        let pid = visible_pid(
+            seen.as_deref().and_then(Path::to_str).and_then(|p| p.parse().ok()),
+            std::process::id(),
+        )?;
+        Some(Self { host, space, pid, started })
     }
 
     /// Its pid.
@@ -103,6 +108,14 @@ impl Process {
     }
 }
 
+/// The pid under which `/proc` shows this process (`seen`, what `/proc/self` links to) if it
+/// is the one `getpid()` gives (`own`); `None` (no creator recorded: a later run waits as for
+/// one it cannot see) where they differ, e.g. a `/proc` mounted from another pid namespace,
+/// or where `/proc/self` cannot be read.
+fn visible_pid(seen: Option<u32>, own: u32) -> Option<u32> {
+    seen.filter(|&pid| pid == own)
+}
+
 /// The state (field 3) and start time (field 22) of a `/proc/PID/stat` line. The name (field
 /// 2) is in parentheses and may hold spaces and parentheses itself: fields are counted after
 /// the last `)`.
@@ -125,6 +138,13 @@ mod tests {
         assert_eq!(stat(line), Some(('R', 5_645_499)));
         assert_eq!(stat("15735 (cat) R 1 2"), None);
         assert_eq!(stat("no parenthesis"), None);
+    }
+
+    #[test]
+    fn a_pid_is_recorded_only_where_proc_shows_this_process_under_it() {
+        assert_eq!(visible_pid(Some(42), 42), Some(42));
+        assert_eq!(visible_pid(Some(7), 42), None, "/proc of another pid namespace");
+        assert_eq!(visible_pid(None, 42), None, "/proc/self unreadable");
     }
 
     #[cfg(target_os = "linux")]

@@ -660,6 +660,11 @@ async fn a_run_killed_before_its_create_call_made_a_batch_submits_the_lines_agai
     assert!(run.stderr.contains("no batch was made of file-"), "{}", run.stderr);
     assert!(run.stderr.contains("on this machine) is gone"), "{}", run.stderr);
     assert!(
+        run.stderr.contains("may have reached the provider: looking for its batch for 2 s more"),
+        "{}",
+        run.stderr
+    );
+    assert!(
         !run.stderr.contains("may still be creating it"),
         "it waited for the young record of a run that was killed: {}",
         run.stderr
@@ -914,7 +919,8 @@ async fn a_run_sharing_the_cache_waits_for_the_batch_another_run_is_creating_ins
     let (first, second) = tokio::join!(build(&server, &a, &extra), second);
     first.assert_code(0);
     second.assert_code(0);
-    assert!(second.stderr.contains("may still be creating it"), "{}", second.stderr);
+    // Both runs are on this machine: the second sees the first one run and waits for it.
+    assert!(second.stderr.contains("still runs: waiting for its create call"), "{}", second.stderr);
     let batches = state.lock().map(|s| s.batches.clone()).unwrap_or_default();
     // It then polled that batch, or found its replies already imported by the first run.
     let ids = |b: &MockBatch| {
