@@ -500,7 +500,7 @@ pub struct CorpusModel {
 
 impl CorpusModel {
     /// Reads every chunk of `index` once and builds both; above the fit sample's size, every
-    /// chunk's counts wait in a scratch file ([`RowFile`]) until the fit, then are projected
+    /// chunk's counts wait in a scratch file (`RowFile`) until the fit, then are projected
     /// from it.
     ///
     /// The topic space keeps its vectors in a scratch file in the index folder (see
