@@ -51,6 +51,19 @@ const SYNCS_AT_ONCE: usize = 16;
 /// more open files than this.
 const UNSYNCED_MAX: usize = 64;
 
+/// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be
+/// opened as files).
+///
+/// # Errors
+/// When the folder cannot be opened or synced.
+pub(crate) fn sync_folder(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    fs_err::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
 /// Runs `sync` on each of `items`, [`SYNCS_AT_ONCE`] threads at once: a file system commits
 /// syncs that wait together in one go, where one after the other each waits for its own.
 /// `lost` is the error of a sync thread that panicked. (The index's files here, the output

@@ -22,7 +22,7 @@ mod update;
 
 pub use analyzer::{Analyzer, Token};
 pub use chunks::ChunkList;
-pub(crate) use directory::sync_together;
+pub(crate) use directory::{sync_folder, sync_together};
 pub use error::IndexError;
 pub use fold::OldChunk;
 pub use retriever::Retriever;

@@ -289,7 +289,7 @@ impl Plan {
         write_atomically(&dir.join(DELETED_FILE), &encode_deleted(&deletions))?;
         // The renames reach the disk before the stamp is written (power loss cannot keep the
         // stamp and lose a rename).
-        sync_folder(dir)?;
+        super::sync_folder(dir).map_err(|e| write_error(dir, e))?;
         Ok(Unchanged(unchanged))
     }
 }
@@ -307,15 +307,6 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         fs_err::rename(&partial, path)
     };
     write().map_err(|e| write_error(path, e))
-}
-
-/// Flushes `dir`'s entries (the renames into it) to disk; a no-op where folders cannot be
-/// opened as files (Windows).
-fn sync_folder(dir: &Path) -> Result<()> {
-    if cfg!(unix) {
-        fs_err::File::open(dir).and_then(|folder| folder.sync_all()).map_err(|e| write_error(dir, e))?;
-    }
-    Ok(())
 }
 
 /// The key → position map of an updated index; `None` for one as built.

@@ -345,11 +345,7 @@ fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
 
 /// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be opened).
 fn sync_dir(dir: &Path) -> Result<()> {
-    #[cfg(unix)]
-    fs_err::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| output_error(dir, e))?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
+    crate::index::sync_folder(dir).map_err(|e| output_error(dir, e))
 }
 
 impl Drop for Staging {
