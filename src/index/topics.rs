@@ -166,10 +166,14 @@ impl TopicSpace {
         Self::spilling_past(IN_MEMORY_BYTES, dim, capacity, threads, dir)
     }
 
-    /// [`TopicSpace::in_folder`], spilling once its blocks take `budget` bytes.
+    /// [`TopicSpace::in_folder`], spilling once its blocks take `budget` bytes; a space whose
+    /// `capacity` is past the budget spills from the start, `SPILL_BLOCKS` at a time (holding
+    /// the budget first would only add it to the build's peak: all but the last blocks go to the
+    /// file either way).
     fn spilling_past(budget: usize, dim: usize, capacity: usize, threads: usize, dir: &Path) -> Self {
-        let held =
-            (capacity.div_ceil(LANES) * dim * LANES).min((budget / 4).div_ceil(dim * LANES) * dim * LANES);
+        let whole = capacity.div_ceil(LANES) * dim * LANES;
+        let budget = if whole * 4 > budget { budget.min(SPILL_BLOCKS * dim * LANES * 4) } else { budget };
+        let held = whole.min((budget / 4).div_ceil(dim * LANES) * dim * LANES);
         let blocks = Vec::with_capacity(held);
         let scratch = Some(Scratch { file: None, dir: dir.to_owned(), budget });
         Self { dim, blocks, scratch, threads: threads.max(1), ..Self::default() }
@@ -693,7 +697,7 @@ struct Vocabulary {
     df: Vec<u32>,
     cf: Vec<u64>,
     /// Per analysing thread: its term and form ids' ids here (`u32::MAX`: a term not yet met
-    /// in chunk order), and the names of its terms.
+    /// in chunk order), and the names of its terms (each emptied once its term has an id here).
     threads: Vec<ThreadIds>,
 }
 
@@ -730,13 +734,14 @@ impl Vocabulary {
             for (local, form, count) in pairs {
                 let mut id = own.terms[local as usize];
                 if id == u32::MAX {
-                    let name = &own.names[local as usize];
-                    id = if let Some(&id) = ids.get(name) {
+                    // Read once: the thread's copy of the name goes here.
+                    let name = std::mem::take(&mut own.names[local as usize]);
+                    id = if let Some(&id) = ids.get(&name) {
                         id
                     } else {
                         let id = names.len() as u32;
                         ids.insert(name.clone(), id);
-                        names.push(name.clone());
+                        names.push(name);
                         surfaces.push(Vec::new());
                         df.push(0);
                         cf.push(0);
@@ -779,6 +784,10 @@ pub(super) fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
 
 /// Chunks a thread of [`analyse`] reads and analyses at a time.
 const ANALYSIS_BLOCK: usize = 256;
+/// Written words an analysing thread remembers at most (about 2 MB a thread; a corpus of
+/// technical English writes over 100,000): past it, it forgets them all and analyses each word
+/// again when it comes back (its term and form keep their ids).
+const KNOWN_WORDS: usize = 1 << 15;
 
 /// One block of chunks analysed by one thread, in that thread's own ids: the terms and written
 /// forms it met first in this block (their ids follow on from its earlier blocks'), and each
@@ -793,12 +802,22 @@ struct Analysed {
 /// Reads and analyses every chunk's title and text, on `threads` threads a block at a time
 /// (block `b` on thread `b % threads`), and hands the blocks to `take` in chunk order (so that
 /// only a few blocks are held at once).
-fn analyse(index: &ChunkIndex, threads: usize, mut take: impl FnMut(Analysed) -> Result<()>) -> Result<()> {
+fn analyse(index: &ChunkIndex, threads: usize, take: impl FnMut(Analysed) -> Result<()>) -> Result<()> {
+    analyse_knowing(index, threads, KNOWN_WORDS, take)
+}
+
+/// [`analyse`], each thread remembering at most `known_words` written words.
+fn analyse_knowing(
+    index: &ChunkIndex,
+    threads: usize,
+    known_words: usize,
+    mut take: impl FnMut(Analysed) -> Result<()>,
+) -> Result<()> {
     let threads = threads.max(1);
     let blocks = index.len().div_ceil(ANALYSIS_BLOCK);
     let range = |block: usize| block * ANALYSIS_BLOCK..((block + 1) * ANALYSIS_BLOCK).min(index.len());
     if threads == 1 {
-        let mut words = Words::new(index.analyzer(), 0);
+        let mut words = Words::new(index.analyzer(), 0, known_words);
         return (0..blocks).try_for_each(|block| take(words.block(index, range(block))?));
     }
     std::thread::scope(|scope| {
@@ -806,7 +825,7 @@ fn analyse(index: &ChunkIndex, threads: usize, mut take: impl FnMut(Analysed) ->
             .map(|thread| {
                 let (send, receive) = std::sync::mpsc::sync_channel(2);
                 scope.spawn(move || {
-                    let mut words = Words::new(index.analyzer(), thread);
+                    let mut words = Words::new(index.analyzer(), thread, known_words);
                     for block in (thread..blocks).step_by(threads) {
                         let analysed = words.block(index, range(block));
                         let failed = analysed.is_err();
@@ -836,8 +855,10 @@ fn worker_lost(dir: &Path) -> IndexError {
 struct Words<'a> {
     analyzer: &'a super::Analyzer,
     thread: usize,
-    /// Word as written → (term, form), `None` for a word without a term.
+    /// Word as written → (term, form), `None` for a word without a term; at most
+    /// `known_words` of them.
     known: HashMap<String, Option<(u32, u32)>>,
+    known_words: usize,
     terms: HashMap<String, u32>,
     forms: HashMap<String, u32>,
     /// Terms and forms met since the last block.
@@ -846,11 +867,12 @@ struct Words<'a> {
 }
 
 impl<'a> Words<'a> {
-    fn new(analyzer: &'a super::Analyzer, thread: usize) -> Self {
+    fn new(analyzer: &'a super::Analyzer, thread: usize, known_words: usize) -> Self {
         Self {
             analyzer,
             thread,
             known: HashMap::new(),
+            known_words,
             terms: HashMap::new(),
             forms: HashMap::new(),
             new_terms: Vec::new(),
@@ -895,6 +917,10 @@ impl<'a> Words<'a> {
             let term = own_id(&mut self.terms, &mut self.new_terms, term);
             (term, own_id(&mut self.forms, &mut self.new_forms, word.to_lowercase()))
         });
+        if self.known.len() >= self.known_words {
+            // Cleared, not shrunk: the table keeps its size for the words to come.
+            self.known.clear();
+        }
         self.known.insert(word.to_owned(), ids);
         ids
     }
@@ -971,21 +997,25 @@ impl Projection {
             return None;
         }
         let used = UsedTerms::of(&sample, vocabulary);
-        let fit: Vec<Row> = sample.into_iter().map(|row| used.compact(row)).collect();
-        let fit: Vec<&Row> = fit.iter().collect();
         let terms = used.terms.len();
-        let zero_rows = terms < vocabulary;
-        // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
-        let mut y = times_on(&fit, &used.omega(width), width, threads);
-        for _ in 0..POWER_ITERATIONS {
+        let b = {
+            let fit: Vec<Row> = sample.into_iter().map(|row| used.compact(row)).collect();
+            let fit: Vec<&Row> = fit.iter().collect();
+            let zero_rows = terms < vocabulary;
+            // Y = A Ω, then power iterations Y = A (Aᵀ Y), orthonormalized in between.
+            let mut y = times_on(&fit, &used.omega(width), width, threads);
+            for _ in 0..POWER_ITERATIONS {
+                orthonormalize(&mut y, width, false);
+                let mut z = transposed_times_on(&fit, &y, terms, width, threads);
+                orthonormalize(&mut z, width, zero_rows);
+                y = times_on(&fit, &z, width, threads);
+            }
             orthonormalize(&mut y, width, false);
-            let mut z = transposed_times_on(&fit, &y, terms, width, threads);
-            orthonormalize(&mut z, width, zero_rows);
-            y = times_on(&fit, &z, width, threads);
-        }
-        orthonormalize(&mut y, width, false);
-        // B = Qᵀ A (stored transposed, terms × width); B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
-        let b = transposed_times_on(&fit, &y, terms, width, threads);
+            // B = Qᵀ A (stored transposed, terms × width); the sample and Q go with this block,
+            // before V is made.
+            transposed_times_on(&fit, &y, terms, width, threads)
+        };
+        // B Bᵀ = W Λ Wᵀ; V = Bᵀ W Λ^-½.
         let (values, vectors) = symmetric_eigen(&gram(&b, width), width);
         let top = values.first().copied().unwrap_or(0.0);
         let kept: Vec<usize> =
@@ -1002,22 +1032,18 @@ impl Projection {
                 out[k] = (0..width).map(|a| bt[a] * vectors[a * width + c]).sum::<f64>() / sigma;
             }
         };
-        let mut compact = vec![0.0; terms * dim];
-        in_parts(&mut compact, dim, threads, |rows, out| {
-            for (t, target) in rows.zip(out.chunks_exact_mut(dim)) {
-                v_row(&b[t * width..(t + 1) * width], target);
-            }
-        });
         let mut unused = vec![0.0; dim];
         v_row(&vec![0.0; width], &mut unused);
-        let mut v = Vec::with_capacity(vocabulary * dim);
-        let mut next = used.terms.iter().zip(compact.chunks_exact(dim)).peekable();
-        for t in 0..vocabulary as u32 {
-            match next.next_if(|(term, _)| **term == t) {
-                Some((_, row)) => v.extend_from_slice(row),
-                None => v.extend_from_slice(&unused),
+        // Filled row by row over the whole vocabulary (no compact copy beside it).
+        let mut v = vec![0.0; vocabulary * dim];
+        in_parts(&mut v, dim, threads, |rows, out| {
+            for (t, target) in rows.zip(out.chunks_exact_mut(dim)) {
+                match used.rows[t] {
+                    u32::MAX => target.copy_from_slice(&unused),
+                    row => v_row(&b[row as usize * width..(row as usize + 1) * width], target),
+                }
             }
-        }
+        });
         Some(Self { dim, v })
     }
 
@@ -1513,10 +1539,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (index, _) = from_chunks(dir.path(), &chunks);
         let expected = token_by_token(&index);
-        for threads in [1, 2, 3] {
+        // Each thread remembering a word or two only (forgetting all every few words), or all.
+        for (threads, known_words) in [1, 2, 3].into_iter().flat_map(|t| [(t, 1), (t, 3), (t, KNOWN_WORDS)]) {
             let mut vocabulary = Vocabulary::default();
             let (mut rows, mut from_threads) = (Vec::new(), std::collections::BTreeSet::new());
-            analyse(&index, threads, |block| {
+            analyse_knowing(&index, threads, known_words, |block| {
                 from_threads.insert(block.thread);
                 rows.extend(vocabulary.count(block));
                 Ok(())
@@ -1531,7 +1558,29 @@ mod tests {
                 })
                 .collect();
             let got = (vocabulary.names, vocabulary.df, vocabulary.cf, surfaces, rows);
-            assert_eq!(got, expected, "{threads} threads");
+            assert_eq!(got, expected, "{threads} threads, {known_words} words known");
+        }
+    }
+
+    #[test]
+    fn a_thread_remembers_at_most_its_bound_of_written_words_and_analyses_the_same() {
+        // 900 distinct written words (300 chunks of three), most of them met once.
+        let texts: Vec<String> =
+            (0..300).map(|c| format!("Kidney{c} renal{} RENAL{} the sync{c}", c % 7, c % 7)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) =
+            from_chunks(dir.path(), &test_chunks(&texts.iter().map(String::as_str).collect::<Vec<_>>()));
+        let analysed = |known_words| {
+            let mut words = Words::new(index.analyzer(), 0, known_words);
+            let Analysed { terms, forms, chunks, .. } = words.block(&index, 0..index.len()).unwrap();
+            ((terms, forms, chunks), words.known.len())
+        };
+        let (all, remembered) = analysed(usize::MAX);
+        assert!(remembered > 600, "{remembered} words remembered without a bound");
+        for known_words in [1, 5, 100] {
+            let (got, remembered) = analysed(known_words);
+            assert!(remembered <= known_words, "{remembered} words remembered, bound {known_words}");
+            assert_eq!(got, all, "bound {known_words}");
         }
     }
 
@@ -1664,8 +1713,19 @@ mod tests {
                 None => TopicSpace::empty(dim, 9_000, threads),
                 Some(budget) => TopicSpace::spilling_past(budget, dim, 9_000, threads, dir.path()),
             };
-            vectors.chunks_exact(dim).for_each(|v| space.push(v).unwrap());
+            let mut most_held = 0;
+            for v in vectors.chunks_exact(dim) {
+                space.push(v).unwrap();
+                most_held = most_held.max(space.blocks.len());
+            }
             let spills = budget.is_some_and(|b| b < IN_MEMORY_BYTES);
+            if spills {
+                // Past its budget, a space never holds more than one spill's blocks.
+                assert!(
+                    most_held <= SPILL_BLOCKS * dim * LANES,
+                    "{most_held} values held, budget {budget:?}"
+                );
+            }
             assert_eq!(space.spilled > 0, spills, "budget {budget:?}");
             // The scratch file is made when the space first spills, not before.
             let made = space.scratch.as_ref().is_some_and(|s| s.file.is_some());
