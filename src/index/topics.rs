@@ -856,9 +856,9 @@ struct Words<'a> {
     analyzer: &'a super::Analyzer,
     thread: usize,
     /// Word as written → (term, form), `None` for a word without a term; at most
-    /// `known_words` of them.
+    /// `known_most` of them.
     known: HashMap<String, Option<(u32, u32)>>,
-    known_words: usize,
+    known_most: usize,
     terms: HashMap<String, u32>,
     forms: HashMap<String, u32>,
     /// Terms and forms met since the last block.
@@ -872,7 +872,7 @@ impl<'a> Words<'a> {
             analyzer,
             thread,
             known: HashMap::new(),
-            known_words,
+            known_most: known_words,
             terms: HashMap::new(),
             forms: HashMap::new(),
             new_terms: Vec::new(),
@@ -917,7 +917,7 @@ impl<'a> Words<'a> {
             let term = own_id(&mut self.terms, &mut self.new_terms, term);
             (term, own_id(&mut self.forms, &mut self.new_forms, word.to_lowercase()))
         });
-        if self.known.len() >= self.known_words {
+        if self.known.len() >= self.known_most {
             // Cleared, not shrunk: the table keeps its size for the words to come.
             self.known.clear();
         }
