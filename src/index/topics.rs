@@ -1374,7 +1374,7 @@ mod tests {
         }
         let failing =
             |_thread| |block: usize| if block == 2 { Err(format!("bad {block}")) } else { Ok(block) };
-        let got = blocks_in_order(9, 2, failing, |_| Ok(()), |panic| panic.to_owned());
+        let got = blocks_in_order(9, 2, failing, |_| Ok(()), str::to_owned);
         assert_eq!(got, Err("bad 2".to_owned()), "an error is handed on in its block's place");
     }
 
