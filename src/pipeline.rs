@@ -495,10 +495,9 @@ fn read_and_chunk(
 ) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
-    let mut batch = Vec::new();
-    let mut batch_bytes = 0;
-    let mut keep = |batch: &mut Vec<Item>, chunking: &mut Chunking| -> Result<()> {
-        for (item, made) in chunking.make(batch, config.threads, stage) {
+    let mut batch = ChunkBatch::default();
+    let mut keep = |mut batch: Vec<Item>, chunking: &mut Chunking| -> Result<()> {
+        for (item, made) in chunking.make(&mut batch, config.threads, stage) {
             let language = match &item {
                 Item::Document(doc) => {
                     let (chunks, signatures, language) = chunking.document(doc, made)?;
@@ -523,18 +522,12 @@ fn read_and_chunk(
         Ok(())
     };
     let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        batch_bytes += match &item {
-            Item::Document(doc) => doc.text.len(),
-            Item::Chunk(chunk) => chunk.text.len(),
-        };
-        batch.push(item);
-        if batch_bytes >= CHUNK_BATCH_BYTES {
-            batch_bytes = 0;
-            keep(&mut batch, &mut chunking)?;
+        if batch.push(item) {
+            keep(batch.take(), &mut chunking)?;
         }
         Ok(())
     })?;
-    keep(&mut batch, &mut chunking)?;
+    keep(batch.take(), &mut chunking)?;
     let ChunkSink { file, mut groups, metas, hash } = sink;
     file.commit()?;
     groups.seal();
@@ -584,8 +577,44 @@ fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -
     })
 }
 
-/// Text of the items [`read_and_chunk`] chunks at once (over the threads).
+/// The items [`read_and_chunk`] chunks at once (over the threads): up to [`CHUNK_BATCH_BYTES`]
+/// of their ids, titles and text, and no more than [`CHUNK_BATCH_ITEMS`] of them (so many tiny
+/// items do not make a batch without bound).
+#[derive(Default)]
+struct ChunkBatch {
+    items: Vec<Item>,
+    bytes: usize,
+}
+
+impl ChunkBatch {
+    /// Adds `item`; whether the batch is now full.
+    fn push(&mut self, item: Item) -> bool {
+        let (ids, source_id, title, text) = match &item {
+            Item::Document(doc) => (doc.id.as_str().len(), &doc.source_id, &doc.title, &doc.text),
+            Item::Chunk(unit) => (
+                unit.id.as_str().len() + unit.doc_id.as_str().len(),
+                &unit.source_id,
+                &unit.title,
+                &unit.text,
+            ),
+        };
+        self.bytes += ids + source_id.as_ref().map_or(0, String::len) + title.len() + text.len();
+        self.items.push(item);
+        self.bytes >= CHUNK_BATCH_BYTES || self.items.len() >= CHUNK_BATCH_ITEMS
+    }
+
+    /// The items, leaving the batch empty.
+    fn take(&mut self) -> Vec<Item> {
+        self.bytes = 0;
+        std::mem::take(&mut self.items)
+    }
+}
+
+/// Bytes of ids, titles and text in a chunk batch.
 const CHUNK_BATCH_BYTES: usize = 1 << 20;
+
+/// Items in a chunk batch.
+const CHUNK_BATCH_ITEMS: usize = 4096;
 
 /// What [`Chunking::make`] made of an item: its digest and chunking, and whether that is the
 /// earlier run's.
@@ -835,6 +864,33 @@ fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), In
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tiny_unit(i: usize, title: &str) -> Item {
+        Item::Chunk(Chunk {
+            id: crate::id::ChunkId::parse(&format!("d{i}:0")).unwrap(),
+            doc_id: crate::id::DocId::sanitized(&format!("d{i}")),
+            source_id: None,
+            ordinal: 0,
+            title: title.to_owned(),
+            text: "x".to_owned(),
+        })
+    }
+
+    /// Items a fresh batch takes before it is full.
+    fn fill(mut item: impl FnMut(usize) -> Item) -> usize {
+        let mut batch = ChunkBatch::default();
+        (1..=10 * CHUNK_BATCH_ITEMS).find(|&i| batch.push(item(i))).unwrap_or(usize::MAX)
+    }
+
+    #[test]
+    fn a_chunk_batch_is_bounded_by_count_and_by_ids_titles_and_text() {
+        assert_eq!(fill(|i| tiny_unit(i, "")), CHUNK_BATCH_ITEMS);
+        let title = "t".repeat(CHUNK_BATCH_BYTES / 4);
+        assert!(fill(|i| tiny_unit(i, &title)) <= 4, "long titles count");
+        let mut batch = ChunkBatch::default();
+        batch.push(tiny_unit(0, ""));
+        assert_eq!((batch.take().len(), batch.items.len(), batch.bytes), (1, 0, 0));
+    }
 
     #[test]
     fn map_in_order_keeps_the_order_and_runs_on_the_threads() {

@@ -83,7 +83,11 @@ pub(crate) fn sync_together<T: Sync, E: Send>(
             .chunks(per_thread)
             .map(|part| scope.spawn(move || part.iter().try_for_each(sync)))
             .collect();
-        threads.into_iter().try_for_each(|thread| thread.join().unwrap_or_else(|_| Err(lost())))
+        // Every thread is joined (a panic left unjoined would panic the scope), then the first
+        // error taken.
+        let joined: Vec<_> =
+            threads.into_iter().map(|thread| thread.join().unwrap_or_else(|_| Err(lost()))).collect();
+        joined.into_iter().collect()
     })
 }
 
@@ -268,6 +272,21 @@ pub(super) fn write_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sync_together_joins_every_thread_before_it_gives_the_first_error() {
+        let items: Vec<usize> = (0..2 * SYNCS_AT_ONCE).collect();
+        let last = items.len() - 1;
+        let sync = |&item: &usize| match item {
+            0 => Err(format!("item {item} failed")),
+            _ if item == last => panic!("item {item} panicked"),
+            _ => Ok(()),
+        };
+        let got = std::panic::catch_unwind(|| sync_together(&items, sync, || "lost".to_owned()));
+        assert_eq!(got.ok(), Some(Err("item 0 failed".to_owned())), "no panic of the scope");
+        let got = sync_together(&items[1..], sync, || "lost".to_owned());
+        assert_eq!(got, Err("lost".to_owned()));
+    }
 
     #[test]
     fn a_read_file_serves_ranges_and_refuses_ranges_past_its_end() {

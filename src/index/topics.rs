@@ -820,34 +820,68 @@ fn analyse_knowing(
         let mut words = Words::new(index.analyzer(), 0, known_words);
         return (0..blocks).try_for_each(|block| take(words.block(index, range(block))?));
     }
+    let start = |thread| {
+        let mut words = Words::new(index.analyzer(), thread, known_words);
+        move |block| words.block(index, range(block))
+    };
+    blocks_in_order(blocks, threads, start, take, |panic| worker_lost(index.dir(), panic))
+}
+
+/// The results of `blocks` blocks, handed to `take` in block order: block `b` is worked on
+/// thread `b % threads` by the worker `start` makes on that thread, at most a few blocks ahead
+/// of `take`. A worker's error stops its thread and is handed on in its block's place; a
+/// worker that panics is `lost` with its panic's message (every thread is joined first).
+fn blocks_in_order<A: Send, E: Send, W: FnMut(usize) -> std::result::Result<A, E>>(
+    blocks: usize,
+    threads: usize,
+    start: impl Fn(usize) -> W + Sync,
+    mut take: impl FnMut(A) -> std::result::Result<(), E>,
+    lost: impl Fn(&str) -> E,
+) -> std::result::Result<(), E> {
+    let start = &start;
     std::thread::scope(|scope| {
-        let receivers: Vec<_> = (0..threads)
+        let (receivers, workers): (Vec<_>, Vec<_>) = (0..threads)
             .map(|thread| {
                 let (send, receive) = std::sync::mpsc::sync_channel(2);
-                scope.spawn(move || {
-                    let mut words = Words::new(index.analyzer(), thread, known_words);
+                let worker = scope.spawn(move || {
+                    let mut work = start(thread);
                     for block in (thread..blocks).step_by(threads) {
-                        let analysed = words.block(index, range(block));
-                        let failed = analysed.is_err();
-                        if send.send(analysed).is_err() || failed {
+                        let done = work(block);
+                        let failed = done.is_err();
+                        if send.send(done).is_err() || failed {
                             break;
                         }
                     }
                 });
-                receive
+                (receive, worker)
             })
-            .collect();
-        for block in 0..blocks {
-            let analysed = receivers[block % threads].recv().map_err(|_| worker_lost(index.dir()))?;
-            take(analysed?)?;
+            .unzip();
+        // A worker gone without its block panicked: its message is its join's.
+        let taken = (0..blocks).try_for_each(|block| match receivers[block % threads].recv() {
+            Ok(done) => take(done?),
+            Err(_) => Err(lost("it stopped")),
+        });
+        drop(receivers);
+        let panics: Vec<_> = workers.into_iter().filter_map(|worker| worker.join().err()).collect();
+        match panics.first() {
+            Some(panic) => Err(lost(panic_message(panic.as_ref()))),
+            None => taken,
         }
-        Ok(())
     })
 }
 
-/// The error of an analysing thread that stopped without a block (it panicked).
-fn worker_lost(dir: &Path) -> IndexError {
-    scratch_error(dir, std::io::Error::other("a thread analysing the chunks stopped"))
+/// The message a thread panicked with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// The error of an analysing thread that stopped without a block: it panicked with `panic`.
+fn worker_lost(dir: &Path, panic: &str) -> IndexError {
+    scratch_error(dir, std::io::Error::other(format!("a thread analysing the chunks panicked: {panic}")))
 }
 
 /// One analysing thread's words: each distinct word analysed once, its term and written form
@@ -1129,10 +1163,17 @@ fn in_parts(out: &mut [f64], width: usize, threads: usize, work: impl Fn(Range<u
         return;
     }
     std::thread::scope(|scope| {
-        for (part, values) in out.chunks_mut(per_part * width).enumerate() {
-            let work = &work;
-            let from = part * per_part;
-            scope.spawn(move || work(from..from + values.len() / width, values));
+        let parts: Vec<_> = out
+            .chunks_mut(per_part * width)
+            .enumerate()
+            .map(|(part, values)| {
+                let work = &work;
+                let from = part * per_part;
+                scope.spawn(move || work(from..from + values.len() / width, values))
+            })
+            .collect();
+        for part in parts {
+            part.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         }
     });
 }
@@ -1323,6 +1364,45 @@ fn rotate_rows(m: &mut [f64], size: usize, (p, q): (usize, usize), (cos, sin): (
 mod tests {
     use super::*;
     use crate::index::{from_chunks, test_chunks};
+
+    #[test]
+    fn a_panic_in_a_part_of_a_product_goes_on_with_its_own_message() {
+        let mut out = vec![0.0; 4 * PARALLEL_ROWS];
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            in_parts(&mut out, 1, 2, |rows, _| assert!(rows.start == 0, "part at row {}", rows.start));
+        }))
+        .unwrap_err();
+        assert_eq!(panic_message(panic.as_ref()), format!("part at row {}", 2 * PARALLEL_ROWS));
+    }
+
+    #[test]
+    fn a_panicking_worker_is_lost_with_its_message_and_the_blocks_before_it_are_taken() {
+        for threads in [2, 3] {
+            let start = |_thread| {
+                |block: usize| {
+                    assert!(block != 5, "block {block} is bad");
+                    Ok::<_, String>(block)
+                }
+            };
+            let mut taken = Vec::new();
+            let got = blocks_in_order(
+                40,
+                threads,
+                start,
+                |block| {
+                    taken.push(block);
+                    Ok(())
+                },
+                |panic| format!("lost: {panic}"),
+            );
+            assert_eq!(got, Err("lost: block 5 is bad".to_owned()), "{threads} threads");
+            assert_eq!(taken, (0..5).collect::<Vec<_>>());
+        }
+        let failing =
+            |_thread| |block: usize| if block == 2 { Err(format!("bad {block}")) } else { Ok(block) };
+        let got = blocks_in_order(9, 2, failing, |_| Ok(()), str::to_owned);
+        assert_eq!(got, Err("bad 2".to_owned()), "an error is handed on in its block's place");
+    }
 
     #[test]
     fn residual_idf_is_low_for_evenly_spread_terms_and_high_for_bursty_ones() {
