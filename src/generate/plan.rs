@@ -128,7 +128,8 @@ impl Mix {
 pub struct Planner<'a> {
     index: &'a ChunkIndex,
     groups: &'a ChunkGroups,
-    docs: Vec<Vec<usize>>,
+    /// Each document's chunk positions (`u32`, as the index keeps them: 4 bytes a chunk).
+    docs: Vec<Box<[u32]>>,
     planned_per_doc: Vec<usize>,
     cap: usize,
     used: HashSet<(QueryType, usize)>,
@@ -150,15 +151,16 @@ impl<'a> Planner<'a> {
         seed: u64,
     ) -> Self {
         let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
-        let mut docs: Vec<Vec<usize>> = Vec::new();
+        let mut docs: Vec<Vec<u32>> = Vec::new();
         for position in 0..index.len() {
             let next = docs.len();
             let doc = *doc_of.entry(index.doc_id(position)).or_insert(next);
             if doc == next {
                 docs.push(Vec::new());
             }
-            docs[doc].push(position);
+            docs[doc].push(position as u32);
         }
+        let docs: Vec<Box<[u32]>> = docs.into_iter().map(Vec::into_boxed_slice).collect();
         let planned_per_doc = vec![0; docs.len()];
         let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()).max(per_call));
         Self {
@@ -178,7 +180,7 @@ impl<'a> Planner<'a> {
     #[must_use]
     pub fn only(mut self, positions: &HashSet<usize>) -> Self {
         for doc in &mut self.docs {
-            doc.retain(|c| positions.contains(c));
+            *doc = doc.iter().copied().filter(|&c| positions.contains(&(c as usize))).collect();
         }
         self.docs.retain(|doc| !doc.is_empty());
         self.planned_per_doc = vec![0; self.docs.len()];
@@ -254,8 +256,11 @@ impl<'a> Planner<'a> {
         query_type: QueryType,
         rng: &mut crate::rng::Rng,
     ) -> Result<Option<Vec<usize>>> {
-        let mut options: Vec<usize> =
-            self.docs[doc].iter().copied().filter(|&c| !self.used.contains(&(query_type, c))).collect();
+        let mut options: Vec<usize> = self.docs[doc]
+            .iter()
+            .map(|&c| c as usize)
+            .filter(|&c| !self.used.contains(&(query_type, c)))
+            .collect();
         options.shuffle(rng);
         for chunk in options {
             self.used.insert((query_type, chunk));
