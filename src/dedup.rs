@@ -149,8 +149,9 @@ pub struct ChunkGroups {
     entries: Vec<(u32, [u32; HASHES])>,
     /// Per band: band value → the first ungrouped chunk with it (its number in `entries`).
     bands: Vec<foldhash::HashMap<u32, u32>>,
-    /// Group number of each chunk in a group of two or more.
-    group_of: foldhash::HashMap<usize, usize>,
+    /// Group number of each chunk added ([`NO_GROUP`] for one in no group of two or more): 4
+    /// bytes a chunk, whatever share of the corpus is copied.
+    group_of: Vec<u32>,
     groups: Vec<Vec<usize>>,
 }
 
@@ -172,6 +173,7 @@ impl ChunkGroups {
     pub fn add_signature(&mut self, signature: Option<&Signature>) {
         let position = self.added;
         self.added += 1;
+        self.group_of.push(NO_GROUP);
         let Some(&signature) = signature else { return };
         #[expect(clippy::cast_possible_truncation, reason = "a band value needs 32 bits only")]
         let keys: Vec<u32> = (0..BANDS)
@@ -182,12 +184,13 @@ impl ChunkGroups {
             .find(|(_, other)| similarity(other, &signature) >= self.threshold)
             .map(|&(other, _)| other as usize);
         if let Some(twin) = twin {
-            let group = *self.group_of.entry(twin).or_insert_with(|| {
+            if self.group_of[twin] == NO_GROUP {
+                self.group_of[twin] = self.groups.len() as u32;
                 self.groups.push(vec![twin]);
-                self.groups.len() - 1
-            });
-            self.groups[group].push(position);
-            self.group_of.insert(position, group);
+            }
+            let group = self.group_of[twin];
+            self.groups[group as usize].push(position);
+            self.group_of[position] = group;
             // A member is never a band entry: its group's first chunk stands for it.
             return;
         }
@@ -218,7 +221,10 @@ impl ChunkGroups {
 
     /// The near-identical copies of a chunk (without the chunk itself), in corpus order.
     pub fn copies(&self, position: usize) -> impl Iterator<Item = usize> + '_ {
-        let group = self.group_of.get(&position).map_or(&[][..], |&g| self.groups[g].as_slice());
+        let group = match self.group_of.get(position) {
+            Some(&g) if g != NO_GROUP => self.groups[g as usize].as_slice(),
+            _ => &[],
+        };
         group.iter().copied().filter(move |&m| m != position)
     }
 
@@ -228,6 +234,9 @@ impl ChunkGroups {
         &self.groups
     }
 }
+
+/// [`ChunkGroups`]'s group number of a chunk in no group.
+const NO_GROUP: u32 = u32::MAX;
 
 /// A chunk's signature: `HASHES` one-permutation `MinHash` slots of its 3-unit shingles.
 pub type Signature = [u32; HASHES];

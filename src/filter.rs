@@ -18,7 +18,7 @@ use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 /// What happens to a query whose sources miss the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,14 +127,16 @@ struct QueryTerms {
 const UNKNOWN: u32 = u32::MAX;
 
 /// Each chunk's analysed terms, computed on its first use in the run and kept as ids into one
-/// vocabulary, a few bytes per term. Shared by the threads of the round trip.
+/// vocabulary, a few bytes per term; only the chunks used take room (a round trip uses a few
+/// thousand of a corpus's chunks). Shared by the threads of the round trip.
 ///
 /// Stemming is most of the cost of analysing a text, and the chunks of a corpus share their
 /// words: each distinct word is analysed once ([`Analyzer::term`]), and a chunk's terms are the
 /// ids of its words ([`Analyzer::words`]), which are exactly the ids of its terms.
 struct TermCache {
     vocabulary: RwLock<Vocabulary>,
-    chunks: Vec<OnceLock<Arc<SourceTerms>>>,
+    /// By chunk position.
+    chunks: RwLock<HashMap<usize, Arc<SourceTerms>>>,
 }
 
 /// Terms and words seen so far.
@@ -152,13 +154,13 @@ const NEW_WORD: u32 = u32::MAX;
 const NO_TERM: u32 = u32::MAX - 1;
 
 impl TermCache {
-    fn new(chunks: usize) -> Self {
-        Self { vocabulary: RwLock::default(), chunks: (0..chunks).map(|_| OnceLock::new()).collect() }
+    fn new() -> Self {
+        Self { vocabulary: RwLock::default(), chunks: RwLock::default() }
     }
 
     /// The terms of the chunk at `position`, analysed on first use.
     fn chunk(&self, index: &ChunkIndex, position: usize) -> Result<Arc<SourceTerms>> {
-        if let Some(terms) = self.chunks[position].get() {
+        if let Some(terms) = self.chunks.read().unwrap_or_else(PoisonError::into_inner).get(&position) {
             return Ok(Arc::clone(terms));
         }
         let text = index.text(position)?;
@@ -179,7 +181,8 @@ impl TermCache {
         set.sort_unstable();
         set.dedup();
         // Two threads may analyse the same chunk at once: they get the same ids, either is kept.
-        let terms = self.chunks[position].get_or_init(|| Arc::new(SourceTerms { sequence, set }));
+        let mut chunks = self.chunks.write().unwrap_or_else(PoisonError::into_inner);
+        let terms = chunks.entry(position).or_insert_with(|| Arc::new(SourceTerms { sequence, set }));
         Ok(Arc::clone(terms))
     }
 
@@ -231,7 +234,7 @@ impl<'a> RoundTrip<'a> {
             checks,
             runs: None,
             threads: 1,
-            terms: TermCache::new(index.len()),
+            terms: TermCache::new(),
         }
     }
 

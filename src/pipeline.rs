@@ -81,6 +81,7 @@ pub fn build(
     let stage = progress.stage("connect", 0);
     let mut stages = make_stages(config, &index, out, language, *progress, None)?;
     timings.add("connect", stage.finish(&generator_line(stages.generator.as_ref(), language)));
+    release_dictionary(language);
     let quotas = config.mix.quotas(config.queries);
     let per_call = stages.generator.queries_per_call();
     let mut planner =
@@ -176,6 +177,15 @@ pub fn build(
         llm,
         version,
     })
+}
+
+/// Once every chunk has been analysed (index, connect), the few Chinese names of an English run
+/// need not keep jieba's dictionary (about 32 MiB) through the rounds; a text that needs it
+/// later loads it again.
+fn release_dictionary(language: Language) {
+    if language == Language::En {
+        crate::index::release_dictionary();
+    }
 }
 
 /// Looks at what `out` holds (after rolling back a publish a killed run left half done) and

@@ -123,16 +123,53 @@ impl Mix {
     }
 }
 
+/// What planning knows of each chunk, in a byte: the types it was taken for (a bit each) and,
+/// once checked, whether it has enough query words. One byte a chunk, where hash sets of the
+/// chunks tried took some 20–40 bytes for each chunk and type, tens of MiB on a large corpus.
+struct Marks(Vec<u8>);
+
+/// [`Marks`]: the chunk's query words were counted.
+const CHECKED: u8 = 1 << 6;
+/// [`Marks`]: the chunk has enough of them.
+const ELIGIBLE: u8 = 1 << 7;
+// A bit per type below `CHECKED`.
+const _: () = assert!(QueryType::ALL.len() <= 6);
+
+impl Marks {
+    fn bit(query_type: QueryType) -> u8 {
+        1 << (query_type as u8)
+    }
+
+    /// Whether `chunk` was taken for `query_type`.
+    fn used(&self, query_type: QueryType, chunk: usize) -> bool {
+        self.0[chunk] & Self::bit(query_type) != 0
+    }
+
+    fn use_for(&mut self, query_type: QueryType, chunk: usize) {
+        self.0[chunk] |= Self::bit(query_type);
+    }
+
+    /// Whether `chunk` has enough query words, if counted.
+    fn eligible(&self, chunk: usize) -> Option<bool> {
+        let marks = self.0[chunk];
+        (marks & CHECKED != 0).then_some(marks & ELIGIBLE != 0)
+    }
+
+    fn set_eligible(&mut self, chunk: usize, eligible: bool) {
+        self.0[chunk] |= CHECKED | if eligible { ELIGIBLE } else { 0 };
+    }
+}
+
 /// Picks source chunks for requests: documents in a seeded round-robin, at most `cap` queries
 /// per document, each chunk used at most once per type, `multi_hop` partners found by retrieval.
 pub struct Planner<'a> {
     index: &'a ChunkIndex,
     groups: &'a ChunkGroups,
-    docs: Vec<Vec<usize>>,
+    /// Each document's chunk positions (`u32`, as the index keeps them: 4 bytes a chunk).
+    docs: Vec<Box<[u32]>>,
     planned_per_doc: Vec<usize>,
     cap: usize,
-    used: HashSet<(QueryType, usize)>,
-    eligible: HashMap<usize, bool>,
+    marks: Marks,
     seed: u64,
 }
 
@@ -150,27 +187,19 @@ impl<'a> Planner<'a> {
         seed: u64,
     ) -> Self {
         let mut doc_of: HashMap<&DocId, usize> = HashMap::new();
-        let mut docs: Vec<Vec<usize>> = Vec::new();
+        let mut docs: Vec<Vec<u32>> = Vec::new();
         for position in 0..index.len() {
             let next = docs.len();
             let doc = *doc_of.entry(index.doc_id(position)).or_insert(next);
             if doc == next {
                 docs.push(Vec::new());
             }
-            docs[doc].push(position);
+            docs[doc].push(position as u32);
         }
+        let docs: Vec<Box<[u32]>> = docs.into_iter().map(Vec::into_boxed_slice).collect();
         let planned_per_doc = vec![0; docs.len()];
         let cap = cap.unwrap_or_else(|| auto_cap(total_queries, docs.len()).max(per_call));
-        Self {
-            index,
-            groups,
-            docs,
-            planned_per_doc,
-            cap,
-            used: HashSet::new(),
-            eligible: HashMap::new(),
-            seed,
-        }
+        Self { index, groups, docs, planned_per_doc, cap, marks: Marks(vec![0; index.len()]), seed }
     }
 
     /// Plans only from the chunks at `positions` (a refresh's new chunks); documents without
@@ -178,7 +207,7 @@ impl<'a> Planner<'a> {
     #[must_use]
     pub fn only(mut self, positions: &HashSet<usize>) -> Self {
         for doc in &mut self.docs {
-            doc.retain(|c| positions.contains(c));
+            *doc = doc.iter().copied().filter(|&c| positions.contains(&(c as usize))).collect();
         }
         self.docs.retain(|doc| !doc.is_empty());
         self.planned_per_doc = vec![0; self.docs.len()];
@@ -235,7 +264,7 @@ impl<'a> Planner<'a> {
                     if self.planned_per_doc[doc] >= self.cap {
                         break;
                     }
-                    self.used.insert((query_type, sources[0]));
+                    self.marks.use_for(query_type, sources[0]);
                     self.planned_per_doc[doc] += 1;
                     *remaining.entry(query_type).or_default() -= 1;
                     requests.push(Request { query_type, sources: sources.clone(), round });
@@ -255,10 +284,10 @@ impl<'a> Planner<'a> {
         rng: &mut crate::rng::Rng,
     ) -> Result<Option<Vec<usize>>> {
         let mut options: Vec<usize> =
-            self.docs[doc].iter().copied().filter(|&c| !self.used.contains(&(query_type, c))).collect();
+            self.docs[doc].iter().map(|&c| c as usize).filter(|&c| !self.marks.used(query_type, c)).collect();
         options.shuffle(rng);
         for chunk in options {
-            self.used.insert((query_type, chunk));
+            self.marks.use_for(query_type, chunk);
             if !self.is_eligible(chunk)? {
                 continue;
             }
@@ -273,14 +302,14 @@ impl<'a> Planner<'a> {
     }
 
     fn is_eligible(&mut self, chunk: usize) -> Result<bool> {
-        if let Some(&known) = self.eligible.get(&chunk) {
+        if let Some(known) = self.marks.eligible(chunk) {
             return Ok(known);
         }
         let tokens = self.index.analyzer().tokens(&self.index.text(chunk)?);
         let words: HashSet<&str> =
             tokens.iter().filter(|t| is_query_word(&t.surface)).map(|t| t.term.as_str()).collect();
         let eligible = words.len() >= MIN_TERMS;
-        self.eligible.insert(chunk, eligible);
+        self.marks.set_eligible(chunk, eligible);
         Ok(eligible)
     }
 

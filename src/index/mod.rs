@@ -26,7 +26,7 @@ pub(crate) use directory::{sync_folder, sync_together};
 pub use error::IndexError;
 pub use fold::OldChunk;
 pub use retriever::Retriever;
-pub use segment::Segmenter;
+pub use segment::{Segmenter, release_dictionary};
 pub use topics::{CorpusModel, CorpusTerms, Probe, TermUsage, TopicSpace};
 pub use update::{Earlier, Unchanged};
 

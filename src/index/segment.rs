@@ -6,11 +6,50 @@
 use crate::text::is_cjk;
 use jieba_rs::Jieba;
 use serde::{Deserialize, Serialize};
-use std::sync::LazyLock;
+use std::sync::{Arc, PoisonError, RwLock};
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 
-/// Loaded on first use: English-only corpora never pay for the dictionary.
-static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
+/// jieba's dictionary (about 32 MiB in memory), loaded on first use: English-only corpora never
+/// pay for it, and an English corpus with a few Chinese names pays for it only while the stages
+/// that read every chunk run ([`release_dictionary`]).
+static JIEBA: Dictionary = Dictionary::new();
+
+/// A jieba dictionary loaded when a text first needs it, and dropped on request (loaded again,
+/// the same, if a text needs it later).
+struct Dictionary {
+    loaded: RwLock<Option<Arc<Jieba>>>,
+}
+
+impl Dictionary {
+    const fn new() -> Self {
+        Self { loaded: RwLock::new(None) }
+    }
+
+    /// The dictionary, loaded if it is not.
+    fn get(&self) -> Arc<Jieba> {
+        if let Some(jieba) = &*self.loaded.read().unwrap_or_else(PoisonError::into_inner) {
+            return Arc::clone(jieba);
+        }
+        let mut loaded = self.loaded.write().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(loaded.get_or_insert_with(|| Arc::new(Jieba::new())))
+    }
+
+    /// Drops the dictionary (its memory goes once no text is being cut with it).
+    fn release(&self) {
+        *self.loaded.write().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    #[cfg(test)]
+    fn is_loaded(&self) -> bool {
+        self.loaded.read().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+}
+
+/// Drops jieba's dictionary if it is loaded: for a corpus with little Chinese once every chunk
+/// has been analysed. A later text with Chinese loads it again, so cuts stay the same.
+pub fn release_dictionary() {
+    JIEBA.release();
+}
 
 /// How runs of Chinese characters become terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -44,8 +83,14 @@ impl Segmenter {
                 runs(text)
                     .into_iter()
                     .filter(|(_, _, kind)| *kind == Kind::Cjk)
-                    .flat_map(|(_, run, _)| JIEBA.cut(run, true))
-                    .map(|token| token.word.to_owned())
+                    .flat_map(|(_, run, _)| {
+                        JIEBA
+                            .get()
+                            .cut(run, true)
+                            .into_iter()
+                            .map(|token| token.word.to_owned())
+                            .collect::<Vec<_>>()
+                    })
                     .collect(),
             ),
         }
@@ -120,12 +165,14 @@ fn tokens(text: &str, segmenter: Segmenter) -> Vec<Token> {
 /// The byte spans of the words of `text`, in order: what the tokenizer makes tokens of.
 pub(super) fn spans(text: &str, segmenter: Segmenter) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
+    // Fetched once per text, at its first Chinese run.
+    let mut jieba: Option<Arc<Jieba>> = None;
     for (start, run, kind) in runs(text) {
         match kind {
             Kind::Word => out.push((start, start + run.len())),
             Kind::Cjk => match segmenter {
                 Segmenter::Jieba => {
-                    let words = JIEBA.cut_for_search(run, true);
+                    let words = jieba.get_or_insert_with(|| JIEBA.get()).cut_for_search(run, true);
                     out.extend(words.iter().map(|w| (start + w.byte_start, start + w.byte_end)));
                 }
                 Segmenter::Bigram => {
@@ -188,6 +235,30 @@ mod tests {
         for token in tokens(text, Segmenter::Jieba) {
             assert_eq!(&text[token.offset_from..token.offset_to], token.text);
         }
+    }
+
+    #[test]
+    fn a_released_dictionary_is_loaded_again_and_cuts_the_same() {
+        let text = "运行 harbor sync 命令，同步文件夹。研究生命起源";
+        let dictionary = Dictionary::new();
+        assert!(!dictionary.is_loaded(), "loaded before any text needs it");
+        let first: Vec<String> =
+            dictionary.get().cut_for_search(text, true).into_iter().map(|t| t.word.to_owned()).collect();
+        assert!(dictionary.is_loaded());
+        dictionary.release();
+        assert!(!dictionary.is_loaded(), "released");
+        let again: Vec<String> =
+            dictionary.get().cut_for_search(text, true).into_iter().map(|t| t.word.to_owned()).collect();
+        assert_eq!(first, again);
+        assert!(first.iter().any(|w| w == "文件夹"), "{first:?}");
+        // The process-wide dictionary: released between two cuts, the tokens are the same.
+        let before = tokens(text, Segmenter::Jieba);
+        release_dictionary();
+        assert_eq!(before, tokens(text, Segmenter::Jieba));
+        assert_eq!(Segmenter::Jieba.dictionary_words(text), {
+            release_dictionary();
+            Segmenter::Jieba.dictionary_words(text)
+        });
     }
 
     #[test]
