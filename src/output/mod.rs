@@ -203,7 +203,7 @@ impl Staging {
             folders.insert(make_parent(&target)?);
             fs_err::rename(self.dir.join(relative), &target).map_err(|e| output_error(&target, e))?;
         }
-        folders.iter().try_for_each(|folder| sync_dir(folder))
+        sync_dirs(&folders)
     }
 
     /// The staged files, relative to the staging folder, by name.
@@ -291,7 +291,7 @@ impl Rollback {
 
     /// Syncs every folder a file was moved into.
     fn sync(&self) -> Result<()> {
-        self.folders.iter().try_for_each(|folder| sync_dir(folder))
+        sync_dirs(&self.folders)
     }
 
     /// Puts the folder back after `failed`, and says what happened.
@@ -374,7 +374,7 @@ fn roll_back(out: &Path) -> Result<()> {
             fs_err::remove_file(&target).map_err(|e| output_error(&target, e))?;
         }
     }
-    folders.iter().try_for_each(|folder| sync_dir(folder))?;
+    sync_dirs(&folders)?;
     fs_err::remove_file(&journal).map_err(|e| output_error(&journal, e))?;
     fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))
 }
@@ -436,6 +436,16 @@ fn same_file(held: &std::fs::File, path: &Path) -> bool {
 /// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be opened).
 fn sync_dir(dir: &Path) -> Result<()> {
     crate::index::sync_folder(dir).map_err(|e| output_error(dir, e))
+}
+
+/// Syncs the folders `folders`, many at once.
+fn sync_dirs(folders: &BTreeSet<PathBuf>) -> Result<()> {
+    let folders: Vec<&PathBuf> = folders.iter().collect();
+    crate::index::sync_together(
+        &folders,
+        |folder| sync_dir(folder),
+        || output_error(Path::new("."), std::io::Error::other("a sync thread failed")),
+    )
 }
 
 impl Drop for Staging {
@@ -576,7 +586,7 @@ mod tests {
             write_text(&staging.path(name), "new").unwrap();
         }
         let files = staging.staged();
-        let mut rollback = Rollback::begin(out, &files).unwrap();
+        let mut rollback = Rollback::begin(out, &files, None).unwrap();
         for name in ["a.jsonl", "b.jsonl"] {
             rollback.replace(&staging.path(name), Path::new(name)).unwrap();
         }
@@ -588,6 +598,85 @@ mod tests {
         assert_eq!(fs_err::read_to_string(out.join(MANIFEST)).unwrap_or_default(), "old");
         assert!(!out.join("b.jsonl").exists() && !out.join(ROLLBACK).exists());
         assert!(!recover(out).unwrap(), "nothing left to roll back");
+    }
+
+    /// An output folder with the files `names` holding "old", and a staging with them holding
+    /// "new".
+    fn old_and_staged(out: &Path, live: &[&str], staged: &[&str]) -> Staging {
+        for name in live {
+            write_text(&out.join(name), "old").unwrap();
+        }
+        let staging = Staging::create(out).unwrap();
+        for name in staged {
+            write_text(&staging.path(name), "new").unwrap();
+        }
+        staging
+    }
+
+    fn text(path: &Path) -> String {
+        fs_err::read_to_string(path).unwrap_or_else(|e| format!("unreadable: {e}"))
+    }
+
+    #[test]
+    fn a_publish_that_keeps_moves_the_files_it_replaces_and_no_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let staging = old_and_staged(out, &["a.jsonl", "b.txt", MANIFEST], &["a.jsonl", "c.txt", MANIFEST]);
+        let kept = Path::new("versions/v1");
+        let keep = Keep { dir: kept, names: &["a.jsonl", "b.txt", "c.txt"] };
+        staging.publish_keeping(&[], Some(&keep)).unwrap();
+        for name in ["a.jsonl", "c.txt", MANIFEST] {
+            assert_eq!(text(&out.join(name)), "new", "{name}");
+        }
+        assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old", "replaced and named: moved");
+        assert_eq!(text(&out.join("b.txt")), "old", "not replaced: left in place");
+        for name in ["b.txt", "c.txt", MANIFEST] {
+            assert!(!out.join(kept).join(name).exists(), "{name}: not replaced, new, or not named");
+        }
+        assert!(!out.join(ROLLBACK).exists() && !out.join(STAGING).exists());
+    }
+
+    #[test]
+    fn a_publish_that_keeps_puts_the_moved_files_back_when_it_fails_or_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let keep = Keep { dir: Path::new("versions/v1"), names: &["a.jsonl", "z.jsonl"] };
+        // Failed: a folder where m.txt goes, after a.jsonl moved.
+        write_text(&out.join("m.txt/in-the-way"), "x").unwrap();
+        let staging = old_and_staged(out, &["a.jsonl", "z.jsonl"], &["a.jsonl", "m.txt", "z.jsonl"]);
+        assert!(staging.publish_keeping(&[], Some(&keep)).is_err());
+        for name in ["a.jsonl", "z.jsonl"] {
+            assert_eq!(text(&out.join(name)), "old", "{name}");
+            assert!(!out.join("versions/v1").join(name).exists(), "{name}");
+        }
+        // Killed after a.jsonl and b.jsonl moved: the next open puts a.jsonl back from versions/.
+        let staging = old_and_staged(out, &[MANIFEST], &["a.jsonl", "b.jsonl", "z.jsonl", MANIFEST]);
+        let files = staging.staged();
+        let mut rollback = Rollback::begin(out, &files, Some(&keep)).unwrap();
+        for name in ["a.jsonl", "b.jsonl"] {
+            rollback.replace(&staging.path(name), Path::new(name)).unwrap();
+        }
+        std::mem::forget(staging);
+        assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old");
+        assert!(recover(out).unwrap());
+        for name in ["a.jsonl", "z.jsonl", MANIFEST] {
+            assert_eq!(text(&out.join(name)), "old", "{name}");
+        }
+        assert!(!out.join("versions/v1/a.jsonl").exists() && !out.join("b.jsonl").exists());
+        assert!(!out.join(ROLLBACK).exists());
+    }
+
+    #[test]
+    fn a_publish_syncs_again_only_the_files_written_since_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = old_and_staged(dir.path(), &[], &["a.jsonl", "qrels/test.tsv"]);
+        staging.sync().unwrap();
+        write_text(&staging.path("b.jsonl"), "new").unwrap();
+        write_text(&staging.path("qrels/test.tsv"), "newer").unwrap();
+        let unsynced = staging.unsynced(&staging.staged());
+        assert_eq!(unsynced, [PathBuf::from("b.jsonl"), PathBuf::from("qrels/test.tsv")]);
+        staging.sync().unwrap();
+        assert!(staging.unsynced(&staging.staged()).is_empty());
     }
 
     #[test]

@@ -143,7 +143,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     // the other's files; the index folder is updated only after both).
     let collect = old_chunks_hash(&manifest).is_some();
     let (chunked, old) = std::thread::scope(|scope| {
-        let old = scope.spawn(|| Old::read(config, set, &manifest));
+        let old = scope.spawn(|| SetState::read(config, set, &manifest));
         let chunked = pipeline::chunk(config, work, &staging, kept, collect, *progress, &mut timings);
         (chunked, old.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     });
@@ -153,7 +153,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
     }
     let stage = progress.stage("read", 0);
-    let Old { current, old, model } = old?;
+    let SetState { current, pieces: old, model } = old?;
     let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
     timings.add("read", stage.finish(&read));
     let old_chunks: Vec<OldChunk<'_>> =
@@ -227,11 +227,28 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     outcome.human_share = written.human_share();
     let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
-    let mut manifest = manifest;
     let version = manifest.version();
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
+    publish(set, config, staging, manifest, &corpus, &outcome, timings, *progress)?;
+    Ok(outcome)
+}
+
+/// The `keep` and `publish` stages: the current version kept under `versions/vN/`, the files
+/// synced, the manifest written (the run's timings up to here in it), all published.
+#[expect(clippy::too_many_arguments, reason = "the refresh's state at its end, each used once")]
+fn publish(
+    set: &Path,
+    config: &BuildConfig,
+    staging: Staging,
+    mut manifest: SetManifest,
+    corpus: &output::CorpusSummary,
+    outcome: &Outcome,
+    mut timings: Timings,
+    progress: Progress,
+) -> Result<()> {
+    let version = manifest.version();
     // The current version's files kept (most are moved there when the new version replaces
     // them), and every file synced, inside the timed stages: the publish then has only the
     // manifest and the ledger left to sync.
@@ -242,11 +259,11 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
     // Not in the manifest's timings: it is published with them.
     let stage = progress.stage("publish", 0);
-    update_manifest(&mut manifest, config, &corpus, &outcome, &run)?;
+    update_manifest(&mut manifest, config, corpus, outcome, &run)?;
     output::write_json(&staging.path(MANIFEST), &manifest)?;
     version::publish_rebuild(set, staging, &previous, MadeBy::Refresh)?;
     stage.finish(&format!("version {}", version + 1));
-    Ok(outcome)
+    Ok(())
 }
 
 /// Reads the manifest of the set in `set` (after rolling back a publish cut short) and the
@@ -272,20 +289,20 @@ fn start(
 
 /// What a refresh starts from besides the manifest: the set's current version and chunks, and
 /// the offline generator's corpus model of them that its index folder keeps.
-struct Old {
+struct SetState {
     current: Version,
-    old: Vec<Piece>,
+    pieces: Vec<Piece>,
     model: Option<CorpusModel>,
 }
 
-impl Old {
+impl SetState {
     /// Reads them from the set in `set`, before its index folder is updated (the model of the
     /// old chunks is kept in it).
     fn read(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Result<Self> {
         let current = Version::read(set)?;
-        let old = read_pieces(&set.join(CORPUS))?;
+        let pieces = read_pieces(&set.join(CORPUS))?;
         let model = saved_model(config, set, manifest);
-        Ok(Self { current, old, model })
+        Ok(Self { current, pieces, model })
     }
 }
 
