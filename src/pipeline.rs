@@ -157,16 +157,17 @@ pub fn build(
         RunInfo { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
     output::write_json(&staging.path(layout::MANIFEST), &manifest)?;
 
-    let mut staging = staging;
     let version = match occupant {
-        Occupant::Reviewed => Some(crate::review::version::stage_rebuild(
-            out,
-            &mut staging,
-            crate::review::version::MadeBy::Build,
-        )?),
-        Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => None,
+        Occupant::Reviewed => {
+            use crate::review::version::{MadeBy, publish_rebuild, stage_previous};
+            let previous = stage_previous(out, &staging, &[])?;
+            Some(publish_rebuild(out, staging, &previous, MadeBy::Build)?)
+        }
+        Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => {
+            staging.publish(&[])?;
+            None
+        }
     };
-    staging.publish(&[])?;
     Ok(Outcome {
         shortfalls,
         in_set: set.len(),
@@ -336,15 +337,29 @@ pub(crate) fn chunk_and_index(
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<Chunked> {
-    // A refresh keeps the chunks in memory (it maps them against the old ones): the index is
-    // fed from there, not from `corpus.jsonl`.
-    let keep = kept.is_some() || earlier.is_some();
+    let collect = kept.is_some() || earlier.is_some();
+    chunk(config, out, staging, kept, collect, progress, timings)?
+        .index(config, out, earlier, progress, timings)
+}
+
+/// Stages 1–2 of [`chunk_and_index`]: the corpus read and chunked, the index not yet touched.
+/// With `collect` (a refresh, which maps the chunks against the old ones), every chunk is kept
+/// in memory, and the index is fed from there rather than from `corpus.jsonl`.
+pub(crate) fn chunk(
+    config: &BuildConfig,
+    out: &Path,
+    staging: &output::Staging,
+    kept: Option<KeptChunking>,
+    collect: bool,
+    progress: Progress,
+    timings: &mut Timings,
+) -> Result<ChunkedCorpus> {
     // In bytes: a single large file shows its progress too.
     let size =
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
     let corpus_file = staging.path(layout::CORPUS);
-    let chunking = Chunking::new(config, staging, kept.unwrap_or_default(), keep)?;
+    let chunking = Chunking::new(config, staging, kept.unwrap_or_default(), collect)?;
     let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
         read_and_chunk(config, out, &corpus_file, chunking, &stage)?;
     for s in &read.skipped {
@@ -368,39 +383,71 @@ pub(crate) fn chunk_and_index(
         "chunk",
         stage.finish(&format!("{} documents → {} chunks{reused}", corpus.documents, chunks.len())),
     );
-    let stage = progress.stage("index", chunks.len() as u64);
-    let analyzer = Analyzer::new(config.segmenter);
-    let dir = out.join(layout::INDEX_DIR);
-    let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &kept_chunks {
-        Some(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
-        None => reread_chunks(&corpus_file, add),
-    };
-    let (index, provenance, unchanged) = if let Some(earlier) = earlier {
-        ChunkIndex::update_or_build(
-            &dir,
-            chunks,
-            &corpus.chunks_hash,
-            earlier,
-            analyzer,
-            config.threads,
-            &stage,
-            feed,
-        )?
-    } else {
-        let (index, provenance) = ChunkIndex::open_or_build(
-            &dir,
-            chunks,
-            &corpus.chunks_hash,
-            analyzer,
-            config.threads,
-            &stage,
-            feed,
-        )?;
-        (index, provenance, None)
-    };
-    chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
-    timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-    Ok(Chunked { index, groups, corpus, skipped: read.skipped, unchanged, chunks: kept_chunks })
+    Ok(ChunkedCorpus { chunks, groups, corpus, skipped: read.skipped, chunking, kept_chunks, corpus_file })
+}
+
+/// What [`chunk`] made: the chunks, not yet indexed.
+pub(crate) struct ChunkedCorpus {
+    chunks: ChunkList,
+    groups: ChunkGroups,
+    corpus: CorpusSummary,
+    skipped: Vec<Skipped>,
+    chunking: chunk::Written,
+    kept_chunks: Option<Vec<Chunk>>,
+    corpus_file: std::path::PathBuf,
+}
+
+impl ChunkedCorpus {
+    /// What was read of the corpus (its hash among it).
+    pub(crate) fn corpus(&self) -> &CorpusSummary {
+        &self.corpus
+    }
+
+    /// Stage 3 of [`chunk_and_index`]: builds (or reuses, or with `earlier` updates) the index
+    /// and keeps the chunking beside it.
+    pub(crate) fn index(
+        self,
+        config: &BuildConfig,
+        out: &Path,
+        earlier: Option<Earlier<'_>>,
+        progress: Progress,
+        timings: &mut Timings,
+    ) -> Result<Chunked> {
+        let Self { chunks, groups, corpus, skipped, chunking, kept_chunks, corpus_file } = self;
+        let stage = progress.stage("index", chunks.len() as u64);
+        let analyzer = Analyzer::new(config.segmenter);
+        let dir = out.join(layout::INDEX_DIR);
+        let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &kept_chunks {
+            Some(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
+            None => reread_chunks(&corpus_file, add),
+        };
+        let (index, provenance, unchanged) = if let Some(earlier) = earlier {
+            ChunkIndex::update_or_build(
+                &dir,
+                chunks,
+                &corpus.chunks_hash,
+                earlier,
+                analyzer,
+                config.threads,
+                &stage,
+                feed,
+            )?
+        } else {
+            let (index, provenance) = ChunkIndex::open_or_build(
+                &dir,
+                chunks,
+                &corpus.chunks_hash,
+                analyzer,
+                config.threads,
+                &stage,
+                feed,
+            )?;
+            (index, provenance, None)
+        };
+        chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
+        timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
+        Ok(Chunked { index, groups, corpus, skipped, unchanged, chunks: kept_chunks })
+    }
 }
 
 /// What [`chunk_and_index`] made.
@@ -757,17 +804,6 @@ fn hash_item(hasher: &mut ContentHasher, item: &Item) {
     }
 }
 
-/// The hash of the corpus `config` names (the manifest's `corpus.hash`), from reading it alone:
-/// no chunking, no index.
-pub(crate) fn corpus_hash(config: &BuildConfig, out: &Path) -> Result<String> {
-    let mut hasher = ContentHasher::default();
-    corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        hash_item(&mut hasher, &item);
-        Ok(())
-    })?;
-    Ok(hasher.finish())
-}
-
 /// Where the chunks go as they are made: `corpus.jsonl`, the duplicate groups, and the metadata
 /// that stays in memory; their hash is taken on the way.
 struct ChunkSink {
@@ -805,8 +841,8 @@ struct CorpusTally {
 }
 
 impl CorpusTally {
-    /// Adds a document (or, prechunked, a chunk) to the corpus hash as [`corpus_hash`] does, and
-    /// its text in `language` (its text's [`Language::detect`]).
+    /// Adds a document (or, prechunked, a chunk) to the corpus hash (the manifest's
+    /// `corpus.hash`), and its text in `language` (its text's [`Language::detect`]).
     fn add(&mut self, item: &Item, language: Language) {
         hash_item(&mut self.hash, item);
         let text = match item {

@@ -124,11 +124,12 @@ fn settings_of(config: &Value) -> Map<String, Value> {
         }
     };
     let at = |pointer: &str| config.pointer(pointer);
-    // One --chunk-size sets both sizes; two different sizes are the defaults.
-    if at("/chunking/size") == at("/chunking/size_zh") {
-        put("chunk_size", at("/chunking/size"));
-        put("chunk_overlap", at("/chunking/overlap"));
-    }
+    // The Chinese size and overlap too: a build derives them from --chunk-size and
+    // --chunk-overlap (or the defaults), the refresh takes them as they were.
+    put("chunk_size", at("/chunking/size"));
+    put("chunk_overlap", at("/chunking/overlap"));
+    put("chunk_size_zh", at("/chunking/size_zh"));
+    put("chunk_overlap_zh", at("/chunking/overlap_zh"));
     put("chunk_unit", at("/chunking/unit"));
     put("cjk_segmenter", at("/segmenter"));
     put("queries", at("/queries"));

@@ -50,6 +50,15 @@ settings! {
     /// Overlap between neighbouring chunks [default: 100; 40 for Chinese documents].
     #[arg(long, value_name = "N", help_heading = "Chunking")]
     chunk_overlap: usize,
+    /// Largest chunk of a Chinese document (a config file key, recorded by every build so that a
+    /// refresh chunks as the build did; no flag: --chunk-size sets both) [default: --chunk-size,
+    /// else 400].
+    #[arg(skip)]
+    chunk_size_zh: usize,
+    /// Overlap between neighbouring chunks of a Chinese document (a config file key, like
+    /// `chunk_size_zh`) [default: --chunk-overlap, else 40].
+    #[arg(skip)]
+    chunk_overlap_zh: usize,
     /// What chunk sizes count: characters or cl100k_base tokens [default: chars].
     #[arg(long, value_enum, help_heading = "Chunking")]
     chunk_unit: UnitArg,
@@ -314,7 +323,16 @@ impl Settings {
     #[must_use]
     pub fn over(self, file: Option<Settings>) -> Settings {
         match file {
-            Some(file) => self.or(file),
+            Some(mut file) => {
+                // One --chunk-size (--chunk-overlap) sets the Chinese one too, over the file's.
+                if self.chunk_size.is_some() {
+                    file.chunk_size_zh = None;
+                }
+                if self.chunk_overlap.is_some() {
+                    file.chunk_overlap_zh = None;
+                }
+                self.or(file)
+            }
             None => self,
         }
     }
@@ -363,8 +381,8 @@ impl Settings {
             chunking: ChunkConfig {
                 size: self.chunk_size.unwrap_or(1000),
                 overlap: self.chunk_overlap.unwrap_or(100),
-                size_zh: self.chunk_size.unwrap_or(400),
-                overlap_zh: self.chunk_overlap.unwrap_or(40),
+                size_zh: self.chunk_size_zh.or(self.chunk_size).unwrap_or(400),
+                overlap_zh: self.chunk_overlap_zh.or(self.chunk_overlap).unwrap_or(40),
                 unit: match self.chunk_unit.unwrap_or(UnitArg::Chars) {
                     UnitArg::Chars => SizeUnit::Chars,
                     UnitArg::Tokens => SizeUnit::Tokens,
@@ -424,6 +442,7 @@ impl Settings {
             ("--per-doc-cap", self.per_doc_cap),
             ("--top-n", self.top_n),
             ("--chunk-size", self.chunk_size),
+            ("chunk_size_zh", self.chunk_size_zh),
             ("--max-rounds", self.max_rounds.map(|r| r as usize)),
             ("--queries-per-call", self.queries_per_call),
             ("--concurrency", self.concurrency),

@@ -66,6 +66,10 @@ pub const ROLLBACK: &str = ".rollback";
 pub const JOURNAL: &str = "journal";
 /// In [`ROLLBACK`]: the files the publish replaced, at their paths in the output folder.
 pub const REPLACED: &str = "replaced";
+/// In [`ROLLBACK`], for a publish that keeps the files it replaces in a folder of the output
+/// folder (a version's files, under `versions/`): that folder (first line), then the files
+/// moved there, one per line. Written before anything moves.
+pub const KEPT: &str = "kept";
 
 /// What else a build keeps in the output folder: the index, the reply cache (and the journal
 /// files SQLite puts beside it), the staging and rollback folders.

@@ -29,7 +29,7 @@ pub use report_html::render_report_html;
 pub use write::{SetFiles, write_set};
 
 use crate::error::{Error, Result};
-use layout::{JOURNAL, MANIFEST, REPLACED, ROLLBACK, STAGING};
+use layout::{JOURNAL, KEPT, MANIFEST, REPLACED, ROLLBACK, STAGING};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::io::{BufWriter, Write};
@@ -92,6 +92,10 @@ pub struct Staging {
     dir: PathBuf,
     out: PathBuf,
     published: bool,
+    /// The files [`Staging::sync`] synced, by path, held open: a file written there since (every
+    /// write makes a new file, [`AtomicFile`]) is another file, and an open file's inode cannot
+    /// be another's.
+    synced: std::sync::Mutex<std::collections::HashMap<PathBuf, std::fs::File>>,
 }
 
 impl Staging {
@@ -107,16 +111,29 @@ impl Staging {
             fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
         }
         fs_err::create_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
-        Ok(Self { dir, out: out.to_owned(), published: false })
+        Ok(Self { dir, out: out.to_owned(), published: false, synced: std::sync::Mutex::default() })
     }
 
     /// Syncs every file staged so far to disk, many at once (see [`AtomicFile`]): a run calls
-    /// it as its write stage ends, so that its publish has little left to sync.
+    /// it as its write stage ends, so that its publish has little left to sync (a publish syncs
+    /// only the files not synced here, and those written again since).
     ///
     /// # Errors
     /// [`Error::Output`] naming the file that could not be synced.
     pub fn sync(&self) -> Result<()> {
-        sync_files(&self.dir, &self.staged())
+        let synced = sync_files(&self.dir, &self.unsynced(&self.staged()))?;
+        self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(synced);
+        Ok(())
+    }
+
+    /// Those of `files` (relative to the staging folder) that [`Staging::sync`] has not synced
+    /// as they are now.
+    fn unsynced(&self, files: &[PathBuf]) -> Vec<PathBuf> {
+        let synced = self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let unsynced = |relative: &&PathBuf| {
+            synced.get(*relative).is_none_or(|held| !same_file(held, &self.dir.join(relative)))
+        };
+        files.iter().filter(unsynced).cloned().collect()
     }
 
     /// Where to write the output file `name` (e.g. `qrels/test.tsv`) for now.
@@ -134,7 +151,17 @@ impl Staging {
     /// # Errors
     /// [`Error::Publish`] when a move failed and the folder was put back as it was;
     /// [`Error::PublishRestore`] when putting it back failed too (the next [`recover`] retries).
-    pub fn publish(mut self, first: &[&str]) -> Result<()> {
+    pub fn publish(self, first: &[&str]) -> Result<()> {
+        self.publish_keeping(first, None)
+    }
+
+    /// [`Staging::publish`], keeping the files it replaces that `keep` names: each is moved into
+    /// `keep`'s folder instead of being deleted (no copy), as part of the publish (rolled back
+    /// with it: put back in place).
+    ///
+    /// # Errors
+    /// As [`Staging::publish`].
+    pub fn publish_keeping(mut self, first: &[&str], keep: Option<&Keep>) -> Result<()> {
         let mut files = self.staged();
         let rank = |relative: &Path| {
             if relative == Path::new(MANIFEST) {
@@ -143,8 +170,8 @@ impl Staging {
             first.iter().position(|prefix| relative.starts_with(prefix)).unwrap_or(first.len())
         };
         files.sort_by_key(|relative| rank(relative));
-        sync_files(&self.dir, &files)?;
-        let mut rollback = Rollback::begin(&self.out, &files)?;
+        sync_files(&self.dir, &self.unsynced(&files))?;
+        let mut rollback = Rollback::begin(&self.out, &files, keep)?;
         let moved =
             files.iter().try_for_each(|relative| rollback.replace(&self.dir.join(relative), relative));
         if let Err(failed) = moved.and_then(|()| rollback.sync()) {
@@ -169,14 +196,14 @@ impl Staging {
             .flat_map(|prefix| staged.iter().filter(move |relative| relative.starts_with(prefix)))
             .cloned()
             .collect();
-        sync_files(&self.dir, &files)?;
+        sync_files(&self.dir, &self.unsynced(&files))?;
         let mut folders = BTreeSet::new();
         for relative in &files {
             let target = self.out.join(relative);
             folders.insert(make_parent(&target)?);
             fs_err::rename(self.dir.join(relative), &target).map_err(|e| output_error(&target, e))?;
         }
-        folders.iter().try_for_each(|folder| sync_dir(folder))
+        sync_dirs(&folders)
     }
 
     /// The staged files, relative to the staging folder, by name.
@@ -191,28 +218,53 @@ impl Staging {
     }
 }
 
-/// A publish under way: the files it replaced, kept in `OUT/.rollback/`, and a journal of the
-/// files it created, so that a failure now, or a crash found by the next [`recover`], puts the
-/// folder back as it was.
+/// Files of the output folder that a publish keeps when it replaces them: moved into `dir`
+/// (relative to the output folder).
+pub struct Keep<'a> {
+    /// Where they go, e.g. `versions/v3`.
+    pub dir: &'a Path,
+    /// Their paths, relative to the output folder.
+    pub names: &'a [&'a str],
+}
+
+/// A publish under way: the files it replaced, kept in `OUT/.rollback/` (or in the folder a
+/// [`Keep`] names), and a journal of the files it created, so that a failure now, or a crash
+/// found by the next [`recover`], puts the folder back as it was.
 struct Rollback {
     out: PathBuf,
     dir: PathBuf,
     /// The folders files were moved into, to sync.
     folders: BTreeSet<PathBuf>,
+    /// The files replaced that go into `.0` (relative to `out`), not into the rollback folder.
+    keep: Option<(PathBuf, BTreeSet<PathBuf>)>,
 }
 
 impl Rollback {
-    /// Writes the journal (synced) before anything moves.
-    fn begin(out: &Path, files: &[PathBuf]) -> Result<Self> {
+    /// Writes the list of files kept by moving them, and the journal (both synced) before
+    /// anything moves.
+    fn begin(out: &Path, files: &[PathBuf], keep: Option<&Keep>) -> Result<Self> {
         let dir = out.join(ROLLBACK);
+        let exists = |relative: &&PathBuf| fs_err::symlink_metadata(out.join(relative)).is_ok();
+        let keep = keep.map(|keep| {
+            let names: BTreeSet<PathBuf> = keep.names.iter().map(PathBuf::from).collect();
+            let moved = files.iter().filter(exists).filter(|f| names.contains(*f)).cloned().collect();
+            (keep.dir.to_owned(), moved)
+        });
+        if let Some((kept_dir, moved)) = &keep {
+            let lines = std::iter::once(kept_dir).chain(moved);
+            write_text(
+                &dir.join(KEPT),
+                &lines.flat_map(|p| [p.to_string_lossy(), "\n".into()]).collect::<String>(),
+            )?;
+        }
         let created: String = files
             .iter()
-            .filter(|relative| fs_err::symlink_metadata(out.join(relative)).is_err())
+            .filter(|relative| !exists(relative))
             .flat_map(|relative| [relative.to_string_lossy(), "\n".into()])
             .collect();
         write_text(&dir.join(JOURNAL), &created)?;
         sync_dir(&dir)?;
-        Ok(Self { out: out.to_owned(), dir, folders: BTreeSet::from([out.to_owned()]) })
+        Ok(Self { out: out.to_owned(), dir, folders: BTreeSet::from([out.to_owned()]), keep })
     }
 
     /// Moves `staged` to `OUT/relative`, keeping the file it replaces.
@@ -227,8 +279,11 @@ impl Rollback {
                 );
                 return Err(output_error(&target, in_the_way));
             }
-            let kept = self.dir.join(REPLACED).join(relative);
-            make_parent(&kept)?;
+            let kept = match &self.keep {
+                Some((kept_dir, moved)) if moved.contains(relative) => self.out.join(kept_dir).join(relative),
+                _ => self.dir.join(REPLACED).join(relative),
+            };
+            self.folders.insert(make_parent(&kept)?);
             fs_err::rename(&target, &kept).map_err(|e| output_error(&target, e))?;
         }
         fs_err::rename(staged, &target).map_err(|e| output_error(&target, e))
@@ -236,7 +291,7 @@ impl Rollback {
 
     /// Syncs every folder a file was moved into.
     fn sync(&self) -> Result<()> {
-        self.folders.iter().try_for_each(|folder| sync_dir(folder))
+        sync_dirs(&self.folders)
     }
 
     /// Puts the folder back after `failed`, and says what happened.
@@ -287,6 +342,25 @@ fn roll_back(out: &Path) -> Result<()> {
         fs_err::read_to_string(&journal).map_err(|source| Error::Input { path: journal.clone(), source })?;
     let replaced = dir.join(REPLACED);
     let mut folders = BTreeSet::from([out.to_owned()]);
+    // Only plain relative paths: the lists name files inside the folder, nothing else.
+    let inside =
+        |relative: &&str| Path::new(relative).components().all(|c| matches!(c, Component::Normal(_)));
+    let kept_list = dir.join(KEPT);
+    if kept_list.is_file() {
+        let text = fs_err::read_to_string(&kept_list)
+            .map_err(|source| Error::Input { path: kept_list.clone(), source })?;
+        let mut lines = text.lines().filter(|line| !line.is_empty());
+        if let Some(kept_dir) = lines.next().filter(inside) {
+            // Those moved already (before the kill) go back; the others never left.
+            for relative in lines.filter(inside) {
+                let (kept, target) = (out.join(kept_dir).join(relative), out.join(relative));
+                if kept.is_file() {
+                    folders.insert(make_parent(&target)?);
+                    fs_err::rename(&kept, &target).map_err(|e| output_error(&target, e))?;
+                }
+            }
+        }
+    }
     let kept = walkdir::WalkDir::new(&replaced).into_iter().filter_map(std::result::Result::ok);
     for entry in kept.filter(|e| e.file_type().is_file()) {
         let Ok(relative) = entry.path().strip_prefix(&replaced) else { continue };
@@ -294,16 +368,13 @@ fn roll_back(out: &Path) -> Result<()> {
         folders.insert(make_parent(&target)?);
         fs_err::rename(entry.path(), &target).map_err(|e| output_error(&target, e))?;
     }
-    // Only plain relative paths: the journal names files inside the folder, nothing else.
-    let inside =
-        |relative: &&str| Path::new(relative).components().all(|c| matches!(c, Component::Normal(_)));
     for relative in created.lines().filter(|line| !line.is_empty()).filter(inside) {
         let target = out.join(relative);
         if target.is_file() {
             fs_err::remove_file(&target).map_err(|e| output_error(&target, e))?;
         }
     }
-    folders.iter().try_for_each(|folder| sync_dir(folder))?;
+    sync_dirs(&folders)?;
     fs_err::remove_file(&journal).map_err(|e| output_error(&journal, e))?;
     fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))
 }
@@ -328,24 +399,53 @@ fn chain(error: &Error) -> String {
 }
 
 /// Syncs the files `files` (relative to `dir`) to disk, many at once (see
-/// [`crate::index::sync_together`]).
-fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
-    let sync = |relative: &PathBuf| {
+/// [`crate::index::sync_together`]); returns them, open.
+fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::File)>> {
+    let open = |relative: &PathBuf| {
         let path = dir.join(relative);
-        fs_err::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| output_error(&path, e))
+        let file = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| output_error(&path, e))?;
+        Ok((relative.clone(), file))
     };
-    crate::index::sync_together(files, sync, || {
+    let opened = files.iter().map(open).collect::<Result<Vec<_>>>()?;
+    let sync = |(relative, file): &(PathBuf, std::fs::File)| {
+        file.sync_all().map_err(|e| output_error(&dir.join(relative), e))
+    };
+    crate::index::sync_together(&opened, sync, || {
         output_error(dir, std::io::Error::other("a sync thread failed"))
-    })
+    })?;
+    Ok(opened)
+}
+
+/// Whether `path` is the file `held` (open, so its inode is its own).
+fn same_file(held: &std::fs::File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        match (held.metadata(), std::fs::symlink_metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (held, path);
+        false
+    }
 }
 
 /// Syncs a folder, so the renames into it survive a crash (a no-op where folders cannot be opened).
 fn sync_dir(dir: &Path) -> Result<()> {
     crate::index::sync_folder(dir).map_err(|e| output_error(dir, e))
+}
+
+/// Syncs the folders `folders`, many at once.
+fn sync_dirs(folders: &BTreeSet<PathBuf>) -> Result<()> {
+    let folders: Vec<&PathBuf> = folders.iter().collect();
+    crate::index::sync_together(
+        &folders,
+        |folder| sync_dir(folder),
+        || output_error(Path::new("."), std::io::Error::other("a sync thread failed")),
+    )
 }
 
 impl Drop for Staging {
@@ -368,6 +468,18 @@ fn output_error(path: &Path, source: std::io::Error) -> Error {
 pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
     let mut atomic = AtomicFile::create(path)?;
     fill(&mut atomic.writer).map_err(|e| output_error(path, e))?;
+    atomic.commit()
+}
+
+/// Copies the file `from` to `to` atomically (in the kernel where it can: no pass through this
+/// process, and on a file system with copy-on-write, its blocks shared until either changes).
+///
+/// # Errors
+/// [`Error::Output`] naming `to` (or `from`, if it cannot be read).
+pub fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
+    let mut source = std::fs::File::open(from).map_err(|e| output_error(from, e))?;
+    let mut atomic = AtomicFile::create(to)?;
+    std::io::copy(&mut source, atomic.writer.get_mut().as_file_mut()).map_err(|e| output_error(to, e))?;
     atomic.commit()
 }
 
@@ -474,7 +586,7 @@ mod tests {
             write_text(&staging.path(name), "new").unwrap();
         }
         let files = staging.staged();
-        let mut rollback = Rollback::begin(out, &files).unwrap();
+        let mut rollback = Rollback::begin(out, &files, None).unwrap();
         for name in ["a.jsonl", "b.jsonl"] {
             rollback.replace(&staging.path(name), Path::new(name)).unwrap();
         }
@@ -486,6 +598,85 @@ mod tests {
         assert_eq!(fs_err::read_to_string(out.join(MANIFEST)).unwrap_or_default(), "old");
         assert!(!out.join("b.jsonl").exists() && !out.join(ROLLBACK).exists());
         assert!(!recover(out).unwrap(), "nothing left to roll back");
+    }
+
+    /// An output folder with the files `names` holding "old", and a staging with them holding
+    /// "new".
+    fn old_and_staged(out: &Path, live: &[&str], staged: &[&str]) -> Staging {
+        for name in live {
+            write_text(&out.join(name), "old").unwrap();
+        }
+        let staging = Staging::create(out).unwrap();
+        for name in staged {
+            write_text(&staging.path(name), "new").unwrap();
+        }
+        staging
+    }
+
+    fn text(path: &Path) -> String {
+        fs_err::read_to_string(path).unwrap_or_else(|e| format!("unreadable: {e}"))
+    }
+
+    #[test]
+    fn a_publish_that_keeps_moves_the_files_it_replaces_and_no_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let staging = old_and_staged(out, &["a.jsonl", "b.txt", MANIFEST], &["a.jsonl", "c.txt", MANIFEST]);
+        let kept = Path::new("versions/v1");
+        let keep = Keep { dir: kept, names: &["a.jsonl", "b.txt", "c.txt"] };
+        staging.publish_keeping(&[], Some(&keep)).unwrap();
+        for name in ["a.jsonl", "c.txt", MANIFEST] {
+            assert_eq!(text(&out.join(name)), "new", "{name}");
+        }
+        assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old", "replaced and named: moved");
+        assert_eq!(text(&out.join("b.txt")), "old", "not replaced: left in place");
+        for name in ["b.txt", "c.txt", MANIFEST] {
+            assert!(!out.join(kept).join(name).exists(), "{name}: not replaced, new, or not named");
+        }
+        assert!(!out.join(ROLLBACK).exists() && !out.join(STAGING).exists());
+    }
+
+    #[test]
+    fn a_publish_that_keeps_puts_the_moved_files_back_when_it_fails_or_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let keep = Keep { dir: Path::new("versions/v1"), names: &["a.jsonl", "z.jsonl"] };
+        // Failed: a folder where m.txt goes, after a.jsonl moved.
+        write_text(&out.join("m.txt/in-the-way"), "x").unwrap();
+        let staging = old_and_staged(out, &["a.jsonl", "z.jsonl"], &["a.jsonl", "m.txt", "z.jsonl"]);
+        assert!(staging.publish_keeping(&[], Some(&keep)).is_err());
+        for name in ["a.jsonl", "z.jsonl"] {
+            assert_eq!(text(&out.join(name)), "old", "{name}");
+            assert!(!out.join("versions/v1").join(name).exists(), "{name}");
+        }
+        // Killed after a.jsonl and b.jsonl moved: the next open puts a.jsonl back from versions/.
+        let staging = old_and_staged(out, &[MANIFEST], &["a.jsonl", "b.jsonl", "z.jsonl", MANIFEST]);
+        let files = staging.staged();
+        let mut rollback = Rollback::begin(out, &files, Some(&keep)).unwrap();
+        for name in ["a.jsonl", "b.jsonl"] {
+            rollback.replace(&staging.path(name), Path::new(name)).unwrap();
+        }
+        std::mem::forget(staging);
+        assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old");
+        assert!(recover(out).unwrap());
+        for name in ["a.jsonl", "z.jsonl", MANIFEST] {
+            assert_eq!(text(&out.join(name)), "old", "{name}");
+        }
+        assert!(!out.join("versions/v1/a.jsonl").exists() && !out.join("b.jsonl").exists());
+        assert!(!out.join(ROLLBACK).exists());
+    }
+
+    #[test]
+    fn a_publish_syncs_again_only_the_files_written_since_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = old_and_staged(dir.path(), &[], &["a.jsonl", "qrels/test.tsv"]);
+        staging.sync().unwrap();
+        write_text(&staging.path("b.jsonl"), "new").unwrap();
+        write_text(&staging.path("qrels/test.tsv"), "newer").unwrap();
+        let unsynced = staging.unsynced(&staging.staged());
+        assert_eq!(unsynced, [PathBuf::from("b.jsonl"), PathBuf::from("qrels/test.tsv")]);
+        staging.sync().unwrap();
+        assert!(staging.unsynced(&staging.staged()).is_empty());
     }
 
     #[test]

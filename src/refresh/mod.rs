@@ -23,8 +23,8 @@ use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk, Unchang
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
-    BUILD_ONLY_FILES, CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES,
-    QUEUE, REJECTS, REPORT_HTML, VERSION_FILES,
+    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS,
+    REPORT_HTML,
 };
 use crate::output::{self, Staging};
 use crate::pipeline;
@@ -131,24 +131,36 @@ pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
 /// unusable endpoint.
 pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Progress) -> Result<Outcome> {
     let stage = progress.stage("read", 0);
-    let Some(Start { manifest, current, old, model, kept }) = start(config, set, *progress)? else {
-        stage.finish("the corpus is the set's");
-        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
-    };
-    let old_chunks: Vec<OldChunk<'_>> =
-        old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
-    let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
+    let (manifest, kept) = start(config, set, *progress)?;
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
     let staging = Staging::create(work)?;
     let mut timings = Timings::default();
-    let read =
-        format!("version {}: {} queries, {} chunks", manifest.version(), current.queries.len(), old.len());
+    timings.add("read", stage.finish(&format!("version {} of the set", manifest.version())));
+    // The set's version and chunks are read while the new corpus is chunked (neither touches
+    // the other's files; the index folder is updated only after both).
+    let collect = old_chunks_hash(&manifest).is_some();
+    let (chunked, old) = std::thread::scope(|scope| {
+        let old = scope.spawn(|| SetState::read(config, set, &manifest));
+        let chunked = pipeline::chunk(config, work, &staging, kept, collect, *progress, &mut timings);
+        (chunked, old.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    });
+    let chunked = chunked?;
+    if same_corpus(config, &manifest, &chunked.corpus().hash) {
+        progress.stage("map", 0).finish("the corpus is the set's");
+        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
+    }
+    let stage = progress.stage("read", 0);
+    let SetState { current, pieces: old, model } = old?;
+    let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
     timings.add("read", stage.finish(&read));
+    let old_chunks: Vec<OldChunk<'_>> =
+        old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
+    let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
     let pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. } =
-        pipeline::chunk_and_index(config, work, &staging, earlier, kept, *progress, &mut timings)?;
+        chunked.index(config, work, earlier, *progress, &mut timings)?;
     let new: Vec<Piece> = match chunks {
         Some(chunks) => {
             chunks.into_iter().map(|c| Piece { id: c.id, title: c.title, text: c.text }).collect()
@@ -213,40 +225,54 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     }
     outcome.in_set = in_set + new_count;
     outcome.human_share = written.human_share();
-    let mut staging = staging;
     let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
-    let mut manifest = manifest;
     let version = manifest.version();
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
-    version::keep_current(set, version, &staging, &KEPT_BY_REFRESH)?;
-    // What `stage_rebuild` keeps of the current version, staged and synced inside the timed
-    // stages (it then finds them staged).
-    version::keep_current(set, version, &staging, &[VERSION_FILES, BUILD_ONLY_FILES].concat())?;
-    staging.sync()?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
-    let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
-    update_manifest(&mut manifest, config, &corpus, &outcome, &run)?;
-    output::write_json(&staging.path(MANIFEST), &manifest)?;
-    version::stage_rebuild(set, &mut staging, MadeBy::Refresh)?;
-    staging.publish(&[])?;
+    publish(set, config, staging, manifest, &corpus, &outcome, timings, *progress)?;
     Ok(outcome)
 }
 
-/// What a refresh starts from: the set's manifest, current version and chunks, and what its
-/// index folder keeps of them (the offline generator's corpus model, the chunking).
-struct Start {
-    manifest: SetManifest,
-    current: Version,
-    old: Vec<Piece>,
-    model: Option<CorpusModel>,
-    kept: Option<KeptChunking>,
+/// The `keep` and `publish` stages: the current version kept under `versions/vN/`, the files
+/// synced, the manifest written (the run's timings up to here in it), all published.
+#[expect(clippy::too_many_arguments, reason = "the refresh's state at its end, each used once")]
+fn publish(
+    set: &Path,
+    config: &BuildConfig,
+    staging: Staging,
+    mut manifest: SetManifest,
+    corpus: &output::CorpusSummary,
+    outcome: &Outcome,
+    mut timings: Timings,
+    progress: Progress,
+) -> Result<()> {
+    let version = manifest.version();
+    // The current version's files kept (most are moved there when the new version replaces
+    // them), and every file synced, inside the timed stages: the publish then has only the
+    // manifest and the ledger left to sync.
+    let stage = progress.stage("keep", 0);
+    let previous = version::stage_previous(set, &staging, &KEPT_BY_REFRESH)?;
+    staging.sync()?;
+    timings.add("keep", stage.finish(&format!("version {version} under versions/v{version}/")));
+    let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
+    // Not in the manifest's timings: it is published with them.
+    let stage = progress.stage("publish", 0);
+    update_manifest(&mut manifest, config, corpus, outcome, &run)?;
+    output::write_json(&staging.path(MANIFEST), &manifest)?;
+    version::publish_rebuild(set, staging, &previous, MadeBy::Refresh)?;
+    stage.finish(&format!("version {}", version + 1));
+    Ok(())
 }
 
-/// Reads the set in `set` (after rolling back a publish cut short); `None` when the corpus is
-/// the one it was built from.
-fn start(config: &BuildConfig, set: &Path, progress: Progress) -> Result<Option<Start>> {
+/// Reads the manifest of the set in `set` (after rolling back a publish cut short) and the
+/// chunking its index folder keeps.
+fn start(
+    config: &BuildConfig,
+    set: &Path,
+    progress: Progress,
+) -> Result<(SetManifest, Option<KeptChunking>)> {
     if output::recover(set)? {
         progress.warn(&format!(
             "a publish into {} was cut short; its previous files were put back",
@@ -254,18 +280,30 @@ fn start(config: &BuildConfig, set: &Path, progress: Progress) -> Result<Option<
         ));
     }
     let manifest = read_manifest(set)?;
-    if same_corpus(config, set, &manifest)? {
-        return Ok(None);
-    }
-    let current = Version::read(set)?;
-    let old = read_pieces(&set.join(CORPUS))?;
-    // Read before the index folder is updated (the model of the old chunks is kept in it).
-    let model = saved_model(config, set, &manifest);
     let kept = old_chunks_hash(&manifest).and_then(|fingerprint| {
         let stamp = crate::chunk::settings_stamp(config.chunking, config.prechunked);
         KeptChunking::load(&set.join(INDEX_DIR), &stamp, fingerprint)
     });
-    Ok(Some(Start { manifest, current, old, model, kept }))
+    Ok((manifest, kept))
+}
+
+/// What a refresh starts from besides the manifest: the set's current version and chunks, and
+/// the offline generator's corpus model of them that its index folder keeps.
+struct SetState {
+    current: Version,
+    pieces: Vec<Piece>,
+    model: Option<CorpusModel>,
+}
+
+impl SetState {
+    /// Reads them from the set in `set`, before its index folder is updated (the model of the
+    /// old chunks is kept in it).
+    fn read(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Result<Self> {
+        let current = Version::read(set)?;
+        let pieces = read_pieces(&set.join(CORPUS))?;
+        let model = saved_model(config, set, manifest);
+        Ok(Self { current, pieces, model })
+    }
 }
 
 /// The files of the current version that a build does not keep under `versions/vN/` when it
@@ -352,23 +390,20 @@ fn recheck_all(
         .collect()
 }
 
-/// Whether `config.corpus` holds the very documents the set was built from (the manifest's
-/// corpus hash), to be chunked with the same settings: then every chunk is unchanged, and the
-/// refresh needs neither chunking nor an index to know it.
-fn same_corpus(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Result<bool> {
+/// Whether the corpus read, whose hash is `hash`, holds the very documents the set was built
+/// from (the manifest's corpus hash), chunked with the same settings: then every chunk is
+/// unchanged, and the refresh needs no index to know it.
+fn same_corpus(config: &BuildConfig, manifest: &SetManifest, hash: &str) -> bool {
     let recorded = |pointer: &str| manifest.rest.get("config").and_then(|c| c.pointer(pointer));
     let same = |pointer: &str, now: std::result::Result<serde_json::Value, serde_json::Error>| {
         now.ok().as_ref() == recorded(pointer)
     };
-    let hash = manifest.rest.get("corpus").and_then(|c| c.get("hash")).and_then(serde_json::Value::as_str);
-    let Some(hash) = hash else { return Ok(false) };
-    if !(same("/chunking", serde_json::to_value(config.chunking))
+    let recorded_hash =
+        manifest.rest.get("corpus").and_then(|c| c.get("hash")).and_then(serde_json::Value::as_str);
+    recorded_hash == Some(hash)
+        && same("/chunking", serde_json::to_value(config.chunking))
         && same("/segmenter", serde_json::to_value(config.segmenter))
-        && same("/prechunked", serde_json::to_value(config.prechunked)))
-    {
-        return Ok(false);
-    }
-    Ok(pipeline::corpus_hash(config, set)? == hash)
+        && same("/prechunked", serde_json::to_value(config.prechunked))
 }
 
 /// The share of the new corpus's text in added chunks.

@@ -48,7 +48,7 @@ pub fn write_next(
 ) -> Result<()> {
     check_kept(&set.dir, set.version())?;
     let mut staging = Staging::create(&set.dir)?;
-    keep_current(&set.dir, set.version(), &staging, &VERSION_FILES)?;
+    stage_kept(&set.dir, set.version(), &staging, &VERSION_FILES)?;
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
     output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
@@ -86,38 +86,77 @@ fn next_log(log: Option<ReviewLog>, record: VersionRecord) -> ReviewLog {
 }
 
 /// Stages a copy of the files `names` of the set in `dir` (those it has) as `versions/v<current>/`.
-pub(crate) fn keep_current(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
+fn stage_kept(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
     let kept = version_dir(Path::new(""), current);
     for name in names.iter().filter(|name| dir.join(name).is_file()) {
-        let target = staging.path(&kept.join(name).to_string_lossy());
-        // Staged already (a refresh stages them before its write stage ends).
-        if target.is_file() {
-            continue;
-        }
-        output::write_atomic(&target, |w| {
-            std::io::copy(&mut fs_err::File::open(dir.join(name))?, w).map(|_| ())
-        })?;
+        output::copy_atomic(&dir.join(name), &staging.path(&kept.join(name).to_string_lossy()))?;
     }
     Ok(())
 }
 
-/// Makes the build staged in `staging` the next version of the reviewed set in `dir`: stages a
-/// copy of the current version (its version files and the build's other files) as
-/// `versions/v<N>/`, records the build as version N + 1 in the staged manifest's review log (its
-/// base from now on), and publishes the copy, synced, before any live file is replaced. The ledger
-/// and the applied decisions files stay as they are. Returns the new version's number.
+/// What a rebuild keeps of the current version N under `versions/v<N>/`: the files staged
+/// there as copies, and those the new version replaces, which its publish moves there.
+#[must_use = "publish the rebuild with `publish_rebuild`, which moves the files it keeps"]
+pub struct Previous {
+    /// `versions/v<N>`, relative to the set folder.
+    dir: std::path::PathBuf,
+    /// The files the publish moves there.
+    moved: Vec<String>,
+}
+
+/// What a rebuild of the reviewed set in `dir` keeps of its current version N under
+/// `versions/v<N>/`: its version files, the build's other files, and the files `also` (those
+/// it has). Call it once the new version's files are staged in `staging`: the files it
+/// replaces are moved there when it is published ([`publish_rebuild`]), the others are staged
+/// there as copies now.
 ///
 /// # Errors
 /// [`crate::Error::ReviewHistory`] if a `versions/v<N>/` that differs from the files in place is
 /// in the way; [`crate::Error::Input`]/[`crate::Error::Malformed`] for an unreadable manifest;
+/// [`crate::Error::Output`] naming the file that could not be staged.
+pub fn stage_previous(dir: &Path, staging: &Staging, also: &[&str]) -> Result<Previous> {
+    let current = read_manifest(dir)?.version();
+    check_kept(dir, current)?;
+    let names = [&VERSION_FILES[..], &BUILD_ONLY_FILES, also].concat();
+    let (moved, copied): (Vec<&str>, Vec<&str>) =
+        names.iter().filter(|name| dir.join(name).is_file()).partition(|name| staging.path(name).is_file());
+    stage_kept(dir, current, staging, &copied)?;
+    let moved = moved.into_iter().map(str::to_owned).collect();
+    Ok(Previous { dir: version_dir(Path::new(""), current), moved })
+}
+
+/// Publishes the build staged in `staging` as the next version of the reviewed set in `dir`,
+/// keeping the current one under `versions/v<N>/` as [`stage_previous`] staged it: records the
+/// build as version N + 1 in the staged manifest's review log (see [`stage_rebuild`]), then
+/// publishes it, moving the files it replaces into `versions/v<N>/` (put back if the publish
+/// fails or is cut short). Returns the new version's number.
+///
+/// # Errors
+/// Those of [`stage_rebuild`] and [`Staging::publish`].
+pub fn publish_rebuild(
+    dir: &Path,
+    mut staging: Staging,
+    previous: &Previous,
+    made_by: MadeBy,
+) -> Result<u32> {
+    let version = stage_rebuild(dir, &mut staging, made_by)?;
+    let names: Vec<&str> = previous.moved.iter().map(String::as_str).collect();
+    staging.publish_keeping(&[], Some(&output::Keep { dir: &previous.dir, names: &names }))?;
+    Ok(version)
+}
+
+/// Makes the build staged in `staging` the next version of the reviewed set in `dir`, once
+/// [`stage_previous`] has staged what it keeps of the current version N: records the build as
+/// version N + 1 in the staged manifest's review log (its base from now on), and publishes the
+/// copies kept, synced, before any live file is replaced. The ledger and the applied decisions
+/// files stay as they are. Returns the new version's number.
+///
+/// # Errors
+/// [`crate::Error::Input`]/[`crate::Error::Malformed`] for an unreadable manifest;
 /// [`crate::Error::Output`] naming the file that could not be staged or published.
-pub fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u32> {
+fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u32> {
     let live = read_manifest(dir)?;
     let current = live.version();
-    check_kept(dir, current)?;
-    let mut names = VERSION_FILES.to_vec();
-    names.extend(BUILD_ONLY_FILES);
-    keep_current(dir, current, staging, &names)?;
     let built = staging.path(MANIFEST);
     let bytes = fs_err::read(&built).map_err(|source| crate::Error::Input { path: built.clone(), source })?;
     let mut manifest: SetManifest = serde_json::from_slice(&bytes).map_err(|e| crate::Error::Malformed {

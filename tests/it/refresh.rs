@@ -541,7 +541,7 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
 fn an_unchanged_corpus_is_the_identity_on_every_file() {
     for corpus in [sample_corpus(), sample_corpus().with_file_name("haigang-zh")] {
         let f = fixture(&corpus, &[]);
-        // Reading the corpus tells: neither chunking nor an index is needed.
+        // The corpus hash, taken while chunking, tells: no index is needed.
         fs_err::remove_dir_all(f.set.out.join("index")).unwrap_or_else(|e| panic!("{e}"));
         let before = snapshot(&f.set.out);
         let run = f.refresh(&[]);
@@ -553,6 +553,46 @@ fn an_unchanged_corpus_is_the_identity_on_every_file() {
         dry.assert_code(0);
         assert_eq!(snapshot(&f.set.out), before);
     }
+}
+
+#[test]
+fn a_refresh_chunks_chinese_documents_with_the_recorded_chinese_size_and_overlap() {
+    // `--chunk-overlap` alone: the Chinese size keeps its default (400), the overlap is 10 for
+    // both; the refresh must not fall back to the defaults (overlap 100, Chinese 40).
+    let f = fixture(&sample_corpus().with_file_name("haigang-zh"), &["--chunk-overlap", "10"]);
+    let chunking = |run: &Run| parse(&run.file("manifest.json"))["config"]["chunking"].clone();
+    let built = chunking(&f.set);
+    assert_eq!((built["size"].clone(), built["size_zh"].clone()), (json!(1000), json!(400)), "{built}");
+    assert_eq!((built["overlap"].clone(), built["overlap_zh"].clone()), (json!(10), json!(10)), "{built}");
+    let first = walkdir::WalkDir::new(&f.corpus)
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+        .find(|e| e.file_type().is_file())
+        .map_or_else(|| panic!("an empty corpus"), |e| e.path().to_owned());
+    let append = |line: &str| {
+        let text = fs_err::read_to_string(&first).unwrap_or_else(|e| panic!("{e}"));
+        write(&first, format!("{text}\n\n{line}\n"));
+    };
+    append("港口的新规定从下个月开始执行，所有船只都必须提前申请靠泊时间。");
+    let run = f.refresh(&["--new-queries", "0"]);
+    run.assert_code(0);
+    assert_eq!(chunking(&run), built, "the recorded chunking, Chinese size and overlap included");
+    let fresh_dir = tempdir();
+    let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet", "--chunk-overlap", "10"]);
+    fresh.assert_code(0);
+    assert_eq!(
+        chunking_files(&f.set.out),
+        chunking_files(&fresh.out),
+        "the chunks of a build with those settings"
+    );
+    // A --chunk-size given to the refresh sets both sizes, over the recorded Chinese one.
+    append("码头的开放时间也有调整。");
+    let run = f.refresh(&["--new-queries", "0", "--chunk-size", "300"]);
+    run.assert_code(0);
+    let now = chunking(&run);
+    assert_eq!((now["size"].clone(), now["size_zh"].clone()), (json!(300), json!(300)), "{now}");
+    assert_eq!(now["overlap_zh"], json!(10), "{now}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
