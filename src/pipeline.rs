@@ -58,6 +58,22 @@ pub enum IfOccupied {
     Force,
 }
 
+/// Publishes a build's staged files into `out`: a reviewed set's current version is kept under
+/// `versions/` first, and the new version's number returned.
+fn publish(out: &Path, staging: output::Staging, occupant: &Occupant) -> Result<Option<u32>> {
+    match occupant {
+        Occupant::Reviewed => {
+            use crate::review::version::{MadeBy, publish_rebuild, stage_previous};
+            let previous = stage_previous(out, &staging, &[])?;
+            Ok(Some(publish_rebuild(out, staging, &previous, MadeBy::Build)?))
+        }
+        Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => {
+            staging.publish(&[])?;
+            Ok(None)
+        }
+    }
+}
+
 /// Runs the whole build and writes its files into `out`.
 ///
 /// # Errors
@@ -157,17 +173,7 @@ pub fn build(
         RunInfo { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
     output::write_json(&staging.path(layout::MANIFEST), &manifest)?;
 
-    let version = match occupant {
-        Occupant::Reviewed => {
-            use crate::review::version::{MadeBy, publish_rebuild, stage_previous};
-            let previous = stage_previous(out, &staging, &[])?;
-            Some(publish_rebuild(out, staging, &previous, MadeBy::Build)?)
-        }
-        Occupant::Nothing | Occupant::Set | Occupant::Foreign { .. } => {
-            staging.publish(&[])?;
-            None
-        }
-    };
+    let version = publish(out, staging, &occupant)?;
     Ok(Outcome {
         shortfalls,
         in_set: set.len(),

@@ -127,12 +127,12 @@ pub fn stage_previous(dir: &Path, staging: &Staging, also: &[&str]) -> Result<Pr
 
 /// Publishes the build staged in `staging` as the next version of the reviewed set in `dir`,
 /// keeping the current one under `versions/v<N>/` as [`stage_previous`] staged it: records the
-/// build as version N + 1 in the staged manifest's review log (see [`stage_rebuild`]), then
+/// build as version N + 1 in the staged manifest's review log (see `stage_rebuild`), then
 /// publishes it, moving the files it replaces into `versions/v<N>/` (put back if the publish
 /// fails or is cut short). Returns the new version's number.
 ///
 /// # Errors
-/// Those of [`stage_rebuild`] and [`Staging::publish`].
+/// Those of `stage_rebuild` and [`Staging::publish`].
 pub fn publish_rebuild(
     dir: &Path,
     mut staging: Staging,
