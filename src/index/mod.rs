@@ -27,6 +27,7 @@ pub use error::IndexError;
 pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::{Segmenter, release_dictionary};
+pub(crate) use topics::panic_message;
 pub use topics::{CorpusModel, CorpusTerms, Probe, TermUsage, TopicSpace};
 pub use update::{Earlier, Unchanged};
 

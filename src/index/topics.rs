@@ -871,7 +871,7 @@ fn blocks_in_order<A: Send, E: Send, W: FnMut(usize) -> std::result::Result<A, E
 }
 
 /// The message a thread panicked with.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()

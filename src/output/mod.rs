@@ -96,6 +96,9 @@ pub struct Staging {
     /// write makes a new file, [`AtomicFile`]) is another file, and an open file's inode cannot
     /// be another's.
     synced: std::sync::Mutex<std::collections::HashMap<PathBuf, std::fs::File>>,
+    /// The temporary folder the staging folder lies in when it is not in `out`
+    /// ([`Staging::beside`]), removed with it.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl Staging {
@@ -111,7 +114,44 @@ impl Staging {
             fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
         }
         fs_err::create_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
-        Ok(Self { dir, out: out.to_owned(), published: false, synced: std::sync::Mutex::default() })
+        Ok(Self {
+            dir,
+            out: out.to_owned(),
+            published: false,
+            synced: std::sync::Mutex::default(),
+            _scratch: None,
+        })
+    }
+
+    /// A staging folder for `out` outside it: in a new temporary folder (`.qrelgen-staging-*`)
+    /// beside `out`, on its file system, so that a publish still only renames. Making it, and
+    /// dropping it unpublished, leave `out` as it was (no `.staging` made or cleared there), for
+    /// a run that may find it has nothing to publish. `None` where there is no such place (no
+    /// parent folder one may write in, or one on another file system): use
+    /// [`Staging::create`]. A publish into `out` left half done is rolled back first.
+    ///
+    /// # Errors
+    /// [`Error::Output`] if the folder cannot be made; the errors of [`recover`].
+    pub fn beside(out: &Path) -> Result<Option<Self>> {
+        recover(out)?;
+        let Some(parent) = out.canonicalize().ok().and_then(|o| o.parent().map(Path::to_owned)) else {
+            return Ok(None);
+        };
+        if !same_device(out, &parent) {
+            return Ok(None);
+        }
+        let Ok(scratch) = tempfile::Builder::new().prefix(".qrelgen-staging-").tempdir_in(&parent) else {
+            return Ok(None);
+        };
+        let dir = scratch.path().join(STAGING);
+        fs_err::create_dir(&dir).map_err(|e| output_error(&dir, e))?;
+        Ok(Some(Self {
+            dir,
+            out: out.to_owned(),
+            published: false,
+            synced: std::sync::Mutex::default(),
+            _scratch: Some(scratch),
+        }))
     }
 
     /// Syncs every file staged so far to disk, many at once (see [`AtomicFile`]): a run calls
@@ -200,7 +240,7 @@ impl Staging {
         let mut folders = BTreeSet::new();
         for relative in &files {
             let target = self.out.join(relative);
-            folders.insert(make_parent(&target)?);
+            folders.extend(make_parent(&target)?);
             fs_err::rename(self.dir.join(relative), &target).map_err(|e| output_error(&target, e))?;
         }
         sync_dirs(&folders)
@@ -240,22 +280,29 @@ struct Rollback {
 }
 
 impl Rollback {
-    /// Writes the list of files kept by moving them, and the journal (both synced) before
-    /// anything moves.
+    /// Writes the list of files kept by moving them (each with its identity, [`identity`]), and
+    /// the journal (both synced) before anything moves.
     fn begin(out: &Path, files: &[PathBuf], keep: Option<&Keep>) -> Result<Self> {
         let dir = out.join(ROLLBACK);
+        let made = !dir.exists();
         let exists = |relative: &&PathBuf| fs_err::symlink_metadata(out.join(relative)).is_ok();
         let keep = keep.map(|keep| {
             let names: BTreeSet<PathBuf> = keep.names.iter().map(PathBuf::from).collect();
-            let moved = files.iter().filter(exists).filter(|f| names.contains(*f)).cloned().collect();
+            let moved: BTreeSet<PathBuf> =
+                files.iter().filter(exists).filter(|f| names.contains(*f)).cloned().collect();
             (keep.dir.to_owned(), moved)
         });
         if let Some((kept_dir, moved)) = &keep {
-            let lines = std::iter::once(kept_dir).chain(moved);
-            write_text(
-                &dir.join(KEPT),
-                &lines.flat_map(|p| [p.to_string_lossy(), "\n".into()]).collect::<String>(),
-            )?;
+            let mut lines = format!("{}\n", kept_dir.to_string_lossy());
+            for relative in moved {
+                lines.push_str(&relative.to_string_lossy());
+                if let Some(id) = identity(&out.join(relative)) {
+                    lines.push('\t');
+                    lines.push_str(&id);
+                }
+                lines.push('\n');
+            }
+            write_text(&dir.join(KEPT), &lines)?;
         }
         let created: String = files
             .iter()
@@ -264,13 +311,17 @@ impl Rollback {
             .collect();
         write_text(&dir.join(JOURNAL), &created)?;
         sync_dir(&dir)?;
+        if made {
+            // The rollback folder itself must be on disk for the next open to find it.
+            sync_dir(out)?;
+        }
         Ok(Self { out: out.to_owned(), dir, folders: BTreeSet::from([out.to_owned()]), keep })
     }
 
     /// Moves `staged` to `OUT/relative`, keeping the file it replaces.
     fn replace(&mut self, staged: &Path, relative: &Path) -> Result<()> {
         let target = self.out.join(relative);
-        self.folders.insert(make_parent(&target)?);
+        self.folders.extend(make_parent(&target)?);
         if let Ok(meta) = fs_err::symlink_metadata(&target) {
             if meta.is_dir() {
                 let in_the_way = std::io::Error::new(
@@ -280,10 +331,20 @@ impl Rollback {
                 return Err(output_error(&target, in_the_way));
             }
             let kept = match &self.keep {
-                Some((kept_dir, moved)) if moved.contains(relative) => self.out.join(kept_dir).join(relative),
+                Some((kept_dir, moved)) if moved.contains(relative) => {
+                    let kept = self.out.join(kept_dir).join(relative);
+                    if fs_err::symlink_metadata(&kept).is_ok() {
+                        // A file already there (a copy an earlier publish left) is replaced
+                        // too: kept with the others, put back by a rollback.
+                        let aside = self.dir.join(REPLACED).join(kept_dir).join(relative);
+                        self.folders.extend(make_parent(&aside)?);
+                        fs_err::rename(&kept, &aside).map_err(|e| output_error(&kept, e))?;
+                    }
+                    kept
+                }
                 _ => self.dir.join(REPLACED).join(relative),
             };
-            self.folders.insert(make_parent(&kept)?);
+            self.folders.extend(make_parent(&kept)?);
             fs_err::rename(&target, &kept).map_err(|e| output_error(&target, e))?;
         }
         fs_err::rename(staged, &target).map_err(|e| output_error(&target, e))
@@ -351,11 +412,20 @@ fn roll_back(out: &Path) -> Result<()> {
             .map_err(|source| Error::Input { path: kept_list.clone(), source })?;
         let mut lines = text.lines().filter(|line| !line.is_empty());
         if let Some(kept_dir) = lines.next().filter(inside) {
-            // Those moved already (before the kill) go back; the others never left.
-            for relative in lines.filter(inside) {
+            // Those moved already (before the kill) go back; the others never left. A file is
+            // the one moved if it has the identity recorded (a file already in the kept folder
+            // is another: it stays, and goes back there from the replaced files if it was moved
+            // aside); a line without one (no identity to be had, or a list written before
+            // identities were) trusts the name.
+            for line in lines {
+                let (relative, id) = line.split_once('\t').map_or((line, None), |(r, id)| (r, Some(id)));
+                if !inside(&relative) {
+                    continue;
+                }
                 let (kept, target) = (out.join(kept_dir).join(relative), out.join(relative));
-                if kept.is_file() {
-                    folders.insert(make_parent(&target)?);
+                let moved = kept.is_file() && id.is_none_or(|id| identity(&kept).as_deref() == Some(id));
+                if moved {
+                    folders.extend(make_parent(&target)?);
                     fs_err::rename(&kept, &target).map_err(|e| output_error(&target, e))?;
                 }
             }
@@ -365,7 +435,7 @@ fn roll_back(out: &Path) -> Result<()> {
     for entry in kept.filter(|e| e.file_type().is_file()) {
         let Ok(relative) = entry.path().strip_prefix(&replaced) else { continue };
         let target = out.join(relative);
-        folders.insert(make_parent(&target)?);
+        folders.extend(make_parent(&target)?);
         fs_err::rename(entry.path(), &target).map_err(|e| output_error(&target, e))?;
     }
     for relative in created.lines().filter(|line| !line.is_empty()).filter(inside) {
@@ -379,11 +449,23 @@ fn roll_back(out: &Path) -> Result<()> {
     fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))
 }
 
-/// Makes the folder `path` goes in, and returns it.
-fn make_parent(path: &Path) -> Result<PathBuf> {
-    let parent = path.parent().unwrap_or_else(|| Path::new(".")).to_owned();
+/// Makes the folder `path` goes in, and returns the folders to sync for a file moved there to
+/// be found after a crash: that folder, each folder made for it, and the one above the highest
+/// of those (which holds its name).
+fn make_parent(path: &Path) -> Result<Vec<PathBuf>> {
+    let folder_of = |path: &Path| match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let parent = folder_of(path);
+    let mut folders = vec![parent.clone()];
+    let mut folder = parent.clone();
+    while fs_err::symlink_metadata(&folder).is_err() && folder != Path::new(".") {
+        folder = folder_of(&folder);
+        folders.push(folder.clone());
+    }
     fs_err::create_dir_all(&parent).map_err(|e| output_error(&parent, e))?;
-    Ok(parent)
+    Ok(folders)
 }
 
 /// An error and its causes, on one line.
@@ -414,6 +496,40 @@ fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::Fi
         output_error(dir, std::io::Error::other("a sync thread failed"))
     })?;
     Ok(opened)
+}
+
+/// What tells the file at `path` from another one where a publish may have moved it: its device
+/// and inode (kept by a rename), or where there are none, its size and modification time.
+fn identity(path: &Path) -> Option<String> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        Some(format!("{}:{}", meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let modified = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(format!("{}:{}", meta.len(), modified.as_nanos()))
+    }
+}
+
+/// Whether `a` and `b` lie on one file system (so a rename between them works); `true` where
+/// it cannot be told.
+fn same_device(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
 }
 
 /// Whether `path` is the file `held` (open, so its inode is its own).
@@ -664,6 +780,57 @@ mod tests {
         }
         assert!(!out.join("versions/v1/a.jsonl").exists() && !out.join("b.jsonl").exists());
         assert!(!out.join(ROLLBACK).exists());
+    }
+
+    #[test]
+    fn a_killed_publish_that_keeps_leaves_a_file_already_in_the_kept_folder_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let keep = Keep { dir: Path::new("versions/v1"), names: &["a.jsonl", "z.jsonl"] };
+        // Killed before a.jsonl moved, while versions/v1/ holds other copies (an earlier
+        // publish's): they are not the files this one moves, and stay; the live files stay.
+        let staging = old_and_staged(out, &["a.jsonl", "z.jsonl"], &["a.jsonl", "b.jsonl", "z.jsonl"]);
+        for name in ["a.jsonl", "z.jsonl"] {
+            write_text(&out.join("versions/v1").join(name), "earlier").unwrap();
+        }
+        let mut rollback = Rollback::begin(out, &staging.staged(), Some(&keep)).unwrap();
+        rollback.replace(&staging.path("b.jsonl"), Path::new("b.jsonl")).unwrap();
+        std::mem::forget(staging);
+        assert!(recover(out).unwrap());
+        for name in ["a.jsonl", "z.jsonl"] {
+            assert_eq!(text(&out.join(name)), "old", "{name}: the live file");
+            assert_eq!(text(&out.join("versions/v1").join(name)), "earlier", "{name}: the copy");
+        }
+        assert!(!out.join("b.jsonl").exists() && !out.join(ROLLBACK).exists());
+        // Killed after a.jsonl moved (onto the copy there): both go back.
+        let staging = old_and_staged(out, &[], &["a.jsonl", "z.jsonl"]);
+        let mut rollback = Rollback::begin(out, &staging.staged(), Some(&keep)).unwrap();
+        rollback.replace(&staging.path("a.jsonl"), Path::new("a.jsonl")).unwrap();
+        std::mem::forget(staging);
+        assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old", "moved");
+        assert!(recover(out).unwrap());
+        for name in ["a.jsonl", "z.jsonl"] {
+            assert_eq!(text(&out.join(name)), "old", "{name}: the live file");
+            assert_eq!(text(&out.join("versions/v1").join(name)), "earlier", "{name}: the copy");
+        }
+        // A publish that completes replaces the copy.
+        let staging = old_and_staged(out, &[], &["a.jsonl"]);
+        staging.publish_keeping(&[], Some(&keep)).unwrap();
+        assert_eq!(text(&out.join("a.jsonl")), "new");
+        assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old");
+        assert!(!out.join(ROLLBACK).exists());
+    }
+
+    #[test]
+    fn make_parent_names_the_folders_it_made_and_the_one_above_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let folders = make_parent(&out.join("versions/v1/qrels/test.tsv")).unwrap();
+        let expected =
+            [out.join("versions/v1/qrels"), out.join("versions/v1"), out.join("versions"), out.to_owned()];
+        assert_eq!(folders, expected);
+        assert!(out.join("versions/v1/qrels").is_dir());
+        assert_eq!(make_parent(&out.join("versions/v1/a.jsonl")).unwrap(), [out.join("versions/v1")]);
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
-    let staging = Staging::create(work)?;
+    let staging = if options.dry_run { Staging::create(work)? } else { staging_for(config, set)? };
     let mut timings = Timings::default();
     timings.add("read", stage.finish(&format!("version {} of the set", manifest.version())));
     // The set's version and chunks are read while the new corpus is chunked (neither touches
@@ -145,7 +145,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let (chunked, old) = std::thread::scope(|scope| {
         let old = scope.spawn(|| SetState::read(config, set, &manifest));
         let chunked = pipeline::chunk(config, work, &staging, kept, collect, *progress, &mut timings);
-        (chunked, old.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        (chunked, read_result(old.join(), set))
     });
     let chunked = chunked?;
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
@@ -285,6 +285,30 @@ fn start(
         KeptChunking::load(&set.join(INDEX_DIR), &stamp, fingerprint)
     });
     Ok((manifest, kept))
+}
+
+/// What the thread reading the set in `set` ([`SetState::read`]) returned, its panic an error
+/// with the panic's message.
+fn read_result<T>(joined: std::thread::Result<Result<T>>, set: &Path) -> Result<T> {
+    joined.unwrap_or_else(|panic| {
+        let message = crate::index::panic_message(panic.as_ref());
+        let panicked = std::io::Error::other(format!("the thread reading the set panicked: {message}"));
+        Err(Error::Input { path: set.to_owned(), source: panicked })
+    })
+}
+
+/// Where a refresh into `set` stages: outside it when it can ([`Staging::beside`]), so that a
+/// refresh that finds nothing changed (it knows only once the corpus is chunked into the
+/// staging folder) leaves the set as it was; in it when there is no place beside it, or that
+/// place lies inside the corpus folder (the corpus would read it).
+fn staging_for(config: &BuildConfig, set: &Path) -> Result<Staging> {
+    let canonical = |path: &Path| path.canonicalize().ok();
+    let in_corpus = config.corpus.is_dir()
+        && canonical(set)
+            .zip(canonical(&config.corpus))
+            .is_some_and(|(set_dir, corpus)| set_dir.starts_with(corpus));
+    let beside = if in_corpus { None } else { Staging::beside(set)? };
+    beside.map_or_else(|| Staging::create(set), Ok)
 }
 
 /// What a refresh starts from besides the manifest: the set's current version and chunks, and
@@ -719,4 +743,26 @@ fn update_manifest(
     manifest.rest.insert("refresh".to_owned(), value(serde_json::to_string(outcome))?);
     manifest.rest.insert("run".to_owned(), value(serde_json::to_string(run))?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_of_the_thread_reading_the_set_is_an_error_with_its_message() {
+        let joined = std::thread::scope(|scope| {
+            scope.spawn(|| -> Result<()> { panic!("queries.jsonl line 3 is bad") }).join()
+        });
+        let failed = read_result(joined, Path::new("set")).map_err(|e| {
+            let cause = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+            format!("{e}: {cause}")
+        });
+        assert_eq!(
+            failed,
+            Err("cannot read set: the thread reading the set panicked: queries.jsonl line 3 is bad"
+                .to_owned())
+        );
+        assert_eq!(read_result(Ok(Ok(7)), Path::new("set")).ok(), Some(7));
+    }
 }

@@ -555,6 +555,50 @@ fn an_unchanged_corpus_is_the_identity_on_every_file() {
     }
 }
 
+/// Every entry under `dir` (`dir` itself too): its kind, size and modification time.
+fn listing(dir: &Path) -> BTreeMap<PathBuf, (bool, u64, std::time::SystemTime)> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let meta = e.metadata().unwrap_or_else(|e| panic!("{e}"));
+            let modified = meta.modified().unwrap_or_else(|e| panic!("{e}"));
+            (e.path().strip_prefix(dir).unwrap_or(e.path()).to_owned(), (meta.is_dir(), meta.len(), modified))
+        })
+        .collect()
+}
+
+/// The entries of `dir` whose names start with `prefix`.
+fn named(dir: &Path, prefix: &str) -> Vec<String> {
+    let names = fs_err::read_dir(dir).into_iter().flatten().flatten();
+    names.map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(prefix)).collect()
+}
+
+#[test]
+fn an_unchanged_corpus_creates_deletes_and_writes_nothing_in_the_set() {
+    let f = fixture(&sample_corpus(), &[]);
+    // Another command's staging folder: left alone.
+    write(&f.set.out.join(".staging/corpus.jsonl"), "another command's\n");
+    // Every mtime read below must differ from a rewrite's.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let before = listing(&f.set.out);
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    assert!(run.stdout.starts_with("nothing changed"), "{}", run.stdout);
+    assert_eq!(listing(&f.set.out), before);
+    let parent = f.set.out.parent().unwrap_or_else(|| panic!("no parent"));
+    assert_eq!(named(parent, ".qrelgen-staging-"), Vec::<String>::new(), "no scratch left beside the set");
+    // A refresh that changes something publishes as before and leaves no scratch either.
+    f.edit("admin/audit-log.md", "events are kept for 90 days", "events are kept for 120 days");
+    let changed = f.refresh(&[]);
+    changed.assert_code(0);
+    assert_eq!(named(parent, ".qrelgen-staging-"), Vec::<String>::new());
+    assert_eq!(parse(&changed.file("manifest.json"))["review"]["version"], 2);
+    assert!(changed.file("corpus.jsonl").contains("events are kept for 120 days"));
+    let other = fs_err::read_to_string(f.set.out.join(".staging/corpus.jsonl")).unwrap_or_default();
+    assert_eq!(other, "another command's\n");
+}
+
 #[test]
 fn a_refresh_chunks_chinese_documents_with_the_recorded_chinese_size_and_overlap() {
     // `--chunk-overlap` alone: the Chinese size keeps its default (400), the overlap is 10 for
