@@ -68,9 +68,9 @@ pub const JOURNAL: &str = "journal";
 pub const REPLACED: &str = "replaced";
 /// In [`ROLLBACK`], for a publish that keeps the files it replaces in a folder of the output
 /// folder (a version's files, under `versions/`): that folder (first line), then the files
-/// moved there, one per line, each with its identity after a tab (device and inode: a rollback
-/// moves back only the file the publish moved, not one that was there already). Written before
-/// anything moves.
+/// moved there, one per line, each followed by a tab and `copy` when a file was already where it
+/// is kept (a rollback moves back only the file the publish moved, not one that was there
+/// already). Written before anything moves.
 pub const KEPT: &str = "kept";
 
 /// What else a build keeps in the output folder: the index, the reply cache (and the journal

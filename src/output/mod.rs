@@ -279,9 +279,12 @@ struct Rollback {
     keep: Option<(PathBuf, BTreeSet<PathBuf>)>,
 }
 
+/// In [`layout::KEPT`], after a file's name: a copy was already where the file is kept.
+const COPY_MARK: &str = "\tcopy";
+
 impl Rollback {
-    /// Writes the list of files kept by moving them (each with its identity, [`identity`]), and
-    /// the journal (both synced) before anything moves.
+    /// Writes the list of files kept by moving them (each marked `copy` when a file is already
+    /// where it goes), and the journal (both synced) before anything moves.
     fn begin(out: &Path, files: &[PathBuf], keep: Option<&Keep>) -> Result<Self> {
         let dir = out.join(ROLLBACK);
         let made = !dir.exists();
@@ -296,9 +299,8 @@ impl Rollback {
             let mut lines = format!("{}\n", kept_dir.to_string_lossy());
             for relative in moved {
                 lines.push_str(&relative.to_string_lossy());
-                if let Some(id) = identity(&out.join(relative)) {
-                    lines.push('\t');
-                    lines.push_str(&id);
+                if fs_err::symlink_metadata(out.join(kept_dir).join(relative)).is_ok() {
+                    lines.push_str(COPY_MARK);
                 }
                 lines.push('\n');
             }
@@ -412,18 +414,19 @@ fn roll_back(out: &Path) -> Result<()> {
             .map_err(|source| Error::Input { path: kept_list.clone(), source })?;
         let mut lines = text.lines().filter(|line| !line.is_empty());
         if let Some(kept_dir) = lines.next().filter(inside) {
-            // Those moved already (before the kill) go back; the others never left. A file is
-            // the one moved if it has the identity recorded (a file already in the kept folder
-            // is another: it stays, and goes back there from the replaced files if it was moved
-            // aside); a line without one (no identity to be had, or a list written before
-            // identities were) trusts the name.
+            // Those moved already (before the kill) go back; the others never left. Where a
+            // copy was in the kept folder before (marked), the publish moved it aside first:
+            // while it is not aside, the file in the kept folder is that copy, which stays (and
+            // goes back there from the replaced files once it was moved aside). Names only, so
+            // a remount that renumbers devices or inodes changes nothing.
             for line in lines {
-                let (relative, id) = line.split_once('\t').map_or((line, None), |(r, id)| (r, Some(id)));
+                let (relative, copy) = line.strip_suffix(COPY_MARK).map_or((line, false), |r| (r, true));
                 if !inside(&relative) {
                     continue;
                 }
                 let (kept, target) = (out.join(kept_dir).join(relative), out.join(relative));
-                let moved = kept.is_file() && id.is_none_or(|id| identity(&kept).as_deref() == Some(id));
+                let aside = replaced.join(kept_dir).join(relative);
+                let moved = kept.is_file() && (!copy || aside.is_file());
                 if moved {
                     folders.extend(make_parent(&target)?);
                     fs_err::rename(&kept, &target).map_err(|e| output_error(&target, e))?;
@@ -496,22 +499,6 @@ fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::Fi
         output_error(dir, std::io::Error::other("a sync thread failed"))
     })?;
     Ok(opened)
-}
-
-/// What tells the file at `path` from another one where a publish may have moved it: its device
-/// and inode (kept by a rename), or where there are none, its size and modification time.
-fn identity(path: &Path) -> Option<String> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        Some(format!("{}:{}", meta.dev(), meta.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let modified = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
-        Some(format!("{}:{}", meta.len(), modified.as_nanos()))
-    }
 }
 
 /// Whether `a` and `b` lie on one file system (so a rename between them works); `true` where
@@ -819,6 +806,26 @@ mod tests {
         assert_eq!(text(&out.join("a.jsonl")), "new");
         assert_eq!(text(&out.join("versions/v1/a.jsonl")), "old");
         assert!(!out.join(ROLLBACK).exists());
+    }
+
+    #[test]
+    fn a_killed_publish_that_keeps_rolls_back_by_name_when_the_moved_file_is_renumbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let keep = Keep { dir: Path::new("versions/v1"), names: &["a.jsonl"] };
+        let staging = old_and_staged(out, &["a.jsonl"], &["a.jsonl"]);
+        let mut rollback = Rollback::begin(out, &staging.staged(), Some(&keep)).unwrap();
+        rollback.replace(&staging.path("a.jsonl"), Path::new("a.jsonl")).unwrap();
+        std::mem::forget(staging);
+        // A reboot or remount that gives the moved file another inode (or device number):
+        // the same bytes under a new inode.
+        let moved = out.join("versions/v1/a.jsonl");
+        let bytes = fs_err::read(&moved).unwrap();
+        fs_err::remove_file(&moved).unwrap();
+        fs_err::write(&moved, bytes).unwrap();
+        assert!(recover(out).unwrap());
+        assert_eq!(text(&out.join("a.jsonl")), "old", "the live file is back");
+        assert!(!moved.exists() && !out.join(ROLLBACK).exists());
     }
 
     #[test]
