@@ -298,10 +298,7 @@ impl<'a> RoundTrip<'a> {
         };
         let mut checked: Vec<(usize, Result<Verdict>)> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
+            workers.into_iter().flat_map(crate::threads::join).collect()
         });
         checked.sort_by_key(|(at, _)| *at);
         checked.into_iter().map(|(_, verdict)| verdict).collect()

@@ -34,6 +34,7 @@ pub mod sample;
 #[cfg(test)]
 mod testing;
 pub mod text;
+mod threads;
 pub mod validate;
 
 pub use config::BuildConfig;

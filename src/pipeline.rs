@@ -633,10 +633,7 @@ fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -
             .into_iter()
             .map(|part| scope.spawn(move || part.into_iter().map(f).collect::<Vec<_>>()))
             .collect();
-        running
-            .into_iter()
-            .flat_map(|r| r.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+        running.into_iter().flat_map(crate::threads::join).collect()
     })
 }
 

@@ -44,8 +44,6 @@ impl IndexDirectory {
     }
 }
 
-/// Files synced at once, at most.
-const SYNCS_AT_ONCE: usize = 16;
 /// Finished files kept open for the next `sync_directory`, at most: past this many (a large
 /// build's many segments between two commits), they are synced at once, so a build never holds
 /// more open files than this.
@@ -64,36 +62,11 @@ pub(crate) fn sync_folder(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Runs `sync` on each of `items`, [`SYNCS_AT_ONCE`] threads at once: a file system commits
-/// syncs that wait together in one go, where one after the other each waits for its own.
-/// `lost` is the error of a sync thread that panicked. (The index's files here, the output
-/// files in `output`.)
-///
-/// # Errors
-/// The first error of a thread, in the order of `items`.
-pub(crate) fn sync_together<T: Sync, E: Send>(
-    items: &[T],
-    sync: impl Fn(&T) -> Result<(), E> + Sync,
-    lost: impl Fn() -> E,
-) -> Result<(), E> {
-    let per_thread = items.len().div_ceil(SYNCS_AT_ONCE).max(1);
-    let sync = &sync;
-    std::thread::scope(|scope| {
-        let threads: Vec<_> = items
-            .chunks(per_thread)
-            .map(|part| scope.spawn(move || part.iter().try_for_each(sync)))
-            .collect();
-        // Every thread is joined (a panic left unjoined would panic the scope), then the first
-        // error taken.
-        let joined: Vec<_> =
-            threads.into_iter().map(|thread| thread.join().unwrap_or_else(|_| Err(lost()))).collect();
-        joined.into_iter().collect()
-    })
-}
-
 /// Syncs the data of `files`, many at once.
 fn sync_files(files: &[File]) -> io::Result<()> {
-    sync_together(files, File::sync_data, || io::Error::other("a sync thread failed"))
+    crate::threads::sync_together(files, File::sync_data, |panic| {
+        io::Error::other(format!("a sync thread panicked: {panic}"))
+    })
 }
 
 /// A file being written: flushed when finished, and noted for the next `sync_directory`.
@@ -274,21 +247,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sync_together_joins_every_thread_before_it_gives_the_first_error() {
-        let items: Vec<usize> = (0..2 * SYNCS_AT_ONCE).collect();
-        let last = items.len() - 1;
-        let sync = |&item: &usize| match item {
-            0 => Err(format!("item {item} failed")),
-            _ if item == last => panic!("item {item} panicked"),
-            _ => Ok(()),
-        };
-        let got = std::panic::catch_unwind(|| sync_together(&items, sync, || "lost".to_owned()));
-        assert_eq!(got.ok(), Some(Err("item 0 failed".to_owned())), "no panic of the scope");
-        let got = sync_together(&items[1..], sync, || "lost".to_owned());
-        assert_eq!(got, Err("lost".to_owned()));
-    }
-
-    #[test]
     fn a_read_file_serves_ranges_and_refuses_ranges_past_its_end() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.store");
@@ -328,21 +286,5 @@ mod tests {
             writer.terminate().unwrap();
         }
         assert_eq!(directory.unsynced.lock().unwrap().len(), 6);
-    }
-
-    #[test]
-    fn syncing_together_syncs_every_item_and_fails_with_the_first_error() {
-        let synced = std::sync::atomic::AtomicUsize::new(0);
-        let items: Vec<usize> = (0..40).collect();
-        let sync = |&i: &usize| {
-            synced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if i % 10 == 7 { Err(i) } else { Ok(()) }
-        };
-        assert_eq!(sync_together(&items, sync, || usize::MAX), Err(7));
-        let fine = sync_together(&items, |_| Ok::<(), usize>(()), || usize::MAX);
-        assert_eq!(fine, Ok(()));
-        assert!(synced.into_inner() >= 4, "each thread stops at its own first error");
-        let lost = sync_together(&[0], |_| -> Result<(), usize> { panic!("a sync thread panics") }, || 99);
-        assert_eq!(lost, Err(99));
     }
 }

@@ -22,12 +22,11 @@ mod update;
 
 pub use analyzer::{Analyzer, Token};
 pub use chunks::ChunkList;
-pub(crate) use directory::{sync_folder, sync_together};
+pub(crate) use directory::sync_folder;
 pub use error::IndexError;
 pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::{Segmenter, release_dictionary};
-pub(crate) use topics::panic_message;
 pub use topics::{CorpusModel, CorpusTerms, Probe, TermUsage, TopicSpace};
 pub use update::{Earlier, Unchanged};
 

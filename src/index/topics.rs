@@ -20,6 +20,7 @@ use super::directory::{read_at, write_at};
 use super::error::{IndexError, Result};
 use super::fold::Basis;
 use crate::rng::stream;
+use crate::threads;
 use foldhash::{HashMap, HashMapExt as _};
 use rand::Rng as _;
 use std::ops::Range;
@@ -383,10 +384,7 @@ impl TopicSpace {
                     .step_by(per_thread.max(1))
                     .map(|from| scope.spawn(move || part(from)))
                     .collect();
-                parts
-                    .into_iter()
-                    .map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                    .collect::<Result<Vec<_>>>()
+                parts.into_iter().map(threads::join).collect::<Result<Vec<_>>>()
             })?
         };
         for (i, &(at, _)) in active.iter().enumerate() {
@@ -824,59 +822,7 @@ fn analyse_knowing(
         let mut words = Words::new(index.analyzer(), thread, known_words);
         move |block| words.block(index, range(block))
     };
-    blocks_in_order(blocks, threads, start, take, |panic| worker_lost(index.dir(), panic))
-}
-
-/// The results of `blocks` blocks, handed to `take` in block order: block `b` is worked on
-/// thread `b % threads` by the worker `start` makes on that thread, at most a few blocks ahead
-/// of `take`. A worker's error stops its thread and is handed on in its block's place; a
-/// worker that panics is `lost` with its panic's message (every thread is joined first).
-fn blocks_in_order<A: Send, E: Send, W: FnMut(usize) -> std::result::Result<A, E>>(
-    blocks: usize,
-    threads: usize,
-    start: impl Fn(usize) -> W + Sync,
-    mut take: impl FnMut(A) -> std::result::Result<(), E>,
-    lost: impl Fn(&str) -> E,
-) -> std::result::Result<(), E> {
-    let start = &start;
-    std::thread::scope(|scope| {
-        let (receivers, workers): (Vec<_>, Vec<_>) = (0..threads)
-            .map(|thread| {
-                let (send, receive) = std::sync::mpsc::sync_channel(2);
-                let worker = scope.spawn(move || {
-                    let mut work = start(thread);
-                    for block in (thread..blocks).step_by(threads) {
-                        let done = work(block);
-                        let failed = done.is_err();
-                        if send.send(done).is_err() || failed {
-                            break;
-                        }
-                    }
-                });
-                (receive, worker)
-            })
-            .unzip();
-        // A worker gone without its block panicked: its message is its join's.
-        let taken = (0..blocks).try_for_each(|block| match receivers[block % threads].recv() {
-            Ok(done) => take(done?),
-            Err(_) => Err(lost("it stopped")),
-        });
-        drop(receivers);
-        let panics: Vec<_> = workers.into_iter().filter_map(|worker| worker.join().err()).collect();
-        match panics.first() {
-            Some(panic) => Err(lost(panic_message(panic.as_ref()))),
-            None => taken,
-        }
-    })
-}
-
-/// The message a thread panicked with.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
+    threads::blocks_in_order(blocks, threads, start, take, |panic| worker_lost(index.dir(), panic))
 }
 
 /// The error of an analysing thread that stopped without a block: it panicked with `panic`.
@@ -1070,7 +1016,7 @@ impl Projection {
         v_row(&vec![0.0; width], &mut unused);
         // Filled row by row over the whole vocabulary (no compact copy beside it).
         let mut v = vec![0.0; vocabulary * dim];
-        in_parts(&mut v, dim, threads, |rows, out| {
+        threads::in_parts(&mut v, dim, threads, 2 * PARALLEL_ROWS, |rows, out| {
             for (t, target) in rows.zip(out.chunks_exact_mut(dim)) {
                 match used.rows[t] {
                     u32::MAX => target.copy_from_slice(&unused),
@@ -1094,10 +1040,7 @@ impl Projection {
                     scope.spawn(move || part.iter().map(|row| self.project(row, df, n)).collect::<Vec<_>>())
                 })
                 .collect();
-            parts
-                .into_iter()
-                .flat_map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
+            parts.into_iter().flat_map(threads::join).collect()
         })
     }
 
@@ -1153,31 +1096,6 @@ impl UsedTerms {
     }
 }
 
-/// Fills `out` (rows of `width` values) in up to `threads` parts of consecutive rows, one
-/// thread each: `work` gets a part's row range and its values.
-fn in_parts(out: &mut [f64], width: usize, threads: usize, work: impl Fn(Range<usize>, &mut [f64]) + Sync) {
-    let rows = out.len() / width.max(1);
-    let per_part = rows.div_ceil(threads.max(1)).max(1);
-    if threads <= 1 || rows < 2 * PARALLEL_ROWS {
-        work(0..rows, out);
-        return;
-    }
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = out
-            .chunks_mut(per_part * width)
-            .enumerate()
-            .map(|(part, values)| {
-                let work = &work;
-                let from = part * per_part;
-                scope.spawn(move || work(from..from + values.len() / width, values))
-            })
-            .collect();
-        for part in parts {
-            part.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
-    });
-}
-
 /// Below twice this many rows a product is not split over threads (fewer in tests, so that
 /// small ones are split).
 const PARALLEL_ROWS: usize = if cfg!(test) { 16 } else { 1_024 };
@@ -1185,7 +1103,7 @@ const PARALLEL_ROWS: usize = if cfg!(test) { 16 } else { 1_024 };
 /// [`times`] split over `threads` threads by rows (each row's sums as on one).
 fn times_on(rows: &[&Row], dense: &[f64], width: usize, threads: usize) -> Vec<f64> {
     let mut out = vec![0.0; rows.len() * width];
-    in_parts(&mut out, width, threads, |part, values| {
+    threads::in_parts(&mut out, width, threads, 2 * PARALLEL_ROWS, |part, values| {
         values.copy_from_slice(&times(&rows[part], dense, width));
     });
     out
@@ -1201,7 +1119,7 @@ fn transposed_times_on(
     threads: usize,
 ) -> Vec<f64> {
     let mut out = vec![0.0; vocabulary * width];
-    in_parts(&mut out, width, threads, |terms, values| {
+    threads::in_parts(&mut out, width, threads, 2 * PARALLEL_ROWS, |terms, values| {
         let (from, to) = (terms.start as u32, terms.end as u32);
         for (i, row) in rows.iter().enumerate() {
             let source = &dense[i * width..(i + 1) * width];
@@ -1364,45 +1282,6 @@ fn rotate_rows(m: &mut [f64], size: usize, (p, q): (usize, usize), (cos, sin): (
 mod tests {
     use super::*;
     use crate::index::{from_chunks, test_chunks};
-
-    #[test]
-    fn a_panic_in_a_part_of_a_product_goes_on_with_its_own_message() {
-        let mut out = vec![0.0; 4 * PARALLEL_ROWS];
-        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            in_parts(&mut out, 1, 2, |rows, _| assert!(rows.start == 0, "part at row {}", rows.start));
-        }))
-        .unwrap_err();
-        assert_eq!(panic_message(panic.as_ref()), format!("part at row {}", 2 * PARALLEL_ROWS));
-    }
-
-    #[test]
-    fn a_panicking_worker_is_lost_with_its_message_and_the_blocks_before_it_are_taken() {
-        for threads in [2, 3] {
-            let start = |_thread| {
-                |block: usize| {
-                    assert!(block != 5, "block {block} is bad");
-                    Ok::<_, String>(block)
-                }
-            };
-            let mut taken = Vec::new();
-            let got = blocks_in_order(
-                40,
-                threads,
-                start,
-                |block| {
-                    taken.push(block);
-                    Ok(())
-                },
-                |panic| format!("lost: {panic}"),
-            );
-            assert_eq!(got, Err("lost: block 5 is bad".to_owned()), "{threads} threads");
-            assert_eq!(taken, (0..5).collect::<Vec<_>>());
-        }
-        let failing =
-            |_thread| |block: usize| if block == 2 { Err(format!("bad {block}")) } else { Ok(block) };
-        let got = blocks_in_order(9, 2, failing, |_| Ok(()), str::to_owned);
-        assert_eq!(got, Err("bad 2".to_owned()), "an error is handed on in its block's place");
-    }
 
     #[test]
     fn residual_idf_is_low_for_evenly_spread_terms_and_high_for_bursty_ones() {

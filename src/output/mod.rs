@@ -484,7 +484,7 @@ fn chain(error: &Error) -> String {
 }
 
 /// Syncs the files `files` (relative to `dir`) to disk, many at once (see
-/// [`crate::index::sync_together`]); returns them, open.
+/// [`crate::threads::sync_together`]); returns them, open.
 fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::File)>> {
     let open = |relative: &PathBuf| {
         let path = dir.join(relative);
@@ -495,9 +495,7 @@ fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::Fi
     let sync = |(relative, file): &(PathBuf, std::fs::File)| {
         file.sync_all().map_err(|e| output_error(&dir.join(relative), e))
     };
-    crate::index::sync_together(&opened, sync, || {
-        output_error(dir, std::io::Error::other("a sync thread failed"))
-    })?;
+    crate::threads::sync_together(&opened, sync, |panic| sync_lost(dir, panic))?;
     Ok(opened)
 }
 
@@ -544,11 +542,16 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// Syncs the folders `folders`, many at once.
 fn sync_dirs(folders: &BTreeSet<PathBuf>) -> Result<()> {
     let folders: Vec<&PathBuf> = folders.iter().collect();
-    crate::index::sync_together(
+    crate::threads::sync_together(
         &folders,
         |folder| sync_dir(folder),
-        || output_error(Path::new("."), std::io::Error::other("a sync thread failed")),
+        |panic| sync_lost(Path::new("."), panic),
     )
+}
+
+/// The error of a thread syncing in `dir` that panicked with `panic`.
+fn sync_lost(dir: &Path, panic: &str) -> Error {
+    output_error(dir, std::io::Error::other(format!("a sync thread panicked: {panic}")))
 }
 
 impl Drop for Staging {

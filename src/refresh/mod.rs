@@ -291,7 +291,7 @@ fn start(
 /// with the panic's message.
 fn read_result<T>(joined: std::thread::Result<Result<T>>, set: &Path) -> Result<T> {
     joined.unwrap_or_else(|panic| {
-        let message = crate::index::panic_message(panic.as_ref());
+        let message = crate::threads::panic_message(panic.as_ref());
         let panicked = std::io::Error::other(format!("the thread reading the set panicked: {message}"));
         Err(Error::Input { path: set.to_owned(), source: panicked })
     })

@@ -1,0 +1,282 @@
+//! The crate's ways of running work on scoped threads: joining one (its panic goes on),
+//! a panic's message, a slice filled in parts, blocks worked ahead and taken in order, and a
+//! fallible step run on many items at once (syncs). Every helper joins each thread it starts
+//! before it returns, so no panic is left for the scope to raise.
+
+use std::any::Any;
+use std::ops::Range;
+use std::thread::ScopedJoinHandle;
+
+/// What a scoped thread returned; its panic is raised again here, with its own payload.
+pub(crate) fn join<T>(thread: ScopedJoinHandle<'_, T>) -> T {
+    thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The message a thread panicked with.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Fills `out` (rows of `width` values) in up to `threads` parts of consecutive rows, one
+/// thread each (on this thread alone below `min_rows` rows): `work` gets a part's row range and
+/// its values. A part's panic goes on once every part is joined.
+pub(crate) fn in_parts<T: Send>(
+    out: &mut [T],
+    width: usize,
+    threads: usize,
+    min_rows: usize,
+    work: impl Fn(Range<usize>, &mut [T]) + Sync,
+) {
+    let width = width.max(1);
+    let rows = out.len() / width;
+    let per_part = rows.div_ceil(threads.max(1)).max(1);
+    if threads <= 1 || rows < min_rows {
+        work(0..rows, out);
+        return;
+    }
+    let work = &work;
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = out
+            .chunks_mut(per_part * width)
+            .enumerate()
+            .map(|(part, values)| {
+                let from = part * per_part;
+                scope.spawn(move || work(from..from + values.len() / width, values))
+            })
+            .collect();
+        parts.into_iter().for_each(join);
+    });
+}
+
+/// Why [`blocks_in_order`] stopped taking blocks.
+enum Stop<E> {
+    /// A worker's error, or `take`'s.
+    Failed(E),
+    /// The worker on this thread went without handing on its block: it panicked.
+    Lost(usize),
+}
+
+/// The results of `blocks` blocks, handed to `take` in block order: block `b` is worked on
+/// thread `b % threads` by the worker `start` makes on that thread, at most a few blocks ahead
+/// of `take`. A worker's error stops its thread and is handed on in its block's place; a
+/// worker that panics is `lost` with its panic's message (every thread is joined first).
+///
+/// # Errors
+/// The first failure in block order: a worker's error, `take`'s, or a lost worker (a panic
+/// past the block where `take` stopped, of a worker that ran ahead, does not hide what stopped
+/// it). A worker that panicked although every block was taken is lost too.
+pub(crate) fn blocks_in_order<A: Send, E: Send, W: FnMut(usize) -> Result<A, E>>(
+    blocks: usize,
+    threads: usize,
+    start: impl Fn(usize) -> W + Sync,
+    mut take: impl FnMut(A) -> Result<(), E>,
+    lost: impl Fn(&str) -> E,
+) -> Result<(), E> {
+    let start = &start;
+    std::thread::scope(|scope| {
+        let (receivers, workers): (Vec<_>, Vec<_>) = (0..threads)
+            .map(|thread| {
+                let (send, receive) = std::sync::mpsc::sync_channel(2);
+                let worker = scope.spawn(move || {
+                    let mut work = start(thread);
+                    for block in (thread..blocks).step_by(threads) {
+                        let done = work(block);
+                        let failed = done.is_err();
+                        if send.send(done).is_err() || failed {
+                            break;
+                        }
+                    }
+                });
+                (receive, worker)
+            })
+            .unzip();
+        let taken = (0..blocks).try_for_each(|block| match receivers[block % threads].recv() {
+            Ok(done) => done.and_then(&mut take).map_err(Stop::Failed),
+            Err(_) => Err(Stop::Lost(block % threads)),
+        });
+        drop(receivers);
+        let joined: Vec<Option<Box<dyn Any + Send>>> =
+            workers.into_iter().map(|worker| worker.join().err()).collect();
+        let message = |thread: usize| joined[thread].as_deref().map_or("it stopped", panic_message);
+        match taken {
+            Err(Stop::Failed(error)) => Err(error),
+            Err(Stop::Lost(thread)) => Err(lost(message(thread))),
+            Ok(()) => match joined.iter().position(Option::is_some) {
+                Some(thread) => Err(lost(message(thread))),
+                None => Ok(()),
+            },
+        }
+    })
+}
+
+/// Files synced at once, at most ([`sync_together`]).
+pub(crate) const SYNCS_AT_ONCE: usize = 16;
+
+/// Runs `sync` on each of `items`, [`SYNCS_AT_ONCE`] threads at once: a file system commits
+/// syncs that wait together in one go, where one after the other each waits for its own.
+/// `lost` is the error of a sync thread that panicked, from its panic's message. (The index's
+/// files, and the output files in `output`.)
+///
+/// # Errors
+/// The first error of a thread, in the order of `items`.
+pub(crate) fn sync_together<T: Sync, E: Send>(
+    items: &[T],
+    sync: impl Fn(&T) -> Result<(), E> + Sync,
+    lost: impl Fn(&str) -> E,
+) -> Result<(), E> {
+    let per_thread = items.len().div_ceil(SYNCS_AT_ONCE).max(1);
+    let sync = &sync;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = items
+            .chunks(per_thread)
+            .map(|part| scope.spawn(move || part.iter().try_for_each(sync)))
+            .collect();
+        // Every thread is joined (a panic left unjoined would panic the scope), then the first
+        // error taken.
+        let joined: Vec<_> = threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or_else(|panic| Err(lost(panic_message(panic.as_ref())))))
+            .collect();
+        joined.into_iter().collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_joined_thread_gives_its_value_and_its_panic_goes_on_with_its_message() {
+        let value = std::thread::scope(|scope| join(scope.spawn(|| 7)));
+        assert_eq!(value, 7);
+        let panic = std::panic::catch_unwind(|| {
+            std::thread::scope(|scope| join(scope.spawn(|| -> usize { panic!("thread {} failed", 3) })))
+        })
+        .unwrap_err();
+        assert_eq!(panic_message(panic.as_ref()), "thread 3 failed");
+        assert_eq!(panic_message(&"plain"), "plain");
+        assert_eq!(panic_message(&5_u8), "(no message)");
+    }
+
+    #[test]
+    fn parts_fill_their_own_rows_and_a_panic_in_a_part_goes_on_with_its_own_message() {
+        let mut out = vec![0_usize; 2 * 10];
+        let used = std::sync::Mutex::new(std::collections::HashSet::new());
+        in_parts(&mut out, 2, 3, 4, |rows, values| {
+            used.lock().unwrap().insert(std::thread::current().id());
+            for (row, pair) in rows.zip(values.chunks_exact_mut(2)) {
+                pair.copy_from_slice(&[row, 2 * row]);
+            }
+        });
+        let expected: Vec<usize> = (0..10).flat_map(|row| [row, 2 * row]).collect();
+        assert_eq!(out, expected);
+        assert_eq!(used.into_inner().unwrap().len(), 3, "one thread per part");
+        let mut out = vec![0.0; 40];
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            in_parts(&mut out, 1, 2, 4, |rows, _| assert!(rows.start == 0, "part at row {}", rows.start));
+        }))
+        .unwrap_err();
+        assert_eq!(panic_message(panic.as_ref()), "part at row 20");
+        // Below `min_rows`, one part on this thread.
+        in_parts(&mut out, 1, 2, 41, |rows, _| assert_eq!(rows, 0..40));
+    }
+
+    #[test]
+    fn a_panicking_worker_is_lost_with_its_message_and_the_blocks_before_it_are_taken() {
+        for threads in [2, 3] {
+            let start = |_thread| {
+                |block: usize| {
+                    assert!(block != 5, "block {block} is bad");
+                    Ok::<_, String>(block)
+                }
+            };
+            let mut taken = Vec::new();
+            let got = blocks_in_order(
+                40,
+                threads,
+                start,
+                |block| {
+                    taken.push(block);
+                    Ok(())
+                },
+                |panic| format!("lost: {panic}"),
+            );
+            assert_eq!(got, Err("lost: block 5 is bad".to_owned()), "{threads} threads");
+            assert_eq!(taken, (0..5).collect::<Vec<_>>());
+        }
+        let failing =
+            |_thread| |block: usize| if block == 2 { Err(format!("bad {block}")) } else { Ok(block) };
+        let got = blocks_in_order(9, 2, failing, |_| Ok(()), str::to_owned);
+        assert_eq!(got, Err("bad 2".to_owned()), "an error is handed on in its block's place");
+    }
+
+    #[test]
+    fn a_take_error_is_not_hidden_by_a_later_blocks_panic() {
+        // Thread 1 sends block 1 (its channel has room) and then works block 3, which panics,
+        // whatever `take` does: `take` fails at block 1, and that is the first failure.
+        let start = |_thread| {
+            |block: usize| {
+                assert!(block != 3, "block {block} panics");
+                Ok::<_, String>(block)
+            }
+        };
+        let take = |block: usize| if block == 1 { Err(format!("take failed at {block}")) } else { Ok(()) };
+        let got = blocks_in_order(8, 2, start, take, |panic| format!("lost: {panic}"));
+        assert_eq!(got, Err("take failed at 1".to_owned()));
+        // A worker's error before a later block's panic likewise.
+        let start = |_thread| {
+            |block: usize| {
+                assert!(block != 3, "block {block} panics");
+                if block == 2 { Err(format!("bad {block}")) } else { Ok(block) }
+            }
+        };
+        let got = blocks_in_order(8, 2, start, |_| Ok(()), |panic| format!("lost: {panic}"));
+        assert_eq!(got, Err("bad 2".to_owned()));
+    }
+
+    #[test]
+    fn a_worker_that_panics_after_every_block_was_taken_is_lost() {
+        let start = |thread: usize| {
+            assert!(thread != 2, "thread {thread} cannot start");
+            |block: usize| Ok::<_, String>(block)
+        };
+        let got = blocks_in_order(2, 3, start, |_| Ok(()), |panic| format!("lost: {panic}"));
+        assert_eq!(got, Err("lost: thread 2 cannot start".to_owned()));
+    }
+
+    #[test]
+    fn sync_together_joins_every_thread_before_it_gives_the_first_error() {
+        let items: Vec<usize> = (0..2 * SYNCS_AT_ONCE).collect();
+        let final_item = items.len() - 1;
+        let sync = |&item: &usize| match item {
+            0 => Err(format!("item {item} failed")),
+            _ if item == final_item => panic!("item {item} panicked"),
+            _ => Ok(()),
+        };
+        let lost = |panic: &str| format!("lost: {panic}");
+        let got = std::panic::catch_unwind(|| sync_together(&items, sync, lost));
+        assert_eq!(got.ok(), Some(Err("item 0 failed".to_owned())), "no panic of the scope");
+        let got = sync_together(&items[1..], sync, lost);
+        assert_eq!(got, Err(format!("lost: item {final_item} panicked")));
+    }
+
+    #[test]
+    fn syncing_together_syncs_every_item_and_fails_with_the_first_error() {
+        let synced = std::sync::atomic::AtomicUsize::new(0);
+        let items: Vec<usize> = (0..40).collect();
+        let sync = |&i: &usize| {
+            synced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if i % 10 == 7 { Err(i) } else { Ok(()) }
+        };
+        assert_eq!(sync_together(&items, sync, |_| usize::MAX), Err(7));
+        let fine = sync_together(&items, |_| Ok::<(), usize>(()), |_| usize::MAX);
+        assert_eq!(fine, Ok(()));
+        assert!(synced.into_inner() >= 4, "each thread stops at its own first error");
+        let lost = sync_together(&[0], |_| -> Result<(), usize> { panic!("a sync thread panics") }, |_| 99);
+        assert_eq!(lost, Err(99));
+    }
+}
