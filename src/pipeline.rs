@@ -345,12 +345,14 @@ pub(crate) fn chunk_and_index(
 ) -> Result<Chunked> {
     let collect = kept.is_some() || earlier.is_some();
     chunk(config, out, staging, kept, collect, progress, timings)?
-        .index(config, out, earlier, progress, timings)
+        .index(config, out, staging, earlier, progress, timings)
 }
 
 /// Stages 1–2 of [`chunk_and_index`]: the corpus read and chunked, the index not yet touched.
 /// With `collect` (a refresh, which maps the chunks against the old ones), every chunk is kept
-/// in memory, and the index is fed from there rather than from `corpus.jsonl`.
+/// in memory, and the index is fed from there rather than from `corpus.jsonl`; then nothing is
+/// written (`staging` stays unmade) until [`ChunkedCorpus::index`], so a refresh that finds the
+/// corpus unchanged writes nothing.
 pub(crate) fn chunk(
     config: &BuildConfig,
     out: &Path,
@@ -364,10 +366,14 @@ pub(crate) fn chunk(
     let size =
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
-    let corpus_file = staging.path(layout::CORPUS);
-    let chunking = Chunking::new(config, staging, kept.unwrap_or_default(), collect)?;
+    let corpus_file = (!collect).then(|| staging.path(layout::CORPUS));
+    let chunking = Chunking::new(config, out, staging, kept.unwrap_or_default(), collect)?;
     let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
-        read_and_chunk(config, out, &corpus_file, chunking, &stage)?;
+        read_and_chunk(config, out, corpus_file.as_deref(), chunking, &stage)?;
+    let texts = match (kept_chunks, corpus_file) {
+        (Some(chunks), _) => ChunkTexts::Memory(chunks),
+        (None, file) => ChunkTexts::Staged(file.unwrap_or_else(|| staging.path(layout::CORPUS))),
+    };
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
     }
@@ -389,7 +395,16 @@ pub(crate) fn chunk(
         "chunk",
         stage.finish(&format!("{} documents → {} chunks{reused}", corpus.documents, chunks.len())),
     );
-    Ok(ChunkedCorpus { chunks, groups, corpus, skipped: read.skipped, chunking, kept_chunks, corpus_file })
+    Ok(ChunkedCorpus { chunks, groups, corpus, skipped: read.skipped, chunking, texts })
+}
+
+/// Where the chunks of a [`ChunkedCorpus`] are.
+enum ChunkTexts {
+    /// In memory, as chunked (a refresh's): `corpus.jsonl` is staged from them once the run
+    /// goes on to index them.
+    Memory(Vec<Chunk>),
+    /// Only in the staged `corpus.jsonl`, at this path.
+    Staged(std::path::PathBuf),
 }
 
 /// What [`chunk`] made: the chunks, not yet indexed.
@@ -399,8 +414,7 @@ pub(crate) struct ChunkedCorpus {
     corpus: CorpusSummary,
     skipped: Vec<Skipped>,
     chunking: chunk::Written,
-    kept_chunks: Option<Vec<Chunk>>,
-    corpus_file: std::path::PathBuf,
+    texts: ChunkTexts,
 }
 
 impl ChunkedCorpus {
@@ -415,17 +429,22 @@ impl ChunkedCorpus {
         self,
         config: &BuildConfig,
         out: &Path,
+        staging: &output::Staging,
         earlier: Option<Earlier<'_>>,
         progress: Progress,
         timings: &mut Timings,
     ) -> Result<Chunked> {
-        let Self { chunks, groups, corpus, skipped, chunking, kept_chunks, corpus_file } = self;
+        let Self { chunks, groups, corpus, skipped, chunking, texts } = self;
         let stage = progress.stage("index", chunks.len() as u64);
+        let texts = match texts {
+            ChunkTexts::Memory(chunks) => ChunkTexts::Memory(stage_corpus(staging, chunks)?),
+            staged @ ChunkTexts::Staged(_) => staged,
+        };
         let analyzer = Analyzer::new(config.segmenter);
         let dir = out.join(layout::INDEX_DIR);
-        let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &kept_chunks {
-            Some(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
-            None => reread_chunks(&corpus_file, add),
+        let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &texts {
+            ChunkTexts::Memory(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
+            ChunkTexts::Staged(file) => reread_chunks(file, add),
         };
         let (index, provenance, unchanged) = if let Some(earlier) = earlier {
             ChunkIndex::update_or_build(
@@ -452,7 +471,11 @@ impl ChunkedCorpus {
         };
         chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
         timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-        Ok(Chunked { index, groups, corpus, skipped, unchanged, chunks: kept_chunks })
+        let chunks = match texts {
+            ChunkTexts::Memory(chunks) => Some(chunks),
+            ChunkTexts::Staged(_) => None,
+        };
+        Ok(Chunked { index, groups, corpus, skipped, unchanged, chunks })
     }
 }
 
@@ -548,11 +571,12 @@ fn generator_line(generator: &dyn Generator, language: Language) -> String {
 }
 
 /// Reads the corpus, chunks each document as it arrives and streams the chunks to
-/// `corpus.jsonl`; only their metadata stays in memory.
+/// `corpus_file` (`corpus.jsonl`; none when [`Chunking`] keeps them); only their metadata stays
+/// in memory.
 fn read_and_chunk(
     config: &BuildConfig,
     out: &Path,
-    corpus_file: &Path,
+    corpus_file: Option<&Path>,
     mut chunking: Chunking,
     stage: &crate::progress::Stage,
 ) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
@@ -592,7 +616,7 @@ fn read_and_chunk(
     })?;
     keep(batch.take(), &mut chunking)?;
     let ChunkSink { file, mut groups, metas, hash } = sink;
-    file.commit()?;
+    file.map(output::AtomicFile::commit).transpose()?;
     groups.seal();
     let summary = tally.summary(&report, &metas, &groups, &hash);
     let written = chunking.finish(&summary.chunks_hash)?;
@@ -689,16 +713,24 @@ struct Made {
 type KeptRun = (chunk::Written, usize, Option<Vec<Chunk>>);
 
 impl Chunking {
+    /// With `collect`, the chunks and the record are kept in memory (nothing staged yet), else
+    /// the record is written into `staging` as the items are chunked.
     fn new(
         config: &BuildConfig,
+        out: &Path,
         staging: &output::Staging,
         kept: KeptChunking,
         collect: bool,
     ) -> Result<Self> {
-        let path = staging.path(chunk::KEPT_FILE);
         let stamp = chunk::settings_stamp(config.chunking, config.prechunked);
-        let writer = KeptWriter::create(&staging.path(""), &stamp)
-            .map_err(|source| Error::Output { path: path.clone(), source })?;
+        let (writer, path) = if collect {
+            (KeptWriter::in_memory(&stamp), out.join(layout::INDEX_DIR).join(chunk::KEPT_FILE))
+        } else {
+            let path = staging.path(chunk::KEPT_FILE);
+            let writer = KeptWriter::create(&staging.path(""), &stamp)
+                .map_err(|source| Error::Output { path: path.clone(), source })?;
+            (writer, path)
+        };
         let chunks = collect.then(Vec::new);
         Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, chunks })
     }
@@ -780,13 +812,10 @@ impl Chunking {
         self.writer.item(id, digest, item).map_err(|source| Error::Output { path: self.path.clone(), source })
     }
 
-    /// Keeps `chunk` when the chunks are asked for, as `corpus.jsonl` reads it back (a blank
-    /// title is read as the document id).
-    fn collect(&mut self, mut chunk: Chunk) {
+    /// Keeps `chunk` when the chunks are asked for, as chunked (its `corpus.jsonl` line is
+    /// written from it: [`stage_corpus`]).
+    fn collect(&mut self, chunk: Chunk) {
         if let Some(chunks) = &mut self.chunks {
-            if chunk.title.trim().is_empty() {
-                chunk.title = chunk.doc_id.to_string();
-            }
             chunks.push(chunk);
         }
     }
@@ -810,16 +839,17 @@ fn hash_item(hasher: &mut ContentHasher, item: &Item) {
 /// Where the chunks go as they are made: `corpus.jsonl`, the duplicate groups, and the metadata
 /// that stays in memory; their hash is taken on the way.
 struct ChunkSink {
-    file: output::AtomicFile,
+    /// `corpus.jsonl` (none when the chunks are kept in memory: written from there later).
+    file: Option<output::AtomicFile>,
     groups: ChunkGroups,
     metas: ChunkList,
     hash: ContentHasher,
 }
 
 impl ChunkSink {
-    fn create(corpus_file: &Path, dup_threshold: f64) -> Result<Self> {
+    fn create(corpus_file: Option<&Path>, dup_threshold: f64) -> Result<Self> {
         Ok(Self {
-            file: output::AtomicFile::create(corpus_file)?,
+            file: corpus_file.map(output::AtomicFile::create).transpose()?,
             groups: ChunkGroups::new(dup_threshold),
             metas: ChunkList::default(),
             hash: ContentHasher::default(),
@@ -829,7 +859,9 @@ impl ChunkSink {
     /// Keeps `chunk`, whose near-duplicate signature is `signature`.
     fn keep(&mut self, chunk: &Chunk, signature: Option<&Signature>) -> Result<()> {
         self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-        self.file.write_json_line(&output::corpus_line(chunk))?;
+        if let Some(file) = &mut self.file {
+            file.write_json_line(&output::corpus_line(chunk))?;
+        }
         self.groups.add_signature(signature);
         self.metas.push(chunk);
         Ok(())
@@ -896,6 +928,18 @@ impl Languages {
         let en = self.characters.get(&Language::En).copied().unwrap_or(0);
         if zh > en { Language::Zh } else { Language::En }
     }
+}
+
+/// Writes the staged `corpus.jsonl` from `chunks` (in memory as chunked), and returns them as
+/// it reads back: a blank title is read as the document id.
+fn stage_corpus(staging: &output::Staging, mut chunks: Vec<Chunk>) -> Result<Vec<Chunk>> {
+    output::write_jsonl(&staging.path(layout::CORPUS), chunks.iter().map(output::corpus_line))?;
+    for chunk in &mut chunks {
+        if chunk.title.trim().is_empty() {
+            chunk.title = chunk.doc_id.to_string();
+        }
+    }
+    Ok(chunks)
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).

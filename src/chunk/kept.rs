@@ -114,11 +114,17 @@ impl KeptChunking {
 }
 
 /// Writes the chunking of a run as its items are chunked, into a temporary file (in the
-/// staging folder: gone with it when the run fails), put in the index folder once the index is
-/// there ([`Written::place`]).
+/// staging folder: gone with it when the run fails) or into memory, put in the index folder
+/// once the index is there ([`Written::place`]).
 pub struct KeptWriter {
-    out: std::io::BufWriter<tempfile::NamedTempFile>,
+    out: Sink,
     hasher: blake3::Hasher,
+}
+
+/// Where a [`KeptWriter`] writes.
+enum Sink {
+    File(std::io::BufWriter<tempfile::NamedTempFile>),
+    Memory(Vec<u8>),
 }
 
 impl KeptWriter {
@@ -128,7 +134,20 @@ impl KeptWriter {
     /// When the file cannot be made or written.
     pub fn create(folder: &Path, stamp: &str) -> std::io::Result<Self> {
         let file = tempfile::Builder::new().prefix(".qrelgen-chunking").tempfile_in(folder)?;
-        let mut writer = Self { out: std::io::BufWriter::new(file), hasher: blake3::Hasher::new() };
+        Self::start(Sink::File(std::io::BufWriter::new(file)), stamp)
+    }
+
+    /// Starts the record in memory, for a run that writes no file before it knows it has a
+    /// change to publish (a refresh; it holds every chunk in memory anyway, and the record is
+    /// a small part of their size).
+    #[must_use]
+    pub fn in_memory(stamp: &str) -> Self {
+        let started = Self::start(Sink::Memory(Vec::new()), stamp);
+        started.unwrap_or_else(|_| unreachable!("a write into memory cannot fail"))
+    }
+
+    fn start(out: Sink, stamp: &str) -> std::io::Result<Self> {
+        let mut writer = Self { out, hasher: blake3::Hasher::new() };
         writer.bytes(MAGIC)?;
         writer.text(stamp)?;
         Ok(writer)
@@ -170,14 +189,28 @@ impl KeptWriter {
         self.bytes(&[END])?;
         self.text(fingerprint)?;
         let checksum = *self.hasher.finalize().as_bytes();
-        self.out.write_all(&checksum)?;
-        let file = self.out.into_inner().map_err(std::io::IntoInnerError::into_error)?;
-        Ok(Written(file))
+        self.write(&checksum)?;
+        match self.out {
+            Sink::File(out) => {
+                out.into_inner().map(Written::File).map_err(std::io::IntoInnerError::into_error)
+            }
+            Sink::Memory(bytes) => Ok(Written::Memory(bytes)),
+        }
     }
 
     fn bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.hasher.update(bytes);
-        self.out.write_all(bytes)
+        self.write(bytes)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.out {
+            Sink::File(out) => out.write_all(bytes),
+            Sink::Memory(out) => {
+                out.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
     }
 
     fn number(&mut self, n: u64) -> std::io::Result<()> {
@@ -190,16 +223,31 @@ impl KeptWriter {
     }
 }
 
-/// A finished chunking file, not yet in the index folder.
-pub struct Written(tempfile::NamedTempFile);
+/// A finished chunking file, not yet in the index folder (or its bytes, from
+/// [`KeptWriter::in_memory`]).
+pub enum Written {
+    /// The temporary file.
+    File(tempfile::NamedTempFile),
+    /// The bytes.
+    Memory(Vec<u8>),
+}
 
 impl Written {
-    /// Moves the file into the index folder `dir`, as [`KEPT_FILE`].
+    /// Moves the file into the index folder `dir`, as [`KEPT_FILE`] (the bytes are written to
+    /// a temporary file there first).
     ///
     /// # Errors
-    /// When it cannot be moved there.
+    /// When it cannot be moved or written there.
     pub fn place(self, dir: &Path) -> std::io::Result<()> {
-        self.0.persist(dir.join(KEPT_FILE)).map(drop).map_err(|e| e.error)
+        let file = match self {
+            Self::File(file) => file,
+            Self::Memory(bytes) => {
+                let mut file = tempfile::Builder::new().prefix(".qrelgen-chunking").tempfile_in(dir)?;
+                file.write_all(&bytes)?;
+                file
+            }
+        };
+        file.persist(dir.join(KEPT_FILE)).map(drop).map_err(|e| e.error)
     }
 }
 
@@ -271,14 +319,30 @@ mod tests {
 
     /// A file of two items in `dir`, for the chunk list "print".
     fn written(dir: &Path, stamp: &str) -> (Digest, KeptItem, KeptItem) {
+        written_by(dir, KeptWriter::create(dir, stamp).unwrap())
+    }
+
+    /// [`written`] by `writer`, placed in `dir`.
+    fn written_by(dir: &Path, mut writer: KeptWriter) -> (Digest, KeptItem, KeptItem) {
         let (a, b) = ("Alpha beta gamma delta. Epsilon zeta eta theta.", "-- --");
         let (one, two) = (item(a, &[0..23, 24..a.len()]), item(b, std::slice::from_ref(&(0..b.len()))));
         let digest = text_digest(a);
-        let mut writer = KeptWriter::create(dir, stamp).unwrap();
         writer.item("a.md", &digest, &one).unwrap();
         writer.item("b.md", &text_digest(b), &two).unwrap();
         writer.finish("print").unwrap().place(dir).unwrap();
         (digest, one, two)
+    }
+
+    #[test]
+    fn a_record_kept_in_memory_is_placed_as_the_same_file() {
+        let (file, memory) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let stamp = settings_stamp(CONFIG, false);
+        written(file.path(), &stamp);
+        written_by(memory.path(), KeptWriter::in_memory(&stamp));
+        let bytes = |dir: &Path| fs_err::read(dir.join(KEPT_FILE)).unwrap();
+        assert_eq!(bytes(memory.path()), bytes(file.path()));
+        let left = fs_err::read_dir(memory.path()).unwrap().count();
+        assert_eq!(left, 1, "no temporary file left");
     }
 
     #[test]

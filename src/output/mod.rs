@@ -87,71 +87,62 @@ impl AtomicFile {
     }
 }
 
-/// Where a build (or a review version) writes its files before publishing them together.
+/// Where a build (or a review version, or a refresh) writes its files before publishing them
+/// together: `OUT/.staging/`, made on the first [`Staging::path`] (a leftover of a killed run
+/// cleared then), so a run that stages nothing (a refresh that finds nothing changed) creates,
+/// clears and writes nothing in `OUT`.
 pub struct Staging {
     dir: PathBuf,
     out: PathBuf,
     published: bool,
+    /// Whether the folder was made (a leftover cleared first), and the error if that failed:
+    /// set by the first [`Staging::path`].
+    made: std::sync::OnceLock<std::result::Result<(), (std::io::ErrorKind, String)>>,
     /// The files [`Staging::sync`] synced, by path, held open: a file written there since (every
     /// write makes a new file, [`AtomicFile`]) is another file, and an open file's inode cannot
     /// be another's.
     synced: std::sync::Mutex<std::collections::HashMap<PathBuf, std::fs::File>>,
-    /// The temporary folder the staging folder lies in when it is not in `out`
-    /// ([`Staging::beside`]), removed with it.
-    _scratch: Option<tempfile::TempDir>,
 }
 
 impl Staging {
-    /// An empty staging folder in `out` (a leftover from a killed run is cleared, and a publish
-    /// it left half done is rolled back first).
+    /// The staging folder of `out`, not yet made (see [`Staging::path`]); a publish into `out`
+    /// that a killed run left half done is rolled back first.
     ///
     /// # Errors
-    /// [`Error::Output`] if the folder cannot be made; the errors of [`recover`].
+    /// The errors of [`recover`].
     pub fn create(out: &Path) -> Result<Self> {
         recover(out)?;
-        let dir = out.join(STAGING);
-        if dir.exists() {
-            fs_err::remove_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
-        }
-        fs_err::create_dir_all(&dir).map_err(|e| output_error(&dir, e))?;
         Ok(Self {
-            dir,
+            dir: out.join(STAGING),
             out: out.to_owned(),
             published: false,
+            made: std::sync::OnceLock::new(),
             synced: std::sync::Mutex::default(),
-            _scratch: None,
         })
     }
 
-    /// A staging folder for `out` outside it: in a new temporary folder (`.qrelgen-staging-*`)
-    /// beside `out`, on its file system, so that a publish still only renames. Making it, and
-    /// dropping it unpublished, leave `out` as it was (no `.staging` made or cleared there), for
-    /// a run that may find it has nothing to publish. `None` where there is no such place (no
-    /// parent folder one may write in, or one on another file system): use
-    /// [`Staging::create`]. A publish into `out` left half done is rolled back first.
-    ///
-    /// # Errors
-    /// [`Error::Output`] if the folder cannot be made; the errors of [`recover`].
-    pub fn beside(out: &Path) -> Result<Option<Self>> {
-        recover(out)?;
-        let Some(parent) = out.canonicalize().ok().and_then(|o| o.parent().map(Path::to_owned)) else {
-            return Ok(None);
-        };
-        if !same_device(out, &parent) {
-            return Ok(None);
+    /// Makes the folder, once: a leftover from a killed run is cleared first (an error is kept
+    /// for [`Staging::ready`]).
+    fn make(&self) {
+        let kept = |result: std::io::Result<()>| result.map_err(|e| (e.kind(), e.to_string()));
+        self.made.get_or_init(|| {
+            if fs_err::symlink_metadata(&self.dir).is_ok() {
+                kept(fs_err::remove_dir_all(&self.dir))?;
+            }
+            kept(fs_err::create_dir_all(&self.dir))
+        });
+    }
+
+    /// Whether the folder was made, or the error of making it (staged files are not published
+    /// from a folder whose leftover could not be cleared).
+    fn ready(&self) -> Result<bool> {
+        match self.made.get() {
+            None => Ok(false),
+            Some(Ok(())) => Ok(true),
+            Some(Err((kind, message))) => {
+                Err(output_error(&self.dir, std::io::Error::new(*kind, message.clone())))
+            }
         }
-        let Ok(scratch) = tempfile::Builder::new().prefix(".qrelgen-staging-").tempdir_in(&parent) else {
-            return Ok(None);
-        };
-        let dir = scratch.path().join(STAGING);
-        fs_err::create_dir(&dir).map_err(|e| output_error(&dir, e))?;
-        Ok(Some(Self {
-            dir,
-            out: out.to_owned(),
-            published: false,
-            synced: std::sync::Mutex::default(),
-            _scratch: Some(scratch),
-        }))
     }
 
     /// Syncs every file staged so far to disk, many at once (see [`AtomicFile`]): a run calls
@@ -161,6 +152,9 @@ impl Staging {
     /// # Errors
     /// [`Error::Output`] naming the file that could not be synced.
     pub fn sync(&self) -> Result<()> {
+        if !self.ready()? {
+            return Ok(());
+        }
         let synced = sync_files(&self.dir, &self.unsynced(&self.staged()))?;
         self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(synced);
         Ok(())
@@ -177,8 +171,12 @@ impl Staging {
     }
 
     /// Where to write the output file `name` (e.g. `qrels/test.tsv`) for now.
+    ///
+    /// The first call makes the staging folder (clearing a leftover of a killed run); if that
+    /// fails, the writes fail or the publish (or sync) does.
     #[must_use]
     pub fn path(&self, name: &str) -> PathBuf {
+        self.make();
         self.dir.join(name)
     }
 
@@ -202,6 +200,7 @@ impl Staging {
     /// # Errors
     /// As [`Staging::publish`].
     pub fn publish_keeping(mut self, first: &[&str], keep: Option<&Keep>) -> Result<()> {
+        let made = self.ready()?;
         let mut files = self.staged();
         let rank = |relative: &Path| {
             if relative == Path::new(MANIFEST) {
@@ -219,7 +218,10 @@ impl Staging {
         }
         rollback.finish()?;
         self.published = true;
-        fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
+        if made {
+            fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))?;
+        }
+        Ok(())
     }
 
     /// Moves the staged files under each of `prefixes` (in that order) into the output folder
@@ -230,6 +232,7 @@ impl Staging {
     /// # Errors
     /// [`Error::Output`] naming the file that could not be moved.
     pub fn publish_part(&mut self, prefixes: &[&str]) -> Result<()> {
+        self.ready()?;
         let staged = self.staged();
         let files: Vec<PathBuf> = prefixes
             .iter()
@@ -499,24 +502,6 @@ fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::Fi
     Ok(opened)
 }
 
-/// Whether `a` and `b` lie on one file system (so a rename between them works); `true` where
-/// it cannot be told.
-fn same_device(a: &Path, b: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        match (std::fs::metadata(a), std::fs::metadata(b)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev(),
-            _ => false,
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (a, b);
-        true
-    }
-}
-
 /// Whether `path` is the file `held` (open, so its inode is its own).
 fn same_file(held: &std::fs::File, path: &Path) -> bool {
     #[cfg(unix)]
@@ -556,7 +541,7 @@ fn sync_lost(dir: &Path, panic: &str) -> Error {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        if !self.published {
+        if !self.published && self.made.get().is_some() {
             // Best effort: a leftover is cleared by the next run anyway.
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -654,6 +639,39 @@ mod tests {
         assert_eq!(fs_err::read_to_string(out.join("queries.jsonl")).unwrap_or_default(), "new");
         assert!(out.join("qrels/test.tsv").exists());
         assert!(!out.join(STAGING).exists());
+    }
+
+    #[test]
+    fn the_staging_folder_is_made_on_the_first_write_and_a_leftover_cleared_then() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        write_text(&out.join(STAGING).join("left.jsonl"), "a killed run's").unwrap();
+        let listing = || -> Vec<_> {
+            walkdir::WalkDir::new(out)
+                .sort_by_file_name()
+                .into_iter()
+                .flatten()
+                .map(walkdir::DirEntry::into_path)
+                .collect()
+        };
+        let before = listing();
+        {
+            let staging = Staging::create(out).unwrap();
+            staging.sync().unwrap();
+            // Dropped unused: nothing made, nothing cleared.
+        }
+        assert_eq!(listing(), before);
+        assert_eq!(text(&out.join(STAGING).join("left.jsonl")), "a killed run's");
+        let staging = Staging::create(out).unwrap();
+        write_text(&staging.path("queries.jsonl"), "new").unwrap();
+        assert!(!out.join(STAGING).join("left.jsonl").exists(), "the leftover is cleared by the first write");
+        assert_eq!(staging.staged(), [PathBuf::from("queries.jsonl")]);
+        staging.publish(&[]).unwrap();
+        assert_eq!(text(&out.join("queries.jsonl")), "new");
+        assert!(!out.join("left.jsonl").exists() && !out.join(STAGING).exists());
+        // A publish of nothing staged makes nothing.
+        Staging::create(out).unwrap().publish(&[]).unwrap();
+        assert!(!out.join(STAGING).exists() && !out.join(ROLLBACK).exists());
     }
 
     #[test]

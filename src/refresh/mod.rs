@@ -136,7 +136,8 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
-    let staging = if options.dry_run { Staging::create(work)? } else { staging_for(config, set)? };
+    // Made on the first write (`Staging::path`): an unchanged corpus stages nothing.
+    let staging = Staging::create(work)?;
     let mut timings = Timings::default();
     timings.add("read", stage.finish(&format!("version {} of the set", manifest.version())));
     // The set's version and chunks are read while the new corpus is chunked (neither touches
@@ -160,7 +161,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
     let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
     let pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. } =
-        chunked.index(config, work, earlier, *progress, &mut timings)?;
+        chunked.index(config, work, &staging, earlier, *progress, &mut timings)?;
     let new: Vec<Piece> = match chunks {
         Some(chunks) => {
             chunks.into_iter().map(|c| Piece { id: c.id, title: c.title, text: c.text }).collect()
@@ -295,20 +296,6 @@ fn read_result<T>(joined: std::thread::Result<Result<T>>, set: &Path) -> Result<
         let panicked = std::io::Error::other(format!("the thread reading the set panicked: {message}"));
         Err(Error::Input { path: set.to_owned(), source: panicked })
     })
-}
-
-/// Where a refresh into `set` stages: outside it when it can ([`Staging::beside`]), so that a
-/// refresh that finds nothing changed (it knows only once the corpus is chunked into the
-/// staging folder) leaves the set as it was; in it when there is no place beside it, or that
-/// place lies inside the corpus folder (the corpus would read it).
-fn staging_for(config: &BuildConfig, set: &Path) -> Result<Staging> {
-    let canonical = |path: &Path| path.canonicalize().ok();
-    let in_corpus = config.corpus.is_dir()
-        && canonical(set)
-            .zip(canonical(&config.corpus))
-            .is_some_and(|(set_dir, corpus)| set_dir.starts_with(corpus));
-    let beside = if in_corpus { None } else { Staging::beside(set)? };
-    beside.map_or_else(|| Staging::create(set), Ok)
 }
 
 /// What a refresh starts from besides the manifest: the set's current version and chunks, and

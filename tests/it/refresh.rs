@@ -568,35 +568,43 @@ fn listing(dir: &Path) -> BTreeMap<PathBuf, (bool, u64, std::time::SystemTime)> 
         .collect()
 }
 
-/// The entries of `dir` whose names start with `prefix`.
-fn named(dir: &Path, prefix: &str) -> Vec<String> {
-    let names = fs_err::read_dir(dir).into_iter().flatten().flatten();
-    names.map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(prefix)).collect()
+/// The names in `dir`.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs_err::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]
 fn an_unchanged_corpus_creates_deletes_and_writes_nothing_in_the_set() {
     let f = fixture(&sample_corpus(), &[]);
-    // Another command's staging folder: left alone.
-    write(&f.set.out.join(".staging/corpus.jsonl"), "another command's\n");
+    // A killed run's staging folder: left alone by a refresh that stages nothing.
+    write(&f.set.out.join(".staging/corpus.jsonl"), "a killed run's\n");
     // Every mtime read below must differ from a rewrite's.
     std::thread::sleep(std::time::Duration::from_millis(20));
     let before = listing(&f.set.out);
+    let parent = f.set.out.parent().unwrap_or_else(|| panic!("no parent"));
+    let beside = names(parent);
     let run = f.refresh(&[]);
     run.assert_code(0);
     assert!(run.stdout.starts_with("nothing changed"), "{}", run.stdout);
     assert_eq!(listing(&f.set.out), before);
-    let parent = f.set.out.parent().unwrap_or_else(|| panic!("no parent"));
-    assert_eq!(named(parent, ".qrelgen-staging-"), Vec::<String>::new(), "no scratch left beside the set");
-    // A refresh that changes something publishes as before and leaves no scratch either.
+    assert_eq!(names(parent), beside, "nothing made beside the set");
+    // A refresh that changes something stages in the set, clearing the leftover first, and
+    // publishes as before.
     f.edit("admin/audit-log.md", "events are kept for 90 days", "events are kept for 120 days");
     let changed = f.refresh(&[]);
     changed.assert_code(0);
-    assert_eq!(named(parent, ".qrelgen-staging-"), Vec::<String>::new());
+    assert_eq!(names(parent), beside);
     assert_eq!(parse(&changed.file("manifest.json"))["review"]["version"], 2);
     assert!(changed.file("corpus.jsonl").contains("events are kept for 120 days"));
-    let other = fs_err::read_to_string(f.set.out.join(".staging/corpus.jsonl")).unwrap_or_default();
-    assert_eq!(other, "another command's\n");
+    assert!(!changed.file("corpus.jsonl").contains("a killed run's"));
+    assert!(!f.set.out.join(".staging").exists(), "the leftover is cleared");
 }
 
 #[test]
