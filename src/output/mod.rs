@@ -98,10 +98,10 @@ pub struct Staging {
     /// Whether the folder was made (a leftover cleared first), and the error if that failed:
     /// set by the first [`Staging::path`].
     made: std::sync::OnceLock<std::result::Result<(), (std::io::ErrorKind, String)>>,
-    /// The files [`Staging::sync`] synced, by path, held open: a file written there since (every
-    /// write makes a new file, [`AtomicFile`]) is another file, and an open file's inode cannot
-    /// be another's.
-    synced: std::sync::Mutex<std::collections::HashMap<PathBuf, std::fs::File>>,
+    /// The files [`Staging::sync`] synced, by path, each with what identifies it as it was
+    /// then ([`FileKey`]); [`Staging::path`] forgets a file's entry, so that the file a writer
+    /// writes there since is synced again.
+    synced: std::sync::Mutex<std::collections::HashMap<PathBuf, FileKey>>,
 }
 
 impl Staging {
@@ -165,7 +165,7 @@ impl Staging {
     fn unsynced(&self, files: &[PathBuf]) -> Vec<PathBuf> {
         let synced = self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let unsynced = |relative: &&PathBuf| {
-            synced.get(*relative).is_none_or(|held| !same_file(held, &self.dir.join(relative)))
+            synced.get(*relative).is_none_or(|key| FileKey::of(&self.dir.join(relative)) != Some(*key))
         };
         files.iter().filter(unsynced).cloned().collect()
     }
@@ -173,10 +173,12 @@ impl Staging {
     /// Where to write the output file `name` (e.g. `qrels/test.tsv`) for now.
     ///
     /// The first call makes the staging folder (clearing a leftover of a killed run); if that
-    /// fails, the writes fail or the publish (or sync) does.
+    /// fails, the writes fail or the publish (or sync) does. The file at `name` counts as not synced
+    /// from now on (it is written anew).
     #[must_use]
     pub fn path(&self, name: &str) -> PathBuf {
         self.make();
+        self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(Path::new(name));
         self.dir.join(name)
     }
 
@@ -487,35 +489,56 @@ fn chain(error: &Error) -> String {
 }
 
 /// Syncs the files `files` (relative to `dir`) to disk, many at once (see
-/// [`crate::threads::sync_together`]); returns them, open.
-fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, std::fs::File)>> {
-    let open = |relative: &PathBuf| {
+/// [`crate::threads::sync_together`]); returns them with their keys after the sync (none for a
+/// file whose key cannot be told).
+fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, FileKey)>> {
+    let sync = |relative: &PathBuf| {
         let path = dir.join(relative);
         let file = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| output_error(&path, e))?;
-        Ok((relative.clone(), file))
+        file.sync_all().map_err(|e| output_error(&path, e))
     };
-    let opened = files.iter().map(open).collect::<Result<Vec<_>>>()?;
-    let sync = |(relative, file): &(PathBuf, std::fs::File)| {
-        file.sync_all().map_err(|e| output_error(&dir.join(relative), e))
-    };
-    crate::threads::sync_together(&opened, sync, |panic| sync_lost(dir, panic))?;
-    Ok(opened)
+    crate::threads::sync_together(files, sync, |panic| sync_lost(dir, panic))?;
+    let keyed = |relative: &PathBuf| Some((relative.clone(), FileKey::of(&dir.join(relative))?));
+    Ok(files.iter().filter_map(keyed).collect())
 }
 
-/// Whether `path` is the file `held` (open, so its inode is its own).
-fn same_file(held: &std::fs::File, path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        match (held.metadata(), std::fs::symlink_metadata(path)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
+/// What tells a synced staged file from the file written at its path since: its device and
+/// inode, size, and modification and change times (nanoseconds). An inode number alone is not
+/// enough: a file system reuses the number of a deleted file (ext4 does at once), and every
+/// write of a staged file replaces it ([`AtomicFile`]). The sizes and times tell most rewrites
+/// apart; what they may not (a rewrite of the same size within one tick of the file system's
+/// clock, onto a reused inode) does not happen to a file written through [`Staging::path`],
+/// which forgets the file's entry.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    changed: (i64, i64),
+}
+
+impl FileKey {
+    /// The key of the file at `path` (`None` where there is none, or it cannot be told: the
+    /// file is synced again).
+    fn of(path: &Path) -> Option<Self> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            Some(Self {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                modified: meta.modified().ok(),
+                changed: (meta.ctime(), meta.ctime_nsec()),
+            })
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (held, path);
-        false
+        #[cfg(not(unix))]
+        {
+            let _ = meta;
+            None
+        }
     }
 }
 
@@ -872,6 +895,24 @@ mod tests {
         assert_eq!(unsynced, [PathBuf::from("b.jsonl"), PathBuf::from("qrels/test.tsv")]);
         staging.sync().unwrap();
         assert!(staging.unsynced(&staging.staged()).is_empty());
+    }
+
+    #[test]
+    fn a_file_rewritten_in_place_after_the_sync_is_synced_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = old_and_staged(dir.path(), &[], &["a.jsonl", "b.jsonl"]);
+        let (a, b) = (staging.path("a.jsonl"), staging.path("b.jsonl"));
+        staging.sync().unwrap();
+        assert!(staging.unsynced(&staging.staged()).is_empty());
+        // Through paths taken before the sync: the same inodes, other contents.
+        fs_err::write(&a, "newer").unwrap();
+        std::fs::OpenOptions::new().append(true).open(&b).and_then(|mut f| f.write_all(b"+")).unwrap();
+        assert_eq!(staging.unsynced(&staging.staged()), [PathBuf::from("a.jsonl"), PathBuf::from("b.jsonl")]);
+        staging.sync().unwrap();
+        assert!(staging.unsynced(&staging.staged()).is_empty());
+        // A path handed out again counts as written, whatever its file looks like.
+        let _ = staging.path("b.jsonl");
+        assert_eq!(staging.unsynced(&staging.staged()), [PathBuf::from("b.jsonl")]);
     }
 
     #[test]
