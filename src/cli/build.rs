@@ -17,8 +17,9 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 #[expect(clippy::struct_excessive_bools, reason = "each bool is an independent command-line switch")]
 pub struct BuildArgs {
-    /// Corpus: a folder of .txt/.md/.html files (recursive), or a JSONL file of
-    /// {"id","title","text"} lines (BEIR corpus.jsonl with "_id" works too).
+    /// Corpus: a folder of .txt/.md/.html files (recursive; hidden files and folders, whose
+    /// names start with ".", are not read), or a JSONL file of {"id","title","text"} lines
+    /// (BEIR corpus.jsonl with "_id" works too).
     #[arg(long, value_name = "PATH", required_unless_present = "print_prompts")]
     corpus: Option<PathBuf>,
 

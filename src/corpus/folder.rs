@@ -1,4 +1,5 @@
-//! Reads a folder of `.txt`, `.md` and `.html` files, recursively, in file-name order.
+//! Reads a folder of `.txt`, `.md` and `.html` files, recursively, in file-name order; hidden
+//! files and folders (names starting with `.`) are not read.
 
 use super::{Skipped, decode_text, html, markdown_title};
 use crate::error::Result;
@@ -56,7 +57,9 @@ pub type Ignored = BTreeMap<String, usize>;
 ///
 /// Returns the skipped inputs and the files ignored for their extension. Symbolic
 /// links are followed; a link loop is skipped with a warning. The folder `exclude` (the output
-/// folder, when it lies inside the corpus) is not read. Two files whose ids clash once
+/// folder, when it lies inside the corpus) is not read, nor are hidden files and folders (a
+/// name starting with `.`, below `root`: `.git/`, an editor's `.notes.md.swp`, a staging
+/// folder), which are not counted as ignored either. Two files whose ids clash once
 /// whitespace and `#` are replaced (`a b.md`, `a#b.md`) get distinct ids (`a_b.md`, `a_b.md~2`).
 ///
 /// # Errors
@@ -77,7 +80,7 @@ pub fn read_folder(
         .follow_links(true)
         .sort_by_file_name()
         .into_iter()
-        .filter_entry(|e| !is_excluded(e));
+        .filter_entry(|e| !is_hidden(e) && !is_excluded(e));
     for entry in walker {
         let entry = match entry {
             Ok(entry) => entry,
@@ -109,6 +112,11 @@ pub fn read_folder(
         }
     }
     Ok((skipped, ignored))
+}
+
+/// Whether `entry` lies below the root and its name starts with `.`.
+fn is_hidden(entry: &walkdir::DirEntry) -> bool {
+    entry.depth() > 0 && entry.file_name().as_encoded_bytes().starts_with(b".")
 }
 
 fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Document, String> {
@@ -195,6 +203,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ids, ["a_b.md", "a_b.md~2"]);
+    }
+
+    #[test]
+    fn hidden_files_and_folders_are_not_read_nor_counted_but_a_hidden_root_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(".corpus");
+        let names =
+            ["a.md", ".hidden.md", ".git/HEAD", ".staging/corpus.md", "sub/.cache/b.txt", "sub/c.txt"];
+        for name in names {
+            let path = root.join(name);
+            fs_err::create_dir_all(path.parent().unwrap_or(&root)).unwrap();
+            fs_err::write(path, "Some words here.").unwrap();
+        }
+        let (docs, skipped, ignored) = read_all(&root);
+        let ids: Vec<_> = docs.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["a.md", "sub/c.txt"]);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        assert!(ignored.is_empty(), "{ignored:?}");
     }
 
     #[cfg(unix)]
