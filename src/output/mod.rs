@@ -291,6 +291,9 @@ impl Rollback {
     /// Writes the list of files kept by moving them (each marked `copy` when a file is already
     /// where it goes), and the journal (both synced) before anything moves.
     fn begin(out: &Path, files: &[PathBuf], keep: Option<&Keep>) -> Result<Self> {
+        for relative in files.iter().map(PathBuf::as_path).chain(keep.map(|keep| keep.dir)) {
+            listable(out, relative)?;
+        }
         let dir = out.join(ROLLBACK);
         let made = !dir.exists();
         let exists = |relative: &&PathBuf| fs_err::symlink_metadata(out.join(relative)).is_ok();
@@ -381,6 +384,20 @@ impl Rollback {
         fs_err::remove_file(&journal).map_err(|e| output_error(&journal, e))?;
         fs_err::remove_dir_all(&self.dir).map_err(|e| output_error(&self.dir, e))
     }
+}
+
+/// Refuses a name the rollback's lists (one name a line, a tab before a mark) cannot hold: one
+/// with a tab or a line break, or not UTF-8, would be read back as another name.
+fn listable(out: &Path, relative: &Path) -> Result<()> {
+    let listed = relative.to_str().is_some_and(|name| !name.contains(['\t', '\n', '\r']));
+    if listed {
+        return Ok(());
+    }
+    let unlistable = std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "a file name with a tab, a line break or bytes that are not UTF-8 cannot be published (rename the file)",
+    );
+    Err(output_error(&out.join(relative), unlistable))
 }
 
 /// Rolls back a publish into `out` that a killed process left half done (its journal is still
@@ -895,6 +912,32 @@ mod tests {
         assert_eq!(unsynced, [PathBuf::from("b.jsonl"), PathBuf::from("qrels/test.tsv")]);
         staging.sync().unwrap();
         assert!(staging.unsynced(&staging.staged()).is_empty());
+    }
+
+    #[test]
+    fn a_publish_refuses_names_its_rollback_lists_cannot_hold_and_leaves_the_folder_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let mut names = vec![std::ffi::OsString::from("a\tcopy.txt"), "b\nc.txt".into(), "d\r".into()];
+        #[cfg(unix)]
+        names.push(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"e\xff.txt").to_owned());
+        for name in names {
+            let staging = old_and_staged(out, &["a.jsonl"], &["a.jsonl"]);
+            fs_err::write(staging.path("").join(&name), "new").unwrap();
+            let failed = staging.publish(&[]).map_err(|e| chain(&e));
+            let Err(message) = failed else { panic!("{name:?} was published") };
+            assert!(
+                message.contains("a file name with a tab, a line break or bytes that are not UTF-8"),
+                "{message}"
+            );
+            assert!(message.contains(&*name.to_string_lossy()), "{message}");
+            assert_eq!(text(&out.join("a.jsonl")), "old", "{name:?}");
+            assert!(!out.join(&name).exists() && !out.join(ROLLBACK).exists() && !out.join(STAGING).exists());
+        }
+        let keep = Keep { dir: Path::new("versions/v\t1"), names: &["a.jsonl"] };
+        let staging = old_and_staged(out, &["a.jsonl"], &["a.jsonl"]);
+        assert!(staging.publish_keeping(&[], Some(&keep)).is_err());
+        assert_eq!(text(&out.join("a.jsonl")), "old");
     }
 
     #[test]
