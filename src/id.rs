@@ -310,7 +310,7 @@ mod tests {
         assert_eq!(state.hash_one(&shared), state.hash_one("b.md:22".to_owned()), "hashed as a String is");
         assert_eq!((first.cmp(&owned), owned.cmp(&first)), (Ordering::Less, Ordering::Greater));
         assert_eq!(shared.cmp(&owned), Ordering::Equal);
-        let mut mixed = vec![owned.clone(), ChunkId::parse("a.md:0").unwrap(), first.clone(), shared.clone()];
+        let mut mixed = [owned.clone(), ChunkId::parse("a.md:0").unwrap(), first.clone(), shared.clone()];
         mixed.sort();
         let sorted: Vec<&str> = mixed.iter().map(ChunkId::as_str).collect();
         assert_eq!(sorted, ["a.md:0", "a.md:1", "b.md:22", "b.md:22"]);
