@@ -3,12 +3,45 @@
 //! Invariant: every id is non-empty and contains no whitespace and no `#`, so it can be written
 //! to TREC and BEIR files unchanged.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::sync::Arc;
 
 /// Number of hex digits of a content hash kept in an id (48 bits).
 const HASH_HEX_LEN: usize = 12;
 
+/// What every id type has, given its `as_str` and its `owned` constructor: checked parsing and
+/// display.
+macro_rules! id_common {
+    ($name:ident) => {
+        impl $name {
+            /// Accepts an id as written in an input file, or says why it cannot be used.
+            ///
+            /// # Errors
+            /// [`InvalidId`] when the id is empty or contains whitespace or `#`.
+            pub fn parse(raw: &str) -> Result<Self, InvalidId> {
+                if raw.is_empty() {
+                    Err(InvalidId::Empty)
+                } else if raw.chars().any(is_forbidden) {
+                    Err(InvalidId::BadCharacter(raw.to_owned()))
+                } else {
+                    Ok(Self::owned(raw.to_owned()))
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// An id type holding its own `String`.
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
@@ -23,26 +56,12 @@ macro_rules! id_type {
                 &self.0
             }
 
-            /// Accepts an id as written in an input file, or says why it cannot be used.
-            ///
-            /// # Errors
-            /// [`InvalidId`] when the id is empty or contains whitespace or `#`.
-            pub fn parse(raw: &str) -> Result<Self, InvalidId> {
-                if raw.is_empty() {
-                    Err(InvalidId::Empty)
-                } else if raw.chars().any(is_forbidden) {
-                    Err(InvalidId::BadCharacter(raw.to_owned()))
-                } else {
-                    Ok(Self(raw.to_owned()))
-                }
+            fn owned(text: String) -> Self {
+                Self(text)
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
+        id_common!($name);
     };
 }
 
@@ -51,13 +70,116 @@ id_type!(
     DocId
 );
 id_type!(
-    /// A chunk: `<doc id>:<hash of doc id and chunk text>`, or the id given in pre-chunked input.
-    ChunkId
-);
-id_type!(
     /// A generated query: `<type>-<hash of type, sources and text>`.
     QueryId
 );
+
+/// A chunk: `<doc id>:<hash of doc id and chunk text>`, or the id given in pre-chunked input.
+///
+/// An id handed out by the chunk list shares the list's id text instead of holding a copy, so
+/// the thousands of ids that candidates, pools and topics hold cost no allocation each. Equality,
+/// hashing, ordering, display, debug output and serde all go by [`ChunkId::as_str`]: a shared id
+/// and an owned one of the same text are the same id.
+#[derive(Clone)]
+pub struct ChunkId(ChunkText);
+
+/// Where a [`ChunkId`]'s text is.
+#[derive(Clone)]
+enum ChunkText {
+    /// Its own copy.
+    Owned(Box<str>),
+    /// A range of a text shared with other ids (the chunk list's ids, one after the other).
+    Shared { text: Arc<String>, start: u32, end: u32 },
+}
+
+impl ChunkId {
+    /// The id as written in output files.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            ChunkText::Owned(text) => text,
+            ChunkText::Shared { text, start, end } => &text[*start as usize..*end as usize],
+        }
+    }
+
+    /// The id that is `text`, an id already checked, in its own copy.
+    pub(crate) fn owned(text: String) -> Self {
+        Self(ChunkText::Owned(text.into_boxed_str()))
+    }
+
+    /// The id that is `range` of `text`, an id already checked (a chunk list's copy of a
+    /// `ChunkId`), sharing `text` rather than copying it.
+    ///
+    /// # Panics
+    /// If `range` is not a range of whole characters of `text`.
+    pub(crate) fn shared(text: Arc<String>, range: Range<u32>) -> Self {
+        assert!(
+            text.get(range.start as usize..range.end as usize).is_some(),
+            "an id's range {range:?} lies outside its text of {} bytes or splits a character",
+            text.len()
+        );
+        Self(ChunkText::Shared { text, start: range.start, end: range.end })
+    }
+
+    /// Derives the id of a chunk from its document id and text.
+    ///
+    /// `occurrence` tells apart chunks of one document whose text is identical (0 for the first).
+    #[must_use]
+    pub fn derive(doc: &DocId, text: &str, occurrence: usize) -> Self {
+        let hash = content_hash(&[doc.as_str(), text]);
+        if occurrence == 0 {
+            Self::owned(format!("{doc}:{hash}"))
+        } else {
+            Self::owned(format!("{doc}:{hash}-{occurrence}"))
+        }
+    }
+}
+
+id_common!(ChunkId);
+
+impl PartialEq for ChunkId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ChunkId {}
+
+impl Hash for ChunkId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for ChunkId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ChunkId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl fmt::Debug for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ChunkId").field(&self.as_str()).finish()
+    }
+}
+
+impl Serialize for ChunkId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ChunkId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::owned)
+    }
+}
 
 /// Why a user-supplied id cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,26 +202,6 @@ impl DocId {
     pub fn sanitized(raw: &str) -> Self {
         let clean: String = raw.trim().chars().map(|c| if is_forbidden(c) { '_' } else { c }).collect();
         if clean.is_empty() { Self("_".to_owned()) } else { Self(clean) }
-    }
-}
-
-impl ChunkId {
-    /// An id taken from one that was already checked (a chunk list's copy of a `ChunkId`).
-    pub(crate) fn from_checked(id: &str) -> Self {
-        Self(id.to_owned())
-    }
-
-    /// Derives the id of a chunk from its document id and text.
-    ///
-    /// `occurrence` tells apart chunks of one document whose text is identical (0 for the first).
-    #[must_use]
-    pub fn derive(doc: &DocId, text: &str, occurrence: usize) -> Self {
-        let hash = content_hash(&[doc.as_str(), text]);
-        if occurrence == 0 {
-            Self(format!("{doc}:{hash}"))
-        } else {
-            Self(format!("{doc}:{hash}-{occurrence}"))
-        }
     }
 }
 
@@ -190,7 +292,40 @@ mod tests {
         assert_eq!(ChunkId::parse(""), Err(InvalidId::Empty));
         assert!(matches!(ChunkId::parse("a b"), Err(InvalidId::BadCharacter(_))));
         assert!(matches!(ChunkId::parse("a#b"), Err(InvalidId::BadCharacter(_))));
-        assert_eq!(ChunkId::parse("doc-1_p3").map(|id| id.0), Ok("doc-1_p3".to_owned()));
+        assert_eq!(ChunkId::parse("doc-1_p3").map(|id| id.as_str().to_owned()), Ok("doc-1_p3".to_owned()));
+    }
+
+    #[test]
+    fn a_shared_id_is_the_owned_id_of_its_text() {
+        use std::hash::BuildHasher as _;
+        let text = Arc::new("a.md:1b.md:22".to_owned());
+        let first = ChunkId::shared(Arc::clone(&text), 0..6);
+        let shared = ChunkId::shared(Arc::clone(&text), 6..13);
+        let owned = ChunkId::parse("b.md:22").unwrap();
+        assert_eq!((first.as_str(), shared.as_str()), ("a.md:1", "b.md:22"));
+        assert_eq!(shared, owned);
+        assert_ne!(first, owned);
+        let state = std::collections::hash_map::RandomState::new();
+        assert_eq!(state.hash_one(&shared), state.hash_one(&owned));
+        assert_eq!(state.hash_one(&shared), state.hash_one("b.md:22".to_owned()), "hashed as a String is");
+        assert_eq!((first.cmp(&owned), owned.cmp(&first)), (Ordering::Less, Ordering::Greater));
+        assert_eq!(shared.cmp(&owned), Ordering::Equal);
+        let mut mixed = [owned.clone(), ChunkId::parse("a.md:0").unwrap(), first.clone(), shared.clone()];
+        mixed.sort();
+        let sorted: Vec<&str> = mixed.iter().map(ChunkId::as_str).collect();
+        assert_eq!(sorted, ["a.md:0", "a.md:1", "b.md:22", "b.md:22"]);
+        assert_eq!(shared.to_string(), "b.md:22");
+        assert_eq!(format!("{shared:?}"), format!("{owned:?}"));
+        assert_eq!(format!("{shared:?}"), r#"ChunkId("b.md:22")"#);
+        assert_eq!(serde_json::to_string(&[&shared, &owned]).unwrap(), r#"["b.md:22","b.md:22"]"#);
+        let back: ChunkId = serde_json::from_str(r#""b.md:22""#).unwrap();
+        assert_eq!(back, shared);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside its text")]
+    fn a_shared_id_must_lie_in_its_text() {
+        let _ = ChunkId::shared(Arc::new("abc".to_owned()), 1..4);
     }
 
     #[test]

@@ -2,16 +2,19 @@
 //! document store. Per chunk that is its id (in one shared buffer), its document (a number into
 //! the list of documents, each document id held once) and its position in the document: about
 //! the id's length plus 16 bytes, where a `Vec` of owned ids and document ids took some 200.
+//! The ids it hands out share that buffer (see [`ChunkId`]), so the ids that candidates, pools
+//! and topics hold cost no allocation each.
 
 use crate::id::{ChunkId, DocId};
 use crate::record::Chunk;
 use foldhash::{HashMap, HashMapExt as _};
+use std::sync::Arc;
 
 /// The chunks of a corpus in order, without their texts.
 #[derive(Debug, Default)]
 pub struct ChunkList {
-    /// Every chunk id, one after the other.
-    ids: String,
+    /// Every chunk id, one after the other, shared with the ids handed out.
+    ids: Arc<String>,
     /// Where each chunk's id ends in `ids`.
     ends: Vec<usize>,
     /// Each chunk's document, as its number in `docs`.
@@ -26,8 +29,11 @@ pub struct ChunkList {
 
 impl ChunkList {
     /// Adds the next chunk (its text is not kept).
+    ///
+    /// Ids handed out before must not be held while pushing: the buffer they share would be
+    /// copied.
     pub fn push(&mut self, chunk: &Chunk) {
-        self.ids.push_str(chunk.id.as_str());
+        Arc::make_mut(&mut self.ids).push_str(chunk.id.as_str());
         self.ends.push(self.ids.len());
         let doc = if self.docs.last() == Some(&chunk.doc_id) {
             self.docs.len() - 1
@@ -45,7 +51,7 @@ impl ChunkList {
     /// Frees what only [`ChunkList::push`] needs, and the spare capacity of the growing buffers.
     pub(super) fn seal(&mut self) {
         self.numbers = HashMap::new();
-        self.ids.shrink_to_fit();
+        Arc::make_mut(&mut self.ids).shrink_to_fit();
         self.ends.shrink_to_fit();
         self.doc.shrink_to_fit();
         self.ordinal.shrink_to_fit();
@@ -74,13 +80,19 @@ impl ChunkList {
         &self.ids[start..self.ends[position]]
     }
 
-    /// The id of the chunk at `position`.
+    /// The id of the chunk at `position`, sharing the list's buffer (no allocation).
     ///
     /// # Panics
     /// If `position` is not below [`ChunkList::len`].
     #[must_use]
     pub fn id(&self, position: usize) -> ChunkId {
-        ChunkId::from_checked(self.id_str(position))
+        let start = if position == 0 { 0 } else { self.ends[position - 1] };
+        let end = self.ends[position];
+        match (u32::try_from(start), u32::try_from(end)) {
+            (Ok(start), Ok(end)) => ChunkId::shared(Arc::clone(&self.ids), start..end),
+            // Beyond 4 GiB of ids a range does not fit: the id gets its own copy.
+            _ => ChunkId::owned(self.id_str(position).to_owned()),
+        }
     }
 
     /// The document of the chunk at `position`.
@@ -154,6 +166,26 @@ mod tests {
             chunks.iter().map(|c| (c.id.clone(), c.doc_id.as_str(), c.ordinal)).collect();
         assert_eq!(got, expected);
         assert_eq!(list.docs.len(), 2, "each document once");
+    }
+
+    #[test]
+    fn ids_share_the_list_buffer() {
+        let chunks = [chunk("a.md:1", "a.md", 0, "first"), chunk("b.md:2", "b.md", 0, "second")];
+        let mut list: ChunkList = chunks.iter().collect();
+        list.seal();
+        let buffer = list.ids.as_bytes().as_ptr_range();
+        let ids: Vec<ChunkId> = (0..2).map(|p| list.id(p)).collect();
+        for (id, chunk) in ids.iter().zip(&chunks) {
+            assert_eq!(id, &chunk.id);
+            let bytes = id.as_str().as_bytes().as_ptr_range();
+            assert!(
+                buffer.start <= bytes.start && bytes.end <= buffer.end,
+                "{id} is not in the list's buffer"
+            );
+        }
+        assert_eq!(Arc::strong_count(&list.ids), 3, "the list and its two ids");
+        let clone = ids[1].clone();
+        assert_eq!(clone.as_str().as_ptr(), ids[1].as_str().as_ptr(), "a clone shares the buffer too");
     }
 
     #[test]
