@@ -88,15 +88,12 @@ impl KeptChunking {
         decode(&bytes, stamp, fingerprint)
     }
 
-    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`: taken
-    /// out (each item is read once).
-    pub fn take(&mut self, id: &str, digest: &Digest, text: &str) -> Option<KeptItem> {
+    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`.
+    #[must_use]
+    pub fn get(&self, id: &str, digest: &Digest, text: &str) -> Option<&KeptItem> {
         let (kept, item, _) = self.items.get(id)?;
         let fits = |s: &Range<usize>| s.start < s.end && text.get(s.clone()).is_some();
-        if kept != digest || !item.spans.iter().all(fits) {
-            return None;
-        }
-        self.items.remove(id).map(|(_, item, _)| item)
+        (kept == digest && item.spans.iter().all(fits)).then_some(item)
     }
 
     /// Whether the earlier run's item number `at` (0-based, in corpus order) was `id`, its
@@ -298,7 +295,7 @@ mod tests {
         let stamp = settings_stamp(CONFIG, false);
         let (digest, one, two) = written(dir.path(), &stamp);
         let text = "Alpha beta gamma delta. Epsilon zeta eta theta.";
-        let mut kept = KeptChunking::load(dir.path(), &stamp, "print").unwrap();
+        let kept = KeptChunking::load(dir.path(), &stamp, "print").unwrap();
         assert_eq!(kept.len(), 2);
         assert!(kept.holds_at(0, "a.md", &digest) && kept.holds_at(1, "b.md", &text_digest("-- --")));
         assert!(!kept.holds_at(1, "a.md", &digest), "another place");
@@ -306,11 +303,10 @@ mod tests {
         assert!(!kept.holds_at(0, "c.md", &digest), "another id");
         assert_eq!(one.signatures.iter().filter(|s| s.is_some()).count(), 2, "the test needs signatures");
         assert_eq!(two.signatures, [None], "and a text without shingles");
-        assert_eq!(kept.take("a.md", &text_digest("changed"), text), None, "another digest");
-        assert_eq!(kept.take("a.md", &digest, "Alpha"), None, "spans past the text");
-        assert_eq!(kept.take("a.md", &digest, text), Some(one));
-        assert_eq!(kept.take("a.md", &digest, text), None, "taken once");
-        assert_eq!(kept.take("b.md", &text_digest("-- --"), "-- --"), Some(two));
+        assert_eq!(kept.get("a.md", &text_digest("changed"), text), None, "another digest");
+        assert_eq!(kept.get("a.md", &digest, "Alpha"), None, "spans past the text");
+        assert_eq!(kept.get("a.md", &digest, text), Some(&one));
+        assert_eq!(kept.get("b.md", &text_digest("-- --"), "-- --"), Some(&two));
         let other = settings_stamp(ChunkConfig { size: 41, ..CONFIG }, false);
         assert!(KeptChunking::load(dir.path(), &other, "print").is_none(), "other settings");
         assert!(KeptChunking::load(dir.path(), &settings_stamp(CONFIG, true), "print").is_none());

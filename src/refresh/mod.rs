@@ -136,28 +136,18 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
-    if kept.as_ref().is_some_and(|kept| {
-        same_settings(config, &manifest) && same_documents(&config.corpus, config.prechunked, kept, work)
-    }) {
+    if known_unchanged(config, &manifest, kept.as_ref(), work) {
         stage.finish(&format!("version {} of the set", manifest.version()));
-        progress.stage("map", 0).finish("the corpus is the set's");
-        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
+        return Ok(nothing_changed(*progress));
     }
     let staging = if options.dry_run { Staging::create(work)? } else { staging_for(config, set)? };
     let mut timings = Timings::default();
     timings.add("read", stage.finish(&format!("version {} of the set", manifest.version())));
-    // The set's version and chunks are read while the new corpus is chunked (neither touches
-    // the other's files; the index folder is updated only after both).
-    let collect = old_chunks_hash(&manifest).is_some();
-    let (chunked, old) = std::thread::scope(|scope| {
-        let old = scope.spawn(|| SetState::read(config, set, &manifest));
-        let chunked = pipeline::chunk(config, work, &staging, kept, collect, *progress, &mut timings);
-        (chunked, read_result(old.join(), set))
-    });
+    let (chunked, old) =
+        chunk_and_read(config, set, work, &staging, &manifest, kept, *progress, &mut timings);
     let chunked = chunked?;
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
-        progress.stage("map", 0).finish("the corpus is the set's");
-        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
+        return Ok(nothing_changed(*progress));
     }
     let stage = progress.stage("read", 0);
     let SetState { current, pieces: old, model } = old?;
@@ -240,6 +230,47 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
     publish(set, config, staging, manifest, &corpus, &outcome, timings, *progress)?;
     Ok(outcome)
+}
+
+/// The new corpus chunked (into `staging`, with the set's `kept` chunking) and, at the same
+/// time, the set's version and chunks read (neither touches the other's files; the index folder
+/// is updated only after both).
+#[expect(clippy::too_many_arguments, reason = "the refresh's state at its start, each used once")]
+fn chunk_and_read(
+    config: &BuildConfig,
+    set: &Path,
+    work: &Path,
+    staging: &Staging,
+    manifest: &SetManifest,
+    kept: Option<KeptChunking>,
+    progress: Progress,
+    timings: &mut Timings,
+) -> (Result<pipeline::ChunkedCorpus>, Result<SetState>) {
+    let collect = old_chunks_hash(manifest).is_some();
+    std::thread::scope(|scope| {
+        let old = scope.spawn(|| SetState::read(config, set, manifest));
+        let chunked = pipeline::chunk(config, work, staging, kept, collect, progress, timings);
+        (chunked, read_result(old.join(), set))
+    })
+}
+
+/// What a refresh of a corpus that is the set's did: nothing.
+fn nothing_changed(progress: Progress) -> Outcome {
+    progress.stage("map", 0).finish("the corpus is the set's");
+    Outcome { nothing_changed: true, ..Outcome::default() }
+}
+
+/// Whether the corpus is known to be the set's before it is chunked: the set's settings, and
+/// the documents of the chunking its index folder keeps ([`same_documents`]).
+fn known_unchanged(
+    config: &BuildConfig,
+    manifest: &SetManifest,
+    kept: Option<&KeptChunking>,
+    work: &Path,
+) -> bool {
+    kept.is_some_and(|kept| {
+        same_settings(config, manifest) && same_documents(&config.corpus, config.prechunked, kept, work)
+    })
 }
 
 /// The `keep` and `publish` stages: the current version kept under `versions/vN/`, the files
