@@ -584,19 +584,20 @@ fn read_and_chunk(
     let mut tally = CorpusTally::default();
     let mut batch = ChunkBatch::default();
     let mut keep = |mut batch: Vec<Item>, chunking: &mut Chunking| -> Result<()> {
-        for (item, made) in chunking.make(&mut batch, config.threads, stage) {
+        for (item, made) in chunking.make(&mut batch, config.threads, stage)? {
+            sink.write(&made.lines)?;
             let language = match &item {
                 Item::Document(doc) => {
                     let (chunks, signatures, language) = chunking.document(doc, made)?;
                     for (chunk, signature) in chunks.into_iter().zip(&signatures) {
-                        sink.keep(&chunk, signature.as_ref())?;
+                        sink.keep(&chunk, signature.as_ref());
                         chunking.collect(chunk);
                     }
                     language
                 }
                 Item::Chunk(chunk) => {
                     let (signature, language) = chunking.unit(chunk, made)?;
-                    sink.keep(chunk, signature.as_ref())?;
+                    sink.keep(chunk, signature.as_ref());
                     stage.inc(chunk.text.len() as u64);
                     language
                 }
@@ -700,12 +701,14 @@ const CHUNK_BATCH_BYTES: usize = 1 << 20;
 /// Items in a chunk batch.
 const CHUNK_BATCH_ITEMS: usize = 4096;
 
-/// What [`Chunking::make`] made of an item: its digest and chunking, and whether that is the
-/// earlier run's.
+/// What [`Chunking::make`] made of an item: its digest and chunking, whether that is the
+/// earlier run's, a document's chunks, and the item's `corpus.jsonl` lines.
 struct Made {
     digest: chunk::Digest,
     item: KeptItem,
     reused: bool,
+    chunks: Vec<Chunk>,
+    lines: Vec<u8>,
 }
 
 /// What [`Chunking`] leaves: the record for the next run, the items whose chunks were kept,
@@ -736,31 +739,26 @@ impl Chunking {
     }
 
     /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
-    /// earlier run's when it is unchanged, else made now, the items of the batch chunked on up
-    /// to `threads` threads at once (each item's chunking is its own; the items stay in order).
+    /// earlier run's when it is unchanged, else made now, and its chunks and `corpus.jsonl`
+    /// lines; the items of the batch on up to `threads` threads at once (each item's digest,
+    /// chunking, chunks and lines are its own; the items stay in order).
     fn make(
-        &mut self,
+        &self,
         batch: &mut Vec<Item>,
         threads: usize,
         stage: &crate::progress::Stage,
-    ) -> Vec<(Item, Made)> {
-        let taken: Vec<(Item, chunk::Digest, Option<KeptItem>)> = batch
-            .drain(..)
-            .map(|item| {
-                let (id, digest, text) = match &item {
-                    Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
-                    Item::Chunk(unit) => (unit.id.as_str(), chunk::text_digest(&unit.text), &unit.text),
-                };
-                let kept = self.kept.take(id, &digest, text);
-                let kept = match &item {
-                    Item::Chunk(_) => kept.filter(|k| k.signatures.len() == 1),
-                    Item::Document(_) => kept,
-                };
-                (item, digest, kept)
-            })
-            .collect();
-        let chunker = &self.chunker;
-        let make = |(item, digest, kept): (Item, chunk::Digest, Option<KeptItem>)| {
+    ) -> Result<Vec<(Item, Made)>> {
+        let (chunker, earlier) = (&self.chunker, &self.kept);
+        let make = |item: Item| -> Result<(Item, Made)> {
+            let (id, digest, text) = match &item {
+                Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
+                Item::Chunk(unit) => (unit.id.as_str(), chunk::text_digest(&unit.text), &unit.text),
+            };
+            let kept = earlier.get(id, &digest, text).filter(|k| match &item {
+                Item::Chunk(_) => k.signatures.len() == 1,
+                Item::Document(_) => true,
+            });
+            let kept = kept.cloned();
             let reused = kept.is_some();
             if let (true, Item::Document(doc)) = (reused, &item) {
                 stage.inc(doc.text.len() as u64);
@@ -778,9 +776,23 @@ impl Chunking {
                     signatures: vec![chunk_signature(&unit.text)],
                 },
             });
-            (item, Made { digest, item: made, reused })
+            let chunks = match &item {
+                Item::Document(doc) => chunk::chunks_at(doc, &made.spans),
+                Item::Chunk(_) => Vec::new(),
+            };
+            let mut lines = Vec::new();
+            let units = match &item {
+                Item::Document(_) => chunks.as_slice(),
+                Item::Chunk(unit) => std::slice::from_ref(unit),
+            };
+            for chunk in units {
+                serde_json::to_writer(&mut lines, &output::corpus_line(chunk))
+                    .map_err(|e| Error::Output { path: layout::CORPUS.into(), source: e.into() })?;
+                lines.push(b'\n');
+            }
+            Ok((item, Made { digest, item: made, reused, chunks, lines }))
         };
-        map_in_order(taken, threads, make)
+        map_in_order(std::mem::take(batch), threads, make).into_iter().collect()
     }
 
     /// The chunks of `doc` and their signatures, from what [`Chunking::make`] made of it.
@@ -789,18 +801,18 @@ impl Chunking {
         doc: &Document,
         made: Made,
     ) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
-        let Made { digest, item, reused } = made;
+        let Made { digest, item, reused, chunks, .. } = made;
         if reused {
             self.reused += 1;
         }
         self.record(doc.id.as_str(), &digest, &item)?;
-        Ok((chunk::chunks_at(doc, &item.spans), item.signatures, item.language))
+        Ok((chunks, item.signatures, item.language))
     }
 
     /// The signature and language of a pre-chunked unit, from what [`Chunking::make`] made of
     /// it.
     fn unit(&mut self, unit: &Chunk, made: Made) -> Result<(Option<Signature>, Language)> {
-        let Made { digest, item, reused } = made;
+        let Made { digest, item, reused, .. } = made;
         if reused {
             self.reused += 1;
         }
@@ -856,15 +868,19 @@ impl ChunkSink {
         })
     }
 
-    /// Keeps `chunk`, whose near-duplicate signature is `signature`.
-    fn keep(&mut self, chunk: &Chunk, signature: Option<&Signature>) -> Result<()> {
-        self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
-        if let Some(file) = &mut self.file {
-            file.write_json_line(&output::corpus_line(chunk))?;
+    /// Writes `lines` (an item's, made by [`Chunking::make`]) to `corpus.jsonl`.
+    fn write(&mut self, lines: &[u8]) -> Result<()> {
+        match &mut self.file {
+            Some(file) => file.write_bytes(lines),
+            None => Ok(()),
         }
+    }
+
+    /// Keeps `chunk` (its line written), whose near-duplicate signature is `signature`.
+    fn keep(&mut self, chunk: &Chunk, signature: Option<&Signature>) {
+        self.hash.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]);
         self.groups.add_signature(signature);
         self.metas.push(chunk);
-        Ok(())
     }
 }
 

@@ -74,7 +74,8 @@ pub struct KeptItem {
 /// The kept chunking of an earlier run, by item id.
 #[derive(Debug, Default)]
 pub struct KeptChunking {
-    items: HashMap<String, (Digest, KeptItem)>,
+    /// By id: the item's digest, its chunks, and its place in the corpus (0-based).
+    items: HashMap<String, (Digest, KeptItem, usize)>,
 }
 
 impl KeptChunking {
@@ -87,26 +88,28 @@ impl KeptChunking {
         decode(&bytes, stamp, fingerprint)
     }
 
-    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`: taken
-    /// out (each item is read once).
-    pub fn take(&mut self, id: &str, digest: &Digest, text: &str) -> Option<KeptItem> {
-        let (kept, item) = self.items.get(id)?;
+    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`.
+    #[must_use]
+    pub fn get(&self, id: &str, digest: &Digest, text: &str) -> Option<&KeptItem> {
+        let (kept, item, _) = self.items.get(id)?;
         let fits = |s: &Range<usize>| s.start < s.end && text.get(s.clone()).is_some();
-        if kept != digest || !item.spans.iter().all(fits) {
-            return None;
-        }
-        self.items.remove(id).map(|(_, item)| item)
+        (kept == digest && item.spans.iter().all(fits)).then_some(item)
+    }
+
+    /// Whether the earlier run's item number `at` (0-based, in corpus order) was `id`, its
+    /// digest `digest`: a corpus whose items all are, and no more, is the earlier run's.
+    #[must_use]
+    pub fn holds_at(&self, at: usize, id: &str, digest: &Digest) -> bool {
+        self.items.get(id).is_some_and(|(kept, _, place)| *place == at && kept == digest)
     }
 
     /// Items kept.
-    #[cfg(test)]
     #[must_use]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether no item is kept.
-    #[cfg(test)]
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
@@ -279,7 +282,10 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
         return None;
     }
     let mut items = HashMap::new();
+    let mut entries = 0;
     while input.byte()? == ENTRY {
+        let place = entries;
+        entries += 1;
         let id = input.text()?.to_owned();
         let digest: Digest = input.take(DIGEST)?.try_into().ok()?;
         let language = match input.byte()? {
@@ -298,7 +304,9 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
             item.spans.push(input.size()?..input.size()?);
             item.signatures.push(signature(&mut input)?);
         }
-        items.insert(id, (digest, item));
+        // An id twice (a corpus with a repeated id) keeps its last place: the first one is
+        // then not where `holds_at` finds it.
+        items.insert(id, (digest, item, place));
     }
     (input.text()? == fingerprint && input.rest().is_empty()).then_some(KeptChunking { items })
 }
@@ -351,15 +359,18 @@ mod tests {
         let stamp = settings_stamp(CONFIG, false);
         let (digest, one, two) = written(dir.path(), &stamp);
         let text = "Alpha beta gamma delta. Epsilon zeta eta theta.";
-        let mut kept = KeptChunking::load(dir.path(), &stamp, "print").unwrap();
+        let kept = KeptChunking::load(dir.path(), &stamp, "print").unwrap();
         assert_eq!(kept.len(), 2);
+        assert!(kept.holds_at(0, "a.md", &digest) && kept.holds_at(1, "b.md", &text_digest("-- --")));
+        assert!(!kept.holds_at(1, "a.md", &digest), "another place");
+        assert!(!kept.holds_at(0, "a.md", &text_digest("changed")), "another digest");
+        assert!(!kept.holds_at(0, "c.md", &digest), "another id");
         assert_eq!(one.signatures.iter().filter(|s| s.is_some()).count(), 2, "the test needs signatures");
         assert_eq!(two.signatures, [None], "and a text without shingles");
-        assert_eq!(kept.take("a.md", &text_digest("changed"), text), None, "another digest");
-        assert_eq!(kept.take("a.md", &digest, "Alpha"), None, "spans past the text");
-        assert_eq!(kept.take("a.md", &digest, text), Some(one));
-        assert_eq!(kept.take("a.md", &digest, text), None, "taken once");
-        assert_eq!(kept.take("b.md", &text_digest("-- --"), "-- --"), Some(two));
+        assert_eq!(kept.get("a.md", &text_digest("changed"), text), None, "another digest");
+        assert_eq!(kept.get("a.md", &digest, "Alpha"), None, "spans past the text");
+        assert_eq!(kept.get("a.md", &digest, text), Some(&one));
+        assert_eq!(kept.get("b.md", &text_digest("-- --"), "-- --"), Some(&two));
         let other = settings_stamp(ChunkConfig { size: 41, ..CONFIG }, false);
         assert!(KeptChunking::load(dir.path(), &other, "print").is_none(), "other settings");
         assert!(KeptChunking::load(dir.path(), &settings_stamp(CONFIG, true), "print").is_none());

@@ -72,6 +72,14 @@ impl AtomicFile {
             .map_err(|e| output_error(&self.path, e))
     }
 
+    /// Appends `bytes` (lines made elsewhere, each ending with a newline).
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the file.
+    pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.writer.write_all(bytes).map_err(|e| output_error(&self.path, e))
+    }
+
     /// Flushes, syncs (outside a staging folder) and renames the file into place.
     ///
     /// # Errors

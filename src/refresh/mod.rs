@@ -136,22 +136,19 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
+    if known_unchanged(config, &manifest, kept.as_ref(), work) {
+        stage.finish(&format!("version {} of the set", manifest.version()));
+        return Ok(nothing_changed(*progress));
+    }
     // Made on the first write (`Staging::path`): an unchanged corpus stages nothing.
     let staging = Staging::create(work)?;
     let mut timings = Timings::default();
     timings.add("read", stage.finish(&format!("version {} of the set", manifest.version())));
-    // The set's version and chunks are read while the new corpus is chunked (neither touches
-    // the other's files; the index folder is updated only after both).
-    let collect = old_chunks_hash(&manifest).is_some();
-    let (chunked, old) = std::thread::scope(|scope| {
-        let old = scope.spawn(|| SetState::read(config, set, &manifest));
-        let chunked = pipeline::chunk(config, work, &staging, kept, collect, *progress, &mut timings);
-        (chunked, read_result(old.join(), set))
-    });
+    let (chunked, old) =
+        chunk_and_read(config, set, work, &staging, &manifest, kept, *progress, &mut timings);
     let chunked = chunked?;
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
-        progress.stage("map", 0).finish("the corpus is the set's");
-        return Ok(Outcome { nothing_changed: true, ..Outcome::default() });
+        return Ok(nothing_changed(*progress));
     }
     let stage = progress.stage("read", 0);
     let SetState { current, pieces: old, model } = old?;
@@ -234,6 +231,47 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
     publish(set, config, staging, manifest, &corpus, &outcome, timings, *progress)?;
     Ok(outcome)
+}
+
+/// The new corpus chunked (into `staging`, with the set's `kept` chunking) and, at the same
+/// time, the set's version and chunks read (neither touches the other's files; the index folder
+/// is updated only after both).
+#[expect(clippy::too_many_arguments, reason = "the refresh's state at its start, each used once")]
+fn chunk_and_read(
+    config: &BuildConfig,
+    set: &Path,
+    work: &Path,
+    staging: &Staging,
+    manifest: &SetManifest,
+    kept: Option<KeptChunking>,
+    progress: Progress,
+    timings: &mut Timings,
+) -> (Result<pipeline::ChunkedCorpus>, Result<SetState>) {
+    let collect = old_chunks_hash(manifest).is_some();
+    std::thread::scope(|scope| {
+        let old = scope.spawn(|| SetState::read(config, set, manifest));
+        let chunked = pipeline::chunk(config, work, staging, kept, collect, progress, timings);
+        (chunked, read_result(old.join(), set))
+    })
+}
+
+/// What a refresh of a corpus that is the set's did: nothing.
+fn nothing_changed(progress: Progress) -> Outcome {
+    progress.stage("map", 0).finish("the corpus is the set's");
+    Outcome { nothing_changed: true, ..Outcome::default() }
+}
+
+/// Whether the corpus is known to be the set's before it is chunked: the set's settings, and
+/// the documents of the chunking its index folder keeps ([`same_documents`]).
+fn known_unchanged(
+    config: &BuildConfig,
+    manifest: &SetManifest,
+    kept: Option<&KeptChunking>,
+    work: &Path,
+) -> bool {
+    kept.is_some_and(|kept| {
+        same_settings(config, manifest) && same_documents(&config.corpus, config.prechunked, kept, work)
+    })
 }
 
 /// The `keep` and `publish` stages: the current version kept under `versions/vN/`, the files
@@ -405,16 +443,49 @@ fn recheck_all(
 /// from (the manifest's corpus hash), chunked with the same settings: then every chunk is
 /// unchanged, and the refresh needs no index to know it.
 fn same_corpus(config: &BuildConfig, manifest: &SetManifest, hash: &str) -> bool {
+    let recorded_hash =
+        manifest.rest.get("corpus").and_then(|c| c.get("hash")).and_then(serde_json::Value::as_str);
+    recorded_hash == Some(hash) && same_settings(config, manifest)
+}
+
+/// Whether `config` chunks and analyses as the set's manifest records.
+fn same_settings(config: &BuildConfig, manifest: &SetManifest) -> bool {
     let recorded = |pointer: &str| manifest.rest.get("config").and_then(|c| c.pointer(pointer));
     let same = |pointer: &str, now: std::result::Result<serde_json::Value, serde_json::Error>| {
         now.ok().as_ref() == recorded(pointer)
     };
-    let recorded_hash =
-        manifest.rest.get("corpus").and_then(|c| c.get("hash")).and_then(serde_json::Value::as_str);
-    recorded_hash == Some(hash)
-        && same("/chunking", serde_json::to_value(config.chunking))
+    same("/chunking", serde_json::to_value(config.chunking))
         && same("/segmenter", serde_json::to_value(config.segmenter))
         && same("/prechunked", serde_json::to_value(config.prechunked))
+}
+
+/// Whether the corpus `corpus` (read with `work` left out, as the chunk stage reads it) holds the very
+/// documents of the `kept` chunking, in the same order, and no others: then it is the set's
+/// corpus (the same documents give the same corpus hash), known without chunking it. The
+/// documents are read and digested one at a time, and the read stops at the first that
+/// differs, so a changed corpus costs the documents before its first change. A pre-chunked
+/// corpus is not checked so (a unit's digest covers its text only).
+fn same_documents(corpus: &Path, prechunked: bool, kept: &KeptChunking, work: &Path) -> bool {
+    if prechunked {
+        return false;
+    }
+    let (mut at, mut differs) = (0, false);
+    let read = crate::corpus::read(corpus, false, Some(work), |item| {
+        let same = match &item {
+            crate::corpus::Item::Document(doc) => {
+                kept.holds_at(at, doc.id.as_str(), &crate::chunk::document_digest(doc))
+            }
+            crate::corpus::Item::Chunk(_) => false,
+        };
+        at += 1;
+        if same {
+            return Ok(());
+        }
+        differs = true;
+        // Stops the read; the error itself is not used.
+        Err(Error::Input { path: corpus.to_owned(), source: std::io::Error::other("a document differs") })
+    });
+    read.is_ok() && !differs && at == kept.len()
 }
 
 /// The share of the new corpus's text in added chunks.
@@ -735,6 +806,60 @@ fn update_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunk::{KeptWriter, document_digest};
+
+    /// Keeps in `index` a chunking of the documents of `corpus` (no chunks: only their digests
+    /// and order count here), for the chunk list "print".
+    fn keep_chunking(corpus: &Path, index: &Path, stamp: &str) {
+        let mut writer = KeptWriter::create(index, stamp).unwrap();
+        let item = crate::chunk::KeptItem {
+            language: crate::text::Language::En,
+            spans: Vec::new(),
+            signatures: Vec::new(),
+        };
+        corpus::read(corpus, false, None, |read| {
+            let corpus::Item::Document(doc) = read else { panic!("a document") };
+            writer.item(doc.id.as_str(), &document_digest(&doc), &item).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        writer.finish("print").unwrap().place(index).unwrap();
+    }
+
+    #[test]
+    fn the_same_documents_in_the_same_order_and_no_others_are_the_sets_corpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let (corpus, index, work) =
+            (dir.path().join("corpus"), dir.path().join("index"), dir.path().join("set"));
+        for folder in [&corpus, &index, &work] {
+            fs_err::create_dir_all(folder).unwrap();
+        }
+        let write = |name: &str, text: &str| fs_err::write(corpus.join(name), text).unwrap();
+        write("a.md", "# A\n\nAlpha beta gamma.");
+        write("b.md", "# B\n\nDelta epsilon zeta.");
+        let stamp = "stamp";
+        keep_chunking(&corpus, &index, stamp);
+        let same = || {
+            let kept = KeptChunking::load(&index, stamp, "print").unwrap();
+            same_documents(&corpus, false, &kept, &work)
+        };
+        assert!(same(), "the corpus the chunking was made of");
+        let kept = KeptChunking::load(&index, stamp, "print").unwrap();
+        assert!(!same_documents(&corpus, true, &kept, &work), "pre-chunked is not checked so");
+        write("b.md", "# B\n\nDelta epsilon eta.");
+        assert!(!same(), "the last document edited");
+        write("b.md", "# B\n\nDelta epsilon zeta.");
+        write("c.md", "# C\n\nTheta iota.");
+        assert!(!same(), "a document added at the end");
+        fs_err::remove_file(corpus.join("c.md")).unwrap();
+        fs_err::remove_file(corpus.join("b.md")).unwrap();
+        assert!(!same(), "the last document deleted");
+        fs_err::rename(corpus.join("a.md"), corpus.join("b.md")).unwrap();
+        write("a.md", "# B\n\nDelta epsilon zeta.");
+        assert!(!same(), "the same texts under each other's names");
+        fs_err::remove_dir_all(&corpus).unwrap();
+        assert!(!same(), "no corpus");
+    }
 
     #[test]
     fn a_panic_of_the_thread_reading_the_set_is_an_error_with_its_message() {
