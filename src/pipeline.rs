@@ -637,29 +637,36 @@ struct Chunking {
     chunks: Option<Vec<Chunk>>,
 }
 
-/// `f` of each of `items`, in order, on up to `threads` threads (each a run of consecutive items).
+/// `f` of each of `items`, in order, on up to `threads` threads. Each thread takes the next
+/// item not yet taken, so an item that takes long (a large document) holds up one thread
+/// while the others go on with the rest, where runs of as many items each would leave the
+/// items behind it in its run waiting, and the other threads idle.
 fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> U + Sync) -> Vec<U> {
-    if threads <= 1 || items.len() < 2 {
+    let len = items.len();
+    if threads <= 1 || len < 2 {
         return items.into_iter().map(f).collect();
     }
-    let per_thread = items.len().div_ceil(threads);
-    let mut parts: Vec<Vec<T>> = Vec::new();
-    let mut items = items.into_iter();
-    loop {
-        let part: Vec<T> = items.by_ref().take(per_thread).collect();
-        if part.is_empty() {
-            break;
-        }
-        parts.push(part);
-    }
-    let f = &f;
-    std::thread::scope(|scope| {
-        let running: Vec<_> = parts
+    let mut items = items.into_iter().enumerate();
+    // Each thread's first item is its own, so every thread started maps one at least.
+    let firsts: Vec<(usize, T)> = items.by_ref().take(threads.min(len)).collect();
+    let queue = std::sync::Mutex::new(items);
+    let next = || queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
+    let (f, next) = (&f, &next);
+    let done: Vec<Vec<(usize, U)>> = std::thread::scope(|scope| {
+        let running: Vec<_> = firsts
             .into_iter()
-            .map(|part| scope.spawn(move || part.into_iter().map(f).collect::<Vec<_>>()))
+            .map(|first| {
+                let taken = std::iter::once(first).chain(std::iter::from_fn(next));
+                scope.spawn(move || taken.map(|(i, item)| (i, f(item))).collect())
+            })
             .collect();
-        running.into_iter().flat_map(crate::threads::join).collect()
-    })
+        running.into_iter().map(crate::threads::join).collect()
+    });
+    let mut slots: Vec<Option<U>> = std::iter::repeat_with(|| None).take(len).collect();
+    for (i, made) in done.into_iter().flatten() {
+        slots[i] = Some(made);
+    }
+    slots.into_iter().flatten().collect()
 }
 
 /// The items [`read_and_chunk`] chunks at once (over the threads): up to [`CHUNK_BATCH_BYTES`]
@@ -999,6 +1006,30 @@ mod tests {
         let mut batch = ChunkBatch::default();
         batch.push(tiny_unit(0, ""));
         assert_eq!((batch.take().len(), batch.items.len(), batch.bytes), (1, 0, 0));
+    }
+
+    #[test]
+    fn a_long_item_holds_up_one_thread_while_the_others_map_the_rest() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // The first item waits for all the others: with runs of as many items each, those in
+        // its own run never start.
+        let small = 9;
+        let finished = AtomicUsize::new(0);
+        let start = std::time::Instant::now();
+        let mapped = map_in_order((0..=small).collect(), 2, |i: usize| {
+            if i == 0 {
+                while finished.load(Ordering::SeqCst) < small {
+                    if start.elapsed() > std::time::Duration::from_secs(10) {
+                        return None;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            } else {
+                finished.fetch_add(1, Ordering::SeqCst);
+            }
+            Some(i * 3)
+        });
+        assert_eq!(mapped, (0..=small).map(|i| Some(i * 3)).collect::<Vec<_>>());
     }
 
     #[test]

@@ -333,10 +333,11 @@ impl<'a> LlmGenerator<'a> {
                 format!("does not answer: {}", error.chain()),
                 "start the server, or check --base-url (a refusal on this machine is not retried)",
             ),
-            LlmError::Connect { .. } | LlmError::Timeout(_) => self.endpoint_error(
-                format!("does not answer: {}", error.chain()),
-                "is the server running? check --base-url",
-            ),
+            LlmError::Connect { .. } | LlmError::Timeout(_) | LlmError::UploadStalled { .. } => self
+                .endpoint_error(
+                    format!("does not answer: {}", error.chain()),
+                    "is the server running? check --base-url",
+                ),
             LlmError::Cache(_) => self.endpoint_error(
                 format!("answered, but its reply cannot be kept: {}", error.chain()),
                 "the reply cache must be readable and writable (disk full? read-only?)",

@@ -131,6 +131,8 @@ struct Opened {
     tokens: Option<u64>,
     /// Its segments' deleted documents, which tantivy's statistics still count.
     deletions: update::Deletions,
+    /// The opstamp of its tantivy commit, which its side files must carry.
+    opstamp: u64,
 }
 
 impl Opened {
@@ -155,13 +157,16 @@ impl Opened {
             .try_into()
             .map_err(err)?;
         let searcher = reader.searcher();
-        let keys = update::read_u32s(&dir.join(update::POSITIONS_FILE));
-        let tokens = update::read_tokens(dir);
-        let deletions = update::deletions_of(dir, &searcher);
+        let mismatch = || IndexError::Mismatch { path: dir.to_owned(), chunks: searcher.num_docs() as usize };
+        let opstamp = index.load_metas().map_err(err)?.opstamp;
+        // Side files of another commit are not this index's.
+        let keys = update::read_positions(dir, opstamp).map_err(|()| mismatch())?;
+        let tokens = update::read_tokens(dir, opstamp);
+        let deletions = update::deletions_of(dir, opstamp, &searcher);
         // An updated index without its exact token count would score with an estimate, one
         // without its deleted documents' terms with their document frequencies.
         let (true, Some(deletions)) = (keys.is_none() || tokens.is_some(), deletions) else {
-            return Err(IndexError::Mismatch { path: dir.to_owned(), chunks: searcher.num_docs() as usize });
+            return Err(mismatch());
         };
         let position = |key: u64| match &keys {
             None => key.min(u64::from(u32::MAX)) as u32,
@@ -173,7 +178,7 @@ impl Opened {
             // A position past the chunk list is caught by `attach`.
             positions.push((0..ords.num_vals()).map(|doc| position(ords.get_val(doc))).collect());
         }
-        Ok(Self { searcher, fields, positions, tokens, deletions })
+        Ok(Self { searcher, fields, positions, tokens, deletions, opstamp })
     }
 
     /// Each segment's documents that are not deleted, with their chunk positions.

@@ -16,6 +16,10 @@
 //! deleted documents, and after a merge is only estimated from quantized field lengths) is kept
 //! in `qrelgen-tokens`. So chunk count, document frequencies and average length are exactly a
 //! rebuild's: every score has a rebuild's bits, every ranking is a rebuild's.
+//!
+//! Each of these files begins with the opstamp of the tantivy commit it was written for
+//! (`meta.json`'s); one of another commit (a power loss between tantivy's commit and the
+//! files' renames, either way round) is not used: the index is rebuilt, as for a damaged one.
 
 use super::bm25::DeletedTerms;
 use super::chunks::ChunkList;
@@ -40,6 +44,9 @@ pub(super) const TOKENS_FILE: &str = "qrelgen-tokens";
 /// many of them hold it (little-endian `u64`s, texts length-prefixed, each list after its
 /// length).
 pub(super) const DELETED_FILE: &str = "qrelgen-deleted";
+/// The first bytes of each of the files above: a mark of their format, then (a little-endian
+/// `u64`) the opstamp of the tantivy commit they go with.
+const SIDE_MARK: &[u8; 8] = b"qrelgen\x01";
 /// Segments are merged (and deleted documents dropped) once more than this share of the
 /// index's documents are deleted.
 const MERGE_PAST_DELETED: f64 = 0.25;
@@ -150,9 +157,9 @@ impl SegmentDeletions {
     }
 }
 
-/// The deletions of `searcher`'s segments (see [`DELETED_FILE`]); `None` when a segment has
-/// deleted documents that the file does not count.
-pub(super) fn deletions_of(dir: &Path, searcher: &Searcher) -> Option<Deletions> {
+/// The deletions of `searcher`'s segments (see [`DELETED_FILE`]), the index at commit
+/// `opstamp`; `None` when a segment has deleted documents that the file does not count.
+pub(super) fn deletions_of(dir: &Path, opstamp: u64, searcher: &Searcher) -> Option<Deletions> {
     let with_deletions: Vec<(String, u32)> = searcher
         .segment_readers()
         .iter()
@@ -162,7 +169,7 @@ pub(super) fn deletions_of(dir: &Path, searcher: &Searcher) -> Option<Deletions>
     if with_deletions.is_empty() {
         return Some(Deletions::new());
     }
-    let mut deletions = read_deleted(dir)?;
+    let mut deletions = read_deleted(dir, opstamp)?;
     deletions.retain(|id, _| with_deletions.iter().any(|(with, _)| with == id));
     let counted = |(id, n): &(String, u32)| deletions.get(id).is_some_and(|d| d.documents == *n);
     with_deletions.iter().all(counted).then_some(deletions)
@@ -191,8 +198,8 @@ impl Plan {
         if !schema.get_field_entry(ord).is_indexed() {
             return None;
         }
-        let keys = read_u32s(&dir.join(POSITIONS_FILE));
-        let exact = read_tokens(dir);
+        let keys = read_positions(dir, opened.opstamp).ok()?;
+        let exact = read_tokens(dir, opened.opstamp);
         // An updated index's own token count is only estimated: without the exact one, rebuild.
         if keys.is_some() && exact.is_none() {
             return None;
@@ -283,10 +290,12 @@ impl Plan {
             deletions.clear();
         }
         writer.wait_merging_threads().map_err(err)?;
+        // A merge keeps the commit's opstamp; `meta.json`'s is the one an open checks.
+        let opstamp = index.load_metas().map_err(err)?.opstamp;
         let keys: Vec<u8> = moved_to.iter().flat_map(|p| p.unwrap_or(u32::MAX).to_le_bytes()).collect();
-        write_atomically(&dir.join(POSITIONS_FILE), &keys)?;
-        write_atomically(&dir.join(TOKENS_FILE), &tokens.to_le_bytes())?;
-        write_atomically(&dir.join(DELETED_FILE), &encode_deleted(&deletions))?;
+        write_side(&dir.join(POSITIONS_FILE), opstamp, &keys)?;
+        write_side(&dir.join(TOKENS_FILE), opstamp, &tokens.to_le_bytes())?;
+        write_side(&dir.join(DELETED_FILE), opstamp, &encode_deleted(&deletions))?;
         // The renames reach the disk before the stamp is written (power loss cannot keep the
         // stamp and lose a rename).
         super::sync_folder(dir).map_err(|e| write_error(dir, e))?;
@@ -309,22 +318,62 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     write().map_err(|e| write_error(path, e))
 }
 
-/// The key → position map of an updated index; `None` for one as built.
-pub(super) fn read_u32s(path: &Path) -> Option<Vec<u32>> {
-    let bytes = fs_err::read(path).ok()?;
-    Some(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+/// Writes the side file `path` of the index at commit `opstamp`: [`SIDE_MARK`], the opstamp,
+/// then `content` (whole or not at all).
+fn write_side(path: &Path, opstamp: u64, content: &[u8]) -> Result<()> {
+    let mut bytes = Vec::with_capacity(SIDE_MARK.len() + 8 + content.len());
+    bytes.extend(SIDE_MARK);
+    bytes.extend(opstamp.to_le_bytes());
+    bytes.extend(content);
+    write_atomically(path, &bytes)
 }
 
-/// The exact token count of an updated index; `None` for one as built.
-pub(super) fn read_tokens(dir: &Path) -> Option<u64> {
-    let bytes = fs_err::read(dir.join(TOKENS_FILE)).ok()?;
+/// What the side file at `path` holds for the index at commit `opstamp`.
+#[derive(Debug, PartialEq, Eq)]
+enum Side {
+    /// There is none (an index as built).
+    Absent,
+    /// It was written for another commit, or its mark is not [`SIDE_MARK`]: not to be used.
+    Foreign,
+    /// Its content, written for this commit.
+    Ours(Vec<u8>),
+}
+
+fn read_side(path: &Path, opstamp: u64) -> Side {
+    let Ok(mut bytes) = fs_err::read(path) else { return Side::Absent };
+    let ours = bytes.len() >= SIDE_MARK.len() + 8
+        && bytes.starts_with(SIDE_MARK)
+        && bytes[SIDE_MARK.len()..SIDE_MARK.len() + 8] == opstamp.to_le_bytes();
+    if !ours {
+        return Side::Foreign;
+    }
+    bytes.drain(..SIDE_MARK.len() + 8);
+    Side::Ours(bytes)
+}
+
+/// The key → position map of an updated index at commit `opstamp`; `None` for one as built;
+/// `Err` for one of another commit, or damaged (then the index cannot be read).
+pub(super) fn read_positions(dir: &Path, opstamp: u64) -> Result<Option<Vec<u32>>, ()> {
+    match read_side(&dir.join(POSITIONS_FILE), opstamp) {
+        Side::Absent => Ok(None),
+        Side::Ours(bytes) if bytes.len() % 4 == 0 => {
+            Ok(Some(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()))
+        }
+        Side::Ours(_) | Side::Foreign => Err(()),
+    }
+}
+
+/// The exact token count of an updated index at commit `opstamp`; `None` for one as built,
+/// and for a count of another commit or a damaged one.
+pub(super) fn read_tokens(dir: &Path, opstamp: u64) -> Option<u64> {
+    let Side::Ours(bytes) = read_side(&dir.join(TOKENS_FILE), opstamp) else { return None };
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
 }
 
-/// The deletions `qrelgen-deleted` records; `None` without it (an index as built) or for a
-/// damaged one.
-fn read_deleted(dir: &Path) -> Option<Deletions> {
-    let bytes = fs_err::read(dir.join(DELETED_FILE)).ok()?;
+/// The deletions `qrelgen-deleted` records for the index at commit `opstamp`; `None` without
+/// it (an index as built), for one of another commit or a damaged one.
+fn read_deleted(dir: &Path, opstamp: u64) -> Option<Deletions> {
+    let Side::Ours(bytes) = read_side(&dir.join(DELETED_FILE), opstamp) else { return None };
     let mut input = crate::codec::Decoder::new(&bytes);
     let mut deletions = Deletions::new();
     for _ in 0..input.size()? {
@@ -578,8 +627,9 @@ mod tests {
         let v1 = named(&V1);
         index(dir.path(), &v1, None);
         // Every key at position 0: the stamp fits, the documents do not.
-        fs_err::write(dir.path().join(POSITIONS_FILE), [0u8; 16]).unwrap();
-        fs_err::write(dir.path().join(TOKENS_FILE), 9u64.to_le_bytes()).unwrap();
+        let now = opstamp(dir.path());
+        write_side(&dir.path().join(POSITIONS_FILE), now, &[0u8; 16]).unwrap();
+        write_side(&dir.path().join(TOKENS_FILE), now, &9u64.to_le_bytes()).unwrap();
         assert_eq!(index(dir.path(), &v1, None).1, IndexOrigin::Built);
         assert_eq!(index(dir.path(), &v1, None).1, IndexOrigin::Reused);
     }
@@ -614,6 +664,16 @@ mod tests {
         }
     }
 
+    /// The opstamp of the index in `dir`'s commit.
+    fn opstamp(dir: &Path) -> u64 {
+        Index::open_in_dir(dir).unwrap().load_metas().unwrap().opstamp
+    }
+
+    /// The deletions recorded for the index in `dir` as it stands.
+    fn deleted_now(dir: &Path) -> Option<Deletions> {
+        read_deleted(dir, opstamp(dir))
+    }
+
     fn deleted_documents(dir: &Path) -> u32 {
         let index = Index::open_in_dir(dir).unwrap();
         let searcher = index.reader().unwrap().searcher();
@@ -644,10 +704,10 @@ mod tests {
         let start = segments(dir.path());
         update_and_compare(dir.path(), &v1, &v2);
         assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (start + 1, 1), "no merge");
-        assert_eq!(deleted_terms(read_deleted(dir.path()).unwrap()).get("bravo"), Some(&1));
+        assert_eq!(deleted_terms(deleted_now(dir.path()).unwrap()).get("bravo"), Some(&1));
         update_and_compare(dir.path(), &v2, &v3);
         assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (1, 0), "merged");
-        assert_eq!(read_deleted(dir.path()), Some(Deletions::new()));
+        assert_eq!(deleted_now(dir.path()), Some(Deletions::new()));
         update_and_compare(dir.path(), &v3, &v4);
         assert_eq!(segments(dir.path()), 2, "an addition only adds a segment");
     }
@@ -665,7 +725,7 @@ mod tests {
         assert_eq!(segments(dir.path()), 2);
         update_and_compare(dir.path(), &v2, &v3);
         assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (1, 1));
-        let deleted = deleted_terms(read_deleted(dir.path()).unwrap());
+        let deleted = deleted_terms(deleted_now(dir.path()).unwrap());
         assert_eq!((deleted.get("alpha"), deleted.get("echo")), (Some(&1), None));
     }
 
@@ -694,17 +754,19 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let bytes = encode_deleted(&deletions);
-        fs_err::write(dir.path().join(DELETED_FILE), &bytes).unwrap();
-        assert_eq!(read_deleted(dir.path()), Some(deletions));
-        for cut in [bytes.len() - 1, 9, 0] {
-            fs_err::write(dir.path().join(DELETED_FILE), &bytes[..cut]).unwrap();
-            assert_eq!(read_deleted(dir.path()), None, "cut at {cut}");
+        let path = dir.path().join(DELETED_FILE);
+        write_side(&path, 7, &encode_deleted(&deletions)).unwrap();
+        assert_eq!(read_deleted(dir.path(), 7), Some(deletions));
+        let bytes = fs_err::read(&path).unwrap();
+        // Into the content, into the opstamp, into the mark.
+        for cut in [bytes.len() - 1, SIDE_MARK.len() + 8 + 9, SIDE_MARK.len() + 3, 5, 0] {
+            fs_err::write(&path, &bytes[..cut]).unwrap();
+            assert_eq!(read_deleted(dir.path(), 7), None, "cut at {cut}");
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        fs_err::write(dir.path().join(DELETED_FILE), &longer).unwrap();
-        assert_eq!(read_deleted(dir.path()), None);
+        fs_err::write(&path, &longer).unwrap();
+        assert_eq!(read_deleted(dir.path(), 7), None);
     }
 
     /// Eight chunks in one segment; `quota` is in most, and `hotel` (short, `quota` three
@@ -753,9 +815,53 @@ mod tests {
         assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (2, 1));
         update_and_compare(dir.path(), &v2, &v3);
         assert_eq!((segments(dir.path()), deleted_documents(dir.path())), (3, 2), "not merged");
-        let deletions = read_deleted(dir.path()).unwrap();
+        let deletions = deleted_now(dir.path()).unwrap();
         assert_eq!(deletions.len(), 2, "deletions in two segments");
         let deleted = deleted_terms(deletions);
         assert_eq!((deleted.get("quota"), deleted.get("sync")), (Some(&2), Some(&1)));
+    }
+
+    #[test]
+    fn side_files_of_another_commit_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let v2: Vec<Chunk> = v1[1..].to_vec();
+        one_segment(dir.path(), &v1);
+        update_and_compare(dir.path(), &v1, &v2);
+        let now = opstamp(dir.path());
+        assert!(read_positions(dir.path(), now).unwrap().is_some());
+        assert!(read_tokens(dir.path(), now).is_some());
+        assert_eq!(read_deleted(dir.path(), now).map(|d| d.len()), Some(1));
+        for other in [now - 1, now + 1] {
+            assert_eq!(read_positions(dir.path(), other), Err(()), "{other}");
+            assert_eq!(read_tokens(dir.path(), other), None, "{other}");
+            assert_eq!(read_deleted(dir.path(), other), None, "{other}");
+        }
+        // A file without the mark (of an older qrelgen) is no file of this commit either.
+        fs_err::write(dir.path().join(TOKENS_FILE), 9u64.to_le_bytes()).unwrap();
+        assert_eq!(read_tokens(dir.path(), now), None);
+    }
+
+    #[test]
+    fn a_token_count_left_from_the_commit_before_is_refused_and_the_index_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = named(&V1);
+        let v2 = named(&["alpha quota storage sync", "bravo kidney kidney quota", "charlie sync error"]);
+        let v3 = named(&["alpha quota", "bravo kidney kidney quota", "charlie sync error", "echo links"]);
+        index(dir.path(), &v1, None);
+        update_and_compare(dir.path(), &v1, &v2);
+        let tokens = dir.path().join(TOKENS_FILE);
+        let before = fs_err::read(&tokens).unwrap();
+        update_and_compare(dir.path(), &v2, &v3);
+        assert_ne!(fs_err::read(&tokens).unwrap(), before);
+        // tantivy's commit reached the disk, the new count's rename did not.
+        fs_err::write(&tokens, &before).unwrap();
+        let (opened, origin) = index(dir.path(), &v3, None);
+        assert_eq!(origin, IndexOrigin::Built, "the count of the commit before is not used");
+        let rebuilt_dir = tempfile::tempdir().unwrap();
+        let (rebuilt, _) = index(rebuilt_dir.path(), &v3, None);
+        for query in QUERIES {
+            assert_eq!(bits(&opened.search(query, 10).unwrap()), bits(&rebuilt.search(query, 10).unwrap()));
+        }
     }
 }

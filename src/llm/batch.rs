@@ -1090,13 +1090,15 @@ impl Llm {
             content.push_str(&pending.line);
             content.push('\n');
         }
+        // Shared by the attempts, not copied for each.
+        let content = bytes::Bytes::from(content);
         let file: FileObject = self
-            .retrying(Effect::Repeatable, || {
+            .uploading(|| {
                 let request = CreateFileRequest {
                     file: FileInput {
-                        source: InputSource::VecU8 {
+                        source: InputSource::Bytes {
                             filename: "qrelgen-requests.jsonl".to_owned(),
-                            vec: content.clone().into_bytes(),
+                            bytes: content.clone(),
                         },
                     },
                     purpose: FilePurpose::Batch,
@@ -1201,9 +1203,27 @@ impl Llm {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
     {
+        self.retried(effect, || self.timed(call())).await
+    }
+
+    /// As [`Llm::retrying`], for an upload (which may be sent again): an attempt fails once its
+    /// body sent nothing for the timeout, or no reply came a timeout after its last bytes,
+    /// however long it takes while bytes go out (see [`super::upload`]).
+    async fn uploading<T, F, Fut>(&self, call: F) -> Result<T, BatchError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, async_openai::error::OpenAIError>>,
+    {
+        self.retried(Effect::Repeatable, || self.timed_upload(call())).await
+    }
+
+    async fn retried<T, Fut>(&self, effect: Effect, attempt: impl FnMut() -> Fut) -> Result<T, BatchError>
+    where
+        Fut: Future<Output = Result<T, LlmError>>,
+    {
         let retry = super::retry::Retry { policy: &self.config.retry, effect, stall: &self.stall };
         retry
-            .run(|| self.timed(call()), |_| false, || self.update(|t| t.network.retries += 1))
+            .run(attempt, |_| false, || self.update(|t| t.network.retries += 1))
             .await
             .map_err(BatchError::Endpoint)
     }
@@ -1642,6 +1662,107 @@ mod tests {
         assert_eq!(kept, [("file-1", "creating")], "the next run looks the batch up by its file");
         let message = made.map_err(|e| e.to_string()).unwrap_err();
         assert!(message.contains("rerun the same command"), "{message}");
+    }
+
+    /// A server that reads each request's body `piece` bytes at a time, `every` apart, and
+    /// none past its first `stop_after` bytes; it answers an upload with file `file-1` and a
+    /// create call with batch `batch_1`. Its receive buffer is small, so the client sends only
+    /// as fast as it reads. Its base URL.
+    fn slow_reader(piece: usize, every: Duration, stop_after: usize) -> String {
+        use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(64 * 1024).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(16).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut reader = tokio::io::BufReader::new(stream);
+                    let mut buf = vec![0; piece];
+                    loop {
+                        let (mut head, mut line) = (String::new(), String::new());
+                        while line != "\r\n" {
+                            line.clear();
+                            if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            head.push_str(&line.to_ascii_lowercase());
+                        }
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        let mut read = 0;
+                        while read < length {
+                            if read >= stop_after {
+                                std::future::pending::<()>().await;
+                            }
+                            let want = piece.min(length - read);
+                            let Ok(n @ 1..) = reader.read(&mut buf[..want]).await else { return };
+                            read += n;
+                            tokio::time::sleep(every).await;
+                        }
+                        let body = if head.starts_with("post /v1/files") {
+                            r#"{"id":"file-1","object":"file","bytes":1,"created_at":0,"filename":"x","purpose":"batch"}"#
+                        } else {
+                            r#"{"id":"batch_1","status":"validating"}"#
+                        };
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if reader.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// Creates a batch of 16 MiB of lines against `server`, each attempt of the upload given
+    /// `timeout`; what came of it, and how long it took.
+    async fn create_large(server: &str, timeout: Duration) -> (Result<String, String>, Duration) {
+        let dir = tempfile::tempdir().unwrap();
+        let llm = submitting_tuned(server, dir.path(), |config| {
+            config.timeout = timeout;
+            config.retry =
+                super::super::RetryPolicy { max_attempts: 1, ..super::super::RetryPolicy::default() };
+        });
+        let keys: Vec<String> = (0..256).map(|i| format!("k{i}")).collect();
+        let line = pending(&"x".repeat(64 * 1024 - 1));
+        let lines: Vec<(&String, &Pending)> = keys.iter().map(|k| (k, &line)).collect();
+        let start = std::time::Instant::now();
+        let made = llm.create("generate", &lines).await;
+        (made.map_err(|e| e.to_string()), start.elapsed())
+    }
+
+    #[tokio::test]
+    async fn an_upload_slower_than_the_timeout_that_keeps_sending_succeeds() {
+        // 64 KiB every 10 ms: 16 MiB take some 2.6 s, more than twice the timeout.
+        let server = slow_reader(64 * 1024, Duration::from_millis(10), usize::MAX);
+        let (made, took) = create_large(&server, Duration::from_secs(1)).await;
+        assert_eq!(made, Ok("batch_1".to_owned()));
+        assert!(took > Duration::from_secs(2), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn an_upload_that_stops_going_out_fails_saying_it_stalled() {
+        let server = slow_reader(64 * 1024, Duration::ZERO, 2 * 1024 * 1024);
+        let (made, took) = create_large(&server, Duration::from_secs(1)).await;
+        let message = made.unwrap_err();
+        assert!(message.contains("the upload stalled: no bytes went out for 1 s (--timeout)"), "{message}");
+        let counts = message.split(" after ").nth(1).and_then(|rest| rest.strip_suffix(" bytes"));
+        let counts: Vec<u64> =
+            counts.unwrap_or_default().split(" of ").filter_map(|n| n.parse().ok()).collect();
+        assert!(
+            matches!(counts[..], [sent, total] if sent >= 2 << 20 && sent < total && total > 16 << 20),
+            "{message}"
+        );
+        assert!(took < Duration::from_secs(4), "{took:?}");
     }
 
     /// A fresh client (its `--stall-timeout` `stall_after`) and a `creating` record made `age`

@@ -98,6 +98,19 @@ pub enum LlmError {
     /// No answer within `--timeout`.
     #[error("no reply within {} s (--timeout)", .0.as_secs())]
     Timeout(Duration),
+    /// An upload's body stopped going out: no bytes were sent for `--timeout`.
+    #[error(
+        "the upload stalled: no bytes went out for {} s (--timeout) after {sent} of {total} bytes",
+        .after.as_secs()
+    )]
+    UploadStalled {
+        /// Bytes of the request sent.
+        sent: u64,
+        /// Bytes of the request in all.
+        total: u64,
+        /// How long nothing went out.
+        after: Duration,
+    },
     /// A 2xx answer whose body is not a chat completion.
     #[error("the reply is not a chat completion: {0}")]
     Body(String),
@@ -139,7 +152,7 @@ impl LlmError {
                     ConnectKind::Refused | ConnectKind::Reset | ConnectKind::Unmade | ConnectKind::Other
                 )
             }
-            Self::Timeout(_) => true,
+            Self::Timeout(_) | Self::UploadStalled { .. } => true,
             Self::BaseUrl(_) | Self::Body(_) | Self::Budget(_) | Self::Deferred | Self::Cache(_) => false,
         }
     }

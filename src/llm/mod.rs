@@ -15,6 +15,7 @@ mod retry;
 mod session;
 mod stall;
 mod transport;
+mod upload;
 
 pub use batch::{
     BatchConfig, BatchError, BatchMode, BatchRecord, DEFAULT_DISCOUNT, Forgotten, Imported, MAX_BYTES,
@@ -735,9 +736,27 @@ impl Llm {
         let waiting = self.stall.wait();
         let outcome = tokio::time::timeout(self.config.timeout, call).await;
         drop(waiting);
+        self.settle(outcome.map_err(|_| LlmError::Timeout(self.config.timeout)))
+    }
+
+    /// As [`Llm::timed`], for an upload: the timeout runs from the last bytes of its body that
+    /// went out, not from its start, and bytes going out restart the stall clock (see
+    /// [`upload`]).
+    async fn timed_upload<T>(
+        &self,
+        call: impl Future<Output = Result<T, OpenAIError>>,
+    ) -> Result<T, LlmError> {
+        let waiting = self.stall.wait();
+        let outcome = upload::watched(&self.stall, self.config.timeout, call).await;
+        drop(waiting);
+        self.settle(outcome)
+    }
+
+    /// What came of one request: its value, or its failure classified.
+    fn settle<T>(&self, outcome: Result<Result<T, OpenAIError>, LlmError>) -> Result<T, LlmError> {
         let error = match outcome {
             Ok(Ok(value)) => return Ok(value),
-            Err(_) => return Err(LlmError::Timeout(self.config.timeout)),
+            Err(error) => return Err(error),
             Ok(Err(OpenAIError::Reqwest(e))) if e.is_timeout() => {
                 return Err(LlmError::Timeout(self.config.timeout));
             }

@@ -64,7 +64,7 @@ impl Unusable {
     #[must_use]
     pub fn of(error: &LlmError) -> Self {
         let kind = match error {
-            LlmError::Timeout(_) => FailureKind::Timeout,
+            LlmError::Timeout(_) | LlmError::UploadStalled { .. } => FailureKind::Timeout,
             LlmError::Http { .. } => FailureKind::HttpError,
             LlmError::Connect { .. } | LlmError::BaseUrl(_) => FailureKind::Connection,
             LlmError::Body(_) | LlmError::Budget(_) | LlmError::Deferred | LlmError::Cache(_) => {

@@ -4,8 +4,9 @@
 //! Only time spent waiting on the server counts: a request in flight, or the backoff after the
 //! server failed one (a 429's `Retry-After`, a 5xx, a timeout). Time spent on our side — cache
 //! hits, the round trip between batches, our own rate limits — never does. The clock restarts
-//! whenever the server finishes a call (a reply, or a definite refusal), on a cache hit, and
-//! when a batch of calls starts; an attempt that times out does not restart it.
+//! whenever the server finishes a call (a reply, or a definite refusal), on a cache hit, when
+//! a batch of calls starts, and while an upload's body goes out, as its bytes do (see
+//! [`super::upload`]); an attempt that times out does not restart it.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,7 +33,8 @@ struct State {
 pub struct Waiting<'a>(&'a StallClock);
 
 impl StallClock {
-    /// The server (or the cache) finished a call, or a new batch starts: the clock restarts.
+    /// The server (or the cache) finished a call, a new batch starts, or an upload's bytes went
+    /// out: the clock restarts.
     pub fn progress(&self) {
         let mut state = self.lock();
         state.banked = Duration::ZERO;

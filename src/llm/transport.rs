@@ -26,7 +26,8 @@ pub struct HttpFailure {
 
 /// A tower service that sends each request once over `client`. Without a key (`keyed` false)
 /// the request carries no `Authorization` header at all (async-openai would send an empty
-/// bearer token). Every answer's rate-limit headers go to `limits`.
+/// bearer token). Every answer's rate-limit headers go to `limits`. The body of an upload is
+/// counted as it goes out (see [`super::upload`]).
 pub fn service(
     client: reqwest::Client,
     keyed: bool,
@@ -48,6 +49,7 @@ pub fn service(
             if !keyed {
                 request.headers_mut().remove(reqwest::header::AUTHORIZATION);
             }
+            super::upload::count_body(&mut request);
             let response = client.execute(request).await.map_err(OpenAIError::Reqwest)?;
             limits.observe(response.headers());
             if response.status().is_success() {

@@ -33,16 +33,24 @@ fn bad_files_are_skipped_with_one_warning_each() {
     assert!(run.file("report.md").contains("blob.txt: binary file"));
 }
 
-#[test]
-fn empty_corpus_is_a_clear_error() {
+/// Builds from a corpus folder of the one file `name` holding `bytes`, expecting exit `code`
+/// and each of `said` in stderr; the folder the run worked in, and the run.
+#[track_caller]
+fn build_one_file(name: &str, bytes: &[u8], code: i32, said: &[&str]) -> (tempfile::TempDir, super::Run) {
     let dir = tempdir();
     let corpus = dir.path().join("corpus");
-    write(&corpus.join("empty.md"), b"  \n");
+    write(&corpus.join(name), bytes);
     let run = build(dir.path(), &corpus, &[]);
-    run.assert_code(2);
-    assert!(run.stderr.contains("no usable documents"), "{}", run.stderr);
-    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    run.assert_code(code);
+    for text in said {
+        assert!(run.stderr.contains(text), "{text:?} not in:\n{}", run.stderr);
+    }
+    (dir, run)
+}
 
+#[test]
+fn empty_corpus_is_a_clear_error() {
+    let (dir, _) = build_one_file("empty.md", b"  \n", 2, &["no usable documents", "hint:"]);
     let missing = build(dir.path(), &dir.path().join("nope"), &[]);
     missing.assert_code(2);
     assert!(missing.stderr.contains("cannot read the corpus"), "{}", missing.stderr);
@@ -51,12 +59,8 @@ fn empty_corpus_is_a_clear_error() {
 #[test]
 fn a_one_chunk_corpus_is_a_clear_error_not_a_panic() {
     // No term in two chunks: the topic space has no dimensions (its fit once panicked here).
-    let dir = tempdir();
-    let corpus = dir.path().join("corpus");
-    write(&corpus.join("only.md"), b"# One\n\nA single short page about nothing much.\n");
-    let run = build(dir.path(), &corpus, &[]);
-    run.assert_code(1);
-    assert!(run.stderr.contains("no query could be planned"), "{}", run.stderr);
+    let page = b"# One\n\nA single short page about nothing much.\n";
+    let (_dir, run) = build_one_file("only.md", page, 1, &["no query could be planned"]);
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
 }
 
