@@ -747,7 +747,7 @@ impl Chunking {
 
     /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
     /// earlier run's when it is unchanged, else made now, and its chunks and `corpus.jsonl`
-    /// lines; the items of the batch on up to `threads` threads at once (each item's digest,
+    /// lines (none when the chunks are collected: they are written from memory later); the items of the batch on up to `threads` threads at once (each item's digest,
     /// chunking, chunks and lines are its own; the items stay in order).
     fn make(
         &self,
@@ -756,6 +756,9 @@ impl Chunking {
         stage: &crate::progress::Stage,
     ) -> Result<Vec<(Item, Made)>> {
         let (chunker, earlier) = (&self.chunker, &self.kept);
+        // Kept chunks get their lines at the index stage ([`stage_corpus`]), so none are made
+        // here for them: holding both would double the memory of the chunks.
+        let write_lines = self.chunks.is_none();
         let make = |item: Item| -> Result<(Item, Made)> {
             let (id, digest, text) = match &item {
                 Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
@@ -789,6 +792,7 @@ impl Chunking {
             };
             let mut lines = Vec::new();
             let units = match &item {
+                _ if !write_lines => &[],
                 Item::Document(_) => chunks.as_slice(),
                 Item::Chunk(unit) => std::slice::from_ref(unit),
             };
