@@ -190,6 +190,13 @@ impl Staging {
         self.dir.join(name)
     }
 
+    /// Where the staged file `name` is, to read or probe it: unlike [`Staging::path`], this
+    /// neither makes the folder nor counts the file as not synced (nothing is written there).
+    #[must_use]
+    pub fn staged_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
     /// Moves every staged file into the output folder, all or none: the files under each of
     /// `first` (paths relative to the output folder, a file or a folder) in that order, then the
     /// rest by name, `manifest.json` last. Each file it replaces is kept until the last one is
