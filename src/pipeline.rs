@@ -442,8 +442,8 @@ impl ChunkedCorpus {
         };
         let analyzer = Analyzer::new(config.segmenter);
         let dir = out.join(layout::INDEX_DIR);
-        let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &texts {
-            ChunkTexts::Memory(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
+        let feed = |add: &mut dyn FnMut(&Chunk) -> Result<(), IndexError>| match &texts {
+            ChunkTexts::Memory(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk)?)),
             ChunkTexts::Staged(file) => reread_chunks(file, add),
         };
         let (index, provenance, unchanged) = if let Some(earlier) = earlier {
@@ -970,8 +970,8 @@ fn stage_corpus(staging: &output::Staging, mut chunks: Vec<Chunk>) -> Result<Vec
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
-fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>) -> Result<()> {
-    let skipped = corpus::read_prechunked(corpus_file, |chunk| Ok(add(chunk)?))?;
+fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(&Chunk) -> Result<(), IndexError>) -> Result<()> {
+    let skipped = corpus::read_prechunked(corpus_file, |chunk| Ok(add(&chunk)?))?;
     match skipped.first() {
         None => Ok(()),
         Some(line) => Err(Error::Output {

@@ -118,8 +118,10 @@ pub fn stage_previous(dir: &Path, staging: &Staging, also: &[&str]) -> Result<Pr
     let current = read_manifest(dir)?.version();
     check_kept(dir, current)?;
     let names = [&VERSION_FILES[..], &BUILD_ONLY_FILES, also].concat();
-    let (moved, copied): (Vec<&str>, Vec<&str>) =
-        names.iter().filter(|name| dir.join(name).is_file()).partition(|name| staging.staged_path(name).is_file());
+    let (moved, copied): (Vec<&str>, Vec<&str>) = names
+        .iter()
+        .filter(|name| dir.join(name).is_file())
+        .partition(|name| staging.staged_path(name).is_file());
     stage_kept(dir, current, staging, &copied)?;
     let moved = moved.into_iter().map(str::to_owned).collect();
     Ok(Previous { dir: version_dir(Path::new(""), current), moved })
@@ -164,7 +166,8 @@ fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u
         line: e.line(),
         message: e.to_string(),
     })?;
-    let lines = |name: &str| fs_err::read_to_string(staging.staged_path(name)).map_or(0, |t| t.lines().count());
+    let lines =
+        |name: &str| fs_err::read_to_string(staging.staged_path(name)).map_or(0, |t| t.lines().count());
     let counts = Counts { queries: lines(QUERIES), qrels: lines(QRELS_TREC), ..Counts::default() };
     let record = VersionRecord {
         version: current + 1,
