@@ -91,7 +91,7 @@ pub fn build(
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
     let Chunked { index, groups, corpus, skipped, .. } =
-        chunk_and_index(config, out, &staging, None, None, *progress, &mut timings)?;
+        chunk_and_index(config, out, &staging, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
@@ -330,22 +330,19 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
     Ok(())
 }
 
-/// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way; the items `kept` from an earlier run's chunking are not
-/// chunked again), then builds (or reuses) the index; one of the `earlier` chunk list is
-/// updated in place. The chunking is kept in the index folder for the next refresh.
+/// Stages 1–3 of a build: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
+/// near-identical chunks on the way), then builds (or reuses) the index. The chunking is kept
+/// in the index folder for the next refresh (which calls [`chunk`] and
+/// [`ChunkedCorpus::index`] itself, with the earlier run's chunking and chunks).
 pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
-    earlier: Option<Earlier<'_>>,
-    kept: Option<KeptChunking>,
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<Chunked> {
-    let collect = kept.is_some() || earlier.is_some();
-    chunk(config, out, staging, kept, collect, progress, timings)?
-        .index(config, out, staging, earlier, progress, timings)
+    chunk(config, out, staging, None, false, progress, timings)?
+        .index(config, out, staging, None, progress, timings)
 }
 
 /// Stages 1–2 of [`chunk_and_index`]: the corpus read and chunked, the index not yet touched.
@@ -370,9 +367,10 @@ pub(crate) fn chunk(
     let chunking = Chunking::new(config, out, staging, kept.unwrap_or_default(), collect)?;
     let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
         read_and_chunk(config, out, corpus_file.as_deref(), chunking, &stage)?;
-    let texts = match (kept_chunks, corpus_file) {
-        (Some(chunks), _) => ChunkTexts::Memory(chunks),
-        (None, file) => ChunkTexts::Staged(file.unwrap_or_else(|| staging.path(layout::CORPUS))),
+    // No corpus file exactly when the chunks are collected.
+    let texts = match corpus_file {
+        Some(file) => ChunkTexts::Staged(file),
+        None => ChunkTexts::Memory(kept_chunks.unwrap_or_default()),
     };
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
