@@ -240,15 +240,15 @@ pub enum Written {
 
 impl Written {
     /// Moves the file into the index folder `dir`, as [`KEPT_FILE`] (the bytes are written to
-    /// a temporary file there first); the temporary files a killed run left there go first.
+    /// a temporary file there first, once the temporary files a killed run left there are gone).
     ///
     /// # Errors
     /// When it cannot be moved or written there.
     pub fn place(self, dir: &Path) -> std::io::Result<()> {
-        clear_leftovers(dir)?;
         let file = match self {
             Self::File(file) => file,
             Self::Memory(bytes) => {
+                clear_leftovers(dir)?;
                 let mut file = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
                 file.write_all(&bytes)?;
                 file
