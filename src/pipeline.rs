@@ -91,7 +91,7 @@ pub fn build(
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
     let Chunked { index, groups, corpus, skipped, .. } =
-        chunk_and_index(config, out, &staging, None, None, *progress, &mut timings)?;
+        chunk_and_index(config, out, &staging, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
     let stage = progress.stage("connect", 0);
@@ -330,22 +330,19 @@ fn check_batch_budget(config: &BuildConfig, range: &DryRun) -> Result<()> {
     Ok(())
 }
 
-/// Stages 1–3: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way; the items `kept` from an earlier run's chunking are not
-/// chunked again), then builds (or reuses) the index; one of the `earlier` chunk list is
-/// updated in place. The chunking is kept in the index folder for the next refresh.
+/// Stages 1–3 of a build: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
+/// near-identical chunks on the way), then builds (or reuses) the index. The chunking is kept
+/// in the index folder for the next refresh (which calls [`chunk`] and
+/// [`ChunkedCorpus::index`] itself, with the earlier run's chunking and chunks).
 pub(crate) fn chunk_and_index(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
-    earlier: Option<Earlier<'_>>,
-    kept: Option<KeptChunking>,
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<Chunked> {
-    let collect = kept.is_some() || earlier.is_some();
-    chunk(config, out, staging, kept, collect, progress, timings)?
-        .index(config, out, staging, earlier, progress, timings)
+    chunk(config, out, staging, None, false, progress, timings)?
+        .index(config, out, staging, None, progress, timings)
 }
 
 /// Stages 1–2 of [`chunk_and_index`]: the corpus read and chunked, the index not yet touched.
@@ -370,9 +367,10 @@ pub(crate) fn chunk(
     let chunking = Chunking::new(config, out, staging, kept.unwrap_or_default(), collect)?;
     let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
         read_and_chunk(config, out, corpus_file.as_deref(), chunking, &stage)?;
-    let texts = match (kept_chunks, corpus_file) {
-        (Some(chunks), _) => ChunkTexts::Memory(chunks),
-        (None, file) => ChunkTexts::Staged(file.unwrap_or_else(|| staging.path(layout::CORPUS))),
+    // No corpus file exactly when the chunks are collected.
+    let texts = match corpus_file {
+        Some(file) => ChunkTexts::Staged(file),
+        None => ChunkTexts::Memory(kept_chunks.unwrap_or_default()),
     };
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
@@ -442,8 +440,8 @@ impl ChunkedCorpus {
         };
         let analyzer = Analyzer::new(config.segmenter);
         let dir = out.join(layout::INDEX_DIR);
-        let feed = |add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>| match &texts {
-            ChunkTexts::Memory(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk.clone())?)),
+        let feed = |add: &mut dyn FnMut(&Chunk) -> Result<(), IndexError>| match &texts {
+            ChunkTexts::Memory(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk)?)),
             ChunkTexts::Staged(file) => reread_chunks(file, add),
         };
         let (index, provenance, unchanged) = if let Some(earlier) = earlier {
@@ -747,7 +745,7 @@ impl Chunking {
 
     /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
     /// earlier run's when it is unchanged, else made now, and its chunks and `corpus.jsonl`
-    /// lines; the items of the batch on up to `threads` threads at once (each item's digest,
+    /// lines (none when the chunks are collected: they are written from memory later); the items of the batch on up to `threads` threads at once (each item's digest,
     /// chunking, chunks and lines are its own; the items stay in order).
     fn make(
         &self,
@@ -756,6 +754,9 @@ impl Chunking {
         stage: &crate::progress::Stage,
     ) -> Result<Vec<(Item, Made)>> {
         let (chunker, earlier) = (&self.chunker, &self.kept);
+        // Kept chunks get their lines at the index stage ([`stage_corpus`]), so none are made
+        // here for them: holding both would double the memory of the chunks.
+        let write_lines = self.chunks.is_none();
         let make = |item: Item| -> Result<(Item, Made)> {
             let (id, digest, text) = match &item {
                 Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
@@ -789,6 +790,7 @@ impl Chunking {
             };
             let mut lines = Vec::new();
             let units = match &item {
+                _ if !write_lines => &[],
                 Item::Document(_) => chunks.as_slice(),
                 Item::Chunk(unit) => std::slice::from_ref(unit),
             };
@@ -966,8 +968,8 @@ fn stage_corpus(staging: &output::Staging, mut chunks: Vec<Chunk>) -> Result<Vec
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
-fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(Chunk) -> Result<(), IndexError>) -> Result<()> {
-    let skipped = corpus::read_prechunked(corpus_file, |chunk| Ok(add(chunk)?))?;
+fn reread_chunks(corpus_file: &Path, add: &mut dyn FnMut(&Chunk) -> Result<(), IndexError>) -> Result<()> {
+    let skipped = corpus::read_prechunked(corpus_file, |chunk| Ok(add(&chunk)?))?;
     match skipped.first() {
         None => Ok(()),
         Some(line) => Err(Error::Output {

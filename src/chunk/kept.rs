@@ -24,6 +24,9 @@ use std::path::Path;
 /// The file in the index folder.
 pub const KEPT_FILE: &str = "qrelgen-chunking";
 /// The first bytes of that file (the format's version).
+/// How the temporary files of [`KEPT_FILE`] are named.
+const TEMP_PREFIX: &str = ".qrelgen-chunking";
+
 const MAGIC: &[u8] = b"qrelgen-chunking v1\n";
 /// Before each item's entry, and after the last one.
 const ENTRY: u8 = 1;
@@ -136,7 +139,7 @@ impl KeptWriter {
     /// # Errors
     /// When the file cannot be made or written.
     pub fn create(folder: &Path, stamp: &str) -> std::io::Result<Self> {
-        let file = tempfile::Builder::new().prefix(".qrelgen-chunking").tempfile_in(folder)?;
+        let file = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(folder)?;
         Self::start(Sink::File(std::io::BufWriter::new(file)), stamp)
     }
 
@@ -237,7 +240,7 @@ pub enum Written {
 
 impl Written {
     /// Moves the file into the index folder `dir`, as [`KEPT_FILE`] (the bytes are written to
-    /// a temporary file there first).
+    /// a temporary file there first, once the temporary files a killed run left there are gone).
     ///
     /// # Errors
     /// When it cannot be moved or written there.
@@ -245,13 +248,26 @@ impl Written {
         let file = match self {
             Self::File(file) => file,
             Self::Memory(bytes) => {
-                let mut file = tempfile::Builder::new().prefix(".qrelgen-chunking").tempfile_in(dir)?;
+                clear_leftovers(dir)?;
+                let mut file = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
                 file.write_all(&bytes)?;
                 file
             }
         };
         file.persist(dir.join(KEPT_FILE)).map(drop).map_err(|e| e.error)
     }
+}
+
+/// Removes the temporary files of [`KEPT_FILE`] in `dir` (a run killed while it wrote one
+/// there leaves it).
+fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
+    for entry in fs_err::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) && entry.file_type()?.is_file() {
+            fs_err::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// A chunk's near-duplicate signature as [`KeptWriter`] wrote it: a flag, then the slots.
@@ -351,6 +367,11 @@ mod tests {
         assert_eq!(bytes(memory.path()), bytes(file.path()));
         let left = fs_err::read_dir(memory.path()).unwrap().count();
         assert_eq!(left, 1, "no temporary file left");
+        let leftover = memory.path().join(format!("{TEMP_PREFIX}.killed"));
+        fs_err::write(&leftover, "half written").unwrap();
+        written_by(memory.path(), KeptWriter::in_memory(&stamp));
+        assert!(!leftover.exists(), "a killed run's temporary file is cleared");
+        assert_eq!(bytes(memory.path()), bytes(file.path()));
     }
 
     #[test]

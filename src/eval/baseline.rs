@@ -83,7 +83,7 @@ pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun
         Analyzer::new(segmenter),
         crate::config::all_cores().get(),
         &stage,
-        |add| corpus::read_prechunked(&corpus_file, |c| Ok(add(c)?)).map(drop),
+        |add| corpus::read_prechunked(&corpus_file, |c| Ok(add(&c)?)).map(drop),
     )?;
     stage.finish(&format!("{} chunks, index {provenance}", index.len()));
     let mut queries = Vec::new();

@@ -279,7 +279,7 @@ impl ChunkIndex {
         analyzer: Analyzer,
         threads: usize,
         progress: &Stage,
-        feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
+        feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, IndexOrigin), E> {
         let stamp = Self::stamp(&analyzer, fingerprint);
         let stamp_path = dir.join(FINGERPRINT_FILE);
@@ -521,7 +521,7 @@ fn build<E: From<IndexError>>(
     analyzer: &Analyzer,
     threads: usize,
     progress: &Stage,
-    feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
+    feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
 ) -> Result<(), E> {
     let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
     let (schema, fields) = schema();
@@ -536,7 +536,7 @@ fn build<E: From<IndexError>>(
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut position = 0u64;
     feed(&mut |chunk| {
-        writer.add_document(document(fields, &chunk, position)).map_err(err)?;
+        writer.add_document(document(fields, chunk, position)).map_err(err)?;
         position += 1;
         progress.inc(1);
         Ok(())
@@ -583,7 +583,7 @@ pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, IndexOri
     let metas = chunks.iter().collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
     ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), 2, &Stage::hidden(), |add| {
-        chunks.iter().cloned().try_for_each(add)
+        chunks.iter().try_for_each(add)
     })
     .unwrap()
 }
@@ -661,7 +661,7 @@ mod tests {
                 Analyzer::new(segmenter),
                 2,
                 &Stage::hidden(),
-                |add| chunks.into_iter().try_for_each(add),
+                |add| chunks.iter().try_for_each(add),
             )
             .unwrap();
             for (i, text) in texts.iter().enumerate().take(3) {
@@ -688,10 +688,10 @@ mod tests {
     }
 
     /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
-    fn build_fed(dir: &Path, chunks: Vec<Chunk>, fed: usize) -> Result<(ChunkIndex, IndexOrigin)> {
+    fn build_fed(dir: &Path, chunks: &[Chunk], fed: usize) -> Result<(ChunkIndex, IndexOrigin)> {
         let metas = chunks.iter().collect();
         ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
-            chunks.into_iter().take(fed).try_for_each(add)
+            chunks.iter().take(fed).try_for_each(add)
         })
     }
 
@@ -699,7 +699,7 @@ mod tests {
     fn refuses_to_wipe_a_foreign_folder() {
         let dir = tempfile::tempdir().unwrap();
         fs_err::write(dir.path().join("notes.txt"), "mine").unwrap();
-        let result = build_fed(dir.path(), test_chunks(&["x"]), 1);
+        let result = build_fed(dir.path(), &test_chunks(&["x"]), 1);
         assert!(result.is_err());
         assert!(dir.path().join("notes.txt").exists());
     }
@@ -707,7 +707,7 @@ mod tests {
     #[test]
     fn rejects_a_feed_that_does_not_match_the_chunk_list() {
         let dir = tempfile::tempdir().unwrap();
-        let result = build_fed(dir.path(), test_chunks(&["a", "b"]), 1);
+        let result = build_fed(dir.path(), &test_chunks(&["a", "b"]), 1);
         assert!(result.is_err_and(|e| {
             matches!(e, IndexError::Mismatch { chunks: 2, .. })
                 && e.to_string().contains("does not hold the 2 chunks")
@@ -735,7 +735,7 @@ mod tests {
             Analyzer::default(),
             threads,
             &Stage::hidden(),
-            |add| chunks.into_iter().try_for_each(add),
+            |add| chunks.iter().try_for_each(add),
         )
         .unwrap();
         (dir, index)

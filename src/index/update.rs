@@ -93,7 +93,7 @@ impl ChunkIndex {
         analyzer: Analyzer,
         threads: usize,
         progress: &Stage,
-        feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
+        feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, IndexOrigin, Option<Unchanged>), E> {
         let stamp_path = dir.join(FINGERPRINT_FILE);
         let on_disk = fs_err::read_to_string(&stamp_path).unwrap_or_default();
@@ -237,7 +237,7 @@ impl Plan {
         analyzer: &Analyzer,
         earlier: Earlier<'_>,
         progress: &Stage,
-        feed: impl FnOnce(&mut dyn FnMut(Chunk) -> Result<()>) -> Result<(), E>,
+        feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<Unchanged, E> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
         let Self { index, ord, mut moved_to, from, gone, mut tokens, segments, mut deletions } = self;
@@ -275,7 +275,7 @@ impl Plan {
             let key = moved_to.len() as u64;
             moved_to.push(Some(at as u32));
             tokens += analyzer.chunk_tokens(&chunk.title, &chunk.text).len() as u64;
-            writer.add_document(super::document(fields, &chunk, key)).map_err(err)?;
+            writer.add_document(super::document(fields, chunk, key)).map_err(err)?;
             Ok(())
         })?;
         writer.commit().map_err(err)?;
@@ -437,7 +437,7 @@ mod tests {
 
     fn index(dir: &Path, chunks: &[Chunk], earlier: Option<Earlier<'_>>) -> (ChunkIndex, IndexOrigin) {
         let metas: ChunkList = chunks.iter().collect();
-        let feed = |add: &mut dyn FnMut(Chunk) -> Result<()>| chunks.iter().cloned().try_for_each(add);
+        let feed = |add: &mut dyn FnMut(&Chunk) -> Result<()>| chunks.iter().try_for_each(add);
         let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
         match earlier {
             Some(earlier) => {
@@ -683,7 +683,7 @@ mod tests {
     /// The index of `chunks` in one segment (one writer thread), which no single deletion empties.
     fn one_segment(dir: &Path, chunks: &[Chunk]) {
         let metas: ChunkList = chunks.iter().collect();
-        let feed = |add: &mut dyn FnMut(Chunk) -> Result<()>| chunks.iter().cloned().try_for_each(add);
+        let feed = |add: &mut dyn FnMut(&Chunk) -> Result<()>| chunks.iter().try_for_each(add);
         let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
         ChunkIndex::open_or_build(dir, metas, &print, analyzer, 1, &stage, feed).unwrap();
         assert_eq!(segments(dir), 1);

@@ -190,6 +190,13 @@ impl Staging {
         self.dir.join(name)
     }
 
+    /// Where the staged file `name` is, to read or probe it: unlike [`Staging::path`], this
+    /// neither makes the folder nor counts the file as not synced (nothing is written there).
+    #[must_use]
+    pub fn staged_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
     /// Moves every staged file into the output folder, all or none: the files under each of
     /// `first` (paths relative to the output folder, a file or a folder) in that order, then the
     /// rest by name, `manifest.json` last. Each file it replaces is kept until the last one is
@@ -259,8 +266,12 @@ impl Staging {
         sync_dirs(&folders)
     }
 
-    /// The staged files, relative to the staging folder, by name.
+    /// The staged files, relative to the staging folder, by name: none unless this run made the
+    /// folder (what a killed run left there is not this run's to publish).
     fn staged(&self) -> Vec<PathBuf> {
+        if !matches!(self.made.get(), Some(Ok(()))) {
+            return Vec::new();
+        }
         walkdir::WalkDir::new(&self.dir)
             .sort_by_file_name()
             .into_iter()
@@ -710,6 +721,8 @@ mod tests {
         }
         assert_eq!(listing(), before);
         assert_eq!(text(&out.join(STAGING).join("left.jsonl")), "a killed run's");
+        Staging::create(out).unwrap().publish(&[]).unwrap();
+        assert!(!out.join("left.jsonl").exists(), "a publish of nothing staged publishes no leftover");
         let staging = Staging::create(out).unwrap();
         write_text(&staging.path("queries.jsonl"), "new").unwrap();
         assert!(!out.join(STAGING).join("left.jsonl").exists(), "the leftover is cleared by the first write");

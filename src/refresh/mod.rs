@@ -163,7 +163,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         Some(chunks) => {
             chunks.into_iter().map(|c| Piece { id: c.id, title: c.title, text: c.text }).collect()
         }
-        None => read_pieces(&staging.path(CORPUS))?,
+        None => read_pieces(&staging.staged_path(CORPUS))?,
     };
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);

@@ -118,8 +118,10 @@ pub fn stage_previous(dir: &Path, staging: &Staging, also: &[&str]) -> Result<Pr
     let current = read_manifest(dir)?.version();
     check_kept(dir, current)?;
     let names = [&VERSION_FILES[..], &BUILD_ONLY_FILES, also].concat();
-    let (moved, copied): (Vec<&str>, Vec<&str>) =
-        names.iter().filter(|name| dir.join(name).is_file()).partition(|name| staging.path(name).is_file());
+    let (moved, copied): (Vec<&str>, Vec<&str>) = names
+        .iter()
+        .filter(|name| dir.join(name).is_file())
+        .partition(|name| staging.staged_path(name).is_file());
     stage_kept(dir, current, staging, &copied)?;
     let moved = moved.into_iter().map(str::to_owned).collect();
     Ok(Previous { dir: version_dir(Path::new(""), current), moved })
@@ -157,14 +159,15 @@ pub fn publish_rebuild(
 fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u32> {
     let live = read_manifest(dir)?;
     let current = live.version();
-    let built = staging.path(MANIFEST);
+    let built = staging.staged_path(MANIFEST);
     let bytes = fs_err::read(&built).map_err(|source| crate::Error::Input { path: built.clone(), source })?;
     let mut manifest: SetManifest = serde_json::from_slice(&bytes).map_err(|e| crate::Error::Malformed {
         path: built.clone(),
         line: e.line(),
         message: e.to_string(),
     })?;
-    let lines = |name: &str| fs_err::read_to_string(staging.path(name)).map_or(0, |t| t.lines().count());
+    let lines =
+        |name: &str| fs_err::read_to_string(staging.staged_path(name)).map_or(0, |t| t.lines().count());
     let counts = Counts { queries: lines(QUERIES), qrels: lines(QRELS_TREC), ..Counts::default() };
     let record = VersionRecord {
         version: current + 1,
@@ -177,7 +180,7 @@ fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u
         counts,
     };
     manifest.review = Some(next_log(live.review, record));
-    output::write_json(&built, &manifest)?;
+    output::write_json(&staging.path(MANIFEST), &manifest)?;
     // Entries a failed apply left (newer than the current version) would read as the new
     // version's: they go.
     // A set with a review log has a ledger (empty when only an export was made).
