@@ -650,21 +650,18 @@ fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -
     let queue = std::sync::Mutex::new(items);
     let next = || queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
     let (f, next) = (&f, &next);
-    let done: Vec<Vec<(usize, U)>> = std::thread::scope(|scope| {
+    let mut done: Vec<(usize, U)> = std::thread::scope(|scope| {
         let running: Vec<_> = firsts
             .into_iter()
             .map(|first| {
                 let taken = std::iter::once(first).chain(std::iter::from_fn(next));
-                scope.spawn(move || taken.map(|(i, item)| (i, f(item))).collect())
+                scope.spawn(move || taken.map(|(i, item)| (i, f(item))).collect::<Vec<_>>())
             })
             .collect();
-        running.into_iter().map(crate::threads::join).collect()
+        running.into_iter().flat_map(crate::threads::join).collect()
     });
-    let mut slots: Vec<Option<U>> = std::iter::repeat_with(|| None).take(len).collect();
-    for (i, made) in done.into_iter().flatten() {
-        slots[i] = Some(made);
-    }
-    slots.into_iter().flatten().collect()
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, made)| made).collect()
 }
 
 /// The items [`read_and_chunk`] chunks at once (over the threads): up to [`CHUNK_BATCH_BYTES`]
@@ -745,8 +742,9 @@ impl Chunking {
 
     /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
     /// earlier run's when it is unchanged, else made now, and its chunks and `corpus.jsonl`
-    /// lines (none when the chunks are collected: they are written from memory later); the items of the batch on up to `threads` threads at once (each item's digest,
-    /// chunking, chunks and lines are its own; the items stay in order).
+    /// lines (none when the chunks are collected: they are written from memory later); the
+    /// items of the batch on up to `threads` threads at once (each item's digest, chunking,
+    /// chunks and lines are its own; the items stay in order).
     fn make(
         &self,
         batch: &mut Vec<Item>,
