@@ -236,6 +236,50 @@ impl ContentHasher {
     }
 }
 
+/// A [`ContentHasher`] for a long stream of small strings (every chunk of a corpus): the
+/// length-prefixed parts are gathered into a buffer that is hashed 64 KiB at a
+/// time, as BLAKE3 hashes large inputs several blocks at once where small ones go one block at
+/// a time. The hash is [`ContentHasher`]'s of the same parts.
+#[derive(Debug, Default)]
+pub struct StreamHasher {
+    hasher: blake3::Hasher,
+    buffer: Vec<u8>,
+}
+
+/// Bytes a [`StreamHasher`] gathers before hashing them.
+const STREAM_BUFFER: usize = 64 << 10;
+
+impl StreamHasher {
+    /// Adds strings to the hash.
+    pub fn update(&mut self, parts: &[&str]) {
+        for part in parts {
+            self.buffer.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            if part.len() >= STREAM_BUFFER {
+                self.flush();
+                self.hasher.update(part.as_bytes());
+            } else {
+                self.buffer.extend_from_slice(part.as_bytes());
+            }
+        }
+        if self.buffer.len() >= STREAM_BUFFER {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        self.hasher.update(&self.buffer);
+        self.buffer.clear();
+    }
+
+    /// The full hash, as 64 hex digits.
+    #[must_use]
+    pub fn finish(&self) -> String {
+        let mut hasher = self.hasher.clone();
+        hasher.update(&self.buffer);
+        hasher.finalize().to_hex().to_string()
+    }
+}
+
 /// A short, stable hex hash of several strings.
 #[must_use]
 pub fn content_hash(parts: &[&str]) -> String {
@@ -261,6 +305,24 @@ mod tests {
         check_sanitized("my file#2.txt", "my_file_2.txt");
         check_sanitized("  tab\there ", "tab_here");
         check_sanitized("   ", "_");
+    }
+
+    #[test]
+    fn a_stream_hash_is_the_content_hash_of_the_same_parts() {
+        let long = "x".repeat(STREAM_BUFFER + 3);
+        let parts: Vec<String> =
+            (0..5000).map(|i| format!("part {i}")).chain([long, String::new(), "é".into()]).collect();
+        let (mut content, mut stream) = (ContentHasher::default(), StreamHasher::default());
+        assert_eq!(stream.finish(), content.finish(), "nothing added");
+        for pair in parts.chunks(2) {
+            let pair: Vec<&str> = pair.iter().map(String::as_str).collect();
+            content.update(&pair);
+            stream.update(&pair);
+        }
+        assert_eq!(stream.finish(), content.finish());
+        let mut other = StreamHasher::default();
+        other.update(&["part 0part 1"]);
+        assert_ne!(other.finish(), content.finish(), "the parts are length-prefixed");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::generate::{
     Estimate, Generator, LlmGenerator, LlmReport, Margin, OfflineGenerator, Planner, Preflight, Prompts,
     Quotas, Request,
 };
-use crate::id::ContentHasher;
+use crate::id::StreamHasher;
 use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError, Unchanged};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
@@ -434,38 +434,27 @@ impl ChunkedCorpus {
     ) -> Result<Chunked> {
         let Self { chunks, groups, corpus, skipped, chunking, texts } = self;
         let stage = progress.stage("index", chunks.len() as u64);
-        let texts = match texts {
-            ChunkTexts::Memory(chunks) => ChunkTexts::Memory(stage_corpus(staging, chunks)?),
-            staged @ ChunkTexts::Staged(_) => staged,
-        };
-        let analyzer = Analyzer::new(config.segmenter);
         let dir = out.join(layout::INDEX_DIR);
-        let feed = |add: &mut dyn FnMut(&Chunk) -> Result<(), IndexError>| match &texts {
-            ChunkTexts::Memory(chunks) => chunks.iter().try_for_each(|chunk| Ok(add(chunk)?)),
-            ChunkTexts::Staged(file) => reread_chunks(file, add),
-        };
-        let (index, provenance, unchanged) = if let Some(earlier) = earlier {
-            ChunkIndex::update_or_build(
-                &dir,
-                chunks,
-                &corpus.chunks_hash,
-                earlier,
-                analyzer,
-                config.threads,
-                &stage,
-                feed,
-            )?
-        } else {
-            let (index, provenance) = ChunkIndex::open_or_build(
-                &dir,
-                chunks,
-                &corpus.chunks_hash,
-                analyzer,
-                config.threads,
-                &stage,
-                feed,
-            )?;
-            (index, provenance, None)
+        let index =
+            |feed: Feed<'_>| index_chunks(&dir, chunks, &corpus.chunks_hash, earlier, config, &stage, feed);
+        let ((index, provenance, unchanged), texts) = match texts {
+            ChunkTexts::Memory(mut texts) => {
+                let indexed = stage_corpus_while(staging, &texts, |texts| {
+                    index(&|add| {
+                        texts.iter().try_for_each(|chunk| match title_for_index(chunk) {
+                            Some(title) => Ok(add(&Chunk { title, ..chunk.clone() })?),
+                            None => Ok(add(chunk)?),
+                        })
+                    })
+                })?;
+                for chunk in &mut texts {
+                    if let Some(title) = title_for_index(chunk) {
+                        chunk.title = title;
+                    }
+                }
+                (indexed, ChunkTexts::Memory(texts))
+            }
+            ChunkTexts::Staged(file) => (index(&|add| reread_chunks(&file, add))?, ChunkTexts::Staged(file)),
         };
         chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
         timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
@@ -490,8 +479,8 @@ pub(crate) struct Chunked {
 }
 
 /// The generator the config asks for, and with an LLM generator the LLM judge, both holding one
-/// LLM session. The offline generator uses `model` (the corpus model of `index`'s chunks) or
-/// builds it, and keeps it beside the index for a later refresh to fold changes into.
+/// LLM session. The offline generator uses `model` (the corpus model of `index`'s chunks, kept
+/// beside the index) or builds it and keeps it there, for a later refresh to fold changes into.
 pub(crate) fn make_stages<'a>(
     config: &BuildConfig,
     index: &'a ChunkIndex,
@@ -503,10 +492,9 @@ pub(crate) fn make_stages<'a>(
     let setup = match &config.generator {
         GeneratorConfig::Offline => {
             let model = match model {
-                Some(model) => model,
-                None => CorpusModel::build(index)?,
-            }
-            .keep_beside(index)?;
+                Some(kept) => kept,
+                None => CorpusModel::build(index)?.keep_beside(index)?,
+            };
             let generator = OfflineGenerator::new(index, config.seed, language, config.topics, model)?;
             return Ok(Stages { generator: Box::new(generator), judge: None });
         }
@@ -752,7 +740,7 @@ impl Chunking {
         stage: &crate::progress::Stage,
     ) -> Result<Vec<(Item, Made)>> {
         let (chunker, earlier) = (&self.chunker, &self.kept);
-        // Kept chunks get their lines at the index stage ([`stage_corpus`]), so none are made
+        // Kept chunks get their lines at the index stage ([`stage_corpus_while`]), so none are made
         // here for them: holding both would double the memory of the chunks.
         let write_lines = self.chunks.is_none();
         let make = |item: Item| -> Result<(Item, Made)> {
@@ -832,7 +820,7 @@ impl Chunking {
     }
 
     /// Keeps `chunk` when the chunks are asked for, as chunked (its `corpus.jsonl` line is
-    /// written from it: [`stage_corpus`]).
+    /// written from it: [`stage_corpus_while`]).
     fn collect(&mut self, chunk: Chunk) {
         if let Some(chunks) = &mut self.chunks {
             chunks.push(chunk);
@@ -848,7 +836,7 @@ impl Chunking {
 }
 
 /// Adds a document (or pre-chunked unit) to the corpus hash.
-fn hash_item(hasher: &mut ContentHasher, item: &Item) {
+fn hash_item(hasher: &mut StreamHasher, item: &Item) {
     match item {
         Item::Document(doc) => hasher.update(&[doc.id.as_str(), &doc.title, &doc.text]),
         Item::Chunk(chunk) => hasher.update(&[chunk.id.as_str(), &chunk.title, &chunk.text]),
@@ -862,7 +850,7 @@ struct ChunkSink {
     file: Option<output::AtomicFile>,
     groups: ChunkGroups,
     metas: ChunkList,
-    hash: ContentHasher,
+    hash: StreamHasher,
 }
 
 impl ChunkSink {
@@ -871,7 +859,7 @@ impl ChunkSink {
             file: corpus_file.map(output::AtomicFile::create).transpose()?,
             groups: ChunkGroups::new(dup_threshold),
             metas: ChunkList::default(),
-            hash: ContentHasher::default(),
+            hash: StreamHasher::default(),
         })
     }
 
@@ -894,7 +882,7 @@ impl ChunkSink {
 /// What is tallied of the corpus as it is read, before chunking: its hash and its languages.
 #[derive(Default)]
 struct CorpusTally {
-    hash: ContentHasher,
+    hash: StreamHasher,
     languages: Languages,
 }
 
@@ -915,7 +903,7 @@ impl CorpusTally {
         report: &ReadReport,
         metas: &ChunkList,
         groups: &ChunkGroups,
-        chunks_hash: &ContentHasher,
+        chunks_hash: &StreamHasher,
     ) -> CorpusSummary {
         CorpusSummary {
             documents: report.documents,
@@ -955,14 +943,50 @@ impl Languages {
 
 /// Writes the staged `corpus.jsonl` from `chunks` (in memory as chunked), and returns them as
 /// it reads back: a blank title is read as the document id.
-fn stage_corpus(staging: &output::Staging, mut chunks: Vec<Chunk>) -> Result<Vec<Chunk>> {
-    output::write_jsonl(&staging.path(layout::CORPUS), chunks.iter().map(output::corpus_line))?;
-    for chunk in &mut chunks {
-        if chunk.title.trim().is_empty() {
-            chunk.title = chunk.doc_id.to_string();
+/// Hands every chunk, in order, to the index's callback.
+type Feed<'a> = &'a dyn Fn(&mut dyn FnMut(&Chunk) -> Result<(), IndexError>) -> Result<()>;
+
+/// Indexes the chunks `feed` hands over: updates the index in `dir` in place when it holds
+/// the `earlier` list's, else opens or builds it.
+fn index_chunks(
+    dir: &Path,
+    chunks: ChunkList,
+    fingerprint: &str,
+    earlier: Option<Earlier<'_>>,
+    config: &BuildConfig,
+    stage: &crate::progress::Stage,
+    feed: Feed<'_>,
+) -> Result<(ChunkIndex, crate::index::IndexOrigin, Option<Unchanged>)> {
+    let (analyzer, threads) = (Analyzer::new(config.segmenter), config.threads);
+    let feed = |add: &mut dyn FnMut(&Chunk) -> Result<(), IndexError>| feed(add);
+    match earlier {
+        Some(earlier) => {
+            ChunkIndex::update_or_build(dir, chunks, fingerprint, earlier, analyzer, threads, stage, feed)
         }
+        None => ChunkIndex::open_or_build(dir, chunks, fingerprint, analyzer, threads, stage, feed)
+            .map(|(index, origin)| (index, origin, None)),
     }
-    Ok(chunks)
+}
+
+/// Stages `corpus.jsonl` from `chunks` on a thread of its own while `index` indexes them on
+/// this one; the first error of the two (the write's first).
+fn stage_corpus_while<T>(
+    staging: &output::Staging,
+    chunks: &[Chunk],
+    index: impl FnOnce(&[Chunk]) -> Result<T>,
+) -> Result<T> {
+    let path = staging.path(layout::CORPUS);
+    std::thread::scope(|scope| {
+        let written = scope.spawn(|| output::write_jsonl(&path, chunks.iter().map(output::corpus_line)));
+        let indexed = index(chunks);
+        crate::threads::join(written).and(indexed)
+    })
+}
+
+/// The title the index (and the rest of the run) gives `chunk` when its own is blank: its
+/// document's id.
+fn title_for_index(chunk: &Chunk) -> Option<String> {
+    chunk.title.trim().is_empty().then(|| chunk.doc_id.to_string())
 }
 
 /// Streams the chunks back from the `corpus.jsonl` this run wrote (to build the index).
@@ -990,6 +1014,14 @@ mod tests {
             title: title.to_owned(),
             text: "x".to_owned(),
         })
+    }
+
+    #[test]
+    fn a_blank_title_is_indexed_as_the_document_id() {
+        let Item::Chunk(mut chunk) = tiny_unit(3, " \t") else { unreachable!() };
+        assert_eq!(title_for_index(&chunk).as_deref(), Some("d3"));
+        chunk.title = "Kept".to_owned();
+        assert_eq!(title_for_index(&chunk), None);
     }
 
     /// Items a fresh batch takes before it is full.

@@ -12,6 +12,18 @@ pub(crate) fn join<T>(thread: ScopedJoinHandle<'_, T>) -> T {
     thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
+/// What `first` returns on this thread and what `second`, if any, returns on another one
+/// meanwhile; a panic of `second` goes on once `first` is done.
+pub(crate) fn beside<A, B: Send>(
+    first: impl FnOnce() -> A,
+    second: Option<impl FnOnce() -> B + Send>,
+) -> (A, Option<B>) {
+    std::thread::scope(|scope| {
+        let other = second.map(|work| scope.spawn(work));
+        (first(), other.map(join))
+    })
+}
+
 /// The message a thread panicked with.
 pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
@@ -148,6 +160,17 @@ pub(crate) fn sync_together<T: Sync, E: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn work_beside_runs_on_another_thread_and_none_is_none() {
+        let here = std::thread::current().id();
+        let (first, second) = beside(|| std::thread::current().id(), Some(|| std::thread::current().id()));
+        assert_eq!(first, here);
+        assert_ne!(second, Some(here));
+        assert!(second.is_some());
+        let (first, second) = beside(|| 1, None::<fn() -> u8>);
+        assert_eq!((first, second), (1, None));
+    }
 
     #[test]
     fn a_joined_thread_gives_its_value_and_its_panic_goes_on_with_its_message() {

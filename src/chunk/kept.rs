@@ -125,7 +125,13 @@ impl KeptChunking {
 pub struct KeptWriter {
     out: Sink,
     hasher: blake3::Hasher,
+    /// Bytes not yet hashed and written: hashed [`PENDING`] bytes at a time (BLAKE3 hashes
+    /// large inputs several blocks at once, small ones a block at a time).
+    pending: Vec<u8>,
 }
+
+/// Bytes a [`KeptWriter`] gathers before it hashes and writes them.
+const PENDING: usize = 64 << 10;
 
 /// Where a [`KeptWriter`] writes.
 enum Sink {
@@ -140,7 +146,7 @@ impl KeptWriter {
     /// When the file cannot be made or written.
     pub fn create(folder: &Path, stamp: &str) -> std::io::Result<Self> {
         let file = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(folder)?;
-        Self::start(Sink::File(std::io::BufWriter::new(file)), stamp)
+        Ok(Self::start(Sink::File(std::io::BufWriter::new(file)), stamp))
     }
 
     /// Starts the record in memory, for a run that writes no file before it knows it has a
@@ -148,15 +154,14 @@ impl KeptWriter {
     /// a small part of their size).
     #[must_use]
     pub fn in_memory(stamp: &str) -> Self {
-        let started = Self::start(Sink::Memory(Vec::new()), stamp);
-        started.unwrap_or_else(|_| unreachable!("a write into memory cannot fail"))
+        Self::start(Sink::Memory(Vec::new()), stamp)
     }
 
-    fn start(out: Sink, stamp: &str) -> std::io::Result<Self> {
-        let mut writer = Self { out, hasher: blake3::Hasher::new() };
-        writer.bytes(MAGIC)?;
-        writer.text(stamp)?;
-        Ok(writer)
+    fn start(out: Sink, stamp: &str) -> Self {
+        let mut writer = Self { out, hasher: blake3::Hasher::new(), pending: Vec::with_capacity(PENDING) };
+        writer.bytes(MAGIC);
+        writer.text(stamp);
+        writer
     }
 
     /// Records the chunks of item `id` (its digest `digest`).
@@ -164,25 +169,28 @@ impl KeptWriter {
     /// # Errors
     /// When the file cannot be written.
     pub fn item(&mut self, id: &str, digest: &Digest, item: &KeptItem) -> std::io::Result<()> {
-        self.bytes(&[ENTRY])?;
-        self.text(id)?;
-        self.bytes(digest)?;
-        self.bytes(&[u8::from(item.language == Language::Zh)])?;
-        self.number(item.spans.len() as u64)?;
+        self.bytes(&[ENTRY]);
+        self.text(id);
+        self.bytes(digest);
+        self.bytes(&[u8::from(item.language == Language::Zh)]);
+        self.number(item.spans.len() as u64);
         for (span, signature) in item.spans.iter().zip(&item.signatures) {
-            self.number(span.start as u64)?;
-            self.number(span.end as u64)?;
+            self.number(span.start as u64);
+            self.number(span.end as u64);
             match signature {
-                None => self.bytes(&[0])?,
+                None => self.bytes(&[0]),
                 Some(signature) => {
-                    self.bytes(&[1])?;
+                    self.bytes(&[1]);
                     let mut slots = [0u8; 4 * crate::dedup::HASHES];
                     for (slot, value) in slots.chunks_exact_mut(4).zip(signature) {
                         slot.copy_from_slice(&value.to_le_bytes());
                     }
-                    self.bytes(&slots)?;
+                    self.bytes(&slots);
                 }
             }
+        }
+        if self.pending.len() >= PENDING {
+            self.flush()?;
         }
         Ok(())
     }
@@ -192,8 +200,9 @@ impl KeptWriter {
     /// # Errors
     /// When the file cannot be written.
     pub fn finish(mut self, fingerprint: &str) -> std::io::Result<Written> {
-        self.bytes(&[END])?;
-        self.text(fingerprint)?;
+        self.bytes(&[END]);
+        self.text(fingerprint);
+        self.flush()?;
         let checksum = *self.hasher.finalize().as_bytes();
         self.write(&checksum)?;
         match self.out {
@@ -204,9 +213,18 @@ impl KeptWriter {
         }
     }
 
-    fn bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.hasher.update(bytes);
-        self.write(bytes)
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+    }
+
+    /// Hashes and writes the pending bytes.
+    fn flush(&mut self) -> std::io::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        self.hasher.update(&pending);
+        let written = self.write(&pending);
+        self.pending = pending;
+        self.pending.clear();
+        written
     }
 
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
@@ -219,13 +237,13 @@ impl KeptWriter {
         }
     }
 
-    fn number(&mut self, n: u64) -> std::io::Result<()> {
-        self.bytes(&n.to_le_bytes())
+    fn number(&mut self, n: u64) {
+        self.bytes(&n.to_le_bytes());
     }
 
-    fn text(&mut self, text: &str) -> std::io::Result<()> {
-        self.number(text.len() as u64)?;
-        self.bytes(text.as_bytes())
+    fn text(&mut self, text: &str) {
+        self.number(text.len() as u64);
+        self.bytes(text.as_bytes());
     }
 }
 

@@ -65,6 +65,16 @@ impl Analyzer {
         tokens
     }
 
+    /// Calls `each` with the analyzed terms of `text`, in order, with repeats: the terms of
+    /// [`Analyzer::tokens`], without making their surface forms.
+    pub fn each_term(&self, text: &str, mut each: impl FnMut(&str)) {
+        let mut analyzer = self.inner.clone();
+        let mut stream = analyzer.token_stream(text);
+        while let Some(token) = stream.next() {
+            each(&token.text);
+        }
+    }
+
     /// The analyzed tokens of a chunk as the index holds it: its title's, then its text's.
     #[must_use]
     pub fn chunk_tokens(&self, title: &str, text: &str) -> Vec<Token> {
@@ -121,6 +131,17 @@ fn filtered<T: Tokenizer>(tokenizer: T) -> TextAnalyzer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_term_gives_the_terms_of_tokens_in_order() {
+        let text = "The Uploads stopped: 配额已满时 uploads 会暂停, a an the HS-4012 running runs";
+        for analyzer in [Analyzer::new(Segmenter::Jieba), Analyzer::new(Segmenter::Bigram)] {
+            let mut streamed = Vec::new();
+            analyzer.each_term(text, |term| streamed.push(term.to_owned()));
+            assert_eq!(streamed, analyzer.terms(text));
+            assert!(streamed.len() > 10, "{streamed:?}");
+        }
+    }
 
     #[test]
     fn handles_chinese_and_mixed_text() {

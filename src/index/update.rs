@@ -142,19 +142,31 @@ pub(super) struct SegmentDeletions {
 impl SegmentDeletions {
     /// Counts a chunk's document as deleted; returns its token count.
     fn add(&mut self, analyzer: &Analyzer, title: &str, text: &str) -> u64 {
-        let tokens = analyzer.chunk_tokens(title, text);
-        let mut terms: Vec<&str> = tokens.iter().map(|t| t.term.as_str()).collect();
+        let mut terms: Vec<String> = Vec::new();
+        for part in [title, text] {
+            analyzer.each_term(part, |term| terms.push(term.to_owned()));
+        }
+        let tokens = terms.len() as u64;
         terms.sort_unstable();
         terms.dedup();
         for term in terms {
-            match self.terms.get_mut(term) {
+            match self.terms.get_mut(&term) {
                 Some(count) => *count += 1,
-                None => drop(self.terms.insert(term.to_owned(), 1)),
+                None => drop(self.terms.insert(term, 1)),
             }
         }
         self.documents += 1;
-        tokens.len() as u64
+        tokens
     }
+}
+
+/// The number of analyzed tokens of a chunk as the index holds it (its title's and text's).
+fn token_count(analyzer: &Analyzer, title: &str, text: &str) -> u64 {
+    let mut tokens = 0;
+    for part in [title, text] {
+        analyzer.each_term(part, |_| tokens += 1);
+    }
+    tokens
 }
 
 /// The deletions of `searcher`'s segments (see [`DELETED_FILE`]), the index at commit
@@ -274,7 +286,7 @@ impl Plan {
             }
             let key = moved_to.len() as u64;
             moved_to.push(Some(at as u32));
-            tokens += analyzer.chunk_tokens(&chunk.title, &chunk.text).len() as u64;
+            tokens += token_count(analyzer, &chunk.title, &chunk.text);
             writer.add_document(super::document(fields, chunk, key)).map_err(err)?;
             Ok(())
         })?;
@@ -575,6 +587,22 @@ mod tests {
         "charlie sync error",
         "delta upload folder",
     ];
+
+    #[test]
+    fn a_deleted_chunk_counts_the_tokens_and_terms_of_its_title_and_text() {
+        let analyzer = Analyzer::default();
+        let (title, text) = ("Quota sync", "the quota stops syncs, quota links");
+        let mut deleted = SegmentDeletions::default();
+        let tokens = deleted.add(&analyzer, title, text);
+        assert_eq!(tokens, analyzer.chunk_tokens(title, text).len() as u64);
+        assert_eq!(token_count(&analyzer, title, text), tokens);
+        assert_eq!(
+            (deleted.documents, deleted.terms.get("quota"), deleted.terms.get("link")),
+            (1, Some(&1), Some(&1))
+        );
+        deleted.add(&analyzer, "", "quota");
+        assert_eq!((deleted.documents, deleted.terms.get("quota"), deleted.terms.len()), (2, Some(&2), 4));
+    }
 
     #[test]
     fn a_title_changed_under_kept_ids_is_updated_as_a_rebuild() {

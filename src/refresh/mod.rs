@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{Estimate, Planner};
 use crate::id::{ChunkId, QueryId};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, OldChunk, Unchanged};
+use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError, OldChunk, Unchanged};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
@@ -40,6 +40,7 @@ use recheck::{PoolGrade, QueryChange, Recheck, Rechecked};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::time::Duration;
 
 /// The map of old chunks to new ones.
 pub const CHUNK_MAP: &str = "refresh/chunk_map.tsv";
@@ -151,7 +152,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         return Ok(nothing_changed(*progress));
     }
     let stage = progress.stage("read", 0);
-    let SetState { current, pieces: old, model } = old?;
+    let SetState { current, pieces: old, mut model } = old?;
     let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
     timings.add("read", stage.finish(&read));
     let old_chunks: Vec<OldChunk<'_>> =
@@ -178,11 +179,15 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         Checks { language: Some(language), hop_terms: matches!(config.generator, GeneratorConfig::Offline) };
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
     let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
-    let candidates_path = set.join(CANDIDATES);
-    let candidates: Vec<Checked> =
-        if candidates_path.is_file() { read_all(&candidates_path)? } else { Vec::new() };
+    let candidates = read_candidates(set)?;
+    // New queries will be written: the offline generator's model is folded in on a second
+    // thread while the queries are re-checked (both only read the index).
+    let ahead = |m| fold_ahead(m, &old_chunks, &index, unchanged.as_ref());
+    let folding = model.take_if(|_| options.writes_new(&map)).map(ahead);
     let stage = progress.stage("recheck", current.queries.len() as u64);
-    let mut checked = recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage)?;
+    let recheck = || recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage);
+    let (checked, folded) = crate::threads::beside(recheck, folding);
+    let mut checked = checked?;
     timings.add("recheck", stage.finish(&format!("{} queries re-checked", checked.len())));
     let mut fresh = Fresh {
         config,
@@ -192,7 +197,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         language,
         progress: *progress,
         stages: None,
-        model: model.map(|model| (model, old_chunks.as_slice())),
+        model: folded.or_else(|| model.map(|model| Model::Old(model, old_chunks.as_slice()))),
         unchanged: unchanged.as_ref(),
     };
     outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
@@ -523,6 +528,53 @@ fn saved_model(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Opti
     CorpusModel::load(&set.join(INDEX_DIR), &stamp, config.threads)
 }
 
+/// The offline generator's corpus model on its way from the old corpus to the new one.
+enum Model<'a> {
+    /// The old corpus's, with the old chunks: folded in when the generator is made.
+    Old(CorpusModel, &'a [OldChunk<'a>]),
+    /// Folded in and kept beside the index ahead of time (beside the recheck), which took `took`.
+    Folded { model: std::result::Result<CorpusModel, IndexError>, took: Duration },
+}
+
+/// The candidates the set keeps (`candidates.jsonl`; none when it has no such file).
+fn read_candidates(set: &Path) -> Result<Vec<Checked>> {
+    let path = set.join(CANDIDATES);
+    if path.is_file() { read_all(&path) } else { Ok(Vec::new()) }
+}
+
+impl Options {
+    /// Whether a refresh with these options and chunk changes `map` writes new queries (the
+    /// set's size may still ask for none).
+    fn writes_new(&self, map: &ChunkMap) -> bool {
+        !self.dry_run && !map.added.is_empty() && self.new_queries != NewQueries::Count(0)
+    }
+}
+
+/// The work of [`fold`], timed, to run on another thread.
+fn fold_ahead<'a>(
+    model: CorpusModel,
+    old: &'a [OldChunk<'a>],
+    index: &'a ChunkIndex,
+    unchanged: Option<&'a Unchanged>,
+) -> impl FnOnce() -> Model<'a> + Send + 'a {
+    move || {
+        let started = std::time::Instant::now();
+        let model = fold(model, old, index, unchanged);
+        Model::Folded { model, took: started.elapsed() }
+    }
+}
+
+/// `model` of the `old` chunks with the corpus's changes folded in (see
+/// [`CorpusModel::fold_in`]), kept beside `index` for the next refresh.
+fn fold(
+    model: CorpusModel,
+    old: &[OldChunk<'_>],
+    index: &ChunkIndex,
+    unchanged: Option<&Unchanged>,
+) -> std::result::Result<CorpusModel, IndexError> {
+    model.fold_in(old, index, unchanged)?.keep_beside(index)
+}
+
 /// The new queries: the build's planner (over the added chunks only), generator and rounds.
 struct Fresh<'a> {
     config: &'a BuildConfig,
@@ -534,9 +586,8 @@ struct Fresh<'a> {
     /// The generator and judge, made on first use and then shared: one LLM session (one
     /// budget, limiter and cache) for the whole refresh.
     stages: Option<Stages<'a>>,
-    /// The offline generator's corpus model of the old chunks, and those chunks: the changes
-    /// are folded into it when the generator is made.
-    model: Option<(CorpusModel, &'a [OldChunk<'a>])>,
+    /// The offline generator's corpus model.
+    model: Option<Model<'a>>,
     /// With the index updated in place: the chunks it kept as they were.
     unchanged: Option<&'a Unchanged>,
 }
@@ -548,11 +599,13 @@ impl<'a> Fresh<'a> {
             made
         } else {
             let stage = self.progress.stage("connect", 0);
-            let model = self
-                .model
-                .take()
-                .map(|(model, old)| model.fold_in(old, self.index, self.unchanged))
-                .transpose()?;
+            let (model, ahead) = match self.model.take() {
+                Some(Model::Old(model, old)) => {
+                    (Some(fold(model, old, self.index, self.unchanged)?), Duration::ZERO)
+                }
+                Some(Model::Folded { model, took }) => (Some(model?), took),
+                None => (None, Duration::ZERO),
+            };
             let made = pipeline::make_stages(
                 self.config,
                 self.index,
@@ -561,7 +614,8 @@ impl<'a> Fresh<'a> {
                 self.progress,
                 model,
             )?;
-            timings.add("connect", stage.finish(made.generator.name()));
+            // The stage's time includes the folding done ahead on the other thread.
+            timings.add("connect", stage.finish(made.generator.name()) + ahead);
             made
         };
         Ok(self.stages.insert(made))
