@@ -8,10 +8,12 @@
 mod kept;
 
 pub use kept::{
-    Digest, KEPT_FILE, KeptChunking, KeptItem, KeptWriter, Written, document_digest, settings_stamp,
+    Digest, KEPT_FILE, KeptChunking, KeptItem, KeptWriter, Lines, Written, document_digest, settings_stamp,
     text_digest,
 };
 
+use crate::corpus::Item;
+use crate::dedup::chunk_signature;
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
 use crate::record::{Chunk, Document};
@@ -108,14 +110,26 @@ impl Chunker {
         self.spans_in(doc, Language::detect(&doc.text), done)
     }
 
+    /// The chunking of a corpus item: a document's language, spans and their near-duplicate
+    /// signatures; a pre-chunked unit is one chunk. `done` is told the bytes chunked as it goes.
+    /// Its lines are not made yet ([`KeptItem::lines`] is empty).
+    pub fn item(&self, item: &Item, done: &mut dyn FnMut(usize)) -> KeptItem {
+        let (language, spans, text) = match item {
+            Item::Document(doc) => {
+                let language = Language::detect(&doc.text);
+                (language, self.spans_in(doc, language, done), &doc.text)
+            }
+            Item::Chunk(unit) => {
+                (Language::detect(&unit.text), std::iter::once(0..unit.text.len()).collect(), &unit.text)
+            }
+        };
+        let signatures = spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect();
+        KeptItem { language, spans, signatures, lines: Lines::default() }
+    }
+
     /// As [`Chunker::spans`], for a document known to be in `language` (its
     /// [`Language::detect`]).
-    pub fn spans_in(
-        &self,
-        doc: &Document,
-        language: Language,
-        done: &mut dyn FnMut(usize),
-    ) -> Vec<Range<usize>> {
+    fn spans_in(&self, doc: &Document, language: Language, done: &mut dyn FnMut(usize)) -> Vec<Range<usize>> {
         let splitters = match language {
             Language::En => (&self.en, false),
             Language::Zh => (&self.zh, true),

@@ -176,9 +176,9 @@ impl ChunkGroups {
         self.group_of.push(NO_GROUP);
         let Some(&signature) = signature else { return };
         #[expect(clippy::cast_possible_truncation, reason = "a band value needs 32 bits only")]
-        let keys: Vec<u32> = (0..BANDS)
-            .map(|b| band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h))) as u32)
-            .collect();
+        let keys: [u32; BANDS] = std::array::from_fn(|b| {
+            band_hash(signature[b * ROWS..(b + 1) * ROWS].iter().map(|&h| u64::from(h))) as u32
+        });
         let twin = (0..BANDS)
             .filter_map(|b| self.bands[b].get(&keys[b]).map(|&e| &self.entries[e as usize]))
             .find(|(_, other)| similarity(other, &signature) >= self.threshold)

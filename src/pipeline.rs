@@ -1,10 +1,10 @@
 //! The build, stage by stage: corpus → chunks → index → plan and generate → round trip →
 //! review sample → files. Each stage lives in its own module; this one only wires them.
 
-use crate::chunk::{self, Chunker, KeptChunking, KeptItem, KeptWriter};
+use crate::chunk::{self, Chunker, KeptChunking, KeptItem, KeptWriter, Lines};
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus::{self, Item, ReadReport, Skipped};
-use crate::dedup::{ChunkGroups, Signature, chunk_signature};
+use crate::dedup::{ChunkGroups, Signature};
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{
@@ -365,12 +365,12 @@ pub(crate) fn chunk(
     let stage = progress.stage_bytes("chunk", size);
     let corpus_file = (!collect).then(|| staging.path(layout::CORPUS));
     let chunking = Chunking::new(config, out, staging, kept.unwrap_or_default(), collect)?;
-    let (chunks, groups, corpus, read, (chunking, reused, kept_chunks)) =
+    let (chunks, groups, corpus, read, (chunking, reused, collected)) =
         read_and_chunk(config, out, corpus_file.as_deref(), chunking, &stage)?;
     // No corpus file exactly when the chunks are collected.
     let texts = match corpus_file {
         Some(file) => ChunkTexts::Staged(file),
-        None => ChunkTexts::Memory(kept_chunks.unwrap_or_default()),
+        None => ChunkTexts::Memory(collected.unwrap_or_default()),
     };
     for s in &read.skipped {
         progress.warn(&format!("skipped {s}"));
@@ -398,9 +398,9 @@ pub(crate) fn chunk(
 
 /// Where the chunks of a [`ChunkedCorpus`] are.
 enum ChunkTexts {
-    /// In memory, as chunked (a refresh's): `corpus.jsonl` is staged from them once the run
-    /// goes on to index them.
-    Memory(Vec<Chunk>),
+    /// In memory, as chunked (a refresh's): `corpus.jsonl` is staged from them (and the set's
+    /// own, for the items chunked as before) once the run goes on to index them.
+    Memory(Collected),
     /// Only in the staged `corpus.jsonl`, at this path.
     Staged(std::path::PathBuf),
 }
@@ -422,24 +422,28 @@ impl ChunkedCorpus {
     }
 
     /// Stage 3 of [`chunk_and_index`]: builds (or reuses, or with `earlier` updates) the index
-    /// and keeps the chunking beside it.
+    /// and keeps the chunking beside it. With the chunks in memory (a refresh's), `corpus.jsonl`
+    /// is staged meanwhile, the lines of the items chunked as before copied from `earlier`'s
+    /// (the set's `corpus.jsonl`, whose bytes come with it).
     pub(crate) fn index(
         self,
         config: &BuildConfig,
         out: &Path,
         staging: &output::Staging,
-        earlier: Option<Earlier<'_>>,
+        earlier: Option<(Earlier<'_>, &[u8])>,
         progress: Progress,
         timings: &mut Timings,
     ) -> Result<Chunked> {
         let Self { chunks, groups, corpus, skipped, chunking, texts } = self;
         let stage = progress.stage("index", chunks.len() as u64);
         let dir = out.join(layout::INDEX_DIR);
+        let (earlier, earlier_corpus) = earlier.unzip();
         let index =
             |feed: Feed<'_>| index_chunks(&dir, chunks, &corpus.chunks_hash, earlier, config, &stage, feed);
         let ((index, provenance, unchanged), texts) = match texts {
-            ChunkTexts::Memory(mut texts) => {
-                let indexed = stage_corpus_while(staging, &texts, |texts| {
+            ChunkTexts::Memory(Collected { chunks: mut texts, lines }) => {
+                let corpus_lines = CorpusLines { chunks: &texts, lines: &lines, earlier: earlier_corpus };
+                let indexed = stage_corpus_while(staging, corpus_lines, |texts| {
                     index(&|add| {
                         texts.iter().try_for_each(|chunk| match title_for_index(chunk) {
                             Some(title) => Ok(add(&Chunk { title, ..chunk.clone() })?),
@@ -452,17 +456,13 @@ impl ChunkedCorpus {
                         chunk.title = title;
                     }
                 }
-                (indexed, ChunkTexts::Memory(texts))
+                (indexed, Some(texts))
             }
-            ChunkTexts::Staged(file) => (index(&|add| reread_chunks(&file, add))?, ChunkTexts::Staged(file)),
+            ChunkTexts::Staged(file) => (index(&|add| reread_chunks(&file, add))?, None),
         };
         chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
         timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-        let chunks = match texts {
-            ChunkTexts::Memory(chunks) => Some(chunks),
-            ChunkTexts::Staged(_) => None,
-        };
-        Ok(Chunked { index, groups, corpus, skipped, unchanged, chunks })
+        Ok(Chunked { index, groups, corpus, skipped, unchanged, chunks: texts })
     }
 }
 
@@ -568,7 +568,6 @@ fn read_and_chunk(
 ) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
-    let mut batch = ChunkBatch::default();
     let mut keep = |mut batch: Vec<Item>, chunking: &mut Chunking| -> Result<()> {
         for (item, made) in chunking.make(&mut batch, config.threads, stage)? {
             sink.write(&made.lines)?;
@@ -595,13 +594,19 @@ fn read_and_chunk(
         }
         Ok(())
     };
-    let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
-        if batch.push(item) {
-            keep(batch.take(), &mut chunking)?;
-        }
-        Ok(())
-    })?;
-    keep(batch.take(), &mut chunking)?;
+    // The corpus is read a batch ahead of the chunking, on a thread of its own.
+    let read = |hand: &mut dyn FnMut(Vec<Item>) -> Result<()>| {
+        let mut batch = ChunkBatch::default();
+        let report = corpus::read(&config.corpus, config.prechunked, Some(out), |item| {
+            if batch.push(item) {
+                hand(batch.take())?;
+            }
+            Ok(())
+        })?;
+        hand(batch.take())?;
+        Ok(report)
+    };
+    let report = crate::threads::ahead(read, |batch| keep(batch, &mut chunking))?;
     let ChunkSink { file, mut groups, metas, hash } = sink;
     file.map(output::AtomicFile::commit).transpose()?;
     groups.seal();
@@ -619,8 +624,31 @@ struct Chunking {
     path: std::path::PathBuf,
     /// Items whose chunks were kept.
     reused: usize,
-    /// Every chunk, when asked for.
-    chunks: Option<Vec<Chunk>>,
+    /// Every chunk and item's lines, when asked for.
+    collected: Option<Collected>,
+}
+
+/// The chunks of a corpus in memory, and each item's `corpus.jsonl` lines.
+#[derive(Default)]
+struct Collected {
+    chunks: Vec<Chunk>,
+    lines: Vec<ItemLines>,
+}
+
+/// An item's `corpus.jsonl` lines in a [`Collected`]: the lines of its `chunks` (that many of
+/// [`Collected::chunks`], after the earlier items').
+struct ItemLines {
+    chunks: usize,
+    lines: LinesAt,
+}
+
+/// Where the lines of an item are.
+enum LinesAt {
+    /// Made now.
+    Made(Vec<u8>),
+    /// In the earlier run's `corpus.jsonl`, at this byte range, with this digest (as the item
+    /// was chunked as before; made again if the file no longer has them there).
+    Earlier(std::ops::Range<usize>, chunk::Digest),
 }
 
 /// `f` of each of `items`, in order, on up to `threads` threads. Each thread takes the next
@@ -691,19 +719,21 @@ const CHUNK_BATCH_BYTES: usize = 1 << 20;
 /// Items in a chunk batch.
 const CHUNK_BATCH_ITEMS: usize = 4096;
 
-/// What [`Chunking::make`] made of an item: its digest and chunking, whether that is the
-/// earlier run's, a document's chunks, and the item's `corpus.jsonl` lines.
+/// What [`Chunking::make`] made of an item: its digest and chunking, where its lines lay in
+/// the earlier run's `corpus.jsonl` when that chunking is the earlier run's, a document's
+/// chunks, and the item's `corpus.jsonl` lines (none when they are the earlier run's and the
+/// chunks are collected).
 struct Made {
     digest: chunk::Digest,
     item: KeptItem,
-    reused: bool,
+    earlier: Option<std::ops::Range<usize>>,
     chunks: Vec<Chunk>,
     lines: Vec<u8>,
 }
 
 /// What [`Chunking`] leaves: the record for the next run, the items whose chunks were kept,
-/// and the chunks, when asked for.
-type KeptRun = (chunk::Written, usize, Option<Vec<Chunk>>);
+/// and the chunks and lines, when asked for.
+type KeptRun = (chunk::Written, usize, Option<Collected>);
 
 impl Chunking {
     /// With `collect`, the chunks and the record are kept in memory (nothing staged yet), else
@@ -724,15 +754,16 @@ impl Chunking {
                 .map_err(|source| Error::Output { path: path.clone(), source })?;
             (writer, path)
         };
-        let chunks = collect.then(Vec::new);
-        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, chunks })
+        let collected = collect.then(Collected::default);
+        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, collected })
     }
 
     /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
     /// earlier run's when it is unchanged, else made now, and its chunks and `corpus.jsonl`
-    /// lines (none when the chunks are collected: they are written from memory later); the
-    /// items of the batch on up to `threads` threads at once (each item's digest, chunking,
-    /// chunks and lines are its own; the items stay in order).
+    /// lines (none for an unchanged item when the chunks are collected: its lines are copied
+    /// from the earlier run's file later); the items of the batch on up to `threads` threads at
+    /// once (each item's digest, chunking, chunks and lines are its own; the items stay in
+    /// order).
     fn make(
         &self,
         batch: &mut Vec<Item>,
@@ -740,52 +771,41 @@ impl Chunking {
         stage: &crate::progress::Stage,
     ) -> Result<Vec<(Item, Made)>> {
         let (chunker, earlier) = (&self.chunker, &self.kept);
-        // Kept chunks get their lines at the index stage ([`stage_corpus_while`]), so none are made
-        // here for them: holding both would double the memory of the chunks.
-        let write_lines = self.chunks.is_none();
+        // Collected chunks of an unchanged item get the earlier run's lines at the index stage
+        // ([`stage_corpus_while`]), so none are made here for them.
+        let collecting = self.collected.is_some();
         let make = |item: Item| -> Result<(Item, Made)> {
             let (id, digest, text) = match &item {
                 Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
                 Item::Chunk(unit) => (unit.id.as_str(), chunk::text_digest(&unit.text), &unit.text),
             };
-            let kept = earlier.get(id, &digest, text).filter(|k| match &item {
+            let kept = earlier.get(id, &digest, text).filter(|(k, _)| match &item {
                 Item::Chunk(_) => k.signatures.len() == 1,
                 Item::Document(_) => true,
             });
-            let kept = kept.cloned();
-            let reused = kept.is_some();
-            if let (true, Item::Document(doc)) = (reused, &item) {
+            if let (Some(_), Item::Document(doc)) = (&kept, &item) {
                 stage.inc(doc.text.len() as u64);
             }
-            let made = kept.unwrap_or_else(|| match &item {
-                Item::Document(doc) => {
-                    let language = Language::detect(&doc.text);
-                    let spans = chunker.spans_in(doc, language, &mut |bytes| stage.inc(bytes as u64));
-                    let signatures = spans.iter().map(|s| chunk_signature(&doc.text[s.clone()])).collect();
-                    KeptItem { language, spans, signatures }
-                }
-                Item::Chunk(unit) => KeptItem {
-                    language: Language::detect(&unit.text),
-                    spans: std::iter::once(0..unit.text.len()).collect(),
-                    signatures: vec![chunk_signature(&unit.text)],
-                },
-            });
+            let (mut made, earlier) = match kept {
+                Some((kept, lines)) => (kept.clone(), Some(lines)),
+                None => (chunker.item(&item, &mut |bytes| stage.inc(bytes as u64)), None),
+            };
             let chunks = match &item {
                 Item::Document(doc) => chunk::chunks_at(doc, &made.spans),
                 Item::Chunk(_) => Vec::new(),
             };
-            let mut lines = Vec::new();
-            let units = match &item {
-                _ if !write_lines => &[],
-                Item::Document(_) => chunks.as_slice(),
-                Item::Chunk(unit) => std::slice::from_ref(unit),
+            let lines = if collecting && earlier.is_some() {
+                Vec::new()
+            } else {
+                let units = match &item {
+                    Item::Document(_) => chunks.as_slice(),
+                    Item::Chunk(unit) => std::slice::from_ref(unit),
+                };
+                let lines = corpus_lines(units)?;
+                made.lines = Lines::of(&lines);
+                lines
             };
-            for chunk in units {
-                serde_json::to_writer(&mut lines, &output::corpus_line(chunk))
-                    .map_err(|e| Error::Output { path: layout::CORPUS.into(), source: e.into() })?;
-                lines.push(b'\n');
-            }
-            Ok((item, Made { digest, item: made, reused, chunks, lines }))
+            Ok((item, Made { digest, item: made, earlier, chunks, lines }))
         };
         map_in_order(std::mem::take(batch), threads, make).into_iter().collect()
     }
@@ -796,42 +816,56 @@ impl Chunking {
         doc: &Document,
         made: Made,
     ) -> Result<(Vec<Chunk>, Vec<Option<Signature>>, Language)> {
-        let Made { digest, item, reused, chunks, .. } = made;
-        if reused {
-            self.reused += 1;
-        }
-        self.record(doc.id.as_str(), &digest, &item)?;
+        let Made { digest, item, earlier, chunks, lines } = made;
+        self.record(doc.id.as_str(), &digest, &item, earlier, lines, chunks.len())?;
         Ok((chunks, item.signatures, item.language))
     }
 
     /// The signature and language of a pre-chunked unit, from what [`Chunking::make`] made of
     /// it.
     fn unit(&mut self, unit: &Chunk, made: Made) -> Result<(Option<Signature>, Language)> {
-        let Made { digest, item, reused, .. } = made;
-        if reused {
-            self.reused += 1;
-        }
-        self.record(unit.id.as_str(), &digest, &item)?;
+        let Made { digest, item, earlier, lines, .. } = made;
+        self.record(unit.id.as_str(), &digest, &item, earlier, lines, 1)?;
         Ok((item.signatures[0], item.language))
     }
 
-    fn record(&mut self, id: &str, digest: &chunk::Digest, item: &KeptItem) -> Result<()> {
+    /// Records an item's chunking for the next run and, when the chunks are collected, where
+    /// the lines of its `chunks` chunks are.
+    fn record(
+        &mut self,
+        id: &str,
+        digest: &chunk::Digest,
+        item: &KeptItem,
+        earlier: Option<std::ops::Range<usize>>,
+        lines: Vec<u8>,
+        chunks: usize,
+    ) -> Result<()> {
+        if earlier.is_some() {
+            self.reused += 1;
+        }
+        if let Some(collected) = &mut self.collected {
+            let lines = match earlier {
+                Some(range) if lines.is_empty() => LinesAt::Earlier(range, item.lines.digest),
+                _ => LinesAt::Made(lines),
+            };
+            collected.lines.push(ItemLines { chunks, lines });
+        }
         self.writer.item(id, digest, item).map_err(|source| Error::Output { path: self.path.clone(), source })
     }
 
-    /// Keeps `chunk` when the chunks are asked for, as chunked (its `corpus.jsonl` line is
-    /// written from it: [`stage_corpus_while`]).
+    /// Keeps `chunk` when the chunks are asked for, as chunked.
     fn collect(&mut self, chunk: Chunk) {
-        if let Some(chunks) = &mut self.chunks {
-            chunks.push(chunk);
+        if let Some(collected) = &mut self.collected {
+            collected.chunks.push(chunk);
         }
     }
 
-    /// The finished record, the items whose chunks were kept, and the chunks if asked for.
+    /// The finished record, the items whose chunks were kept, and the chunks and lines if asked
+    /// for.
     fn finish(self, fingerprint: &str) -> Result<KeptRun> {
         let written =
             self.writer.finish(fingerprint).map_err(|source| Error::Output { path: self.path, source })?;
-        Ok((written, self.reused, self.chunks))
+        Ok((written, self.reused, self.collected))
     }
 }
 
@@ -941,8 +975,6 @@ impl Languages {
     }
 }
 
-/// Writes the staged `corpus.jsonl` from `chunks` (in memory as chunked), and returns them as
-/// it reads back: a blank title is read as the document id.
 /// Hands every chunk, in order, to the index's callback.
 type Feed<'a> = &'a dyn Fn(&mut dyn FnMut(&Chunk) -> Result<(), IndexError>) -> Result<()>;
 
@@ -968,17 +1000,62 @@ fn index_chunks(
     }
 }
 
-/// Stages `corpus.jsonl` from `chunks` on a thread of its own while `index` indexes them on
-/// this one; the first error of the two (the write's first).
+/// The `corpus.jsonl` lines of `chunks`.
+fn corpus_lines(chunks: &[Chunk]) -> Result<Vec<u8>> {
+    let mut lines = Vec::new();
+    for chunk in chunks {
+        serde_json::to_writer(&mut lines, &output::corpus_line(chunk))
+            .map_err(|e| Error::Output { path: layout::CORPUS.into(), source: e.into() })?;
+        lines.push(b'\n');
+    }
+    Ok(lines)
+}
+
+/// What a refresh's `corpus.jsonl` is staged from: the chunks in memory, each item's lines, and
+/// the earlier run's `corpus.jsonl`, which holds the lines of the items chunked as before.
+#[derive(Clone, Copy)]
+struct CorpusLines<'a> {
+    chunks: &'a [Chunk],
+    lines: &'a [ItemLines],
+    earlier: Option<&'a [u8]>,
+}
+
+impl CorpusLines<'_> {
+    /// Writes `corpus.jsonl` to `path`: each item's lines made now, or copied from the earlier
+    /// run's file where they still have their digest there (else made again from its chunks).
+    fn write(self, path: &Path) -> Result<()> {
+        let mut file = output::AtomicFile::create(path)?;
+        let mut chunks = self.chunks;
+        for item in self.lines {
+            let (mine, rest) = chunks.split_at_checked(item.chunks).unwrap_or((chunks, &[]));
+            chunks = rest;
+            let earlier = match &item.lines {
+                LinesAt::Made(lines) => Some(lines.as_slice()),
+                LinesAt::Earlier(range, digest) => self
+                    .earlier
+                    .and_then(|bytes| bytes.get(range.clone()))
+                    .filter(|lines| blake3::hash(lines).as_bytes() == digest),
+            };
+            match earlier {
+                Some(lines) => file.write_bytes(lines)?,
+                None => file.write_bytes(&corpus_lines(mine)?)?,
+            }
+        }
+        file.commit()
+    }
+}
+
+/// Stages `corpus.jsonl` from `lines` on a thread of its own while `index` indexes their
+/// chunks on this one; the first error of the two (the write's first).
 fn stage_corpus_while<T>(
     staging: &output::Staging,
-    chunks: &[Chunk],
+    lines: CorpusLines<'_>,
     index: impl FnOnce(&[Chunk]) -> Result<T>,
 ) -> Result<T> {
     let path = staging.path(layout::CORPUS);
     std::thread::scope(|scope| {
-        let written = scope.spawn(|| output::write_jsonl(&path, chunks.iter().map(output::corpus_line)));
-        let indexed = index(chunks);
+        let written = scope.spawn(|| lines.write(&path));
+        let indexed = index(lines.chunks);
         crate::threads::join(written).and(indexed)
     })
 }

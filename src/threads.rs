@@ -24,6 +24,37 @@ pub(crate) fn beside<A, B: Send>(
     })
 }
 
+/// Values [`ahead`]'s producer may make before the consumer takes them.
+const AHEAD: usize = 1;
+
+/// `produce` on another thread, handing what it makes over one by one, and `consume` taking
+/// them on this one, in order, while the next are made (at most [`AHEAD`] of them waiting).
+/// A `consume` error stops the producer: its next hand-over fails with that error, which is
+/// the result (a `produce` error is, when `consume` did not fail first). After a panic of
+/// `consume`, the producer runs to its end, what it hands over dropped.
+pub(crate) fn ahead<T: Send, R: Send, E: Send>(
+    produce: impl FnOnce(&mut dyn FnMut(T) -> Result<(), E>) -> Result<R, E> + Send,
+    consume: impl FnMut(T) -> Result<(), E>,
+) -> Result<R, E> {
+    let failed: std::sync::Mutex<Option<E>> = std::sync::Mutex::new(None);
+    let take_failure = || failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    std::thread::scope(|scope| {
+        let (send, receive) = std::sync::mpsc::sync_channel(AHEAD);
+        let take_failure = &take_failure;
+        let making = scope.spawn(move || {
+            // The consumer stores its error before it lets go of the channel.
+            let mut hand = |value| send.send(value).or_else(|_| take_failure().map_or(Ok(()), Err));
+            produce(&mut hand)
+        });
+        if let Err(error) = receive.iter().try_for_each(consume) {
+            *failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
+        }
+        drop(receive);
+        let made = join(making);
+        take_failure().map_or(made, Err)
+    })
+}
+
 /// The message a thread panicked with.
 pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
@@ -170,6 +201,47 @@ mod tests {
         assert!(second.is_some());
         let (first, second) = beside(|| 1, None::<fn() -> u8>);
         assert_eq!((first, second), (1, None));
+    }
+
+    #[test]
+    fn values_made_ahead_are_taken_in_order_and_the_first_failure_is_the_result() {
+        let made = |count: usize| {
+            move |hand: &mut dyn FnMut(usize) -> Result<(), String>| {
+                (0..count).try_for_each(&mut *hand).map(|()| count)
+            }
+        };
+        let mut taken = Vec::new();
+        let got = ahead(made(50), |i| {
+            taken.push(i);
+            Ok(())
+        });
+        assert_eq!((got, taken), (Ok(50), (0..50).collect()));
+        // A consumer error stops the producer, which fails with it.
+        let handed = std::sync::atomic::AtomicUsize::new(0);
+        let producer = |hand: &mut dyn FnMut(usize) -> Result<(), String>| -> Result<usize, String> {
+            for i in 0..1000 {
+                hand(i)?;
+                handed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err("the producer ran to its end".to_owned())
+        };
+        let got = ahead(producer, |i| if i == 3 { Err(format!("consumer failed at {i}")) } else { Ok(()) });
+        assert_eq!(got, Err("consumer failed at 3".to_owned()));
+        assert!(handed.into_inner() < 10, "the producer stopped");
+        // A consumer failing on the last value, after the producer is done.
+        let got = ahead(made(3), |i| if i == 2 { Err(format!("last {i}")) } else { Ok(()) });
+        assert_eq!(got, Err("last 2".to_owned()));
+        // A producer error once its values are taken.
+        let failing = |hand: &mut dyn FnMut(usize) -> Result<(), String>| -> Result<usize, String> {
+            hand(1)?;
+            Err("unreadable".to_owned())
+        };
+        let mut taken = Vec::new();
+        let got = ahead(failing, |i| {
+            taken.push(i);
+            Ok(())
+        });
+        assert_eq!((got, taken), (Err("unreadable".to_owned()), vec![1]));
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The chunking of a corpus, kept for the next refresh: per corpus item (a document, or a
 //! pre-chunked unit) a digest of everything its chunks derive from, where its chunks' texts lie
-//! in it, and each chunk's near-duplicate signature. A refresh chunks again only the items
-//! whose digest changed; the others get their chunks back from the spans (ids, ordinals,
-//! titles derived as the chunker derives them) and their signatures replayed into the
-//! near-duplicate groups, so the chunk list, `corpus.jsonl` and the groups are exactly what
-//! chunking the whole corpus gives.
+//! in it, each chunk's near-duplicate signature, and the length and digest of the item's
+//! `corpus.jsonl` lines. A refresh chunks again only the items whose digest changed; the others
+//! get their chunks back from the spans (ids, ordinals, titles derived as the chunker derives
+//! them), their signatures replayed into the near-duplicate groups and their lines copied from
+//! the set's `corpus.jsonl` (where they still have their digest), so the chunk list,
+//! `corpus.jsonl` and the groups are exactly what chunking the whole corpus gives.
 //!
 //! The file (`index/qrelgen-chunking`) names the chunking settings and qrelgen version it was
 //! made with and the chunk list it describes (the manifest's `corpus.chunks_hash`), and ends
@@ -27,7 +28,7 @@ pub const KEPT_FILE: &str = "qrelgen-chunking";
 /// How the temporary files of [`KEPT_FILE`] are named.
 const TEMP_PREFIX: &str = ".qrelgen-chunking";
 
-const MAGIC: &[u8] = b"qrelgen-chunking v1\n";
+const MAGIC: &[u8] = b"qrelgen-chunking v2\n";
 /// Before each item's entry, and after the last one.
 const ENTRY: u8 = 1;
 const END: u8 = 0;
@@ -72,13 +73,42 @@ pub struct KeptItem {
     pub spans: Vec<Range<usize>>,
     /// Each chunk's near-duplicate signature.
     pub signatures: Vec<Option<Signature>>,
+    /// Its chunks' `corpus.jsonl` lines.
+    pub lines: Lines,
+}
+
+/// The length and digest of an item's `corpus.jsonl` lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lines {
+    /// Their bytes.
+    pub len: usize,
+    /// The BLAKE3 hash of those bytes.
+    pub digest: Digest,
+}
+
+impl Lines {
+    /// The length and digest of `lines`.
+    #[must_use]
+    pub fn of(lines: &[u8]) -> Self {
+        Self { len: lines.len(), digest: *blake3::hash(lines).as_bytes() }
+    }
+}
+
+/// An item of a kept chunking: its digest and chunks, and where it was in the corpus.
+#[derive(Debug)]
+struct Entry {
+    digest: Digest,
+    item: KeptItem,
+    /// Its place among the items (0-based).
+    place: usize,
+    /// Where its lines start in the earlier run's `corpus.jsonl`.
+    at: usize,
 }
 
 /// The kept chunking of an earlier run, by item id.
 #[derive(Debug, Default)]
 pub struct KeptChunking {
-    /// By id: the item's digest, its chunks, and its place in the corpus (0-based).
-    items: HashMap<String, (Digest, KeptItem, usize)>,
+    items: HashMap<String, Entry>,
 }
 
 impl KeptChunking {
@@ -91,19 +121,21 @@ impl KeptChunking {
         decode(&bytes, stamp, fingerprint)
     }
 
-    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`.
+    /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`, and
+    /// where its lines lay in the earlier run's `corpus.jsonl`.
     #[must_use]
-    pub fn get(&self, id: &str, digest: &Digest, text: &str) -> Option<&KeptItem> {
-        let (kept, item, _) = self.items.get(id)?;
+    pub fn get(&self, id: &str, digest: &Digest, text: &str) -> Option<(&KeptItem, Range<usize>)> {
+        let entry = self.items.get(id)?;
         let fits = |s: &Range<usize>| s.start < s.end && text.get(s.clone()).is_some();
-        (kept == digest && item.spans.iter().all(fits)).then_some(item)
+        let lines = entry.at..entry.at.checked_add(entry.item.lines.len)?;
+        (entry.digest == *digest && entry.item.spans.iter().all(fits)).then_some((&entry.item, lines))
     }
 
     /// Whether the earlier run's item number `at` (0-based, in corpus order) was `id`, its
     /// digest `digest`: a corpus whose items all are, and no more, is the earlier run's.
     #[must_use]
     pub fn holds_at(&self, at: usize, id: &str, digest: &Digest) -> bool {
-        self.items.get(id).is_some_and(|(kept, _, place)| *place == at && kept == digest)
+        self.items.get(id).is_some_and(|entry| entry.place == at && entry.digest == *digest)
     }
 
     /// Items kept.
@@ -136,7 +168,8 @@ const PENDING: usize = 64 << 10;
 /// Where a [`KeptWriter`] writes.
 enum Sink {
     File(std::io::BufWriter<tempfile::NamedTempFile>),
-    Memory(Vec<u8>),
+    /// The bytes, in the pieces they were gathered in (never copied into a larger buffer).
+    Memory(Vec<Vec<u8>>),
 }
 
 impl KeptWriter {
@@ -164,7 +197,7 @@ impl KeptWriter {
         writer
     }
 
-    /// Records the chunks of item `id` (its digest `digest`).
+    /// Records the chunks and lines of item `id` (its digest `digest`).
     ///
     /// # Errors
     /// When the file cannot be written.
@@ -189,6 +222,8 @@ impl KeptWriter {
                 }
             }
         }
+        self.number(item.lines.len as u64);
+        self.bytes(&item.lines.digest);
         if self.pending.len() >= PENDING {
             self.flush()?;
         }
@@ -202,14 +237,15 @@ impl KeptWriter {
     pub fn finish(mut self, fingerprint: &str) -> std::io::Result<Written> {
         self.bytes(&[END]);
         self.text(fingerprint);
-        self.flush()?;
+        self.hasher.update(&self.pending);
         let checksum = *self.hasher.finalize().as_bytes();
-        self.write(&checksum)?;
+        self.pending.extend_from_slice(&checksum);
+        self.write()?;
         match self.out {
             Sink::File(out) => {
                 out.into_inner().map(Written::File).map_err(std::io::IntoInnerError::into_error)
             }
-            Sink::Memory(bytes) => Ok(Written::Memory(bytes)),
+            Sink::Memory(pieces) => Ok(Written::Memory(pieces)),
         }
     }
 
@@ -219,19 +255,20 @@ impl KeptWriter {
 
     /// Hashes and writes the pending bytes.
     fn flush(&mut self) -> std::io::Result<()> {
-        let pending = std::mem::take(&mut self.pending);
-        self.hasher.update(&pending);
-        let written = self.write(&pending);
-        self.pending = pending;
-        self.pending.clear();
-        written
+        self.hasher.update(&self.pending);
+        self.write()
     }
 
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    /// Writes the pending bytes (in memory, they become a piece of their own).
+    fn write(&mut self) -> std::io::Result<()> {
         match &mut self.out {
-            Sink::File(out) => out.write_all(bytes),
-            Sink::Memory(out) => {
-                out.extend_from_slice(bytes);
+            Sink::File(out) => {
+                let written = out.write_all(&self.pending);
+                self.pending.clear();
+                written
+            }
+            Sink::Memory(pieces) => {
+                pieces.push(std::mem::replace(&mut self.pending, Vec::with_capacity(PENDING)));
                 Ok(())
             }
         }
@@ -252,8 +289,8 @@ impl KeptWriter {
 pub enum Written {
     /// The temporary file.
     File(tempfile::NamedTempFile),
-    /// The bytes.
-    Memory(Vec<u8>),
+    /// The bytes, in pieces.
+    Memory(Vec<Vec<u8>>),
 }
 
 impl Written {
@@ -265,10 +302,10 @@ impl Written {
     pub fn place(self, dir: &Path) -> std::io::Result<()> {
         let file = match self {
             Self::File(file) => file,
-            Self::Memory(bytes) => {
+            Self::Memory(pieces) => {
                 clear_leftovers(dir)?;
                 let mut file = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
-                file.write_all(&bytes)?;
+                pieces.iter().try_for_each(|piece| file.write_all(piece))?;
                 file
             }
         };
@@ -316,7 +353,7 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
         return None;
     }
     let mut items = HashMap::new();
-    let mut entries = 0;
+    let (mut entries, mut at) = (0, 0usize);
     while input.byte()? == ENTRY {
         let place = entries;
         entries += 1;
@@ -333,14 +370,18 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
             language,
             spans: Vec::with_capacity(chunks.min(input.rest().len() / 17)),
             signatures: Vec::with_capacity(chunks.min(input.rest().len() / 17)),
+            lines: Lines::default(),
         };
         for _ in 0..chunks {
             item.spans.push(input.size()?..input.size()?);
             item.signatures.push(signature(&mut input)?);
         }
+        item.lines = Lines { len: input.size()?, digest: input.take(DIGEST)?.try_into().ok()? };
+        let next = at.checked_add(item.lines.len)?;
         // An id twice (a corpus with a repeated id) keeps its last place: the first one is
         // then not where `holds_at` finds it.
-        items.insert(id, (digest, item, place));
+        items.insert(id, Entry { digest, item, place, at });
+        at = next;
     }
     (input.text()? == fingerprint && input.rest().is_empty()).then_some(KeptChunking { items })
 }
@@ -356,7 +397,8 @@ mod tests {
 
     fn item(text: &str, spans: &[Range<usize>]) -> KeptItem {
         let signatures = spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect();
-        KeptItem { language: Language::detect(text), spans: spans.to_vec(), signatures }
+        let lines = Lines::of(format!("{{\"text\":{text:?}}}\n").as_bytes());
+        KeptItem { language: Language::detect(text), spans: spans.to_vec(), signatures, lines }
     }
 
     /// A file of two items in `dir`, for the chunk list "print".
@@ -408,8 +450,10 @@ mod tests {
         assert_eq!(two.signatures, [None], "and a text without shingles");
         assert_eq!(kept.get("a.md", &text_digest("changed"), text), None, "another digest");
         assert_eq!(kept.get("a.md", &digest, "Alpha"), None, "spans past the text");
-        assert_eq!(kept.get("a.md", &digest, text), Some(&one));
-        assert_eq!(kept.get("b.md", &text_digest("-- --"), "-- --"), Some(&two));
+        // Each item's lines follow the earlier items' in the earlier `corpus.jsonl`.
+        let (a, b) = (one.lines.len, two.lines.len);
+        assert_eq!(kept.get("a.md", &digest, text), Some((&one, 0..a)));
+        assert_eq!(kept.get("b.md", &text_digest("-- --"), "-- --"), Some((&two, a..a + b)));
         let other = settings_stamp(ChunkConfig { size: 41, ..CONFIG }, false);
         assert!(KeptChunking::load(dir.path(), &other, "print").is_none(), "other settings");
         assert!(KeptChunking::load(dir.path(), &settings_stamp(CONFIG, true), "print").is_none());

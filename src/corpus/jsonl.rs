@@ -68,15 +68,22 @@ fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
     Ok(Some(Record { id, title, text, doc_id }))
 }
 
-/// Calls `each(line_number, record)` for every usable line; collects the rest as skipped.
-fn for_each_record(
-    path: &Path,
-    mut each: impl FnMut(usize, Record) -> Result<std::result::Result<(), String>>,
-) -> Result<Vec<Skipped>> {
+/// The file at `path`, to read lines from.
+fn open(path: &Path) -> Result<std::io::BufReader<fs_err::File>> {
     let file = fs_err::File::open(path)
         .map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
+    Ok(std::io::BufReader::new(file))
+}
+
+/// Calls `each(line_number, record)` for every usable line of `input`, the file at `path`;
+/// collects the rest as skipped.
+fn for_each_record(
+    path: &Path,
+    input: impl BufRead,
+    mut each: impl FnMut(usize, Record) -> Result<std::result::Result<(), String>>,
+) -> Result<Vec<Skipped>> {
     let mut skipped = Vec::new();
-    for (index, bytes) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+    for (index, bytes) in input.split(b'\n').enumerate() {
         let line = index + 1;
         let bytes = bytes.map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
         // A UTF-8 byte order mark (Windows tools write one) is not part of the first line.
@@ -106,7 +113,7 @@ pub fn read_jsonl(
     mut sink: impl FnMut(Document) -> Result<()>,
 ) -> Result<Vec<Skipped>> {
     let mut seen = HashSet::new();
-    for_each_record(path, |line, record| {
+    for_each_record(path, open(path)?, |line, record| {
         let id = DocId::sanitized(&record.id);
         let source_id = (id.as_str() != record.id).then_some(record.id);
         if !seen.insert(digest(id.as_str())) {
@@ -136,10 +143,22 @@ fn digest(id: &str) -> u128 {
 /// # Errors
 /// [`Error::DuplicateChunkId`] when an id repeats (the output would be ambiguous), plus the
 /// errors of [`read_jsonl`].
-pub fn read_prechunked(path: &Path, mut sink: impl FnMut(Chunk) -> Result<()>) -> Result<Vec<Skipped>> {
+pub fn read_prechunked(path: &Path, sink: impl FnMut(Chunk) -> Result<()>) -> Result<Vec<Skipped>> {
+    read_prechunked_from(path, open(path)?, sink)
+}
+
+/// [`read_prechunked`] of `input`, the contents of the file at `path`.
+///
+/// # Errors
+/// As [`read_prechunked`].
+pub fn read_prechunked_from(
+    path: &Path,
+    input: impl BufRead,
+    mut sink: impl FnMut(Chunk) -> Result<()>,
+) -> Result<Vec<Skipped>> {
     let mut seen = HashSet::new();
     let mut ordinals: HashMap<DocId, u32> = HashMap::new();
-    for_each_record(path, |line, record| {
+    for_each_record(path, input, |line, record| {
         let id = match ChunkId::parse(&record.id) {
             Ok(id) => id,
             Err(e) => return Ok(Err(e.to_string())),

@@ -16,7 +16,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 pub use folder::{Ignored, read_folder};
-pub use jsonl::{read_jsonl, read_prechunked};
+pub use jsonl::{read_jsonl, read_prechunked, read_prechunked_from};
 
 /// An input file or line that was not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -161,7 +161,7 @@ pub fn extensions(ignored: &Ignored) -> String {
 
 /// Decodes file bytes as text, or says why they are not usable text.
 pub(crate) fn decode_text(bytes: Vec<u8>) -> std::result::Result<String, String> {
-    if bytes.iter().take(8192).any(|&b| b == 0) {
+    if bytes[..bytes.len().min(8192)].contains(&0) {
         return Err("binary file (contains NUL bytes)".to_owned());
     }
     let text = String::from_utf8(bytes)

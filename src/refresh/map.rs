@@ -10,7 +10,7 @@
 
 use crate::id::ChunkId;
 use crate::text::is_cjk;
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt as _, HashSet};
 use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -58,6 +58,12 @@ pub struct Piece {
     pub title: String,
     /// Its text.
     pub text: String,
+}
+
+impl From<crate::record::Chunk> for Piece {
+    fn from(chunk: crate::record::Chunk) -> Self {
+        Self { id: chunk.id, title: chunk.title, text: chunk.text }
+    }
 }
 
 /// What one old chunk became: its change and the new chunks, each with its similarity

@@ -152,19 +152,18 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         return Ok(nothing_changed(*progress));
     }
     let stage = progress.stage("read", 0);
-    let SetState { current, pieces: old, mut model } = old?;
+    let SetState { current, corpus: old_corpus, pieces: old, mut model } = old?;
     let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
     timings.add("read", stage.finish(&read));
     let old_chunks: Vec<OldChunk<'_>> =
         old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
-    let earlier = old_chunks_hash(&manifest).map(|fingerprint| Earlier { fingerprint, chunks: &old_chunks });
+    let earlier = old_chunks_hash(&manifest)
+        .map(|fingerprint| (Earlier { fingerprint, chunks: &old_chunks }, old_corpus.as_slice()));
     let pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. } =
         chunked.index(config, work, &staging, earlier, *progress, &mut timings)?;
     let new: Vec<Piece> = match chunks {
-        Some(chunks) => {
-            chunks.into_iter().map(|c| Piece { id: c.id, title: c.title, text: c.text }).collect()
-        }
-        None => read_pieces(&staging.staged_path(CORPUS))?,
+        Some(chunks) => chunks.into_iter().map(Piece::from).collect(),
+        None => read_pieces(&staging.staged_path(CORPUS))?.1,
     };
     let stage = progress.stage("map", old.len() as u64);
     let map = ChunkMap::build(&old, &new);
@@ -341,10 +340,12 @@ fn read_result<T>(joined: std::thread::Result<Result<T>>, set: &Path) -> Result<
     })
 }
 
-/// What a refresh starts from besides the manifest: the set's current version and chunks, and
-/// the offline generator's corpus model of them that its index folder keeps.
+/// What a refresh starts from besides the manifest: the set's current version, its
+/// `corpus.jsonl` and chunks, and the offline generator's corpus model of them that its index
+/// folder keeps.
 struct SetState {
     current: Version,
+    corpus: Vec<u8>,
     pieces: Vec<Piece>,
     model: Option<CorpusModel>,
 }
@@ -354,9 +355,9 @@ impl SetState {
     /// old chunks is kept in it).
     fn read(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Result<Self> {
         let current = Version::read(set)?;
-        let pieces = read_pieces(&set.join(CORPUS))?;
+        let (corpus, pieces) = read_pieces(&set.join(CORPUS))?;
         let model = saved_model(config, set, manifest);
-        Ok(Self { current, pieces, model })
+        Ok(Self { current, corpus, pieces, model })
     }
 }
 
@@ -501,14 +502,16 @@ fn new_share(new: &[Piece], map: &ChunkMap) -> f64 {
     if total == 0 { 0.0 } else { fresh as f64 / total as f64 }
 }
 
-/// Chunk ids, titles and texts of a `corpus.jsonl`.
-fn read_pieces(path: &Path) -> Result<Vec<Piece>> {
+/// The bytes of a `corpus.jsonl`, and its chunk ids, titles and texts.
+fn read_pieces(path: &Path) -> Result<(Vec<u8>, Vec<Piece>)> {
+    let bytes =
+        fs_err::read(path).map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
     let mut pieces = Vec::new();
-    corpus::read_prechunked(path, |chunk| {
-        pieces.push(Piece { id: chunk.id, title: chunk.title, text: chunk.text });
+    corpus::read_prechunked_from(path, bytes.as_slice(), |chunk| {
+        pieces.push(Piece::from(chunk));
         Ok(())
     })?;
-    Ok(pieces)
+    Ok((bytes, pieces))
 }
 
 /// The fingerprint of the set's chunks (the manifest's `corpus.chunks_hash`).
@@ -870,6 +873,7 @@ mod tests {
             language: crate::text::Language::En,
             spans: Vec::new(),
             signatures: Vec::new(),
+            lines: crate::chunk::Lines::default(),
         };
         corpus::read(corpus, false, None, |read| {
             let corpus::Item::Document(doc) = read else { panic!("a document") };

@@ -1101,5 +1101,25 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
         let run = finished(&f.set.out, &qrelgen(&args));
         run.assert_code(0);
         assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
+
+        // A kept document's lines are copied from the set's `corpus.jsonl` only as they were
+        // written: one changed there (in place, so every other line stays where it was) is
+        // made again.
+        let set_corpus = f.set.out.join("corpus.jsonl");
+        let mut lines = fs_err::read(&set_corpus).unwrap_or_else(|e| panic!("{e}"));
+        let metadata =
+            lines.windows(10).position(|w| w == b"\"metadata\"").unwrap_or_else(|| panic!("no metadata"));
+        let letter =
+            metadata + 10 + lines[metadata + 10..].iter().position(u8::is_ascii_lowercase).unwrap_or(0);
+        lines[letter] = lines[letter].to_ascii_uppercase();
+        fs_err::write(&set_corpus, &lines).unwrap_or_else(|e| panic!("{e}"));
+        write(&f.doc("copy-of-a-page.md"), "Changed once more.\n");
+        let run = finished(&f.set.out, &qrelgen(&args));
+        run.assert_code(0);
+        assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
+        let fresh_dir = tempdir();
+        // The set's settings since round 3.
+        let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet", "--chunk-size", "300"]);
+        assert_eq!(chunking_files(&f.set.out).0, chunking_files(&fresh.out).0, "{}", corpus.display());
     }
 }
