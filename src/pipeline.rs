@@ -341,8 +341,8 @@ pub(crate) fn chunk_and_index(
     progress: Progress,
     timings: &mut Timings,
 ) -> Result<Chunked> {
-    chunk(config, out, staging, None, false, progress, timings)?
-        .index(config, out, staging, None, progress, timings)
+    let chunked = chunk(config, out, staging, None, false, progress, timings)?;
+    chunked.index(config, out, staging, None, progress, timings, |_| ()).map(|(chunked, _)| chunked)
 }
 
 /// Stages 1–2 of [`chunk_and_index`]: the corpus read and chunked, the index not yet touched.
@@ -422,10 +422,13 @@ impl ChunkedCorpus {
     }
 
     /// Stage 3 of [`chunk_and_index`]: builds (or reuses, or with `earlier` updates) the index
-    /// and keeps the chunking beside it. With the chunks in memory (a refresh's), `corpus.jsonl`
-    /// is staged meanwhile, the lines of the items chunked as before copied from `earlier`'s
-    /// (the set's `corpus.jsonl`, whose bytes come with it).
-    pub(crate) fn index(
+    /// and keeps the chunking beside it. With the chunks in memory (a refresh's), meanwhile
+    /// `corpus.jsonl` is staged, the lines of the items chunked as before copied from
+    /// `earlier`'s (the set's `corpus.jsonl`, whose bytes come with it), and `beside` runs with
+    /// the chunks, each on a thread of its own; what `beside` returns comes back with the index
+    /// (`None` when the chunks are not in memory).
+    #[expect(clippy::too_many_arguments, reason = "the stage's inputs, and the work beside it")]
+    pub(crate) fn index<T: Send>(
         self,
         config: &BuildConfig,
         out: &Path,
@@ -433,17 +436,18 @@ impl ChunkedCorpus {
         earlier: Option<(Earlier<'_>, &[u8])>,
         progress: Progress,
         timings: &mut Timings,
-    ) -> Result<Chunked> {
+        beside: impl FnOnce(&[Chunk]) -> T + Send,
+    ) -> Result<(Chunked, Option<T>)> {
         let Self { chunks, groups, corpus, skipped, chunking, texts } = self;
         let stage = progress.stage("index", chunks.len() as u64);
         let dir = out.join(layout::INDEX_DIR);
         let (earlier, earlier_corpus) = earlier.unzip();
         let index =
             |feed: Feed<'_>| index_chunks(&dir, chunks, &corpus.chunks_hash, earlier, config, &stage, feed);
-        let ((index, provenance, unchanged), texts) = match texts {
+        let ((index, provenance, unchanged), texts, beside) = match texts {
             ChunkTexts::Memory(Collected { chunks: mut texts, lines }) => {
                 let corpus_lines = CorpusLines { chunks: &texts, lines: &lines, earlier: earlier_corpus };
-                let indexed = stage_corpus_while(staging, corpus_lines, |texts| {
+                let (indexed, beside) = stage_corpus_while(staging, corpus_lines, beside, |texts| {
                     index(&|add| {
                         texts.iter().try_for_each(|chunk| match title_for_index(chunk) {
                             Some(title) => Ok(add(&Chunk { title, ..chunk.clone() })?),
@@ -456,13 +460,13 @@ impl ChunkedCorpus {
                         chunk.title = title;
                     }
                 }
-                (indexed, Some(texts))
+                (indexed, Some(texts), Some(beside))
             }
-            ChunkTexts::Staged(file) => (index(&|add| reread_chunks(&file, add))?, None),
+            ChunkTexts::Staged(file) => (index(&|add| reread_chunks(&file, add))?, None, None),
         };
         chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
         timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-        Ok(Chunked { index, groups, corpus, skipped, unchanged, chunks: texts })
+        Ok((Chunked { index, groups, corpus, skipped, unchanged, chunks: texts }, beside))
     }
 }
 
@@ -1045,18 +1049,23 @@ impl CorpusLines<'_> {
     }
 }
 
-/// Stages `corpus.jsonl` from `lines` on a thread of its own while `index` indexes their
-/// chunks on this one; the first error of the two (the write's first).
-fn stage_corpus_while<T>(
+/// Stages `corpus.jsonl` from `lines` and runs `beside` with their chunks, each on a thread of
+/// its own, while `index` indexes the chunks on this one; the first error of the write and the
+/// index (the write's first), else what the index and `beside` returned.
+fn stage_corpus_while<T, B: Send>(
     staging: &output::Staging,
     lines: CorpusLines<'_>,
+    beside: impl FnOnce(&[Chunk]) -> B + Send,
     index: impl FnOnce(&[Chunk]) -> Result<T>,
-) -> Result<T> {
+) -> Result<(T, B)> {
     let path = staging.path(layout::CORPUS);
     std::thread::scope(|scope| {
         let written = scope.spawn(|| lines.write(&path));
+        let beside = scope.spawn(|| beside(lines.chunks));
         let indexed = index(lines.chunks);
-        crate::threads::join(written).and(indexed)
+        let written = crate::threads::join(written);
+        let beside = crate::threads::join(beside);
+        written.and(indexed).map(|indexed| (indexed, beside))
     })
 }
 

@@ -55,6 +55,43 @@ pub(crate) fn ahead<T: Send, R: Send, E: Send>(
     })
 }
 
+/// Drops what it is given on a thread of its own while its owner goes on: freeing many small
+/// allocations (a corpus's chunk records) takes a core for a while. Dropping the `Discard`
+/// waits for that thread.
+pub(crate) struct Discard {
+    bin: Option<std::sync::mpsc::Sender<Box<dyn Any + Send>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Discard {
+    /// The thread, waiting for what to drop.
+    pub(crate) fn new() -> Self {
+        let (bin, taken) = std::sync::mpsc::channel::<Box<dyn Any + Send>>();
+        let thread =
+            std::thread::Builder::new().name("discard".to_owned()).spawn(move || taken.iter().for_each(drop));
+        // Without a thread (none could be started), what it is given is dropped at once.
+        Self { bin: thread.is_ok().then_some(bin), thread: thread.ok() }
+    }
+
+    /// Drops `value` on the thread.
+    pub(crate) fn later<T: Send + 'static>(&self, value: T) {
+        if let Some(bin) = &self.bin {
+            // The thread ends only once `bin` is gone: the value is sent.
+            drop(bin.send(Box::new(value)));
+        }
+    }
+}
+
+impl Drop for Discard {
+    fn drop(&mut self) {
+        self.bin = None;
+        if let Some(thread) = self.thread.take() {
+            // A panic while dropping (none is expected) is not raised again inside a drop.
+            drop(thread.join());
+        }
+    }
+}
+
 /// The message a thread panicked with.
 pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
@@ -242,6 +279,24 @@ mod tests {
             Ok(())
         });
         assert_eq!((got, taken), (Err("unreadable".to_owned()), vec![1]));
+    }
+
+    #[test]
+    fn a_value_discarded_is_dropped_on_another_thread_before_the_discard_is_gone() {
+        struct Noted(std::sync::Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>>);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                self.0.lock().unwrap().push(std::thread::current().id());
+            }
+        }
+        let dropped = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let discard = Discard::new();
+        discard.later(Noted(std::sync::Arc::clone(&dropped)));
+        discard.later(Noted(std::sync::Arc::clone(&dropped)));
+        drop(discard);
+        let dropped = dropped.lock().unwrap();
+        assert_eq!(dropped.len(), 2, "both dropped once the discard is gone");
+        assert!(dropped.iter().all(|id| *id != std::thread::current().id()));
     }
 
     #[test]

@@ -65,16 +65,6 @@ impl Analyzer {
         tokens
     }
 
-    /// Calls `each` with the analyzed terms of `text`, in order, with repeats: the terms of
-    /// [`Analyzer::tokens`], without making their surface forms.
-    pub fn each_term(&self, text: &str, mut each: impl FnMut(&str)) {
-        let mut analyzer = self.inner.clone();
-        let mut stream = analyzer.token_stream(text);
-        while let Some(token) = stream.next() {
-            each(&token.text);
-        }
-    }
-
     /// The analyzed tokens of a chunk as the index holds it: its title's, then its text's.
     #[must_use]
     pub fn chunk_tokens(&self, title: &str, text: &str) -> Vec<Token> {
@@ -117,6 +107,36 @@ impl Analyzer {
     }
 }
 
+/// An [`Analyzer`] that remembers the term of each distinct word it met, for callers that
+/// analyse many texts: the filters (the stemmer above all) run once per word, not once per
+/// occurrence.
+pub struct WordTerms<'a> {
+    analyzer: &'a Analyzer,
+    /// Each word met, and its term (`None`: a word without one).
+    known: foldhash::HashMap<String, Option<String>>,
+}
+
+impl<'a> WordTerms<'a> {
+    /// No word known yet.
+    #[must_use]
+    pub fn new(analyzer: &'a Analyzer) -> Self {
+        Self { analyzer, known: foldhash::HashMap::default() }
+    }
+
+    /// Calls `each` with the term and the word as written of every token of `text`, in order,
+    /// with repeats: the tokens of [`Analyzer::tokens`] (whose surface is the word, lower-cased).
+    pub fn each(&mut self, text: &str, mut each: impl FnMut(&str, &str)) {
+        for word in self.analyzer.words(text) {
+            if !self.known.contains_key(word) {
+                self.known.insert(word.to_owned(), self.analyzer.term(word));
+            }
+            if let Some(Some(term)) = self.known.get(word) {
+                each(term, word);
+            }
+        }
+    }
+}
+
 /// `tokenizer`'s tokens, cut at 40 bytes, lower-cased, English stop words removed, English
 /// words Snowball-stemmed.
 fn filtered<T: Tokenizer>(tokenizer: T) -> TextAnalyzer {
@@ -133,13 +153,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_term_gives_the_terms_of_tokens_in_order() {
-        let text = "The Uploads stopped: 配额已满时 uploads 会暂停, a an the HS-4012 running runs";
+    fn words_remembered_give_the_tokens_of_the_analyzer() {
+        let texts = [
+            "The Uploads stopped: 配额已满时 uploads 会暂停, a an the HS-4012 running runs",
+            "RUNNING runs run, Running again: the same words, remembered",
+            "averyverylongidentifierthatisfarlongerthanfortybytesinall ÉCOLES",
+        ];
         for analyzer in [Analyzer::new(Segmenter::Jieba), Analyzer::new(Segmenter::Bigram)] {
-            let mut streamed = Vec::new();
-            analyzer.each_term(text, |term| streamed.push(term.to_owned()));
-            assert_eq!(streamed, analyzer.terms(text));
-            assert!(streamed.len() > 10, "{streamed:?}");
+            let mut remembered = WordTerms::new(&analyzer);
+            for text in texts {
+                let mut tokens = Vec::new();
+                remembered.each(text, |term, word| {
+                    tokens.push(Token { term: term.to_owned(), surface: word.to_lowercase() });
+                });
+                assert_eq!(tokens, analyzer.tokens(text), "{text}");
+            }
+            assert!(remembered.known.len() > 10);
         }
     }
 

@@ -21,6 +21,7 @@
 //! The saved file names the chunk list and analyzer it belongs to (the index's stamp); one
 //! for another list, or unreadable, is ignored and the model is rebuilt.
 
+use super::analyzer::WordTerms;
 use super::error::{IndexError, Result};
 use super::topics::{Projection, TopicSpace, most_common, sorted};
 use super::update::Unchanged;
@@ -118,8 +119,9 @@ impl CorpusModel {
             return Self::build(index);
         };
         let was: HashMap<&str, usize> = old.iter().enumerate().map(|(at, c)| (c.id.as_str(), at)).collect();
+        let mut words = WordTerms::new(index.analyzer());
         for gone in old.iter().filter(|c| index.position(c.id).is_none()) {
-            forget(&mut terms, &counts(index.analyzer().chunk_tokens(gone.title, gone.text)).0);
+            forget(&mut terms, &term_counts(&mut words, gone.title, gone.text));
         }
         let mut space = TopicSpace::empty(basis.projection.dim, index.len(), index.threads());
         let mut new_forms: HashMap<String, HashMap<String, u32>> = HashMap::new();
@@ -140,13 +142,13 @@ impl CorpusModel {
                     continue;
                 }
                 // The same id with another title or text: its old counts go, it is folded in anew.
-                forget(&mut terms, &counts(index.analyzer().chunk_tokens(before.title, before.text)).0);
+                forget(&mut terms, &term_counts(&mut words, before.title, before.text));
             }
             let stored = match stored {
                 Some(stored) => stored,
                 None => index.stored(position)?,
             };
-            let (tf, forms) = counts(index.analyzer().chunk_tokens(&stored.title, &stored.text));
+            let (tf, forms) = counts(&mut words, &stored.title, &stored.text);
             for (term, surfaces) in forms {
                 if terms.usage.contains_key(&term) && !new_forms.contains_key(&term) {
                     continue;
@@ -200,13 +202,46 @@ impl CorpusModel {
 /// Each term's count in `tokens`, and the counts of its written forms.
 type Counts = (HashMap<String, u32>, HashMap<String, HashMap<String, u32>>);
 
-fn counts(tokens: Vec<super::Token>) -> Counts {
+/// The counts of a chunk's title and text, analysed by `words`.
+fn counts(words: &mut WordTerms<'_>, title: &str, text: &str) -> Counts {
     let (mut tf, mut forms): Counts = (HashMap::new(), HashMap::new());
-    for token in tokens {
-        *tf.entry(token.term.clone()).or_default() += 1;
-        *forms.entry(token.term).or_default().entry(token.surface).or_default() += 1;
+    for part in [title, text] {
+        words.each(part, |term, word| {
+            let surface = lowercase(word);
+            if let (Some(n), Some(written)) = (tf.get_mut(term), forms.get_mut(term)) {
+                *n += 1;
+                match written.get_mut(surface.as_ref()) {
+                    Some(n) => *n += 1,
+                    None => drop(written.insert(surface.into_owned(), 1)),
+                }
+            } else {
+                tf.insert(term.to_owned(), 1);
+                forms.insert(term.to_owned(), HashMap::from_iter([(surface.into_owned(), 1)]));
+            }
+        });
     }
     (tf, forms)
+}
+
+/// `word`, lower-cased (without a copy when it is already).
+fn lowercase(word: &str) -> std::borrow::Cow<'_, str> {
+    if word.is_ascii() && !word.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Borrowed(word)
+    } else {
+        std::borrow::Cow::Owned(word.to_lowercase())
+    }
+}
+
+/// Each term's count in a chunk's title and text, analysed by `words`.
+fn term_counts(words: &mut WordTerms<'_>, title: &str, text: &str) -> HashMap<String, u32> {
+    let mut tf: HashMap<String, u32> = HashMap::new();
+    for part in [title, text] {
+        words.each(part, |term, _| match tf.get_mut(term) {
+            Some(n) => *n += 1,
+            None => drop(tf.insert(term.to_owned(), 1)),
+        });
+    }
+    tf
 }
 
 /// A deleted chunk's counts leave the statistics (a term no chunk has any more goes).
@@ -398,9 +433,12 @@ mod tests {
         let (index, _) = from_chunks(&dir.path().join("new"), &new);
         let basis = built.basis.as_ref().unwrap();
         let projected = |chunk: &Chunk| {
-            let tokens = index.analyzer().chunk_tokens(&chunk.title, &chunk.text);
+            let mut tf: HashMap<String, u32> = HashMap::new();
+            for token in index.analyzer().chunk_tokens(&chunk.title, &chunk.text) {
+                *tf.entry(token.term).or_default() += 1;
+            }
             let row: HashMap<u32, u32> =
-                counts(tokens).0.iter().filter_map(|(t, &n)| Some((*basis.ids.get(t)?, n))).collect();
+                tf.iter().filter_map(|(t, &n)| Some((*basis.ids.get(t)?, n))).collect();
             basis.projection.project(&sorted(row), &basis.df, basis.n).iter().map(|x| x.to_bits()).collect()
         };
         let (one, five): (Vec<u32>, Vec<u32>) = (projected(&new[1]), projected(&new[5]));

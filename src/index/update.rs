@@ -21,6 +21,7 @@
 //! (`meta.json`'s); one of another commit (a power loss between tantivy's commit and the
 //! files' renames, either way round) is not used: the index is rebuilt, as for a damaged one.
 
+use super::analyzer::WordTerms;
 use super::bm25::DeletedTerms;
 use super::chunks::ChunkList;
 use super::error::{IndexError, Result};
@@ -140,15 +141,17 @@ pub(super) struct SegmentDeletions {
 }
 
 impl SegmentDeletions {
-    /// Counts a chunk's document as deleted; returns its token count.
-    fn add(&mut self, analyzer: &Analyzer, title: &str, text: &str) -> u64 {
-        let mut terms: Vec<String> = Vec::new();
+    /// Counts a chunk's document as deleted (analysed by `words`); returns its token count.
+    fn add(&mut self, words: &mut WordTerms<'_>, title: &str, text: &str) -> u64 {
+        let (mut tokens, mut terms) = (0, foldhash::HashSet::<String>::default());
         for part in [title, text] {
-            analyzer.each_term(part, |term| terms.push(term.to_owned()));
+            words.each(part, |term, _| {
+                tokens += 1;
+                if !terms.contains(term) {
+                    terms.insert(term.to_owned());
+                }
+            });
         }
-        let tokens = terms.len() as u64;
-        terms.sort_unstable();
-        terms.dedup();
         for term in terms {
             match self.terms.get_mut(&term) {
                 Some(count) => *count += 1,
@@ -161,10 +164,10 @@ impl SegmentDeletions {
 }
 
 /// The number of analyzed tokens of a chunk as the index holds it (its title's and text's).
-fn token_count(analyzer: &Analyzer, title: &str, text: &str) -> u64 {
+fn token_count(words: &mut WordTerms<'_>, title: &str, text: &str) -> u64 {
     let mut tokens = 0;
     for part in [title, text] {
-        analyzer.each_term(part, |_| tokens += 1);
+        words.each(part, |_, _| tokens += 1);
     }
     tokens
 }
@@ -258,14 +261,15 @@ impl Plan {
         writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
         let old = |position: u32| earlier.chunks.get(position as usize);
         // Deletes the document of `key` in `segment`, whose chunk was `was`.
-        let mut delete = |writer: &IndexWriter, key: u64, segment: u32, was: &OldChunk<'_>| {
+        let mut words = WordTerms::new(analyzer);
+        let mut delete = |writer: &IndexWriter, key: u64, segment: u32, was: &OldChunk<'_>, words: &mut _| {
             writer.delete_term(Term::from_field_u64(ord, key));
             let id = segments[segment as usize].clone();
-            deletions.entry(id).or_default().add(analyzer, was.title, was.text)
+            deletions.entry(id).or_default().add(words, was.title, was.text)
         };
         for &(key, position, segment) in &gone {
             let Some(was) = old(position) else { continue };
-            tokens -= delete(&writer, key, segment, was).min(tokens);
+            tokens -= delete(&writer, key, segment, was, &mut words).min(tokens);
         }
         let fields = super::schema().1;
         let mut position = 0usize;
@@ -281,12 +285,12 @@ impl Plan {
                     return Ok(());
                 }
                 // The same id with another title or text: its document is replaced.
-                tokens -= delete(&writer, key, segment, was).min(tokens);
+                tokens -= delete(&writer, key, segment, was, &mut words).min(tokens);
                 moved_to[key as usize] = None;
             }
             let key = moved_to.len() as u64;
             moved_to.push(Some(at as u32));
-            tokens += token_count(analyzer, &chunk.title, &chunk.text);
+            tokens += token_count(&mut words, &chunk.title, &chunk.text);
             writer.add_document(super::document(fields, chunk, key)).map_err(err)?;
             Ok(())
         })?;
@@ -592,15 +596,15 @@ mod tests {
     fn a_deleted_chunk_counts_the_tokens_and_terms_of_its_title_and_text() {
         let analyzer = Analyzer::default();
         let (title, text) = ("Quota sync", "the quota stops syncs, quota links");
-        let mut deleted = SegmentDeletions::default();
-        let tokens = deleted.add(&analyzer, title, text);
+        let (mut deleted, mut words) = (SegmentDeletions::default(), WordTerms::new(&analyzer));
+        let tokens = deleted.add(&mut words, title, text);
         assert_eq!(tokens, analyzer.chunk_tokens(title, text).len() as u64);
-        assert_eq!(token_count(&analyzer, title, text), tokens);
+        assert_eq!(token_count(&mut words, title, text), tokens);
         assert_eq!(
             (deleted.documents, deleted.terms.get("quota"), deleted.terms.get("link")),
             (1, Some(&1), Some(&1))
         );
-        deleted.add(&analyzer, "", "quota");
+        deleted.add(&mut words, "", "quota");
         assert_eq!((deleted.documents, deleted.terms.get("quota"), deleted.terms.len()), (2, Some(&2), 4));
     }
 

@@ -66,6 +66,34 @@ impl From<crate::record::Chunk> for Piece {
     }
 }
 
+/// What the map reads of a chunk of either corpus: its id and text.
+pub trait Mapped {
+    /// The chunk id.
+    fn id(&self) -> &ChunkId;
+    /// Its text.
+    fn text(&self) -> &str;
+}
+
+impl Mapped for Piece {
+    fn id(&self) -> &ChunkId {
+        &self.id
+    }
+
+    fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl Mapped for crate::record::Chunk {
+    fn id(&self) -> &ChunkId {
+        &self.id
+    }
+
+    fn text(&self) -> &str {
+        &self.text
+    }
+}
+
 /// What one old chunk became: its change and the new chunks, each with its similarity
 /// (1 for unchanged and moved; Jaccard for edited; containment for split and merged).
 #[derive(Debug, Clone, PartialEq)]
@@ -91,33 +119,33 @@ pub struct ChunkMap {
 impl ChunkMap {
     /// Matches `old` against `new` (see the module docs).
     #[must_use]
-    pub fn build(old: &[Piece], new: &[Piece]) -> Self {
-        let new_at: HashMap<&ChunkId, usize> = new.iter().enumerate().map(|(i, p)| (&p.id, i)).collect();
+    pub fn build<O: Mapped, N: Mapped>(old: &[O], new: &[N]) -> Self {
+        let new_at: HashMap<&ChunkId, usize> = new.iter().enumerate().map(|(i, p)| (p.id(), i)).collect();
         let mut used = vec![false; new.len()];
         let mut mapped: Vec<Option<Mapping>> = vec![None; old.len()];
         for (i, o) in old.iter().enumerate() {
-            if let Some(&j) = new_at.get(&o.id) {
+            if let Some(&j) = new_at.get(o.id()) {
                 used[j] = true;
-                mapped[i] = Some(one(o, ChunkChange::Unchanged, &new[j].id, 1.0));
+                mapped[i] = Some(one(o, ChunkChange::Unchanged, new[j].id(), 1.0));
             }
         }
         let mut by_text: HashMap<&str, Vec<usize>> = HashMap::new();
         for (j, n) in new.iter().enumerate().filter(|(j, _)| !used[*j]) {
-            by_text.entry(n.text.as_str()).or_default().push(j);
+            by_text.entry(n.text()).or_default().push(j);
         }
         for (i, o) in old.iter().enumerate() {
             if mapped[i].is_some() {
                 continue;
             }
-            let same = by_text.get(o.text.as_str()).and_then(|js| js.iter().copied().find(|&j| !used[j]));
+            let same = by_text.get(o.text()).and_then(|js| js.iter().copied().find(|&j| !used[j]));
             if let Some(j) = same {
                 used[j] = true;
-                mapped[i] = Some(one(o, ChunkChange::Moved, &new[j].id, 1.0));
+                mapped[i] = Some(one(o, ChunkChange::Moved, new[j].id(), 1.0));
             }
         }
         let open: Vec<usize> = (0..new.len()).filter(|&j| !used[j]).collect();
         let shingled: HashMap<usize, HashSet<u64>> =
-            open.iter().map(|&j| (j, shingles(&new[j].text))).collect();
+            open.iter().map(|&j| (j, shingles(new[j].text()))).collect();
         let mut postings: HashMap<u64, Vec<usize>> = HashMap::new();
         for &j in &open {
             for &s in &shingled[&j] {
@@ -151,7 +179,7 @@ impl ChunkMap {
                 m.targets[0].1 = merged_jaccard.get(&i).copied().unwrap_or(m.targets[0].1);
             }
         }
-        let added = (0..new.len()).filter(|&j| !used[j]).map(|j| new[j].id.clone()).collect();
+        let added = (0..new.len()).filter(|&j| !used[j]).map(|j| new[j].id().clone()).collect();
         let by_id = old.iter().enumerate().map(|(i, m)| (m.old.clone(), i)).collect();
         Self { old, added, by_id }
     }
@@ -201,19 +229,19 @@ impl ChunkMap {
     }
 }
 
-fn one(old: &Piece, change: ChunkChange, new: &ChunkId, similarity: f64) -> Mapping {
-    Mapping { old: old.id.clone(), change, targets: vec![(new.clone(), similarity)] }
+fn one(old: &impl Mapped, change: ChunkChange, new: &ChunkId, similarity: f64) -> Mapping {
+    Mapping { old: old.id().clone(), change, targets: vec![(new.clone(), similarity)] }
 }
 
 /// Edited, split, merged or deleted, by the shingles `old` shares with the new chunks left; for a
 /// merge, also the Jaccard similarity (in case no other chunk joined it: then it was edited).
 fn match_edited(
-    old: &Piece,
-    new: &[Piece],
+    old: &impl Mapped,
+    new: &[impl Mapped],
     shingled: &HashMap<usize, HashSet<u64>>,
     postings: &HashMap<u64, Vec<usize>>,
 ) -> (Mapping, Option<f64>) {
-    let mine = shingles(&old.text);
+    let mine = shingles(old.text());
     let mut shared: HashMap<usize, usize> = HashMap::new();
     for s in &mine {
         for &j in postings.get(s).into_iter().flatten() {
@@ -231,8 +259,8 @@ fn match_edited(
         .collect();
     // Best first, ties by corpus order, so the mapping never depends on hash order.
     overlaps.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let target = |j: usize, similarity: f64| (new[j].id.clone(), similarity);
-    let mapping = |change, targets| Mapping { old: old.id.clone(), change, targets };
+    let target = |j: usize, similarity: f64| (new[j].id().clone(), similarity);
+    let mapping = |change, targets| Mapping { old: old.id().clone(), change, targets };
     // Two or more new chunks that lie inside the old one: a split, its biggest share first.
     let mut parts: Vec<&(usize, f64, f64, f64, usize)> =
         overlaps.iter().filter(|o| o.2 >= PART_MIN).collect();

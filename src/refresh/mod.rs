@@ -30,7 +30,7 @@ use crate::output::{self, Staging};
 use crate::pipeline;
 use crate::progress::Progress;
 use crate::progress::Timings;
-use crate::record::{Checked, Provenance, Qrel, QueryType};
+use crate::record::{Checked, Chunk, Provenance, Qrel, QueryType};
 use crate::review::set::{SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
 use crate::rounds::{Rounds, Stages};
@@ -151,6 +151,8 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
         return Ok(nothing_changed(*progress));
     }
+    // The run's large records are freed on a thread of their own once they are done with.
+    let discard = crate::threads::Discard::new();
     let stage = progress.stage("read", 0);
     let SetState { current, corpus: old_corpus, pieces: old, mut model } = old?;
     let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
@@ -159,16 +161,18 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
     let earlier = old_chunks_hash(&manifest)
         .map(|fingerprint| (Earlier { fingerprint, chunks: &old_chunks }, old_corpus.as_slice()));
-    let pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. } =
-        chunked.index(config, work, &staging, earlier, *progress, &mut timings)?;
-    let new: Vec<Piece> = match chunks {
-        Some(chunks) => chunks.into_iter().map(Piece::from).collect(),
-        None => read_pieces(&staging.staged_path(CORPUS))?.1,
-    };
+    // The chunks in memory are mapped beside the index stage.
+    let map_beside = |new: &[Chunk]| timed(|| ChunkMap::build(&old, new));
+    let (pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. }, mapped) =
+        chunked.index(config, work, &staging, earlier, *progress, &mut timings, map_beside)?;
+    discard.later(old_corpus);
     let stage = progress.stage("map", old.len() as u64);
-    let map = ChunkMap::build(&old, &new);
+    let (new, map, took) = new_and_map(chunks, mapped, &old, &staging)?;
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
-    timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)));
+    // The stage's time includes the mapping done beside the index stage.
+    timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)) + took);
+    let new_share = new_share(&new, &map);
+    discard.later(new);
     if map.is_identity() {
         outcome.nothing_changed = true;
         return Ok(outcome);
@@ -203,13 +207,9 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     for c in &checked {
         *outcome.queries.entry(c.change).or_default() += 1;
     }
-
     let added: HashSet<usize> = map.added.iter().filter_map(|id| index.position(id)).collect();
     let in_set = checked.iter().filter(|c| c.line.is_some()).count();
-    outcome.new_wanted = match options.new_queries {
-        NewQueries::Count(n) => n,
-        NewQueries::Auto => (in_set as f64 * new_share(&new, &map)).ceil() as usize,
-    };
+    outcome.new_wanted = options.new_queries.wanted(in_set, new_share);
     if options.dry_run {
         outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted, &mut timings)?;
         outcome.llm_calls += outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
@@ -229,6 +229,9 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     outcome.human_share = written.human_share();
     let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
+    drop(fresh);
+    drop(old_chunks);
+    discard.later((old, map, checked, rounds, current, candidates));
     let version = manifest.version();
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus)?;
@@ -539,10 +542,45 @@ enum Model<'a> {
     Folded { model: std::result::Result<CorpusModel, IndexError>, took: Duration },
 }
 
+/// What `work` returns, and the time it took.
+fn timed<T>(work: impl FnOnce() -> T) -> (T, Duration) {
+    let started = std::time::Instant::now();
+    let done = work();
+    (done, started.elapsed())
+}
+
+/// The new chunks and their map from the `old` ones: `mapped` beside the index stage (which took
+/// the time given) when the chunks were in memory, else read back from the staged
+/// `corpus.jsonl` and mapped now.
+fn new_and_map(
+    chunks: Option<Vec<Chunk>>,
+    mapped: Option<(ChunkMap, Duration)>,
+    old: &[Piece],
+    staging: &Staging,
+) -> Result<(Vec<Piece>, ChunkMap, Duration)> {
+    if let (Some(chunks), Some((map, took))) = (chunks, mapped) {
+        return Ok((chunks.into_iter().map(Piece::from).collect(), map, took));
+    }
+    let new = read_pieces(&staging.staged_path(CORPUS))?.1;
+    let map = ChunkMap::build(old, &new);
+    Ok((new, map, Duration::ZERO))
+}
+
 /// The candidates the set keeps (`candidates.jsonl`; none when it has no such file).
 fn read_candidates(set: &Path) -> Result<Vec<Checked>> {
     let path = set.join(CANDIDATES);
     if path.is_file() { read_all(&path) } else { Ok(Vec::new()) }
+}
+
+impl NewQueries {
+    /// How many new queries to write for a set of `in_set` queries whose corpus has `new_share`
+    /// of its text new.
+    fn wanted(self, in_set: usize, new_share: f64) -> usize {
+        match self {
+            Self::Count(n) => n,
+            Self::Auto => (in_set as f64 * new_share).ceil() as usize,
+        }
+    }
 }
 
 impl Options {
@@ -561,9 +599,8 @@ fn fold_ahead<'a>(
     unchanged: Option<&'a Unchanged>,
 ) -> impl FnOnce() -> Model<'a> + Send + 'a {
     move || {
-        let started = std::time::Instant::now();
-        let model = fold(model, old, index, unchanged);
-        Model::Folded { model, took: started.elapsed() }
+        let (model, took) = timed(|| fold(model, old, index, unchanged));
+        Model::Folded { model, took }
     }
 }
 
