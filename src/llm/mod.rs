@@ -829,6 +829,12 @@ fn classify(error: OpenAIError, loopback: bool) -> LlmError {
     }
 }
 
+/// Loads the tables [`estimate_tokens`] counts with, once per process (some 50 ms of work that
+/// the first call to it would otherwise wait for).
+pub fn load_token_counter() {
+    tiktoken_rs::cl100k_base_singleton();
+}
+
 /// Prompt tokens of a request, as cl100k counts them: the messages, a few per message, and the
 /// `response_format` (servers count a JSON schema as prompt).
 #[must_use]

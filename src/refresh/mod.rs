@@ -183,13 +183,15 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let runs = PoolRuns::read(&config.pool_runs, &index)?;
     let filter = RoundTrip::new(&index, &groups, config.filter, checks).with_runs(&runs);
     let candidates = read_candidates(set)?;
-    // New queries will be written: the offline generator's model is folded in on a second
-    // thread while the queries are re-checked (both only read the index).
-    let ahead = |m| fold_ahead(m, &old_chunks, &index, unchanged.as_ref());
-    let folding = model.take_if(|_| options.writes_new(&map)).map(ahead);
+    // While the queries are re-checked, a second thread readies what comes next: the offline
+    // generator's model folded in when new queries will be written (both only read the index),
+    // the LLM's token counter loaded (its first request would wait for it).
+    let to_fold = model.take_if(|_| options.writes_new(&map));
+    let ahead = ready_ahead(to_fold, &config.generator, &old_chunks, &index, unchanged.as_ref());
     let stage = progress.stage("recheck", current.queries.len() as u64);
     let recheck = || recheck_all(&current, &candidates, &Recheck::new(&map, &index, &filter), &stage);
-    let (checked, folded) = crate::threads::beside(recheck, folding);
+    let (checked, folded) = crate::threads::beside(recheck, ahead);
+    let folded = folded.flatten();
     let mut checked = checked?;
     timings.add("recheck", stage.finish(&format!("{} queries re-checked", checked.len())));
     let mut fresh = Fresh {
@@ -204,9 +206,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         unchanged: unchanged.as_ref(),
     };
     outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
-    for c in &checked {
-        *outcome.queries.entry(c.change).or_default() += 1;
-    }
+    outcome.count_changes(&checked);
     let added: HashSet<usize> = map.added.iter().filter_map(|id| index.position(id)).collect();
     let in_set = checked.iter().filter(|c| c.line.is_some()).count();
     outcome.new_wanted = options.new_queries.wanted(in_set, new_share);
@@ -216,10 +216,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         return Ok(outcome);
     }
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
-    if let Some(llm) = fresh.stages.as_ref().and_then(|s| s.generator.llm_report()) {
-        outcome.llm_calls += llm.network.requests;
-        outcome.llm_cache_hits += llm.network.cache_hits;
-    }
+    outcome.count_llm(fresh.stages.as_ref().and_then(|s| s.generator.llm_report()));
     let written = Written { map: &map, checked: &checked, rounds: &rounds, index: &index, language };
     let new_count = rounds.judged.iter().filter(|j| j.in_set()).count();
     if new_count > 0 {
@@ -572,6 +569,23 @@ fn read_candidates(set: &Path) -> Result<Vec<Checked>> {
     if path.is_file() { read_all(&path) } else { Ok(Vec::new()) }
 }
 
+impl Outcome {
+    /// Counts the queries of `checked` by their change.
+    fn count_changes(&mut self, checked: &[Rechecked]) {
+        for c in checked {
+            *self.queries.entry(c.change).or_default() += 1;
+        }
+    }
+
+    /// Counts the LLM calls of a generator's `report`.
+    fn count_llm(&mut self, report: Option<crate::generate::LlmReport>) {
+        if let Some(report) = report {
+            self.llm_calls += report.network.requests;
+            self.llm_cache_hits += report.network.cache_hits;
+        }
+    }
+}
+
 impl NewQueries {
     /// How many new queries to write for a set of `in_set` queries whose corpus has `new_share`
     /// of its text new.
@@ -591,17 +605,26 @@ impl Options {
     }
 }
 
-/// The work of [`fold`], timed, to run on another thread.
-fn fold_ahead<'a>(
-    model: CorpusModel,
+/// The work that readies the new queries' `generator`, to run on another thread: the [`fold`]
+/// of `model`, timed, or, for an LLM generator, the loading of the token counter; `None` when
+/// there is neither.
+fn ready_ahead<'a>(
+    model: Option<CorpusModel>,
+    generator: &GeneratorConfig,
     old: &'a [OldChunk<'a>],
     index: &'a ChunkIndex,
     unchanged: Option<&'a Unchanged>,
-) -> impl FnOnce() -> Model<'a> + Send + 'a {
-    move || {
-        let (model, took) = timed(|| fold(model, old, index, unchanged));
-        Model::Folded { model, took }
-    }
+) -> Option<impl FnOnce() -> Option<Model<'a>> + Send + 'a> {
+    let needed = model.is_some() || matches!(generator, GeneratorConfig::Llm(_));
+    let ready = move || {
+        if let Some(model) = model {
+            let (model, took) = timed(|| fold(model, old, index, unchanged));
+            return Some(Model::Folded { model, took });
+        }
+        crate::llm::load_token_counter();
+        None
+    };
+    needed.then_some(ready)
 }
 
 /// `model` of the `old` chunks with the corpus's changes folded in (see
