@@ -13,7 +13,7 @@ use crate::index::{Analyzer, ChunkIndex, Hit, Retriever, Token};
 use crate::progress::Stage;
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::runs::{PoolRuns, ROUND_TRIP_POOL};
-use crate::text::{Language, quote_in};
+use crate::text::{Language, Quotable};
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
@@ -438,12 +438,12 @@ impl<'a> RoundTrip<'a> {
             let mut sources = Vec::new();
             for id in &candidate.sources {
                 if let Some(position) = self.index.position(id) {
-                    sources.push(self.index.text(position)?);
+                    sources.push(Quotable::new(&self.index.text(position)?));
                 }
             }
             // Every quote is in some source, and every source (each hop) is quoted.
-            let quoted = |s: &String| candidate.evidence.iter().any(|q| quote_in(q, s));
-            let found = |q: &String| sources.iter().any(|s| quote_in(q, s));
+            let quoted = |s: &Quotable| candidate.evidence.iter().any(|q| s.holds(q));
+            let found = |q: &String| sources.iter().any(|s| s.holds(q));
             if !candidate.evidence.iter().all(found) || !sources.iter().all(quoted) {
                 return Ok(Some(Reason::EvidenceNotInSource));
             }

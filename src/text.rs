@@ -114,21 +114,37 @@ pub fn normalize_for_match(text: &str) -> String {
 /// [`normalize_for_match`]. `None` when it does not occur or is empty.
 #[must_use]
 pub fn find_quote(quote: &str, source: &str) -> Option<Range<usize>> {
-    let quote = fold(quote).text;
-    let quote = quote.trim_matches(|c: char| c == '"' || c == '\'' || c == '.' || c == ' ');
-    if quote.is_empty() {
-        return None;
-    }
-    let folded = fold(source);
-    let start = folded.text.find(quote)?;
-    let end = start + quote.len() - 1;
-    Some(folded.origin[start].start..folded.origin[end].end)
+    Quotable::new(source).find(quote)
 }
 
-/// Whether `quote` occurs in `source` after [`normalize_for_match`] (an empty quote never does).
-#[must_use]
-pub fn quote_in(quote: &str, source: &str) -> bool {
-    find_quote(quote, source).is_some()
+/// A source folded once for quote matching, to look several quotes up in it.
+pub struct Quotable(Folded);
+
+impl Quotable {
+    /// `source`, folded as [`normalize_for_match`] folds.
+    #[must_use]
+    pub fn new(source: &str) -> Self {
+        Self(fold(source))
+    }
+
+    /// Where `quote` occurs in the source: see [`find_quote`].
+    #[must_use]
+    pub fn find(&self, quote: &str) -> Option<Range<usize>> {
+        let quote = fold(quote).text;
+        let quote = quote.trim_matches(|c: char| c == '"' || c == '\'' || c == '.' || c == ' ');
+        if quote.is_empty() {
+            return None;
+        }
+        let start = self.0.text.find(quote)?;
+        let end = start + quote.len() - 1;
+        Some(self.0.origin[start].start..self.0.origin[end].end)
+    }
+
+    /// Whether `quote` occurs in the source (an empty quote never does).
+    #[must_use]
+    pub fn holds(&self, quote: &str) -> bool {
+        self.find(quote).is_some()
+    }
 }
 
 /// A text folded for matching, and for each of its bytes the byte range of the text it came from.
@@ -238,7 +254,7 @@ mod tests {
 
     #[track_caller]
     fn check_quote(quote: &str, source: &str, expected: bool) {
-        assert_eq!(quote_in(quote, source), expected, "{quote:?} in {source:?}");
+        assert_eq!(Quotable::new(source).holds(quote), expected, "{quote:?} in {source:?}");
     }
 
     #[test]
@@ -353,17 +369,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn quote_in_is_find_quote_found(quote in tricky_text(), source in tricky_text()) {
-            prop_assert_eq!(quote_in(&quote, &source), find_quote(&quote, &source).is_some());
-        }
-
-        #[test]
-        fn a_piece_of_the_folded_source_is_found_by_both(source in tricky_text(), a in 0usize..40, b in 0usize..40) {
+        fn one_folded_source_finds_each_piece_as_a_fold_of_its_own_does(source in tricky_text(), cuts in prop::collection::vec((0usize..40, 0usize..40), 1..6)) {
             let folded = normalize_for_match(&source);
             let bounds: Vec<usize> = folded.char_indices().map(|(i, _)| i).chain([folded.len()]).collect();
-            let (a, b) = (bounds[a % bounds.len()], bounds[b % bounds.len()]);
-            let quote = &folded[a.min(b)..a.max(b)];
-            prop_assert_eq!(quote_in(quote, &source), find_quote(quote, &source).is_some(), "{:?} in {:?}", quote, source);
+            let quotable = Quotable::new(&source);
+            for (a, b) in cuts {
+                let (a, b) = (bounds[a % bounds.len()], bounds[b % bounds.len()]);
+                let quote = &folded[a.min(b)..a.max(b)];
+                prop_assert_eq!(quotable.find(quote), find_quote(quote, &source), "{:?} in {:?}", quote, source);
+            }
         }
 
         #[test]

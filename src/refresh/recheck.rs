@@ -24,7 +24,7 @@ use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::record::{Candidate, Checked, Provenance, Qrel, QueryType, Status, Verdict};
 use crate::review::set::QueryLine;
-use crate::text::quote_in;
+use crate::text::Quotable;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -358,7 +358,8 @@ impl<'a> Recheck<'a> {
         let Some(text) = self.index.position(id).and_then(|p| self.index.text(p).ok()) else {
             return false;
         };
-        candidate.evidence.iter().chain(&candidate.answer).all(|quote| quote_in(quote, &text))
+        let text = Quotable::new(&text);
+        candidate.evidence.iter().chain(&candidate.answer).all(|quote| text.holds(quote))
     }
 
     /// The first chunk of a search with the evidence that holds it.

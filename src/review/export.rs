@@ -119,8 +119,8 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) ->
 
 /// The byte ranges of `text` that the quotes match, sorted, overlaps merged.
 fn marks(text: &str, quotes: &[String]) -> Vec<Range<usize>> {
-    let mut found: Vec<Range<usize>> =
-        quotes.iter().filter_map(|q| crate::text::find_quote(q, text)).collect();
+    let text = crate::text::Quotable::new(text);
+    let mut found: Vec<Range<usize>> = quotes.iter().filter_map(|q| text.find(q)).collect();
     found.sort_by_key(|r| r.start);
     let mut merged: Vec<Range<usize>> = Vec::new();
     for range in found {
