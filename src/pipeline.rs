@@ -249,7 +249,7 @@ pub struct DryRun {
 /// Plans the rounds a run would go through, without sending anything: round 1 as planned, then
 /// the top-ups that a yield of [`DRY_RUN_LOW_YIELD`] would call for (planned by the same rules
 /// as a real run), and what each would cost.
-fn dry_run(
+pub(crate) fn dry_run(
     config: &BuildConfig,
     stages: &Stages<'_>,
     planner: &mut Planner<'_>,

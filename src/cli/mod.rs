@@ -81,7 +81,12 @@ enum Command {
   # What would change, and the LLM calls it would make; nothing written:
   qrelgen refresh --set out --corpus docs-v2 --dry-run
   # Then review what changed first:
-  qrelgen review export --set out --only changed --format csv --to changed.csv"
+  qrelgen review export --set out --only changed --format csv --to changed.csv
+
+Settings: the set's manifest.json supplies every setting above (chunking, generator, model, seed,
+top-n, …); the defaults shown are a build's. A flag given overrides the recorded value and is
+recorded in the new version's manifest; with an unchanged corpus nothing is written, the flag
+included."
     )]
     Refresh(Box<refresh::RefreshArgs>),
     /// Check a set folder or a qrels file: ids, duplicate pairs, dangling ids, grades; exit 1 and

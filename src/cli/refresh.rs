@@ -12,6 +12,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
+// A refresh keeps the set's queries: --new-queries says how many new ones it writes.
+#[command(mut_arg("queries", |arg| arg.hide(true)))]
 pub struct RefreshArgs {
     /// The set folder to refresh (the --out of qrelgen build).
     #[arg(long, value_name = "DIR")]
@@ -22,15 +24,16 @@ pub struct RefreshArgs {
     corpus: PathBuf,
 
     /// New queries for new documents: `auto` (the set's size times the share of the new
-    /// corpus's text that is new) or a number [default: auto].
-    #[arg(long, value_name = "auto|N", default_value = "auto", value_parser = parse_new_queries)]
+    /// corpus's text that is new) or a number.
+    #[arg(long, value_name = "auto|N", default_value = "auto", value_parser = parse_new_queries, allow_negative_numbers = true)]
     new_queries: NewQueries,
 
     /// Report what would change and the LLM calls it would make; write nothing.
     #[arg(long)]
     dry_run: bool,
 
-    /// Settings that override the set's recorded ones (recorded in the new manifest).
+    /// Settings that override the set's recorded ones (recorded in the new manifest). Each
+    /// defaults to the value the set's manifest records, not to the build default its help shows.
     #[command(flatten)]
     settings: Settings,
 
@@ -48,6 +51,13 @@ fn parse_new_queries(value: &str) -> Result<NewQueries, String> {
 
 /// Runs the refresh and returns the exit code.
 pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    let given = args.settings.given();
+    if given.iter().any(|flag| flag == "--queries") {
+        anyhow::bail!(
+            "--queries does not apply to a refresh: the set keeps its queries, and --new-queries \
+             says how many to write for new documents"
+        );
+    }
     let manifest = read_manifest(&args.set)?;
     let recorded = recorded_settings(&manifest, &args.set)?;
     let settings = std::mem::take(&mut args.settings).over(Some(recorded));
@@ -61,6 +71,13 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     let progress = Progress::stderr(args.quiet);
     let options = Options { new_queries: args.new_queries, dry_run: args.dry_run };
     let outcome = refresh::refresh(&config, &args.set, options, &progress)?;
+    if outcome.nothing_changed && !given.is_empty() {
+        progress.warn(&format!(
+            "the corpus is the set's, so nothing was written and {} took no effect; to change a \
+             set's settings, build it again (qrelgen build)",
+            given.join(", ")
+        ));
+    }
     summary(&outcome, &args, stdout)?;
     Ok(exit::OK)
 }
@@ -75,10 +92,19 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
     if args.dry_run {
         writeln!(stdout, "dry run, nothing written: chunks {chunks}; queries {queries}")?;
         let estimate = outcome.estimate.unwrap_or_default();
+        let range = |a: u64, b: u64| if a == b { a.to_string() } else { format!("{a}–{b}") };
+        let (low, high) = (estimate.low, estimate.high);
+        let (calls_low, calls_high) = outcome.planned_calls();
         writeln!(
             stdout,
-            "{} new queries wanted; LLM calls it would make: {} ({} prompt tokens, at most {} completion tokens)",
-            outcome.new_wanted, outcome.llm_calls, estimate.prompt_tokens, estimate.max_completion_tokens
+            "{} new queries wanted; LLM calls it would make: {} ({} prompt tokens, at most {} completion \
+             tokens; the range goes from every new query kept in round 1 to half of them dropped in \
+             each of {} round(s))",
+            outcome.new_wanted,
+            range(calls_low, calls_high),
+            range(low.prompt_tokens, high.prompt_tokens),
+            range(low.max_completion_tokens, high.max_completion_tokens),
+            estimate.rounds.max(1),
         )?;
         return Ok(());
     }

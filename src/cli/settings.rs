@@ -39,6 +39,13 @@ macro_rules! settings {
             fn or(self, file: Settings) -> Settings {
                 Settings { schema_version: file.schema_version, $( $name: self.$name.or(file.$name), )* }
             }
+
+            /// The flags of the settings given (`--top-n`, …), in declaration order.
+            pub fn given(&self) -> Vec<String> {
+                let mut given = Vec::new();
+                $( if self.$name.is_some() { given.push(format!("--{}", stringify!($name).replace('_', "-"))); } )*
+                given
+            }
         }
     };
 }

@@ -17,7 +17,7 @@ use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
-use crate::generate::{Estimate, Planner};
+use crate::generate::Planner;
 use crate::id::{ChunkId, QueryId};
 use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError, OldChunk, Unchanged};
 use crate::judge::{Ask, Judge};
@@ -27,7 +27,7 @@ use crate::output::layout::{
     REPORT_HTML,
 };
 use crate::output::{self, Staging};
-use crate::pipeline;
+use crate::pipeline::{self, DryRun};
 use crate::progress::Progress;
 use crate::progress::Timings;
 use crate::record::{Checked, Chunk, Provenance, Qrel, QueryType};
@@ -77,13 +77,15 @@ pub struct Outcome {
     pub queries: BTreeMap<QueryChange, usize>,
     /// New queries asked for.
     pub new_wanted: usize,
-    /// LLM calls sent (with `--dry-run`: planned) and answered from the cache.
+    /// LLM calls sent (with `--dry-run`: planned, the new queries' round 1 only; see
+    /// [`Outcome::planned_calls`]) and answered from the cache.
     pub llm_calls: u64,
     /// LLM calls answered from the cache.
     pub llm_cache_hits: u64,
-    /// With `--dry-run`: what the new queries would cost.
+    /// With `--dry-run`: what the new queries would cost, from round 1 with every query kept to
+    /// every round with half of them dropped.
     #[serde(skip)]
-    pub estimate: Option<Estimate>,
+    pub estimate: Option<DryRun>,
     /// Queries in the new version.
     pub in_set: usize,
     /// Share of the new version's queries with a human label.
@@ -212,7 +214,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     outcome.new_wanted = options.new_queries.wanted(in_set, new_share);
     if options.dry_run {
         outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted, &mut timings)?;
-        outcome.llm_calls += outcome.estimate.map_or(0, |e| e.calls + e.judge_calls);
+        outcome.llm_calls += outcome.estimate.map_or(0, |e| e.low.calls + e.low.judge_calls);
         return Ok(outcome);
     }
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
@@ -570,6 +572,16 @@ fn read_candidates(set: &Path) -> Result<Vec<Checked>> {
 }
 
 impl Outcome {
+    /// With `--dry-run`: the LLM calls the refresh would make, from every new query kept in round
+    /// 1 to half of them dropped in every round (the asks about kept queries' pools included).
+    #[must_use]
+    pub fn planned_calls(&self) -> (u64, u64) {
+        let more = self.estimate.map_or(0, |e| {
+            (e.high.calls + e.high.judge_calls).saturating_sub(e.low.calls + e.low.judge_calls)
+        });
+        (self.llm_calls, self.llm_calls + more)
+    }
+
     /// Counts the queries of `checked` by their change.
     fn count_changes(&mut self, checked: &[Rechecked]) {
         for c in checked {
@@ -723,22 +735,23 @@ impl<'a> Fresh<'a> {
         Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
     }
 
-    /// What the new queries' first round would cost: the generator's calls and the judge's.
+    /// What the new queries would cost, as a build's dry run counts it: the generator's calls
+    /// and the judge's, from round 1 with every query kept to every round with half dropped.
     fn estimate(
         &mut self,
         groups: &crate::dedup::ChunkGroups,
         added: &HashSet<usize>,
         n: usize,
         timings: &mut Timings,
-    ) -> Result<Option<Estimate>> {
+    ) -> Result<Option<DryRun>> {
         // The offline generator makes no calls: its estimate would only cost its topic space.
         if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
             return Ok(None);
         }
         let group = self.stages(timings)?.generator.queries_per_call();
-        let requests = self.planner(groups, added, n, group).plan(&self.config.mix.quotas(n), 1, group)?;
-        let (config, stages) = (self.config, self.stages(timings)?);
-        pipeline::estimate(config, stages, &requests).map(Some)
+        let mut planner = self.planner(groups, added, n, group);
+        let Some(stages) = &self.stages else { return Ok(None) };
+        pipeline::dry_run(self.config, stages, &mut planner, &self.config.mix.quotas(n)).map(Some)
     }
 
     fn generate(

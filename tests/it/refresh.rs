@@ -989,8 +989,10 @@ async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
     );
     let requests = counters.requests();
     let calls = |run: &Run| -> u64 {
+        // The low end of the range: round 1 with every query kept.
         let after = run.stdout.split("LLM calls it would make: ").nth(1).unwrap_or_default();
-        after.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", run.stdout))
+        let low = after.split([' ', '–']).next();
+        low.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", run.stdout))
     };
     let pool_only = refresh_llm(&set, &corpus, &["--new-queries", "0", "--dry-run"], "sk-refresh").await;
     pool_only.assert_code(0);
@@ -998,7 +1000,27 @@ async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
     with_new.assert_code(0);
     // The new query's generation call, and the judge's --judge-pool 2 asks about its pool.
     assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 2, "{}", with_new.stdout);
+
     assert_eq!(counters.requests(), requests, "a dry run asks nothing");
+}
+
+#[test]
+fn flags_a_refresh_cannot_apply_are_told_not_dropped() {
+    let f = fixture(&sample_corpus(), &[]);
+    let run = f.refresh(&["--top-n", "5", "--seed", "7"]);
+    run.assert_code(0);
+    assert!(run.stdout.starts_with("nothing changed"), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("nothing was written and --seed, --top-n took no effect"),
+        "a note names the flags: {}",
+        run.stderr
+    );
+    let run = f.refresh(&["--queries", "7"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("--queries does not apply to a refresh"), "{}", run.stderr);
+    let run = f.refresh(&["--new-queries", "-3"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("expected auto or a number, got \"-3\""), "{}", run.stderr);
 }
 
 /// The set's files that the chunking decides: the chunks and the near-duplicate groups.
