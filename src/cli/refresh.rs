@@ -23,8 +23,9 @@ pub struct RefreshArgs {
     #[arg(long, value_name = "PATH")]
     corpus: PathBuf,
 
-    /// New queries for new documents: `auto` (the set's size times the share of the new
-    /// corpus's text that is new) or a number.
+    /// New queries for new and rewritten text: `auto` (the set's size times the share of the
+    /// new corpus's text that is new: added chunks, and edited ones less than 0.8 alike to their
+    /// old text) or a number.
     #[arg(long, value_name = "auto|N", default_value = "auto", value_parser = parse_new_queries, allow_negative_numbers = true)]
     new_queries: NewQueries,
 

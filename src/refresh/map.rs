@@ -190,6 +190,16 @@ impl ChunkMap {
         self.by_id.get(id).map(|&i| &self.old[i])
     }
 
+    /// The new chunks that are new material, for which new queries are written: the added ones,
+    /// and those an old chunk became by an edit that left less than [`PART_MIN`] of it alike
+    /// (rewritten, more than a touch-up).
+    #[must_use]
+    pub fn fresh(&self) -> HashSet<&ChunkId> {
+        let rewritten = self.old.iter().filter(|m| m.change == ChunkChange::Edited).flat_map(|m| &m.targets);
+        let rewritten = rewritten.filter(|(_, similarity)| *similarity < PART_MIN).map(|(id, _)| id);
+        self.added.iter().chain(rewritten).collect()
+    }
+
     /// Whether the new corpus is the old one: every chunk unchanged, none added.
     #[must_use]
     pub fn is_identity(&self) -> bool {
@@ -348,6 +358,35 @@ mod tests {
         assert_eq!(map.old[1].targets, [(new[1].id.clone(), 1.0)]);
         assert_eq!(map.added, [new[2].id.clone()]);
         assert!(!map.is_identity());
+    }
+
+    #[test]
+    fn added_and_rewritten_chunks_are_fresh_and_touched_up_ones_not() {
+        let touched = A.replace("admin actions.", "admin activity.");
+        let history = "Shared folders keep every version of a file for thirty days, and owners can restore \
+                       any earlier version from the history panel in the web console at any time.";
+        // About half of its 3-word shingles new (Jaccard 0.53).
+        let rewritten = "Shared folders keep every version of a file for thirty days, and owners can restore \
+                         any earlier version from the history panel; admins may extend the window to a full \
+                         year for compliance.";
+        let old = [piece("a.md:1", A), piece("b.md:2", history), piece("c.md:3", B)];
+        let new = [
+            piece("a.md:7", &touched),
+            piece("b.md:8", rewritten),
+            piece("c.md:3", B),
+            piece("d.md:9", "Brand new."),
+        ];
+        let map = ChunkMap::build(&old, &new);
+        let changes: Vec<(ChunkChange, f64)> =
+            map.old.iter().map(|m| (m.change, m.targets.first().map_or(0.0, |t| t.1))).collect();
+        assert!(changes[0].0 == ChunkChange::Edited && changes[0].1 >= PART_MIN, "{changes:?}");
+        assert!(changes[1].0 == ChunkChange::Edited && changes[1].1 < PART_MIN, "{changes:?}");
+        let fresh: Vec<&str> = {
+            let mut fresh: Vec<&str> = map.fresh().into_iter().map(ChunkId::as_str).collect();
+            fresh.sort_unstable();
+            fresh
+        };
+        assert_eq!(fresh, ["b.md:8", "d.md:9"]);
     }
 
     #[test]

@@ -47,11 +47,11 @@ pub const CHUNK_MAP: &str = "refresh/chunk_map.tsv";
 /// One line per chunk change and per query.
 pub const CHANGELOG: &str = "refresh/changelog.jsonl";
 
-/// How many new queries to write for the new chunks.
+/// How many new queries to write for the new material ([`ChunkMap::fresh`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NewQueries {
-    /// The set's size times the share of the new corpus's text that is new, rounded up (so a new
-    /// document gets a query).
+    /// The set's size times the share of the new corpus's text that is new material, rounded up
+    /// (so a new document gets a query).
     Auto,
     /// This many.
     Count(usize),
@@ -88,6 +88,8 @@ pub struct Outcome {
     pub estimate: Option<DryRun>,
     /// Queries in the new version.
     pub in_set: usize,
+    /// Queries in the new version, by type.
+    pub by_type: BTreeMap<QueryType, usize>,
     /// Share of the new version's queries with a human label.
     pub human_share: f64,
     /// Queries in the review queue.
@@ -209,7 +211,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     };
     outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
     outcome.count_changes(&checked);
-    let added: HashSet<usize> = map.added.iter().filter_map(|id| index.position(id)).collect();
+    let added: HashSet<usize> = map.fresh().into_iter().filter_map(|id| index.position(id)).collect();
     let in_set = checked.iter().filter(|c| c.line.is_some()).count();
     outcome.new_wanted = options.new_queries.wanted(in_set, new_share);
     if options.dry_run {
@@ -220,12 +222,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
     outcome.count_llm(fresh.stages.as_ref().and_then(|s| s.generator.llm_report()));
     let written = Written { map: &map, checked: &checked, rounds: &rounds, index: &index, language };
-    let new_count = rounds.judged.iter().filter(|j| j.in_set()).count();
-    if new_count > 0 {
-        outcome.queries.insert(QueryChange::New, new_count);
-    }
-    outcome.in_set = in_set + new_count;
-    outcome.human_share = written.human_share();
+    written.count(&mut outcome);
     let stage = progress.stage("write", 0);
     outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
     drop(fresh);
@@ -233,7 +230,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     discard.later((old, map, checked, rounds, current, candidates));
     let version = manifest.version();
     outcome.version = Some(version + 1);
-    report::stage(&staging, set, &outcome, &config.corpus)?;
+    report::stage(&staging, set, &outcome, &config.corpus, &corpus)?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
     publish(set, config, staging, manifest, &corpus, &outcome, timings, *progress)?;
     Ok(outcome)
@@ -496,11 +493,11 @@ fn same_documents(corpus: &Path, prechunked: bool, kept: &KeptChunking, work: &P
     read.is_ok() && !differs && at == kept.len()
 }
 
-/// The share of the new corpus's text in added chunks.
+/// The share of the new corpus's text that is new material ([`ChunkMap::fresh`]: added or rewritten chunks).
 fn new_share(new: &[Piece], map: &ChunkMap) -> f64 {
-    let added: HashSet<&ChunkId> = map.added.iter().collect();
+    let fresh = map.fresh();
     let total: usize = new.iter().map(|p| p.text.len()).sum();
-    let fresh: usize = new.iter().filter(|p| added.contains(&p.id)).map(|p| p.text.len()).sum();
+    let fresh: usize = new.iter().filter(|p| fresh.contains(&p.id)).map(|p| p.text.len()).sum();
     if total == 0 { 0.0 } else { fresh as f64 / total as f64 }
 }
 
@@ -613,7 +610,7 @@ impl Options {
     /// Whether a refresh with these options and chunk changes `map` writes new queries (the
     /// set's size may still ask for none).
     fn writes_new(&self, map: &ChunkMap) -> bool {
-        !self.dry_run && !map.added.is_empty() && self.new_queries != NewQueries::Count(0)
+        !self.dry_run && !map.fresh().is_empty() && self.new_queries != NewQueries::Count(0)
     }
 }
 
@@ -650,7 +647,8 @@ fn fold(
     model.fold_in(old, index, unchanged)?.keep_beside(index)
 }
 
-/// The new queries: the build's planner (over the added chunks only), generator and rounds.
+/// The new queries: the build's planner (over the new material only: added and rewritten
+/// chunks), generator and rounds.
 struct Fresh<'a> {
     config: &'a BuildConfig,
     index: &'a ChunkIndex,
@@ -814,6 +812,23 @@ impl Written<'_> {
         let mut qrels: Vec<Qrel> = self.checked.iter().flat_map(|c| c.qrels.iter().cloned()).collect();
         qrels.extend(output::qrels(self.new_set()));
         qrels
+    }
+
+    /// Counts the new version's queries into `outcome`: the new ones, the queries in the set (by
+    /// type), and the share with a human label.
+    fn count(&self, outcome: &mut Outcome) {
+        let new = self.new_set().count();
+        if new > 0 {
+            outcome.queries.insert(QueryChange::New, new);
+        }
+        let kept = self.checked.iter().filter(|c| c.line.is_some());
+        let types = kept.map(|c| c.query_type).chain(self.new_set().map(Checked::query_type));
+        outcome.by_type = types.fold(BTreeMap::new(), |mut by_type, t| {
+            *by_type.entry(t).or_default() += 1;
+            by_type
+        });
+        outcome.in_set = outcome.by_type.values().sum();
+        outcome.human_share = self.human_share();
     }
 
     fn human_share(&self) -> f64 {

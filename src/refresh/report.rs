@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::html::escape as escape_html;
 use crate::id::{ChunkId, QueryId};
 use crate::output::layout::{REPORT_HTML, REPORT_MD};
-use crate::output::{self, Staging};
+use crate::output::{self, CorpusSummary, Staging};
 use crate::record::{Checked, QueryType};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -105,14 +105,22 @@ const MD_HEADING: &str = "\n## Refresh\n";
 const HTML_START: &str = "<section id=\"refresh\">";
 const HTML_END: &str = "</section>";
 
-/// Stages `report.md` and `report.html` with the refresh's section in place of an earlier one.
-pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) -> Result<()> {
+/// Stages `report.md` and `report.html` with the refresh's section in place of an earlier one:
+/// the new corpus (at `corpus`, as `summary` counts it), what changed, and the set it makes.
+pub fn stage(
+    staging: &Staging,
+    set: &Path,
+    outcome: &Outcome,
+    corpus: &Path,
+    summary: &CorpusSummary,
+) -> Result<()> {
     let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_default();
     let md = read(REPORT_MD);
     let md = md.split(MD_HEADING).next().unwrap_or_default().trim_end().to_owned();
+    let rows = rows(outcome, corpus, summary);
     output::write_text(
         &staging.path(REPORT_MD),
-        &format!("{md}\n{MD_HEADING}\n{}", markdown(outcome, corpus)),
+        &format!("{md}\n{MD_HEADING}\n{}", markdown(&rows, outcome)),
     )?;
     let html = read(REPORT_HTML);
     if html.is_empty() {
@@ -130,46 +138,67 @@ pub fn stage(staging: &Staging, set: &Path, outcome: &Outcome, corpus: &Path) ->
         line: 0,
         message: "no </body>".to_owned(),
     })?;
-    let page = format!("{}{}{}", &html[..at], section_html(outcome, corpus), &html[at..]);
+    let page = format!("{}{}{}", &html[..at], section_html(&rows, outcome), &html[at..]);
     output::write_text(&staging.path(REPORT_HTML), &page)
 }
 
-fn rows(outcome: &Outcome) -> Vec<(String, String)> {
+/// A row of the section: its name, its text, and a path or command shown as code after it.
+type Row = (&'static str, String, Option<String>);
+
+fn rows(outcome: &Outcome, corpus: &Path, summary: &CorpusSummary) -> Vec<Row> {
+    let text = |name, value: String| (name, value, None);
+    let by_type = outcome.by_type.iter().map(|(t, n)| format!("{} {n}", t.label())).collect::<Vec<_>>();
     vec![
-        ("new corpus".to_owned(), String::new()),
-        ("chunks".to_owned(), counts_line(&outcome.chunks)),
-        ("queries".to_owned(), counts_line(&outcome.queries)),
-        ("new queries asked for".to_owned(), outcome.new_wanted.to_string()),
         (
-            "LLM calls".to_owned(),
-            format!("{} sent, {} from the cache", outcome.llm_calls, outcome.llm_cache_hits),
+            "new corpus",
+            format!("{} documents, {} chunks: ", summary.documents, summary.chunks),
+            Some(corpus.display().to_string()),
         ),
-        ("queries in the set".to_owned(), outcome.in_set.to_string()),
-        ("human-verified".to_owned(), format!("{:.1} %", outcome.human_share * 100.0)),
+        text("chunks", counts_line(&outcome.chunks)),
+        text("queries", counts_line(&outcome.queries)),
+        text("new queries asked for", outcome.new_wanted.to_string()),
+        text("LLM calls", format!("{} sent, {} from the cache", outcome.llm_calls, outcome.llm_cache_hits)),
+        text("queries in the set", format!("{} ({})", outcome.in_set, by_type.join(", "))),
+        text("human-verified", format!("{:.1} %", outcome.human_share * 100.0)),
         (
-            "review queue".to_owned(),
-            format!("{} queries (`review export --only changed`)", outcome.review_items),
+            "review queue",
+            format!("{} queries: ", outcome.review_items),
+            Some("review export --only changed".into()),
         ),
     ]
 }
 
-fn markdown(outcome: &Outcome, corpus: &Path) -> String {
-    let mut md = String::from("| | |\n|---|---|\n");
-    for (name, value) in rows(outcome) {
-        let value = if name == "new corpus" { format!("`{}`", corpus.display()) } else { value };
-        let _ = writeln!(md, "| {name} | {} |", value.replace('|', "\\|"));
+/// What the section begins with: which version it describes, and that the sections above
+/// describe the set's build.
+fn lead(outcome: &Outcome) -> String {
+    format!(
+        "Version {} of the set, refreshed from a changed corpus. The sections above describe the \
+         build the set started from; this one, what the refresh changed and the set it made.",
+        outcome.version.unwrap_or(0)
+    )
+}
+
+fn markdown(rows: &[Row], outcome: &Outcome) -> String {
+    let mut md = format!("{}\n\n| | |\n|---|---|\n", lead(outcome));
+    for (name, value, code) in rows {
+        let code = code.as_ref().map_or_else(String::new, |code| format!("`{code}`"));
+        let _ = writeln!(md, "| {name} | {} |", format!("{value}{code}").replace('|', "\\|"));
     }
     md.push_str("\nEvery chunk change and every query's fate: `refresh/changelog.jsonl`; the chunk map: `refresh/chunk_map.tsv`.\n");
     md
 }
 
-fn section_html(outcome: &Outcome, corpus: &Path) -> String {
-    let mut html = format!("{HTML_START}<h2>Refresh</h2><table>");
-    for (name, value) in rows(outcome) {
-        let value = if name == "new corpus" { corpus.display().to_string() } else { value };
-        let _ = write!(html, "<tr><th>{}</th><td>{}</td></tr>", escape_html(&name), escape_html(&value));
+fn section_html(rows: &[Row], outcome: &Outcome) -> String {
+    let mut html = format!("{HTML_START}<h2>Refresh</h2><p>{}</p><table>", escape_html(&lead(outcome)));
+    for (name, value, code) in rows {
+        let code =
+            code.as_ref().map_or_else(String::new, |code| format!("<code>{}</code>", escape_html(code)));
+        let _ = write!(html, "<tr><th>{}</th><td>{}{code}</td></tr>", escape_html(name), escape_html(value));
     }
-    html.push_str("</table><p>Every chunk change and every query's fate: refresh/changelog.jsonl; the chunk map: refresh/chunk_map.tsv.</p>");
+    html.push_str(
+        "</table><p>Every chunk change and every query's fate: <code>refresh/changelog.jsonl</code>; the chunk \
+         map: <code>refresh/chunk_map.tsv</code>.</p>",
+    );
     html.push_str(HTML_END);
     html
 }

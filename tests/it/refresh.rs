@@ -294,8 +294,30 @@ fn editing_a_sentence_retargets_the_queries_of_its_chunk() {
     let manifest = parse(&run.file("manifest.json"));
     assert_eq!(manifest["review"]["version"], 2);
     assert_eq!(manifest["review"]["history"][0]["made_by"], "refresh");
-    assert!(run.file("report.md").contains("## Refresh"));
-    assert!(run.file("report.html").contains("<section id=\"refresh\">"));
+    let report = run.file("report.md");
+    let section = report.split("## Refresh").nth(1).unwrap_or_else(|| panic!("no Refresh section: {report}"));
+    assert!(section.contains("Version 2 of the set"), "{section}");
+    // The set the refresh made, by type, as its queries.jsonl holds it.
+    let mut by_type = std::collections::BTreeMap::<String, usize>::new();
+    for line in run.file("queries.jsonl").lines() {
+        *by_type.entry(parse(line)["metadata"]["type"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
+    }
+    let total: usize = by_type.values().sum();
+    let row = section.lines().find_map(|l| l.strip_prefix("| queries in the set | ")).unwrap_or_default();
+    let listed = row.split_once(" (").and_then(|(_, rest)| rest.strip_suffix(") |")).unwrap_or_default();
+    let listed: std::collections::BTreeMap<String, usize> = listed
+        .split(", ")
+        .filter_map(|pair| pair.split_once(' '))
+        .map(|(t, n)| (t.to_owned(), n.parse().unwrap_or(0)))
+        .collect();
+    assert_eq!((row.split(' ').next(), listed), (Some(total.to_string().as_str()), by_type), "{section}");
+    assert_eq!(manifest["refresh"]["in_set"], total);
+    let html = run.file("report.html");
+    assert!(html.contains("<section id=\"refresh\">"));
+    assert!(
+        html.contains("<code>review export --only changed</code>") && !html.contains("`review"),
+        "{html}"
+    );
 }
 
 #[test]
@@ -1002,6 +1024,37 @@ async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
     assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 2, "{}", with_new.stdout);
 
     assert_eq!(counters.requests(), requests, "a dry run asks nothing");
+}
+
+#[test]
+fn a_rewritten_chunk_gets_new_queries_as_an_added_one_does() {
+    let f = fixture(&sample_corpus(), &[]);
+    let old = chunk_with(&f.set, "events are kept for 90 days");
+    // Some two fifths of its 3-word shingles new.
+    f.edit(
+        "admin/audit-log.md",
+        "and can be streamed to your own security tools through the API.",
+        "and can be exported as signed monthly archives for auditors.",
+    );
+    let run = f.refresh(&["--new-queries", "2"]);
+    run.assert_code(0);
+    let new = chunk_with(&run, "exported as signed monthly archives for auditors");
+    assert_eq!(chunk_changes(&run), [(old.clone(), new.clone(), "edited".to_owned())]);
+    let similarity: f64 = run
+        .file("refresh/chunk_map.tsv")
+        .lines()
+        .find(|l| l.starts_with(&format!("{old}\t")))
+        .and_then(|l| l.rsplit('\t').next()?.parse().ok())
+        .unwrap_or(1.0);
+    assert!(similarity < 0.8, "rewritten, not touched up: {similarity}");
+    // Both new queries are written for the rewritten chunk, the only new material.
+    let changes = query_changes(&run);
+    let lines = lines(&run);
+    let new_queries: Vec<&String> = changes.iter().filter(|(_, c)| c.0 == "new").map(|(id, _)| id).collect();
+    assert_eq!(new_queries.len(), 2, "{changes:?}");
+    for id in new_queries {
+        assert_eq!(sources(&lines[id]), std::slice::from_ref(&new), "{id}");
+    }
 }
 
 #[test]
