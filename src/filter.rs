@@ -309,7 +309,23 @@ impl<'a> RoundTrip<'a> {
     /// # Errors
     /// [`crate::Error::Index`] when the search fails.
     pub fn check(&self, candidate: &Candidate) -> Result<Verdict> {
-        if let Some(reason) = self.precheck(candidate)? {
+        self.verdict(candidate, true)
+    }
+
+    /// The verdict on a candidate whose evidence quotes were looked up already (a refresh looks
+    /// them up in the new corpus itself, and knows when they are gone): [`RoundTrip::check`]
+    /// without requiring them in the sources.
+    ///
+    /// # Errors
+    /// [`crate::Error::Index`] when the search fails.
+    pub fn recheck(&self, candidate: &Candidate) -> Result<Verdict> {
+        self.verdict(candidate, false)
+    }
+
+    /// The verdict on one candidate; its evidence quotes are looked up in its sources when
+    /// `look_up`.
+    fn verdict(&self, candidate: &Candidate, look_up: bool) -> Result<Verdict> {
+        if let Some(reason) = self.precheck(candidate, look_up)? {
             return Ok(Verdict::dropped(reason));
         }
         let answerable = candidate.query_type != QueryType::NoAnswer;
@@ -431,10 +447,10 @@ impl<'a> RoundTrip<'a> {
         }
     }
 
-    /// Checks made before the round trip: evidence quotes must occur in the sources, and the
-    /// query must be in the requested language.
-    fn precheck(&self, candidate: &Candidate) -> Result<Option<Reason>> {
-        if !candidate.evidence.is_empty() {
+    /// Checks made before the round trip: evidence quotes must occur in the sources (when
+    /// `look_up`), and the query must be in the requested language.
+    fn precheck(&self, candidate: &Candidate, look_up: bool) -> Result<Option<Reason>> {
+        if look_up && !candidate.evidence.is_empty() {
             let mut sources = Vec::new();
             for id in &candidate.sources {
                 if let Some(position) = self.index.position(id) {

@@ -28,7 +28,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// A grade at least this high means the chunk answers the query.
-const ANSWERS: u8 = 2;
+pub(crate) const ANSWERS: u8 = 2;
 /// The grade of a chunk that answers the query on its own.
 const FULLY: u8 = 3;
 

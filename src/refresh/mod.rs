@@ -36,7 +36,7 @@ use crate::review::version::{self, MadeBy};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use map::{ChunkChange, ChunkMap, Piece};
-use recheck::{PoolGrade, QueryChange, Recheck, Rechecked};
+use recheck::{PoolGrade, QueryChange, Questions, Recheck, Rechecked};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -209,7 +209,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         model: folded.or_else(|| model.map(|model| Model::Old(model, old_chunks.as_slice()))),
         unchanged: unchanged.as_ref(),
     };
-    outcome.llm_calls += fresh.judge_new_pools(&mut checked, options.dry_run, &mut timings)?;
+    outcome.llm_calls += fresh.judge(&mut checked, options.dry_run, &mut timings)?;
     outcome.count_changes(&checked);
     let added: HashSet<usize> = map.fresh().into_iter().filter_map(|id| index.position(id)).collect();
     let in_set = checked.iter().filter(|c| c.line.is_some()).count();
@@ -694,6 +694,45 @@ impl<'a> Fresh<'a> {
         Ok(self.stages.insert(made))
     }
 
+    /// With an LLM: the judge's questions the re-check left, then (with `--judge-pool`) the
+    /// chunks new to kept queries' pools; with `dry_run`, only counted. Returns the asks counted.
+    fn judge(&mut self, checked: &mut [Rechecked], dry_run: bool, timings: &mut Timings) -> Result<u64> {
+        let rechecked = self.judge_rechecked(checked, dry_run, timings)?;
+        Ok(rechecked + self.judge_new_pools(checked, dry_run, timings)?)
+    }
+
+    /// With an LLM: the judge's questions the re-check left ([`Questions`]) asked, and their
+    /// outcomes applied; with `dry_run`, only counted. Returns the asks counted.
+    fn judge_rechecked(
+        &mut self,
+        checked: &mut [Rechecked],
+        dry_run: bool,
+        timings: &mut Timings,
+    ) -> Result<u64> {
+        if !matches!(self.config.generator, GeneratorConfig::Llm(_)) {
+            return Ok(0);
+        }
+        let questions = Questions::plan(checked, self.index);
+        if dry_run {
+            return Ok(questions.len() as u64);
+        }
+        // Without asks the grades carried decide (no LLM session is made for none).
+        let grades = if questions.is_empty() { Vec::new() } else { self.grade(&questions.asks(), timings)? };
+        questions.apply(checked, &grades, self.index)?;
+        Ok(0)
+    }
+
+    /// The judge's grades of `asks` (none without a judge), timed as `judge`.
+    fn grade(&mut self, asks: &[Ask], timings: &mut Timings) -> Result<Vec<crate::judge::Grade>> {
+        let progress = self.progress;
+        let Some(judge) = self.stages(timings)?.judge.as_mut() else { return Ok(Vec::new()) };
+        let stage = progress.stage("judge", asks.len() as u64);
+        let grades = judge.grade(asks, &stage)?;
+        let usable = grades.iter().flatten().count();
+        timings.add("judge", stage.finish(&format!("re-check: {usable} of {} grades", asks.len())));
+        Ok(grades)
+    }
+
     /// With `--judge-pool` and an LLM: the chunks new to kept queries' pools graded (see
     /// [`judge_pools`]); with `dry_run`, only counted. Returns the asks counted.
     fn judge_new_pools(
@@ -917,7 +956,12 @@ impl Written<'_> {
         let changed: HashMap<&QueryId, &Checked> = self
             .checked
             .iter()
-            .filter(|c| matches!(c.change, QueryChange::Relabelled | QueryChange::Retargeted))
+            .filter(|c| {
+                matches!(
+                    c.change,
+                    QueryChange::Relabelled | QueryChange::Retargeted | QueryChange::MayBeAnswerable
+                )
+            })
             .filter_map(|c| c.judged.as_ref().map(|j| (&j.candidate.id, j)))
             .collect();
         old.iter()

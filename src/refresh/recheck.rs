@@ -1,21 +1,46 @@
 //! Refresh stage 2: every query of the current version against the new corpus, cheapest first.
 //!
-//! - all its chunks unchanged: kept as it is (human labels included); its new BM25 pool is
-//!   compared with the old corpus, and chunks that newly enter it are listed for review;
-//! - a chunk moved: relabelled to the new id (the text is the same);
-//! - a chunk edited, split or merged: relabelled to the new chunk that holds the evidence
-//!   quotes; without such a chunk (or without quotes, as with the offline generator) to the most
-//!   alike one, and the round trip on the new corpus decides;
-//! - a source deleted: the chunk of the new corpus that holds the evidence (and the answer)
-//!   becomes the candidate source, else the query is retired;
-//! - a `no_answer` query is re-verified by the round trip (its absent term); one the new corpus
-//!   may answer is flagged `may_be_answerable`.
+//! Each chunk a query points at is mapped ([`super::map`]):
+//!
+//! - unchanged: kept as it is (human labels included); the query's new BM25 pool is compared
+//!   with the old corpus, and chunks that newly enter it are listed for review (`pool`);
+//! - moved: relabelled to the new id (the text is the same);
+//! - edited, split or merged: relabelled to the new chunk that holds the evidence quotes (and
+//!   the answer); without one, or without quotes (the offline generator writes none), the
+//!   source goes to the most alike new chunk, and the round trip and the judge decide (below);
+//! - deleted: for a source, the chunk of the new corpus that holds the evidence (and the answer)
+//!   becomes the candidate source (`retargeted`); without one, or without evidence quotes to
+//!   search for, the query is retired.
+//!
+//! The round trip runs with the sources mapped; the evidence quotes were looked up here, so it
+//! does not require them in the sources again ([`RoundTrip::recheck`]). A query with a source
+//! moved to its most alike chunk is retired when the round trip drops it. With an LLM generator
+//! the judge then grades each such source alone, in the refresh's one LLM session (its budget
+//! and cache: a refresh run again asks nothing twice; a dry run counts the asks):
+//!
+//! - graded relevant (2 or more; 1 or more for a hop of a `multi_hop` query): `retargeted`, the
+//!   row with the judge's grade;
+//! - graded lower: retired, with the chunk and its grade in the reason;
+//! - no grade (an unusable reply, a failed call): `retargeted`, the reason naming the failure
+//!   (`judge_failed`).
+//!
+//! A `no_answer` query (one no label made answerable) has its sources mapped as any other, then
+//! is re-verified on the new corpus: the round trip's rule (its absent term in the top hit) and,
+//! with an LLM generator, the judge on every chunk of its new pool without a grade, asked as a
+//! build asks ([`crate::judge::Asks`]; the grades of unchanged and moved chunks are carried). The
+//! absent term found, a chunk graded 2 or more, or a grade missing makes it `may_be_answerable`
+//! (flagged, first in the review queue; a refresh never reclassifies it); otherwise it is kept,
+//! relabelled or retargeted as its sources say. Without an LLM the round trip alone decides.
 //!
 //! A query whose sources are unchanged but some derived rows (topic, duplicate, judge) moved or
 //! went with their chunks keeps its line and is not queued (`remapped`). Other changed queries
 //! are flagged; moved machine labels get provenance `refresh`. A human label is
 //! carried when its chunk is unchanged, moved, or mapped with the evidence found; otherwise the
 //! reason it no longer applies is recorded.
+
+mod judge;
+
+pub use judge::Questions;
 
 use super::map::{ChunkChange, ChunkMap};
 use crate::error::{Error, Result};
@@ -121,8 +146,13 @@ pub struct Rechecked {
     pub lost: Vec<Lost>,
     /// Chunks new to the corpus that entered its pool, unjudged.
     pub new_pool: Vec<ChunkId>,
-    /// Chunks new to the corpus that entered its pool, with the judge's grade.
+    /// Chunks new to its pool, with the judge's grade (`--judge-pool`, or the re-verification
+    /// of a `no_answer` query).
     pub pool_grades: Vec<PoolGrade>,
+    /// What is left to the judge (with an LLM generator).
+    to_judge: ToJudge,
+    /// Its 1-based line number in the current `queries.jsonl`.
+    at: usize,
 }
 
 /// A chunk new to a query's pool, as the judge graded it.
@@ -134,13 +164,35 @@ pub struct PoolGrade {
     pub grade: u8,
 }
 
+/// What the re-check of a query leaves to the judge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ToJudge {
+    Nothing,
+    /// These new sources, the most alike chunks of changed ones that lack the evidence: each
+    /// graded alone.
+    Sources(Vec<ChunkId>),
+    /// A `no_answer` query's new pool: its chunks without a grade.
+    Pool,
+}
+
 /// Where a chunk a query points at went.
 #[derive(Clone)]
 enum Target {
     Same,
-    /// A new chunk; `true` when its text is the old one or holds the evidence.
-    To(ChunkId, bool),
+    /// A new chunk, and how it was chosen.
+    To(ChunkId, Chosen),
     Gone(String),
+}
+
+/// How the new chunk of a changed one was chosen.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Chosen {
+    /// Its text is the old one, or it holds the evidence: labels carry.
+    Sure,
+    /// It holds the evidence of a deleted source, found by a search of the new corpus.
+    Searched,
+    /// The most alike chunk, the evidence not in it (or no evidence to look for).
+    Alike,
 }
 
 /// The re-check of queries against the new corpus.
@@ -148,13 +200,17 @@ pub struct Recheck<'a> {
     map: &'a ChunkMap,
     index: &'a ChunkIndex,
     filter: &'a RoundTrip<'a>,
+    /// The old id of each moved chunk, by its new id (a grade of it still holds).
+    moved_from: HashMap<&'a ChunkId, &'a ChunkId>,
 }
 
 impl<'a> Recheck<'a> {
     /// A re-check over the new corpus's `index` and round trip, with the chunk `map`.
     #[must_use]
     pub fn new(map: &'a ChunkMap, index: &'a ChunkIndex, filter: &'a RoundTrip<'a>) -> Self {
-        Self { map, index, filter }
+        let moved = map.old.iter().filter(|m| m.change == ChunkChange::Moved);
+        let moved_from = moved.filter_map(|m| m.targets.first().map(|(new, _)| (new, &m.old))).collect();
+        Self { map, index, filter, moved_from }
     }
 
     /// Re-checks the query of `line`, with its qrels `rows` and its build record (`judged`).
@@ -164,125 +220,144 @@ impl<'a> Recheck<'a> {
     /// a JSON object.
     pub fn query(&self, line: &QueryLine, rows: Vec<Qrel>, judged: Option<&Checked>) -> Result<Rechecked> {
         let candidate = base_candidate(line, &rows, judged);
-        let answerable = rows.iter().any(|r| r.grade >= 1);
-        let kept = |change, judged| Rechecked {
-            id: line.id.clone(),
-            change,
-            query_type: line.query_type,
-            reason: String::new(),
-            line: Some(line.raw.clone()),
-            qrels: rows.clone(),
-            judged,
-            moved: Vec::new(),
-            lost: Vec::new(),
-            new_pool: Vec::new(),
-            pool_grades: Vec::new(),
-        };
-        if line.query_type == QueryType::NoAnswer && !answerable {
-            let mut verdict = self.now(&candidate, &rows, judged)?;
-            if verdict.status != Status::Dropped {
-                return Ok(kept(QueryChange::Kept, Some(Checked { candidate, verdict })));
-            }
-            let reason = format!("the new corpus may answer it ({})", verdict.reason.label());
-            verdict.status = Status::Flagged;
-            let mut checked = kept(QueryChange::MayBeAnswerable, Some(Checked { candidate, verdict }));
-            checked.line = Some(rewrite(line, None, &[], QueryChange::MayBeAnswerable)?);
-            checked.reason = reason;
-            return Ok(checked);
-        }
+        let no_answer = line.query_type == QueryType::NoAnswer && !rows.iter().any(|r| r.grade >= 1);
         let unchanged = |id: &ChunkId| self.map.get(id).is_none_or(|m| m.change == ChunkChange::Unchanged);
-        if rows.iter().map(|r| &r.chunk_id).chain(&candidate.sources).all(unchanged) {
-            let mut verdict = self.now(&candidate, &rows, judged)?;
-            let mut judged_ids: HashSet<&ChunkId> = rows.iter().map(|r| &r.chunk_id).collect();
-            // The new version of a chunk that was in the old pool has not newly entered it.
-            let old_pool =
-                judged.into_iter().flat_map(|j| &j.verdict.pool).filter_map(|p| self.map.get(&p.chunk_id));
-            judged_ids.extend(old_pool.flat_map(|m| m.targets.iter().map(|(id, _)| id)));
-            let new_pool: Vec<ChunkId> = verdict
-                .pool
-                .iter()
-                .map(|p| &p.chunk_id)
-                .filter(|id| self.map.get(id).is_none() && !judged_ids.contains(id))
-                .cloned()
-                .collect();
-            if new_pool.is_empty() {
-                return Ok(kept(QueryChange::Kept, Some(Checked { candidate, verdict })));
-            }
-            verdict.status = Status::Flagged;
-            let mut checked = kept(QueryChange::Pool, Some(Checked { candidate, verdict }));
-            checked.reason =
-                format!("{} chunk(s) new to the corpus entered its pool, unjudged", new_pool.len());
-            checked.new_pool = new_pool;
-            return Ok(checked);
+        if !rows.iter().map(|r| &r.chunk_id).chain(&candidate.sources).all(unchanged) {
+            return self.changed(line, rows, candidate, judged, no_answer);
         }
-        self.changed(line, rows, candidate, judged)
+        let mut verdict = self.now(&candidate, &rows, judged)?;
+        if no_answer {
+            let checked = Rechecked::new(line, QueryChange::Kept, rows, Checked { candidate, verdict });
+            return no_answer_kept(line, checked);
+        }
+        let mut judged_ids: HashSet<&ChunkId> = rows.iter().map(|r| &r.chunk_id).collect();
+        // The new version of a chunk that was in the old pool has not newly entered it.
+        let old_pool =
+            judged.into_iter().flat_map(|j| &j.verdict.pool).filter_map(|p| self.map.get(&p.chunk_id));
+        judged_ids.extend(old_pool.flat_map(|m| m.targets.iter().map(|(id, _)| id)));
+        let new_pool: Vec<ChunkId> = verdict
+            .pool
+            .iter()
+            .map(|p| &p.chunk_id)
+            .filter(|id| self.map.get(id).is_none() && !judged_ids.contains(id))
+            .cloned()
+            .collect();
+        if new_pool.is_empty() {
+            return Ok(Rechecked::new(line, QueryChange::Kept, rows, Checked { candidate, verdict }));
+        }
+        verdict.status = Status::Flagged;
+        let mut checked = Rechecked::new(line, QueryChange::Pool, rows, Checked { candidate, verdict });
+        checked.reason = format!("{} chunk(s) new to the corpus entered its pool, unjudged", new_pool.len());
+        checked.new_pool = new_pool;
+        Ok(checked)
     }
 
     /// The round trip's verdict on `candidate` in the new corpus, with the grades its pooled
-    /// chunks already had (from the build record `old` or a judge row among `rows`).
+    /// chunks already had (from the build record `old` or a judge row among `rows`; a moved
+    /// chunk's under its old id).
     fn now(&self, candidate: &Candidate, rows: &[Qrel], old: Option<&Checked>) -> Result<Verdict> {
-        let mut verdict = self.filter.check(candidate)?;
+        let mut verdict = self.filter.recheck(candidate)?;
         let graded = |id: &ChunkId| {
             let row = rows.iter().find(|r| &r.chunk_id == id && r.provenance == Provenance::Judge);
             let pooled = || old?.verdict.pool.iter().find(|p| &p.chunk_id == id)?.grade;
             row.map(|r| r.grade).or_else(pooled)
         };
         for pooled in &mut verdict.pool {
-            pooled.grade = graded(&pooled.chunk_id);
+            let moved_from = self.moved_from.get(&pooled.chunk_id).copied();
+            pooled.grade = graded(&pooled.chunk_id).or_else(|| moved_from.and_then(graded));
         }
         Ok(verdict)
     }
 
-    /// A query some of whose chunks changed.
+    /// A query some of whose chunks changed (`no_answer`: one no label made answerable).
     fn changed(
         &self,
         line: &QueryLine,
         rows: Vec<Qrel>,
         mut candidate: Candidate,
         old: Option<&Checked>,
+        no_answer: bool,
     ) -> Result<Rechecked> {
-        let mut checked = Rechecked {
-            id: line.id.clone(),
-            change: QueryChange::Relabelled,
-            query_type: line.query_type,
-            reason: String::new(),
-            line: None,
-            qrels: Vec::new(),
-            judged: None,
-            moved: Vec::new(),
-            lost: Vec::new(),
-            new_pool: Vec::new(),
-            pool_grades: Vec::new(),
-        };
-        let mut confirmed = true;
-        let mut sources_same = true;
-        let mut retire: Option<String> = None;
-        let mut sources = Vec::with_capacity(candidate.sources.len());
-        // Where each source went, found once (a deleted one is searched for) and used again
-        // for its rows.
-        let mut source_targets: HashMap<&ChunkId, Target> = HashMap::new();
-        for source in &candidate.sources {
-            let target = self.target(source, &candidate, true)?;
-            source_targets.insert(source, target.clone());
-            match target {
-                Target::Same => sources.push(source.clone()),
-                Target::To(new, sure) => {
-                    confirmed &= sure;
-                    sources_same = false;
-                    sources.push(new);
-                }
-                Target::Gone(reason) => retire = Some(reason),
-            }
+        let mut checked = Rechecked::retiring(line);
+        let targets = self.source_targets(&candidate)?;
+        self.move_rows(&mut checked, rows, &candidate, &targets)?;
+        let gone = targets.iter().find_map(|(_, t)| if let Target::Gone(r) = t { Some(r) } else { None });
+        if let Some(reason) = gone {
+            retire(&mut checked, reason.clone());
+            return Ok(checked);
         }
+        dedup_rows(&mut checked.qrels);
+        if targets.iter().all(|(_, t)| matches!(t, Target::Same)) && checked.lost.is_empty() {
+            checked.change = QueryChange::Remapped;
+            "its sources are unchanged; derived labels moved or went with their chunks"
+                .clone_into(&mut checked.reason);
+            checked.line = Some(line.raw.clone());
+            let verdict = self.now(&candidate, &checked.qrels, old)?;
+            checked.judged = Some(Checked { candidate, verdict });
+            return if no_answer { no_answer_kept(line, checked) } else { Ok(checked) };
+        }
+        let confirmed = targets.iter().all(|(_, t)| matches!(t, Target::Same | Target::To(_, Chosen::Sure)));
+        let alike: Vec<ChunkId> = chosen(&targets, Chosen::Alike).cloned().collect();
+        let sources = targets.iter().map(|(id, t)| if let Target::To(new, _) = t { new } else { id });
+        let old_sources = std::mem::replace(&mut candidate.sources, sources.cloned().collect());
+        candidate.topic = candidate.topic.take().map(|topic| self.remap(&topic));
+        let mut verdict = self.now(&candidate, &checked.qrels, old)?;
+        let (dropped, label) = (verdict.status == Status::Dropped, verdict.reason.label());
+        if !no_answer && !confirmed && dropped {
+            retire(&mut checked, format!("the round trip on the new corpus dropped it ({label})"));
+            return Ok(checked);
+        }
+        (checked.change, checked.reason) = if no_answer && dropped {
+            (QueryChange::MayBeAnswerable, format!("the new corpus may answer it ({label})"))
+        } else if confirmed {
+            let reason = "its chunks moved or changed, and still hold its text or evidence";
+            (QueryChange::Relabelled, reason.to_owned())
+        } else {
+            let searched: Vec<&str> = chosen(&targets, Chosen::Searched).map(ChunkId::as_str).collect();
+            let why = if searched.is_empty() {
+                "its chunks changed".to_owned()
+            } else {
+                format!("a deleted source's evidence was found in {}", searched.join(", "))
+            };
+            (QueryChange::Retargeted, format!("{why}; the round trip on the new corpus kept it ({label})"))
+        };
+        checked.to_judge = if no_answer && !dropped {
+            ToJudge::Pool
+        } else if !no_answer && !alike.is_empty() {
+            ToJudge::Sources(alike)
+        } else {
+            ToJudge::Nothing
+        };
+        verdict.status = Status::Flagged;
+        checked.line =
+            Some(rewrite(line, Some((&candidate.sources, &verdict)), &old_sources, checked.change)?);
+        checked.judged = Some(Checked { candidate, verdict });
+        Ok(checked)
+    }
+
+    /// Where each source of `candidate` went (a deleted one is searched for), in order.
+    fn source_targets(&self, candidate: &Candidate) -> Result<Vec<(ChunkId, Target)>> {
+        candidate.sources.iter().map(|s| Ok((s.clone(), self.target(s, candidate, true)?))).collect()
+    }
+
+    /// Moves `rows` to where their chunks went (a source's row to where the source went, as
+    /// `targets` found it) into `checked`, recording the moves and the human labels lost.
+    fn move_rows(
+        &self,
+        checked: &mut Rechecked,
+        rows: Vec<Qrel>,
+        candidate: &Candidate,
+        targets: &[(ChunkId, Target)],
+    ) -> Result<()> {
         for row in rows {
-            let target = match source_targets.get(&row.chunk_id) {
-                Some(target) => target.clone(),
-                None => self.target(&row.chunk_id, &candidate, false)?,
+            let target = match targets.iter().find(|(id, _)| *id == row.chunk_id) {
+                Some((_, target)) => target.clone(),
+                None => self.target(&row.chunk_id, candidate, false)?,
             };
             match target {
                 Target::Same => checked.qrels.push(row),
-                Target::To(new, sure) => {
-                    let row = relabel(&mut checked, row, new, sure);
+                Target::To(new, chosen) => {
+                    let row = relabel(checked, row, new, chosen == Chosen::Sure);
                     checked.qrels.push(row);
                 }
                 Target::Gone(reason) => {
@@ -292,41 +367,7 @@ impl<'a> Recheck<'a> {
                 }
             }
         }
-        if let Some(reason) = retire {
-            return Ok(retired(checked, reason));
-        }
-        if sources_same && checked.lost.is_empty() {
-            checked.change = QueryChange::Remapped;
-            "its sources are unchanged; derived labels moved or went with their chunks"
-                .clone_into(&mut checked.reason);
-            checked.line = Some(line.raw.clone());
-            dedup_rows(&mut checked.qrels);
-            let verdict = self.now(&candidate, &checked.qrels, old)?;
-            checked.judged = Some(Checked { candidate, verdict });
-            return Ok(checked);
-        }
-        let old_sources = std::mem::replace(&mut candidate.sources, sources);
-        candidate.topic = candidate.topic.take().map(|topic| self.remap(&topic));
-        let mut verdict = self.now(&candidate, &checked.qrels, old)?;
-        if !confirmed && verdict.status == Status::Dropped {
-            let reason = format!("the round trip on the new corpus dropped it ({})", verdict.reason.label());
-            return Ok(retired(checked, reason));
-        }
-        checked.change = if confirmed { QueryChange::Relabelled } else { QueryChange::Retargeted };
-        checked.reason = if confirmed {
-            "its chunks moved or changed, and still hold its text or evidence".to_owned()
-        } else {
-            format!(
-                "its chunks changed; the round trip on the new corpus kept it ({})",
-                verdict.reason.label()
-            )
-        };
-        verdict.status = Status::Flagged;
-        dedup_rows(&mut checked.qrels);
-        checked.line =
-            Some(rewrite(line, Some((&candidate.sources, &verdict)), &old_sources, checked.change)?);
-        checked.judged = Some(Checked { candidate, verdict });
-        Ok(checked)
+        Ok(())
     }
 
     /// Where the old chunk `id` went, for `candidate` (a `source` is searched for when deleted).
@@ -335,16 +376,19 @@ impl<'a> Recheck<'a> {
         let best = mapping.targets.first().map(|(id, _)| id.clone());
         Ok(match (mapping.change, best) {
             (ChunkChange::Unchanged, _) => Target::Same,
-            (ChunkChange::Moved, Some(new)) => Target::To(new, true),
+            (ChunkChange::Moved, Some(new)) => Target::To(new, Chosen::Sure),
             (ChunkChange::Edited | ChunkChange::Split | ChunkChange::Merged, Some(best)) => {
                 let holding = mapping.targets.iter().map(|(id, _)| id).find(|t| self.holds(t, candidate));
                 match holding {
-                    Some(new) if !candidate.evidence.is_empty() => Target::To(new.clone(), true),
-                    _ => Target::To(best, false),
+                    Some(new) if !candidate.evidence.is_empty() => Target::To(new.clone(), Chosen::Sure),
+                    _ => Target::To(best, Chosen::Alike),
                 }
             }
+            _ if source && candidate.evidence.is_empty() => Target::Gone(format!(
+                "its source {id} was deleted, and it has no evidence quotes to look for in the new corpus"
+            )),
             _ if source => match self.search_evidence(candidate)? {
-                Some(new) => Target::To(new, false),
+                Some(new) => Target::To(new, Chosen::Searched),
                 None => Target::Gone(format!(
                     "its source {id} was deleted and no chunk of the new corpus holds its evidence"
                 )),
@@ -353,24 +397,22 @@ impl<'a> Recheck<'a> {
         })
     }
 
-    /// Whether the new chunk `id` holds every evidence quote (and the answer) of `candidate`.
+    /// Whether the new chunk `id` holds every evidence quote and the answer (when it has one)
+    /// of `candidate`.
     fn holds(&self, id: &ChunkId, candidate: &Candidate) -> bool {
         let Some(text) = self.index.position(id).and_then(|p| self.index.text(p).ok()) else {
             return false;
         };
         let text = Quotable::new(&text);
-        candidate.evidence.iter().chain(&candidate.answer).all(|quote| text.holds(quote))
+        let answer = candidate.answer.iter().filter(|a| !a.trim().is_empty());
+        candidate.evidence.iter().chain(answer).all(|quote| text.holds(quote))
     }
 
     /// The first chunk of a search with the evidence that holds it.
     fn search_evidence(&self, candidate: &Candidate) -> Result<Option<ChunkId>> {
-        if candidate.evidence.is_empty() {
-            return Ok(None);
-        }
         let hits = self.index.search(&candidate.evidence.join(" "), EVIDENCE_SEARCH_DEPTH)?;
         Ok(hits.iter().map(|h| self.index.chunk_id(h.chunk)).find(|id| self.holds(id, candidate)))
     }
-
     /// Topic chunks in the new corpus: unchanged, or their most alike new chunk; deleted ones go.
     fn remap(&self, ids: &[ChunkId]) -> Vec<ChunkId> {
         let mut out: Vec<ChunkId> = Vec::new();
@@ -407,7 +449,16 @@ fn relabel(checked: &mut Rechecked, row: Qrel, new: ChunkId, sure: bool) -> Qrel
     Qrel { query_id: row.query_id, chunk_id: new, grade: row.grade, provenance }
 }
 
-fn retired(mut checked: Rechecked, reason: String) -> Rechecked {
+/// The new chunks of `targets` chosen as `how`.
+fn chosen(targets: &[(ChunkId, Target)], how: Chosen) -> impl Iterator<Item = &ChunkId> {
+    targets.iter().filter_map(move |(_, t)| match t {
+        Target::To(id, chosen) if *chosen == how => Some(id),
+        _ => None,
+    })
+}
+
+/// Retires `checked` for `reason`: out of the set, its human labels recorded as lost.
+fn retire(checked: &mut Rechecked, reason: String) {
     for row in checked.qrels.drain(..).filter(|r| r.provenance == Provenance::Human) {
         checked.lost.push(Lost {
             chunk: row.chunk_id,
@@ -418,7 +469,56 @@ fn retired(mut checked: Rechecked, reason: String) -> Rechecked {
     checked.change = QueryChange::Retired;
     checked.reason = reason;
     checked.moved.clear();
-    checked
+    checked.line = None;
+    checked.judged = None;
+    checked.to_judge = ToJudge::Nothing;
+}
+
+/// A `no_answer` query whose sources kept their ids (`checked`, kept or remapped): one the round
+/// trip dropped (its absent term found) may be answerable; the judge is asked about the others.
+fn no_answer_kept(line: &QueryLine, mut checked: Rechecked) -> Result<Rechecked> {
+    let Some(judged) = &mut checked.judged else { return Ok(checked) };
+    if judged.verdict.status != Status::Dropped {
+        checked.to_judge = ToJudge::Pool;
+        return Ok(checked);
+    }
+    checked.reason = format!("the new corpus may answer it ({})", judged.verdict.reason.label());
+    judged.verdict.status = Status::Flagged;
+    checked.change = QueryChange::MayBeAnswerable;
+    checked.line = Some(rewrite(line, None, &[], QueryChange::MayBeAnswerable)?);
+    Ok(checked)
+}
+
+impl Rechecked {
+    /// The query of `line` with `change`, its line as it is, its `rows` and the record `judged`.
+    fn new(line: &QueryLine, change: QueryChange, rows: Vec<Qrel>, judged: Checked) -> Self {
+        Self {
+            change,
+            line: Some(line.raw.clone()),
+            qrels: rows,
+            judged: Some(judged),
+            ..Self::retiring(line)
+        }
+    }
+
+    /// The query of `line`, without a line, rows or record yet (retired if none come).
+    fn retiring(line: &QueryLine) -> Self {
+        Self {
+            id: line.id.clone(),
+            change: QueryChange::Retired,
+            query_type: line.query_type,
+            reason: String::new(),
+            line: None,
+            qrels: Vec::new(),
+            judged: None,
+            moved: Vec::new(),
+            lost: Vec::new(),
+            new_pool: Vec::new(),
+            pool_grades: Vec::new(),
+            to_judge: ToJudge::Nothing,
+            at: line.line,
+        }
+    }
 }
 
 /// One row per chunk: rows that landed on the same chunk keep the human one, else the best grade.
@@ -470,18 +570,9 @@ fn rewrite(
     old_sources: &[ChunkId],
     change: QueryChange,
 ) -> Result<String> {
-    let malformed = |message: String| Error::Malformed {
-        path: crate::output::layout::QUERIES.into(),
-        line: line.line,
-        message,
-    };
-    let mut value: Value = serde_json::from_str(&line.raw).map_err(|e| malformed(e.to_string()))?;
-    let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(malformed("no metadata object".to_owned()));
-    };
-    meta.insert("status".to_owned(), Value::from(Status::Flagged.label()));
+    let mut value = parse_line(&line.raw, line.line)?;
+    let meta = metadata(&mut value, line.line)?;
     let mut refresh = serde_json::Map::new();
-    refresh.insert("change".to_owned(), Value::from(change.label()));
     if let Some((sources, verdict)) = now {
         let ids = |ids: &[ChunkId]| Value::from(ids.iter().map(ChunkId::as_str).collect::<Vec<_>>());
         meta.insert("sources".to_owned(), ids(sources));
@@ -489,7 +580,43 @@ fn rewrite(
         refresh.insert("old_sources".to_owned(), ids(old_sources));
     }
     meta.insert("refresh".to_owned(), Value::Object(refresh));
+    stamp(meta, change);
     Ok(value.to_string())
+}
+
+/// The query line `raw` (line `at` of `queries.jsonl`), flagged with the `change` the judge
+/// made, what the refresh recorded in it before kept.
+fn restamp(raw: &str, at: usize, change: QueryChange) -> Result<String> {
+    let mut value = parse_line(raw, at)?;
+    stamp(metadata(&mut value, at)?, change);
+    Ok(value.to_string())
+}
+
+/// Marks the query's `meta`data flagged, with what the refresh did.
+fn stamp(meta: &mut serde_json::Map<String, Value>, change: QueryChange) {
+    meta.insert("status".to_owned(), Value::from(Status::Flagged.label()));
+    let refresh = meta.entry("refresh").or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Some(refresh) = refresh.as_object_mut() {
+        refresh.insert("change".to_owned(), Value::from(change.label()));
+    }
+}
+
+/// An error for line `at` of `queries.jsonl`.
+fn malformed(at: usize, message: String) -> Error {
+    Error::Malformed { path: crate::output::layout::QUERIES.into(), line: at, message }
+}
+
+/// The query line `raw`, line `at` of `queries.jsonl`.
+fn parse_line(raw: &str, at: usize) -> Result<Value> {
+    serde_json::from_str(raw).map_err(|e| malformed(at, e.to_string()))
+}
+
+/// The metadata object of the query line `value` (line `at`).
+fn metadata(value: &mut Value, at: usize) -> Result<&mut serde_json::Map<String, Value>> {
+    value
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| malformed(at, "no metadata object".to_owned()))
 }
 
 #[cfg(test)]

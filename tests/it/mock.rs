@@ -275,7 +275,7 @@ const FILLER: [&str; 8] =
 /// The judge's reply, when `user` is a judge prompt: the share of the query's words (longer
 /// than three letters, mock filler left out; for Chinese, its characters) found in the
 /// passage decides — all → 3, half or more → 2, some → 1, none → 0; a query about a walrus
-/// (the mock's unanswerable subject) gets at most 1.
+/// (the mock's unanswerable subject) gets at most 1, unless the passage is about walruses too.
 fn judge(user: &str) -> Option<String> {
     let query = user.lines().find_map(|l| l.strip_prefix("Query: ").or_else(|| l.strip_prefix("查询：")))?;
     let passage = passages(user).first().copied().unwrap_or("").to_lowercase();
@@ -295,7 +295,8 @@ fn judge(user: &str) -> Option<String> {
         (f, n) if 2 * f >= n => 2,
         _ => 1,
     };
-    if query.contains("walrus") || query.contains("海象") {
+    let about = |subject: &str| query.contains(subject) && !passage.contains(subject);
+    if about("walrus") || about("海象") {
         grade = grade.min(1);
     }
     Some(json!({"grade": grade, "reason": format!("{found} of {} words", words.len())}).to_string())

@@ -154,7 +154,8 @@ fn sources(line: &str) -> Vec<String> {
 }
 
 /// The checks every refresh must pass, given the set before (`lines`, `rows`) and the old → new
-/// chunk ids: queries that touch no changed chunk keep their line and rows byte for byte; the
+/// chunk ids: queries that touch no changed chunk (by a row or a source) keep their line and rows
+/// byte for byte; the
 /// others are retired (gone, with a reason) or flagged with rows moved to the new ids
 /// (provenance `refresh`, human rows carried) and their old ids in the changelog.
 fn assert_refreshed(
@@ -169,7 +170,9 @@ fn assert_refreshed(
     assert_eq!(changes.len(), new_lines.len() + changes.values().filter(|c| c.0 == "retired").count());
     for (id, line) in old_lines {
         let old = rows_of(old_rows, id);
-        let touched = old.iter().any(|r| moved.contains_key(&r.1) || gone.contains(&r.1));
+        let in_change = |chunk: &String| moved.contains_key(chunk) || gone.contains(chunk);
+        // A no_answer query has no rows, but its sources are mapped as any other query's.
+        let touched = old.iter().any(|r| in_change(&r.1)) || sources(line).iter().any(in_change);
         let (change, log) = &changes[id];
         if !touched {
             assert!(["kept", "pool", "may_be_answerable"].contains(&change.as_str()), "{id}: {change}");
@@ -347,7 +350,15 @@ fn deleting_a_document_retires_its_queries_with_a_reason() {
         if sources(line).iter().any(|s| doc_chunks.contains(s)) {
             retired += 1;
             assert_eq!(changes[id].0, "retired", "{id}");
-            assert!(str_field(&changes[id].1, "/reason").contains("was deleted"), "{id}");
+            // The offline generator writes no evidence quotes: nothing to search the new corpus for.
+            let source = sources(line).into_iter().find(|s| doc_chunks.contains(s)).unwrap_or_default();
+            assert_eq!(
+                str_field(&changes[id].1, "/reason"),
+                format!(
+                    "its source {source} was deleted, and it has no evidence quotes to look for in the new corpus"
+                ),
+                "{id}"
+            );
         } else if rows_of(&before.1, id).iter().any(|r| doc_chunks.contains(&r.1)) {
             assert_eq!(changes[id].0, "remapped", "{id}: only its topic rows went");
         }
@@ -1197,4 +1208,315 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
         let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet", "--chunk-size", "300"]);
         assert_eq!(chunking_files(&f.set.out).0, chunking_files(&fresh.out).0, "{}", corpus.display());
     }
+}
+
+/// The page the mock writes the judge tests' queries from: the longest of [`judge_corpus`]; its
+/// evidence quote is the start of the second paragraph.
+const KEYS_PAGE: &str = "# Recovery keys\n\nEncrypted folders require recovery keys before sharing externally with \
+     partners.\n\nEach partner keeps the keys in a vault, rotates them every quarter and reports a lost one to \
+     the workspace owner.\n\nOwners can revoke a key from the admin console, and the audit log records every \
+     revocation.\n";
+
+/// A set the mock LLM built with one query of the type `mix` names from three short pages (its
+/// query is written from `keys.md`), the corpus it was built from and the mock that built it.
+struct LlmSet {
+    dir: tempfile::TempDir,
+    corpus: PathBuf,
+    set: PathBuf,
+    counters: std::sync::Arc<mock::Counters>,
+    /// Keeps the mock serving: the set's recorded base URL points at it.
+    _server: wiremock::MockServer,
+    /// The build.
+    built: Run,
+    /// The query's id and its line.
+    query: (String, String),
+}
+
+async fn llm_set(mix: &str) -> LlmSet {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    write(&corpus.join("keys.md"), KEYS_PAGE);
+    write(&corpus.join("sharing.md"), "# Folders\n\nEncrypted folders require approval.\n");
+    write(&corpus.join("billing.md"), "# Post\n\nInvoices come by post.\n");
+    let (model, counters) = mock::model(Behaviour::Good);
+    let server = mock::start(model).await;
+    let set = dir.path().join("set");
+    let args = ["--corpus", path_str(&corpus), "--queries", "1", "--mix", mix, "--per-doc-cap", "1"];
+    let built = super::llm::run_on(&server, &set, &args).await;
+    built.assert_code(0);
+    let query = lines(&built).into_iter().next().unwrap_or_else(|| panic!("no query"));
+    assert!(sources(&query.1).iter().all(|s| s.starts_with("keys.md:")), "written from keys.md: {}", query.1);
+    LlmSet { dir, corpus, set, counters, _server: server, built, query }
+}
+
+impl LlmSet {
+    async fn refresh(&self, set: &Path, args: &[&str]) -> Run {
+        let mut all = vec!["--new-queries", "0"];
+        all.extend_from_slice(args);
+        let run = refresh_llm(set, &self.corpus, &all, "sk-refresh").await;
+        run.assert_code(0);
+        run
+    }
+
+    /// Edits `keys.md`, replacing each `from` with its `to`.
+    fn edit_keys(&self, edits: &[(&str, &str)]) {
+        let mut text = KEYS_PAGE.to_owned();
+        for (from, to) in edits {
+            assert!(text.contains(from), "{from:?}");
+            text = text.replacen(from, to, 1);
+        }
+        write(&self.corpus.join("keys.md"), text);
+    }
+
+    /// A copy of the set as built, beside it.
+    fn spare(&self) -> PathBuf {
+        let spare = self.dir.path().join("spare");
+        copy_tree(&self.set, &spare);
+        spare
+    }
+}
+
+/// The LLM calls a dry run of `run` says it would make.
+fn planned_calls(run: &Run) -> u64 {
+    let after = run.stdout.split("LLM calls it would make: ").nth(1).unwrap_or_default();
+    after.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", run.stdout))
+}
+
+fn row(query: &str, chunk: &str, grade: &str, provenance: &str) -> (String, String, String, String) {
+    (query.to_owned(), chunk.to_owned(), grade.to_owned(), provenance.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rename_keeps_an_llm_no_answer_query_a_no_answer_query_and_asks_nothing() {
+    let s = llm_set("no_answer=1").await;
+    let (id, line) = &s.query;
+    let old = sources(line)[0].clone();
+    assert_eq!(str_field(&parse(line), "/metadata/type"), "no_answer");
+    fs_err::rename(s.corpus.join("keys.md"), s.corpus.join("vault-keys.md"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let requests = s.counters.requests();
+    let run = s.refresh(&s.set, &[]).await;
+    let new = chunk_with(&run, "Each partner keeps the keys");
+    assert_eq!(chunk_changes(&run), [(old.clone(), new.clone(), "moved".to_owned())]);
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "relabelled", "{log}");
+    assert_eq!(log["reason"], "its chunks moved or changed, and still hold its text or evidence");
+    let now = parse(&lines(&run)[id]);
+    assert_eq!(now["metadata"]["sources"], json!([new]));
+    assert_eq!(now["metadata"]["refresh"], json!({"change": "relabelled", "old_sources": [old]}));
+    assert_eq!(now["metadata"]["status"], "flagged");
+    assert_eq!(now["metadata"]["type"], "no_answer");
+    assert_eq!(rows(&run), Rows::new(), "a no_answer query has no qrels rows");
+    assert_eq!(run.file("no_answer.txt"), format!("{id}\n"));
+    assert_eq!(s.counters.requests(), requests, "the moved chunk's grade is carried: no call");
+    let record = run.jsonl("candidates.jsonl").into_iter().find(|c| c["id"] == id.as_str());
+    let record = record.unwrap_or_else(|| panic!("{id} in candidates.jsonl"));
+    assert_eq!((&record["sources"], &record["reason"]), (&json!([new]), &json!("no_answer_confirmed")));
+
+    // The next refresh (a page that does not touch it added) keeps it as it is, asking nothing.
+    write(&s.corpus.join("calendar.md"), "# Calendar\n\nHolidays are listed in the calendar.\n");
+    let next = s.refresh(&s.set, &[]).await;
+    assert_eq!(query_changes(&next)[id].0, "kept", "{}", query_changes(&next)[id].1);
+    assert_eq!(lines(&next)[id], lines(&run)[id]);
+    assert_eq!(s.counters.requests(), requests);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edited_source_whose_evidence_is_gone_is_graded_by_the_judge_once() {
+    let s = llm_set("direct=1").await;
+    let spare = s.spare();
+    let (id, line) = &s.query;
+    let old = sources(line)[0].clone();
+    assert_eq!(rows(&s.built), [row(id, &old, "3", "source")]);
+    // The evidence quote ("… rotates them every quarter and reports") is gone; every word of the
+    // query is still there, so the judge (the mock) grades the new chunk 3.
+    s.edit_keys(&[("rotates them every quarter", "rotates them twice a year")]);
+    let (requests, judged) = (s.counters.requests(), s.counters.judge_requests());
+    let dry = s.refresh(&s.set, &["--dry-run"]).await;
+    assert_eq!(planned_calls(&dry), 1, "the one ask: {}", dry.stdout);
+    assert_eq!(s.counters.requests(), requests, "a dry run asks nothing");
+    let run = s.refresh(&s.set, &[]).await;
+    let new = chunk_with(&run, "rotates them twice a year");
+    assert_eq!(chunk_changes(&run), [(old.clone(), new.clone(), "edited".to_owned())]);
+    assert_eq!(s.counters.judge_requests() - judged, 1, "the judge graded the new chunk");
+    assert_eq!(s.counters.requests() - requests, 1, "and nothing else was asked");
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "retargeted");
+    assert_eq!(
+        log["reason"],
+        format!(
+            "its chunks changed; the round trip on the new corpus kept it (source_in_top_n); the judge graded {new} 3"
+        )
+    );
+    assert_eq!(log["moved"], json!([{"old": old, "new": new, "provenance": "refresh"}]));
+    assert_eq!(rows(&run), [row(id, &new, "3", "refresh")]);
+    let now = parse(&lines(&run)[id]);
+    assert_eq!((&now["metadata"]["status"], &now["metadata"]["sources"]), (&json!("flagged"), &json!([new])));
+    assert_eq!(now["metadata"]["refresh"]["change"], "retargeted");
+    let queue: Vec<Value> = run.jsonl("review_queue.jsonl");
+    assert_eq!(queue.iter().map(|q| str_field(q, "/query_id")).collect::<Vec<_>>(), [id.as_str()]);
+    let outcome = &parse(&run.file("manifest.json"))["refresh"];
+    assert_eq!((&outcome["llm_calls"], &outcome["llm_cache_hits"]), (&json!(1), &json!(0)), "{outcome}");
+
+    // The same refresh again (the set as it was, with the cache the first one filled): no call.
+    fs_err::copy(s.set.join("llm-cache.sqlite"), spare.join("llm-cache.sqlite"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let requests = s.counters.requests();
+    let again = s.refresh(&spare, &[]).await;
+    assert_eq!(s.counters.requests(), requests, "the grade came from the cache");
+    let outcome = &parse(&again.file("manifest.json"))["refresh"];
+    assert_eq!((&outcome["llm_calls"], &outcome["llm_cache_hits"]), (&json!(0), &json!(1)), "{outcome}");
+    assert_eq!(again.file("qrels/provenance.tsv"), run.file("qrels/provenance.tsv"));
+    assert_eq!(again.file("refresh/changelog.jsonl"), run.file("refresh/changelog.jsonl"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edited_source_the_judge_grades_too_low_retires_its_query() {
+    let s = llm_set("direct=1").await;
+    let (id, line) = &s.query;
+    let old = sources(line)[0].clone();
+    // The query's words but "keys" (in the title) gone from the page: the round trip still finds
+    // it, the judge (the mock) grades it 1.
+    s.edit_keys(&[
+        ("Each partner keeps the keys", "Every firm stores the keys"),
+        ("with partners.", "with other firms."),
+    ]);
+    let judged = s.counters.judge_requests();
+    let run = s.refresh(&s.set, &[]).await;
+    let new = chunk_with(&run, "Every firm stores the keys");
+    assert_eq!(chunk_changes(&run), [(old.clone(), new.clone(), "edited".to_owned())]);
+    assert_eq!(s.counters.judge_requests() - judged, 1);
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "retired");
+    assert_eq!(
+        log["reason"],
+        format!(
+            "its chunks changed and its evidence is not in {new}, where its source went; the judge graded {new} \
+             1 (below 2): it no longer answers it"
+        )
+    );
+    assert!(lines(&run).is_empty() && rows(&run).is_empty(), "out of the set");
+    assert_eq!(parse(&run.file("manifest.json"))["refresh"]["llm_calls"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_no_answer_query_a_new_page_answers_is_may_be_answerable_through_the_judge() {
+    let s = llm_set("no_answer=1").await;
+    let (id, line) = &s.query;
+    let text = str_field(&parse(line), "/text").to_owned();
+    assert!(text.contains("walrus"), "the mock's no_answer queries are about a walrus: {text}");
+    // A page about the walrus with every word of the query: the judge (the mock) grades it 3.
+    write(
+        &s.corpus.join("walrus.md"),
+        format!("# The walrus programme\n\n{text}: partners see the walrus vault.\n"),
+    );
+    let judged = s.counters.judge_requests();
+    let dry = s.refresh(&s.set, &["--dry-run"]).await;
+    assert_eq!(planned_calls(&dry), 1, "the one chunk new to its pool: {}", dry.stdout);
+    let run = s.refresh(&s.set, &[]).await;
+    let new = chunk_with(&run, "partners see the walrus vault");
+    assert_eq!(chunk_changes(&run), [("-".to_owned(), new.clone(), "added".to_owned())]);
+    assert_eq!(s.counters.judge_requests() - judged, 1, "the judge graded the new chunk, and only it");
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "may_be_answerable");
+    assert_eq!(
+        log["reason"],
+        format!(
+            "the judge graded a chunk of its new pool as answering it ({new} 3): the new corpus may answer it"
+        )
+    );
+    assert_eq!(log["pool_grades"], json!([{"chunk": new, "grade": 3}]));
+    let now = parse(&lines(&run)[id]);
+    assert_eq!(
+        (&now["metadata"]["status"], &now["metadata"]["refresh"]),
+        (&json!("flagged"), &json!({"change": "may_be_answerable"}))
+    );
+    assert_eq!(rows(&run), Rows::new());
+    let queue = run.jsonl("review_queue.jsonl");
+    assert_eq!(str_field(&queue[0], "/query_id"), id, "first in the review queue");
+    assert_eq!(parse(&run.file("manifest.json"))["refresh"]["llm_calls"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_sources_evidence_found_elsewhere_retargets_its_query_there() {
+    let s = llm_set("direct=1").await;
+    let (id, line) = &s.query;
+    let old = sources(line)[0].clone();
+    fs_err::remove_file(s.corpus.join("keys.md")).unwrap_or_else(|e| panic!("{e}"));
+    // Its evidence quote and its answer (the mock answers "an answer") in a page too unlike the
+    // deleted one to be its new version.
+    write(
+        &s.corpus.join("handbook.md"),
+        "# Partner handbook\n\nSupport gives an answer within a day. Each partner keeps the keys in a vault, rotates \
+         them every quarter and reports incidents by mail.\n",
+    );
+    let judged = s.counters.judge_requests();
+    let run = s.refresh(&s.set, &[]).await;
+    let new = chunk_with(&run, "Partner handbook");
+    assert_eq!(
+        chunk_changes(&run),
+        [
+            (old.clone(), "-".to_owned(), "deleted".to_owned()),
+            ("-".to_owned(), new.clone(), "added".to_owned())
+        ]
+    );
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "retargeted");
+    assert_eq!(
+        log["reason"],
+        format!(
+            "a deleted source's evidence was found in {new}; the round trip on the new corpus kept it (source_in_top_n)"
+        )
+    );
+    assert_eq!(log["moved"], json!([{"old": old, "new": new, "provenance": "refresh"}]));
+    assert_eq!(rows(&run), [row(id, &new, "3", "refresh")]);
+    assert_eq!(parse(&lines(&run)[id])["metadata"]["sources"], json!([new]));
+    assert_eq!(s.counters.judge_requests(), judged, "the evidence decides: no ask");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_the_judge_gives_no_grade_for_is_flagged_never_kept() {
+    // The same model behind another address (so nothing comes from the cache), whose judge
+    // answers in prose.
+    let (model, _) = mock::model(Behaviour::JudgeBabbles);
+    let babbler = mock::start(model).await;
+    let base_url = format!("{}/v1", babbler.uri());
+
+    let s = llm_set("no_answer=1").await;
+    let (id, line) = &s.query;
+    let text = str_field(&parse(line), "/text").to_owned();
+    write(
+        &s.corpus.join("walrus.md"),
+        format!("# The walrus programme\n\n{text}: partners see the walrus vault.\n"),
+    );
+    let run = s.refresh(&s.set, &["--base-url", &base_url]).await;
+    let new = chunk_with(&run, "partners see the walrus vault");
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "may_be_answerable", "{log}");
+    let reason = str_field(log, "/reason");
+    assert!(
+        reason.starts_with(&format!("the judge could not grade a chunk of its new pool ({new}: "))
+            && reason.ends_with("): the new corpus may answer it"),
+        "{reason}"
+    );
+    assert!(log.get("pool_grades").is_none(), "{log}");
+    assert_eq!(str_field(&run.jsonl("review_queue.jsonl")[0], "/query_id"), id);
+
+    let d = llm_set("direct=1").await;
+    let (id, line) = &d.query;
+    let old = sources(line)[0].clone();
+    d.edit_keys(&[("rotates them every quarter", "rotates them twice a year")]);
+    let run = d.refresh(&d.set, &["--base-url", &base_url]).await;
+    let new = chunk_with(&run, "rotates them twice a year");
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "retargeted", "{log}");
+    let reason = str_field(log, "/reason");
+    let kept = "its chunks changed; the round trip on the new corpus kept it (source_in_top_n)";
+    assert!(reason.starts_with(&format!("{kept}; the judge could not grade {new} (")), "{reason}");
+    assert_eq!(log["moved"], json!([{"old": old, "new": new, "provenance": "refresh"}]));
+    assert_eq!(rows(&run), [row(id, &new, "3", "refresh")], "the row as it was, for a reviewer to grade");
+    let record = run.jsonl("candidates.jsonl").into_iter().find(|c| c["id"] == id.as_str());
+    let record = record.unwrap_or_else(|| panic!("{id} in candidates.jsonl"));
+    assert_eq!((&record["status"], &record["reason"]), (&json!("flagged"), &json!("judge_failed")));
+    assert_eq!(run.jsonl("review_queue.jsonl").len(), 1);
 }
