@@ -3,7 +3,7 @@
 
 use super::exit;
 use super::settings::{Inputs, Settings};
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Args;
 use qrelgen::progress::Progress;
 use qrelgen::refresh::{self, NewQueries, Options, Outcome};
@@ -48,6 +48,11 @@ fn parse_new_queries(value: &str) -> Result<NewQueries, String> {
 
 /// Runs the refresh and returns the exit code.
 pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    if let Some(flag) = args.settings.review_queue_flag() {
+        bail!(
+            "{flag} does not apply to refresh: its review queue is what changed, then the previous queue's items still in the set (the queue's size is set when the set is built)"
+        );
+    }
     let manifest = read_manifest(&args.set)?;
     let recorded = recorded_settings(&manifest, &args.set)?;
     let settings = std::mem::take(&mut args.settings).over(Some(recorded));
@@ -86,11 +91,12 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
     writeln!(stdout, "queries: {queries}")?;
     writeln!(
         stdout,
-        "version {} of {}: {} queries, {} to review (review export --only changed), {:.1} % human-verified, {} LLM calls ({} from the cache)",
+        "version {} of {}: {} queries, {} changed to review (review export --only changed; {} in the review queue), {:.1} % human-verified, {} LLM calls ({} from the cache)",
         outcome.version.unwrap_or(0),
         args.set.display(),
         outcome.in_set,
         outcome.review_items,
+        outcome.queue_items,
         outcome.human_share * 100.0,
         outcome.llm_calls,
         outcome.llm_cache_hits

@@ -337,6 +337,17 @@ impl Settings {
         }
     }
 
+    /// The first review-queue flag given (`--review-size`, `--review-min-per-type`), if any: a
+    /// refresh draws no sample, so it takes neither.
+    #[must_use]
+    pub fn review_queue_flag(&self) -> Option<&'static str> {
+        let given = [
+            (self.review_size.is_some(), "--review-size"),
+            (self.review_min_per_type.is_some(), "--review-min-per-type"),
+        ];
+        given.into_iter().find_map(|(given, flag)| given.then_some(flag))
+    }
+
     /// Whether an endpoint is configured, so `--generator auto` means llm.
     fn wants_llm(&self) -> bool {
         match self.generator.unwrap_or(GeneratorArg::Auto) {

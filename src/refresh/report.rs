@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// Why a new query was written: the reason its changelog line and its review item give.
+pub(super) const NEW_REASON: &str = "written for a chunk new to the corpus";
+
 /// One line of `refresh/changelog.jsonl`.
 #[derive(Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -86,7 +89,7 @@ pub fn changelog<'a>(
         query_id: &j.candidate.id,
         query_type: j.query_type(),
         change: QueryChange::New,
-        reason: "",
+        reason: NEW_REASON,
         moved: &[],
         human_not_carried: &[],
         new_pool: &[],
@@ -148,7 +151,10 @@ fn rows(outcome: &Outcome) -> Vec<(String, String)> {
         ("human-verified".to_owned(), format!("{:.1} %", outcome.human_share * 100.0)),
         (
             "review queue".to_owned(),
-            format!("{} queries (`review export --only changed`)", outcome.review_items),
+            format!(
+                "{} changed queries first (`review export --only changed`), {} items in all",
+                outcome.review_items, outcome.queue_items
+            ),
         ),
     ]
 }
