@@ -203,6 +203,14 @@ pub enum Error {
         /// What to do.
         hint: &'static str,
     },
+    /// `review export --only changed` on a set that no refresh has made since it was built.
+    #[error(
+        "{path}: no refresh has run on this set since it was built, so no query is marked changed\nhint: drop --only changed to export the whole review queue"
+    )]
+    NotRefreshed {
+        /// The set folder.
+        path: PathBuf,
+    },
     /// Agreement needs judgments by exactly two reviewers.
     #[error(
         "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file (a row's own reviewer field wins over it), or Label Studio user ids with --reviewer-map",

@@ -569,9 +569,69 @@ pub struct ReviewItem {
     /// Other chunks the query retrieves (its pool), with the judge's grade when one was asked.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub pool: Vec<PoolChunk>,
+    /// What a refresh changed, for a query a refresh queued (a build's items have none).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub refresh: Option<RefreshNote>,
     /// Always empty here; `qrelgen review export` gives annotators the decision fields to fill
     /// (`accept`, `edit`, `answerable`, `reject`; see `review::Decision`).
     pub decision: Option<String>,
+}
+
+/// What the refresh did to a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum QueryChange {
+    /// A `no_answer` query the new corpus may answer (flagged, first in the review queue).
+    MayBeAnswerable,
+    /// Moved to a new chunk the round trip chose, or a candidate source found for a deleted one
+    /// (flagged).
+    Retargeted,
+    /// Moved to new chunk ids with the evidence found (flagged).
+    Relabelled,
+    /// Labels kept; chunks new to the corpus entered its pool (listed for review).
+    Pool,
+    /// Labels kept; the judge graded the chunks new to the corpus that entered its pool
+    /// (`--judge-pool`). Not flagged, not queued.
+    PoolJudged,
+    /// Its sources unchanged; only derived rows (topic, duplicate, judge) moved to new ids or
+    /// went with their deleted chunks. Not flagged, not queued.
+    Remapped,
+    /// Written for a new document.
+    New,
+    /// Kept as it was.
+    Kept,
+    /// No longer holds: left out of the set, kept in the changelog with the reason.
+    Retired,
+}
+
+impl QueryChange {
+    /// The label in the changelog, the manifest and the report.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether it goes to the review queue.
+    #[must_use]
+    pub fn queued(self) -> bool {
+        !matches!(self, Self::Kept | Self::Remapped | Self::PoolJudged | Self::Retired)
+    }
+}
+
+/// Why a refresh queued a query for review: what it changed, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshNote {
+    /// The version the refresh made.
+    pub version: u32,
+    /// What it did to the query.
+    pub change: QueryChange,
+    /// Why, as the changelog says.
+    pub reason: String,
+    /// The sources the query had before (`retargeted` and `relabelled` queries).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub old_sources: Vec<ChunkId>,
 }
 
 #[cfg(test)]

@@ -112,6 +112,7 @@ pub fn review_items(queue: &[&Checked], index: &ChunkIndex) -> Result<Vec<Review
                 evidence: j.candidate.evidence.clone(),
                 sources,
                 pool: pool_chunks(&j.verdict.pool, index)?,
+                refresh: None,
                 decision: None,
             })
         })

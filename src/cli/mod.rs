@@ -73,8 +73,11 @@ enum Command {
     Review(review::ReviewArgs),
     /// The next version of a set from a changed corpus: map old chunks to new ones, keep every
     /// label that still holds, relabel or retire the rest, write queries for new documents, and
-    /// queue only what changed for review (refresh/changelog.jsonl says what and why).
+    /// queue what changed for review, before what the review queue still held
+    /// (refresh/changelog.jsonl says what changed and why).
     #[command(
+        mut_arg("review_size", |arg| arg.hide(true)),
+        mut_arg("review_min_per_type", |arg| arg.hide(true)),
         override_usage = "qrelgen refresh --set <DIR> --corpus <PATH> [--new-queries auto|N] [--dry-run] [OPTIONS]",
         after_help = "Examples:
   qrelgen refresh --set out/harbor-sync --corpus corpora/harbor-sync

@@ -3,7 +3,7 @@
 
 use super::exit;
 use super::settings::{Inputs, Settings};
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Args;
 use qrelgen::progress::Progress;
 use qrelgen::refresh::{self, NewQueries, Options, Outcome};
@@ -50,14 +50,24 @@ fn parse_new_queries(value: &str) -> Result<NewQueries, String> {
     value.parse().map(NewQueries::Count).map_err(|_| format!("expected auto or a number, got {value:?}"))
 }
 
+/// Build flags a refresh cannot apply, and why.
+const REFUSED: [(&str, &str); 3] = [
+    ("--queries", "the set keeps its queries, and --new-queries says how many to write for new documents"),
+    (
+        "--review-size",
+        "its review queue is what changed, then the previous queue's items still in the set (the queue's size is set when the set is built)",
+    ),
+    (
+        "--review-min-per-type",
+        "its review queue is what changed, then the previous queue's items still in the set",
+    ),
+];
+
 /// Runs the refresh and returns the exit code.
 pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let given = args.settings.given();
-    if given.iter().any(|flag| flag == "--queries") {
-        anyhow::bail!(
-            "--queries does not apply to a refresh: the set keeps its queries, and --new-queries \
-             says how many to write for new documents"
-        );
+    if let Some((flag, why)) = REFUSED.iter().find(|(flag, _)| given.iter().any(|g| g == flag)) {
+        bail!("{flag} does not apply to a refresh: {why}");
     }
     let manifest = read_manifest(&args.set)?;
     let recorded = recorded_settings(&manifest, &args.set)?;
@@ -113,11 +123,12 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
     writeln!(stdout, "queries: {queries}")?;
     writeln!(
         stdout,
-        "version {} of {}: {} queries, {} to review (review export --only changed), {:.1} % human-verified, {} LLM calls ({} from the cache)",
+        "version {} of {}: {} queries, {} changed to review (review export --only changed; {} in the review queue), {:.1} % human-verified, {} LLM calls ({} from the cache)",
         outcome.version.unwrap_or(0),
         args.set.display(),
         outcome.in_set,
         outcome.review_items,
+        outcome.queue_items,
         outcome.human_share * 100.0,
         outcome.llm_calls,
         outcome.llm_cache_hits

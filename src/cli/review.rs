@@ -105,8 +105,8 @@ struct ExportArgs {
     /// Where to write [default: stdout; label-studio: DIR/review/label-studio.json and .xml].
     #[arg(long, value_name = "FILE")]
     to: Option<PathBuf>,
-    /// `changed`: only the queries the last `qrelgen refresh` changed (refresh/changelog.jsonl)
-    /// [default: the whole queue].
+    /// `changed`: only the queries the last `qrelgen refresh` changed and queued
+    /// (refresh/changelog.jsonl), less those decided since [default: the whole queue].
     #[arg(long, value_enum, value_name = "WHAT")]
     only: Option<OnlyArg>,
 }
@@ -114,7 +114,7 @@ struct ExportArgs {
 /// A part of the review queue.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum OnlyArg {
-    /// What the last refresh changed.
+    /// What the last refresh changed and no decision applied since has settled.
     Changed,
 }
 
@@ -195,11 +195,17 @@ fn load(set: &Path) -> anyhow::Result<ReviewSet> {
 
 fn export(args: &ExportArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let set = load(&args.set)?;
-    let changed = match args.only {
-        Some(OnlyArg::Changed) => Some(qrelgen::refresh::changed_queries(&set.dir)?),
+    // A changed query decided since the refresh is done with; the whole queue keeps every item
+    // (a second reviewer judges the same ones).
+    let only = match args.only {
+        Some(OnlyArg::Changed) => Some((qrelgen::refresh::changed_queries(&set)?, status::reviewed(&set))),
         None => None,
     };
-    let items = export::items(&set, |id| changed.as_ref().is_none_or(|c| c.contains(id.as_str())));
+    let keep = |id: &qrelgen::id::QueryId| {
+        only.as_ref()
+            .is_none_or(|(changed, decided)| changed.contains(id.as_str()) && !decided.contains_key(id))
+    };
+    let items = export::items(&set, keep);
     let written = match args.format {
         FormatArg::Jsonl => write_to(args.to.as_deref(), stdout, |w| export::write_jsonl(&items, w))?,
         FormatArg::Csv => write_to(args.to.as_deref(), stdout, |w| export::write_csv(&items, w))?,
@@ -457,8 +463,7 @@ fn notes(s: &ReviewStatus, text: &mut String) {
     }
     let missing = s.unreviewed_strata();
     if !missing.is_empty() {
-        let names: Vec<String> =
-            missing.iter().map(|(t, st)| format!("{} {}", st.label(), t.label())).collect();
+        let names: Vec<String> = missing.iter().map(|(t, st)| st.name(*t)).collect();
         let _ = writeln!(
             text,
             "note: no reviewed item yet among the {} queries: an estimate needs one in each (type, status) stratum",
@@ -469,15 +474,21 @@ fn notes(s: &ReviewStatus, text: &mut String) {
         .types
         .iter()
         .flat_map(|t| {
-            t.strata.iter().filter(|st| st.in_set > 0 && st.queue == 0).map(|st| (t.query_type, st.status))
+            t.strata.iter().filter(|st| st.in_set > 0 && st.queue == 0).map(|st| st.name(t.query_type))
         })
-        .map(|(t, st)| format!("{} {}", st.label(), t.label()))
         .collect();
     if !unsampled.is_empty() {
+        let what = if s.refreshed {
+            "they are not estimated (only a build with a larger --review-size draws them, and a build starts the set over from its corpus)"
+        } else {
+            "rebuild with a larger --review-size to estimate them"
+        };
+        let _ = writeln!(text, "note: the queue holds none of the {} queries: {what}", unsampled.join(", "));
+    }
+    if s.refreshed {
         let _ = writeln!(
             text,
-            "note: the queue holds none of the {} queries: rebuild with a larger --review-size to estimate them",
-            unsampled.join(", ")
+            "note: a refresh made this version: the queries it changed and queued are strata of their own, all in the queue; decisions applied before it still count for the items it carried over"
         );
     }
     if s.outside_queue > 0 {

@@ -3,8 +3,8 @@
 //!
 //! Stages: re-chunk the new corpus with the set's settings (the build's own stage) → map old
 //! chunks to new ones ([`map`]) → re-check every query ([`recheck`]) → new queries for the new
-//! chunks (the build's planner, generator and rounds, so the same controls) → review queue of what
-//! changed → files, staged and published as version N + 1 (the current one kept under
+//! chunks (the build's planner, generator and rounds, so the same controls) → review queue (what
+//! changed, then the previous queue's items still in the set) → files, staged and published as version N + 1 (the current one kept under
 //! `versions/vN/`), with `refresh/chunk_map.tsv`, `refresh/changelog.jsonl` and a section in the
 //! report.
 
@@ -30,8 +30,8 @@ use crate::output::{self, Staging};
 use crate::pipeline::{self, DryRun};
 use crate::progress::Progress;
 use crate::progress::Timings;
-use crate::record::{Checked, Chunk, Provenance, Qrel, QueryType};
-use crate::review::set::{SetManifest, Version, read_all, read_manifest};
+use crate::record::{Checked, Chunk, Provenance, Qrel, QueryType, RefreshNote, ReviewItem};
+use crate::review::set::{ReviewSet, SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
@@ -92,8 +92,12 @@ pub struct Outcome {
     pub by_type: BTreeMap<QueryType, usize>,
     /// Share of the new version's queries with a human label.
     pub human_share: f64,
-    /// Queries in the review queue.
+    /// Queries the refresh queued for review: the changed part of the queue, first in it
+    /// (`review export --only changed`).
     pub review_items: usize,
+    /// Items in the review queue: the changed ones, then the previous queue's items still in
+    /// the set.
+    pub queue_items: usize,
     /// The version written (`None` for a dry run or nothing changed).
     pub version: Option<u32>,
 }
@@ -113,15 +117,19 @@ pub fn report_queries(outcome: &Outcome) -> String {
 /// The ids of the queries the last refresh of `set` changed and queued for review.
 ///
 /// # Errors
-/// [`Error::Input`] when the set has no `refresh/changelog.jsonl` (no refresh ran);
-/// [`Error::Malformed`] for a bad line.
-pub fn changed_queries(set: &Path) -> Result<HashSet<String>> {
+/// [`Error::NotRefreshed`] when no refresh made the set's base version (it was never
+/// refreshed, or built again since); [`Error::Input`] when its `refresh/changelog.jsonl`
+/// cannot be read; [`Error::Malformed`] for a bad line.
+pub fn changed_queries(set: &ReviewSet) -> Result<HashSet<String>> {
     #[derive(serde::Deserialize)]
     struct Entry {
         query_id: Option<String>,
         change: String,
     }
-    let entries: Vec<Entry> = read_all(&set.join(CHANGELOG))?;
+    if !set.log().is_some_and(crate::review::version::ReviewLog::refreshed) {
+        return Err(Error::NotRefreshed { path: set.dir.clone() });
+    }
+    let entries: Vec<Entry> = read_all(&set.dir.join(CHANGELOG))?;
     let queued = |label: &str| {
         <QueryChange as strum::VariantArray>::VARIANTS.iter().any(|c| c.label() == label && c.queued())
     };
@@ -158,7 +166,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     // The run's large records are freed on a thread of their own once they are done with.
     let discard = crate::threads::Discard::new();
     let stage = progress.stage("read", 0);
-    let SetState { current, corpus: old_corpus, pieces: old, mut model } = old?;
+    let SetState { current, corpus: old_corpus, pieces: old, mut model, queue: previous } = old?;
     let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
     timings.add("read", stage.finish(&read));
     let old_chunks: Vec<OldChunk<'_>> =
@@ -221,14 +229,22 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     }
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
     outcome.count_llm(fresh.stages.as_ref().and_then(|s| s.generator.llm_report()));
-    let written = Written { map: &map, checked: &checked, rounds: &rounds, index: &index, language };
+    let version = manifest.version();
+    let written = Written {
+        map: &map,
+        checked: &checked,
+        rounds: &rounds,
+        index: &index,
+        language,
+        previous: &previous,
+        version: version + 1,
+    };
     written.count(&mut outcome);
     let stage = progress.stage("write", 0);
-    outcome.review_items = written.stage(&staging, set, &candidates, &groups)?;
+    (outcome.review_items, outcome.queue_items) = written.stage(&staging, set, &candidates, &groups)?;
     drop(fresh);
     drop(old_chunks);
-    discard.later((old, map, checked, rounds, current, candidates));
-    let version = manifest.version();
+    discard.later((old, map, checked, rounds, current, candidates, previous));
     outcome.version = Some(version + 1);
     report::stage(&staging, set, &outcome, &config.corpus, &corpus)?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
@@ -340,13 +356,14 @@ fn read_result<T>(joined: std::thread::Result<Result<T>>, set: &Path) -> Result<
 }
 
 /// What a refresh starts from besides the manifest: the set's current version, its
-/// `corpus.jsonl` and chunks, and the offline generator's corpus model of them that its index
-/// folder keeps.
+/// `corpus.jsonl` and chunks, the offline generator's corpus model of them that its index
+/// folder keeps, and its review queue.
 struct SetState {
     current: Version,
     corpus: Vec<u8>,
     pieces: Vec<Piece>,
     model: Option<CorpusModel>,
+    queue: Vec<ReviewItem>,
 }
 
 impl SetState {
@@ -356,7 +373,8 @@ impl SetState {
         let current = Version::read(set)?;
         let (corpus, pieces) = read_pieces(&set.join(CORPUS))?;
         let model = saved_model(config, set, manifest);
-        Ok(Self { current, corpus, pieces, model })
+        let queue = if set.join(QUEUE).is_file() { read_all(&set.join(QUEUE))? } else { Vec::new() };
+        Ok(Self { current, corpus, pieces, model, queue })
     }
 }
 
@@ -834,6 +852,10 @@ struct Written<'a> {
     rounds: &'a Rounds,
     index: &'a ChunkIndex,
     language: crate::text::Language,
+    /// The review queue of the version refreshed.
+    previous: &'a [ReviewItem],
+    /// The version the refresh makes.
+    version: u32,
 }
 
 impl Written<'_> {
@@ -882,28 +904,77 @@ impl Written<'_> {
         if total == 0 { 0.0 } else { human.len() as f64 / total as f64 }
     }
 
-    /// The review queue: what changed, `may_be_answerable` first, then retargeted, relabelled,
-    /// pool and new queries, by type within each.
-    fn queue(&self) -> Vec<&Checked> {
-        let mut queued: Vec<(QueryChange, QueryType, &Checked)> = self
+    /// The review queue: what changed first (`may_be_answerable`, then retargeted, relabelled,
+    /// pool and new queries, by type within each), each with its [`RefreshNote`]; then the
+    /// previous queue's items still in the set ([`Written::carried`]). Returns it and the size of
+    /// its changed part.
+    fn queue(&self) -> Result<(Vec<ReviewItem>, usize)> {
+        let note = |change, reason: &str, old_sources: &[ChunkId]| RefreshNote {
+            version: self.version,
+            change,
+            reason: reason.to_owned(),
+            old_sources: old_sources.to_vec(),
+        };
+        let mut changed: Vec<(QueryChange, QueryType, &Checked, RefreshNote)> = self
             .checked
             .iter()
             .filter(|c| c.change.queued())
-            .filter_map(|c| c.judged.as_ref().map(|j| (c.change, c.query_type, j)))
+            .filter_map(|c| {
+                let j = c.judged.as_ref()?;
+                Some((c.change, c.query_type, j, note(c.change, &c.reason, &c.old_sources)))
+            })
             .collect();
-        queued.extend(self.new_set().map(|j| (QueryChange::New, j.query_type(), j)));
-        queued.sort_by_key(|(change, t, _)| (*change, *t));
-        queued.into_iter().map(|(_, _, j)| j).collect()
+        let new = QueryChange::New;
+        changed.extend(self.new_set().map(|j| (new, j.query_type(), j, note(new, report::NEW_REASON, &[]))));
+        changed.sort_by_key(|(change, t, _, _)| (*change, *t));
+        let (records, notes): (Vec<&Checked>, Vec<RefreshNote>) =
+            changed.into_iter().map(|(_, _, j, note)| (j, note)).unzip();
+        let mut queue = crate::sample::review_items(&records, self.index)?;
+        for (item, note) in queue.iter_mut().zip(notes) {
+            item.refresh = Some(note);
+        }
+        let queued: HashSet<QueryId> = queue.iter().map(|i| i.query_id.clone()).collect();
+        queue.extend(self.carried(&queued)?);
+        Ok((queue, queued.len()))
     }
 
-    /// Stages every file of the new version but the manifest; returns the queue's size.
+    /// The previous queue's items whose queries are still in the set and not `queued` again, in
+    /// their order (a retired or rejected query's item goes): an item stays as it was when the
+    /// query was kept and every chunk it shows is unchanged; otherwise it is made again from
+    /// the query as the new corpus sees it (its rows and pool moved), keeping the machine status,
+    /// reason and refresh note it was queued with.
+    fn carried(&self, queued: &HashSet<QueryId>) -> Result<Vec<ReviewItem>> {
+        let in_set: HashMap<&QueryId, &Rechecked> =
+            self.checked.iter().filter(|c| c.line.is_some()).map(|c| (&c.id, c)).collect();
+        let unchanged = |id: &ChunkId| self.map.get(id).is_none_or(|m| m.change == ChunkChange::Unchanged);
+        let mut carried = Vec::new();
+        for item in self.previous.iter().filter(|i| !queued.contains(&i.query_id)) {
+            let Some(c) = in_set.get(&item.query_id) else { continue };
+            let mut shown =
+                item.sources.iter().map(|s| &s.chunk_id).chain(item.pool.iter().map(|p| &p.pooled.chunk_id));
+            if c.change == QueryChange::Kept && shown.all(unchanged) {
+                carried.push(item.clone());
+                continue;
+            }
+            let Some(judged) = &c.judged else { continue };
+            if let Some(mut made) = crate::sample::review_items(&[judged], self.index)?.pop() {
+                (made.status, made.reason) = (item.status, item.reason);
+                made.refresh.clone_from(&item.refresh);
+                carried.push(made);
+            }
+        }
+        Ok(carried)
+    }
+
+    /// Stages every file of the new version but the manifest; returns the size of the queue's
+    /// changed part and of the whole queue.
     fn stage(
         &self,
         staging: &Staging,
         set: &Path,
         candidates: &[Checked],
         groups: &crate::dedup::ChunkGroups,
-    ) -> Result<usize> {
+    ) -> Result<(usize, usize)> {
         let new_lines: Vec<String> = self
             .new_set()
             .map(|j| serde_json::to_string(&output::query_line(j, self.language)))
@@ -915,7 +986,7 @@ impl Written<'_> {
         let qrels = self.qrels();
         output::write_qrels(|name| staging.path(name), &qrels)?;
         output::write_text(&staging.path(NO_ANSWER), &self.no_answer(&qrels))?;
-        let queue = crate::sample::review_items(&self.queue(), self.index)?;
+        let (queue, changed) = self.queue()?;
         output::write_jsonl(&staging.path(QUEUE), &queue)?;
         let pools: Vec<&Checked> = self.in_set().collect();
         let pooled_by_runs = pools.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty()));
@@ -936,7 +1007,7 @@ impl Written<'_> {
             &staging.path(CHANGELOG),
             report::changelog(self.map, self.checked, self.new_set()),
         )?;
-        Ok(queue.len())
+        Ok((changed, queue.len()))
     }
 
     fn no_answer(&self, qrels: &[Qrel]) -> String {

@@ -57,48 +57,7 @@ use std::collections::{HashMap, HashSet};
 /// Hits searched for a deleted source's evidence.
 const EVIDENCE_SEARCH_DEPTH: usize = 20;
 
-/// What the refresh did to a query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
-#[strum(serialize_all = "snake_case")]
-pub enum QueryChange {
-    /// A `no_answer` query the new corpus may answer (flagged, first in the review queue).
-    MayBeAnswerable,
-    /// Moved to a new chunk the round trip chose, or a candidate source found for a deleted one
-    /// (flagged).
-    Retargeted,
-    /// Moved to new chunk ids with the evidence found (flagged).
-    Relabelled,
-    /// Labels kept; chunks new to the corpus entered its pool (listed for review).
-    Pool,
-    /// Labels kept; the judge graded the chunks new to the corpus that entered its pool
-    /// (`--judge-pool`). Not flagged, not queued.
-    PoolJudged,
-    /// Its sources unchanged; only derived rows (topic, duplicate, judge) moved to new ids or
-    /// went with their deleted chunks. Not flagged, not queued.
-    Remapped,
-    /// Written for a new document.
-    New,
-    /// Kept as it was.
-    Kept,
-    /// No longer holds: left out of the set, kept in the changelog with the reason.
-    Retired,
-}
-
-impl QueryChange {
-    /// The label in the changelog, the manifest and the report.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        self.into()
-    }
-
-    /// Whether it goes to the review queue.
-    #[must_use]
-    pub fn queued(self) -> bool {
-        !matches!(self, Self::Kept | Self::Remapped | Self::PoolJudged | Self::Retired)
-    }
-}
+pub use crate::record::QueryChange;
 
 /// A qrels row moved to a new chunk id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -142,6 +101,8 @@ pub struct Rechecked {
     pub judged: Option<Checked>,
     /// Rows moved to new ids.
     pub moved: Vec<Moved>,
+    /// The sources it had, when the refresh gave it new ones (`retargeted`, `relabelled`).
+    pub old_sources: Vec<ChunkId>,
     /// Human labels not carried.
     pub lost: Vec<Lost>,
     /// Chunks new to the corpus that entered its pool, unjudged.
@@ -331,6 +292,7 @@ impl<'a> Recheck<'a> {
         verdict.status = Status::Flagged;
         checked.line =
             Some(rewrite(line, Some((&candidate.sources, &verdict)), &old_sources, checked.change)?);
+        checked.old_sources = old_sources;
         checked.judged = Some(Checked { candidate, verdict });
         Ok(checked)
     }
@@ -512,6 +474,7 @@ impl Rechecked {
             qrels: Vec::new(),
             judged: None,
             moved: Vec::new(),
+            old_sources: Vec::new(),
             lost: Vec::new(),
             new_pool: Vec::new(),
             pool_grades: Vec::new(),

@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// Why a new query was written: the reason its changelog line and its review item give.
+pub(super) const NEW_REASON: &str = "written for a chunk new to the corpus";
+
 /// One line of `refresh/changelog.jsonl`.
 #[derive(Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -86,7 +89,7 @@ pub fn changelog<'a>(
         query_id: &j.candidate.id,
         query_type: j.query_type(),
         change: QueryChange::New,
-        reason: "",
+        reason: NEW_REASON,
         moved: &[],
         human_not_carried: &[],
         new_pool: &[],
@@ -162,7 +165,7 @@ fn rows(outcome: &Outcome, corpus: &Path, summary: &CorpusSummary) -> Vec<Row> {
         text("human-verified", format!("{:.1} %", outcome.human_share * 100.0)),
         (
             "review queue",
-            format!("{} queries: ", outcome.review_items),
+            format!("{} items, the {} changed queries first: ", outcome.queue_items, outcome.review_items),
             Some("review export --only changed".into()),
         ),
     ]

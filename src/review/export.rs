@@ -1,16 +1,17 @@
 //! Export: the review queue as items for annotators, in JSONL, CSV or Label Studio tasks.
 //!
 //! Input: the set (queue, version-1 grades). Output: one item per queue entry with the query, its
-//! type, status and reason, its source chunks with the evidence quotes marked (`[[…]]` in JSONL
-//! and CSV, `<mark>` in Label Studio), its pooled chunks, each chunk's machine grade and an empty
-//! `grade`, and empty decision fields ([`super::field`]). Items show what the machine made: the
-//! text and grades of version 1, whatever was applied since.
+//! type, status and reason, what a refresh changed (for the queries a refresh queued: the change,
+//! its reason and the old sources), its source chunks with the evidence quotes marked (`[[…]]` in
+//! JSONL and CSV, `<mark>` in Label Studio), its pooled chunks, each chunk's machine grade and an
+//! empty `grade`, and empty decision fields ([`super::field`]). Items show what the machine made:
+//! the text and grades of version 1, whatever was applied since.
 
 use super::set::ReviewSet;
 use super::{Decision, Role, Slot, field, slot_field};
 use crate::html;
 use crate::id::{ChunkId, QueryId};
-use crate::record::{QueryType, Reason, ReviewItem, Status};
+use crate::record::{QueryType, Reason, RefreshNote, ReviewItem, Status};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
@@ -30,6 +31,9 @@ pub struct ExportItem {
     pub status: Status,
     /// The filter's reason.
     pub reason: Reason,
+    /// What a refresh changed, for a query a refresh queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshNote>,
     /// For `no_answer`: the term that makes it unanswerable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub absent_term: Option<String>,
@@ -101,6 +105,7 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) ->
         query_type: item.query_type,
         status: item.status,
         reason: item.reason,
+        refresh: item.refresh.clone(),
         absent_term: item.absent_term.clone(),
         evidence: item.evidence.clone(),
         sources: item.sources.iter().map(|s| chunk(&s.chunk_id, None, &s.title, &s.text)).collect(),
@@ -147,23 +152,31 @@ fn marked(text: &str, marks: &[Range<usize>], open: &str, close: &str, escape: f
     out
 }
 
-/// How many source and pool slots every task has.
+/// How many source and pool slots every task (and CSV row) has, and whether it has the fields
+/// of a refresh's change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slots {
     /// Source slots.
     pub sources: usize,
     /// Pool slots.
     pub pool: usize,
+    /// Whether some item was queued by a refresh: then every task and row has the refresh's
+    /// fields (empty for the others); without one, the export is as before refreshes existed.
+    pub refresh: bool,
 }
 
-/// How many source and pool slots the items need.
+/// How many source and pool slots the items need, and whether they need the refresh's fields.
 #[must_use]
 pub fn slots(items: &[ExportItem]) -> Slots {
     Slots {
         sources: items.iter().map(|i| i.sources.len()).max().unwrap_or(0),
         pool: items.iter().map(|i| i.pool.len()).max().unwrap_or(0),
+        refresh: items.iter().any(|i| i.refresh.is_some()),
     }
 }
+
+/// The CSV columns of a refresh's change: what it did, why, and the sources the query had.
+pub const REFRESH_COLUMNS: [&str; 3] = ["refresh_change", "refresh_reason", "refresh_old_sources"];
 
 impl ExportItem {
     /// The chunk shown in `slot`, if the item has one there.
@@ -189,11 +202,15 @@ pub fn write_jsonl(items: &[ExportItem], w: &mut dyn Write) -> std::io::Result<(
     Ok(())
 }
 
-/// The CSV columns for `slots`: the item, then per slot its chunk, then the decision fields.
+/// The CSV columns for `slots`: the item (with the refresh's change, when `slots` has it), then
+/// per slot its chunk, then the decision fields.
 #[must_use]
 pub fn csv_header(slots: Slots) -> Vec<String> {
-    let mut header: Vec<String> =
-        ["query_id", "type", "status", "reason", "absent_term", "evidence", "query"].map(String::from).into();
+    let mut header: Vec<String> = ["query_id", "type", "status", "reason"].map(String::from).into();
+    if slots.refresh {
+        header.extend(REFRESH_COLUMNS.map(String::from));
+    }
+    header.extend(["absent_term", "evidence", "query"].map(String::from));
     for slot in Slot::all(slots.sources, slots.pool) {
         let rank: &[&str] = if slot.role == Role::Pool { &["rank"] } else { &[] };
         let suffixes =
@@ -227,10 +244,19 @@ fn csv_record(item: &ExportItem, slots: Slots) -> Vec<String> {
         item.query_type.label().to_owned(),
         item.status.label().to_owned(),
         item.reason.label().to_owned(),
+    ];
+    if slots.refresh {
+        let note = item.refresh.as_ref();
+        record.push(note.map(|n| n.change.label().to_owned()).unwrap_or_default());
+        record.push(note.map(|n| n.reason.clone()).unwrap_or_default());
+        let old = note.map(|n| n.old_sources.iter().map(ChunkId::as_str).collect::<Vec<_>>().join(" "));
+        record.push(old.unwrap_or_default());
+    }
+    record.extend([
         item.absent_term.clone().unwrap_or_default(),
         item.evidence.join(" | "),
         item.text.clone(),
-    ];
+    ]);
     for slot in Slot::all(slots.sources, slots.pool) {
         let chunk = item.chunk(slot);
         record.push(chunk.map(|c| c.chunk_id.to_string()).unwrap_or_default());
@@ -267,6 +293,28 @@ mod tests {
         assert_eq!(overlapping, "Tokens [[expire after **90]] days** by default. Use <b>scopes</b>.");
     }
 
+    #[test]
+    fn a_csv_with_a_refreshed_item_has_the_refreshs_columns_after_the_reason() {
+        let header = csv_header(Slots { sources: 0, pool: 0, refresh: true });
+        assert_eq!(
+            header[..10],
+            [
+                "query_id",
+                "type",
+                "status",
+                "reason",
+                "refresh_change",
+                "refresh_reason",
+                "refresh_old_sources",
+                "absent_term",
+                "evidence",
+                "query"
+            ]
+        );
+        assert_eq!(header[..4], csv_header(Slots { sources: 0, pool: 0, refresh: false })[..4]);
+        assert_eq!(csv_header(Slots { sources: 0, pool: 0, refresh: false })[4], "absent_term");
+    }
+
     fn marks_of(text: &str, quotes: &[&str]) -> String {
         let quotes: Vec<String> = quotes.iter().map(|q| (*q).to_owned()).collect();
         marked(text, &marks(text, &quotes), "[[", "]]", str::to_owned)
@@ -274,7 +322,7 @@ mod tests {
 
     #[test]
     fn csv_header_names_every_slot_field() {
-        let header = csv_header(Slots { sources: 1, pool: 1 });
+        let header = csv_header(Slots { sources: 1, pool: 1, refresh: false });
         assert_eq!(
             header[7..],
             [

@@ -3,7 +3,8 @@
 //!
 //! Every task has the same fields: the query, a heading, and a fixed number of source and pool
 //! slots (as many as the fullest item needs), each with its HTML (heading included), chunk id
-//! and grade options. An empty slot has no HTML and no grade options: its chunk is inline
+//! and grade options; when some item was queued by a refresh, also the refresh's change as HTML
+//! (empty for the other items). An empty slot has no HTML and no grade options: its chunk is inline
 //! HyperText and its grade buttons come from the task (dynamic choices), so Label Studio shows
 //! nothing for it. Controls are named after the decision fields ([`super::field`]) and the slots
 //! (`source_1_grade`, `pool_3_grade`); choices show words and store our labels (`alias`); the
@@ -14,6 +15,7 @@ use super::export::{self, ExportItem, Slots};
 use super::raw::{RawGrade, RawRow, without_bom};
 use super::{Decision, GRADE_MAX, Location, Problem, Role, Slot, field, slot_field};
 use crate::html;
+use crate::record::RefreshNote;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -26,6 +28,8 @@ mod data {
     pub const HEADING: &str = "heading";
     /// The query text.
     pub const QUERY: &str = "query";
+    /// What a refresh changed, as HTML (tasks of an export with a refreshed item only).
+    pub const REFRESH: &str = "refresh";
     /// A slot's grade options (`source_1_grades`): Label Studio's dynamic choices.
     pub const GRADES: &str = "grades";
 }
@@ -72,6 +76,12 @@ pub fn task(item: &ExportItem, slots: Slots) -> Task {
     data.insert(field::QUERY_ID.to_owned(), json!(item.query_id.as_str()));
     data.insert(data::QUERY.to_owned(), json!(item.text));
     data.insert(data::HEADING.to_owned(), json!(heading(item)));
+    if slots.refresh {
+        data.insert(
+            data::REFRESH.to_owned(),
+            json!(item.refresh.as_ref().map(refresh_html).unwrap_or_default()),
+        );
+    }
     let options: Vec<Value> = (0..=GRADE_MAX)
         .zip(GRADE_WORDS)
         .map(|(grade, words)| json!({"value": format!("{grade} = {words}"), "alias": grade.to_string()}))
@@ -109,8 +119,30 @@ fn heading(item: &ExportItem) -> String {
     if let Some(term) = &item.absent_term {
         let _ = write!(heading, " · absent term: {term}");
     }
+    if let Some(note) = &item.refresh {
+        let _ = write!(heading, " · refresh: {}", note.change.label());
+    }
     let _ = write!(heading, " · {}", item.query_id);
     heading
+}
+
+/// A refresh's change as HTML: the change and the version it made, the reason, the old sources.
+/// The reason and the chunk ids come from corpora and replies: every piece is escaped.
+fn refresh_html(note: &RefreshNote) -> String {
+    let mut html = format!(
+        "<div style=\"background: #fff4e5; padding: 4px 8px; margin-top: 8px\"><b>Changed by the refresh to version {}: {}</b>",
+        note.version,
+        html::escape(note.change.label())
+    );
+    if !note.reason.is_empty() {
+        let _ = write!(html, "<div>{}</div>", html::escape(&note.reason));
+    }
+    if !note.old_sources.is_empty() {
+        let old: Vec<String> = note.old_sources.iter().map(|id| html::escape(id.as_str())).collect();
+        let _ = write!(html, "<div>old sources: {}</div>", old.join(", "));
+    }
+    html.push_str("</div>");
+    html
 }
 
 /// The labeling config (XML) for tasks with `slots`.
@@ -133,6 +165,10 @@ pub fn config(slots: Slots) -> String {
     let _ = writeln!(xml, "  </View>");
     let _ = writeln!(xml, "  <Header value=\"${}\" size=\"5\"/>", data::HEADING);
     let _ = writeln!(xml, "  <Text name=\"{}\" value=\"${}\"/>", data::QUERY, data::QUERY);
+    if slots.refresh {
+        let name = data::REFRESH;
+        let _ = writeln!(xml, "  <HyperText name=\"{name}\" value=\"${name}\" inline=\"true\"/>");
+    }
     for slot in Slot::all(slots.sources, slots.pool) {
         let name = slot.name();
         let _ = writeln!(xml, "  <HyperText name=\"{name}\" value=\"${name}\" inline=\"true\"/>");
@@ -359,7 +395,7 @@ fn is_task_field(name: &str) -> bool {
         || Slot::parse_field(&format!("{name}_{}", slot_field::ID)).is_some_and(|(s, _)| s.name() == name);
     match Slot::parse_field(name) {
         Some((_, suffix)) => suffix != slot_field::GRADE,
-        None => name == data::QUERY || name == data::HEADING || is_slot(),
+        None => name == data::QUERY || name == data::HEADING || name == data::REFRESH || is_slot(),
     }
 }
 
@@ -397,6 +433,58 @@ fn annotator(row: &mut RawRow, completed_by: Option<&Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::id::{ChunkId, QueryId};
+    use crate::record::{QueryChange, QueryType, Reason, Status};
+
+    fn item(refresh: Option<RefreshNote>) -> ExportItem {
+        ExportItem {
+            query_id: QueryId::parse("direct-1").unwrap(),
+            text: "how long are events kept".to_owned(),
+            query_type: QueryType::Direct,
+            status: Status::Flagged,
+            reason: Reason::SourceInTopN,
+            refresh,
+            absent_term: None,
+            evidence: Vec::new(),
+            sources: Vec::new(),
+            pool: Vec::new(),
+            decision: None,
+            reject_reason: None,
+            edited_text: None,
+            add: None,
+            reviewer: None,
+        }
+    }
+
+    #[test]
+    fn a_refreshs_change_is_shown_escaped_and_only_in_exports_that_have_one() {
+        let note = RefreshNote {
+            version: 4,
+            change: QueryChange::Retargeted,
+            reason: "its chunks changed <script>alert('x')</script> & more".to_owned(),
+            old_sources: vec![ChunkId::parse("a<b>.md:1").unwrap(), ChunkId::parse("c.md:2").unwrap()],
+        };
+        let items = [item(Some(note)), item(None)];
+        let slots = export::slots(&items);
+        assert_eq!(slots, Slots { sources: 0, pool: 0, refresh: true });
+        let changed = task(&items[0], slots);
+        assert_eq!(
+            changed.data[data::REFRESH],
+            "<div style=\"background: #fff4e5; padding: 4px 8px; margin-top: 8px\"><b>Changed by the refresh \
+             to version 4: retargeted</b><div>its chunks changed &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; \
+             &amp; more</div><div>old sources: a&lt;b&gt;.md:1, c.md:2</div></div>"
+        );
+        assert_eq!(
+            changed.data[data::HEADING],
+            "direct · flagged · source_in_top_n · refresh: retargeted · direct-1"
+        );
+        assert_eq!(task(&items[1], slots).data[data::REFRESH], "", "an item the refresh did not queue");
+        assert!(config(slots).contains("<HyperText name=\"refresh\" value=\"$refresh\" inline=\"true\"/>"));
+        let before = export::slots(&items[1..]);
+        assert!(!task(&items[1], before).data.contains_key(data::REFRESH));
+        assert!(!config(before).contains("refresh"), "an export without a refreshed item is as it was");
+        assert!(is_task_field(data::REFRESH), "JSON-MIN exports carry it beside the controls");
+    }
 
     #[test]
     fn an_export_with_two_annotators_gives_two_rows() {

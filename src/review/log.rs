@@ -29,6 +29,20 @@ pub struct ReviewLog {
     pub history: Vec<VersionRecord>,
 }
 
+impl ReviewLog {
+    /// The version the last build wrote: 1, or the one the last `build --force` made.
+    #[must_use]
+    pub fn built(&self) -> u32 {
+        self.history.iter().rev().find(|r| r.made_by == MadeBy::Build).map_or(1, |r| r.version)
+    }
+
+    /// Whether the base version was made by a refresh.
+    #[must_use]
+    pub fn refreshed(&self) -> bool {
+        self.history.iter().any(|r| r.version == self.base && r.made_by == MadeBy::Refresh)
+    }
+}
+
 fn first_version() -> u32 {
     1
 }

@@ -1,16 +1,20 @@
 //! What the review says about the set: reviewed and pending queue items per type, and the
 //! estimated share of good queries per type and overall ([`super::estimate`]).
 //!
-//! An item is reviewed once a decision for it has been applied (the latest one counts); it is
-//! good when that decision is `accept` (see [`Decision::is_good`]). Only queue items count: the
-//! queue is the sample the estimate rests on.
+//! An item is reviewed once a decision for it has been applied since it was queued (the latest
+//! one counts; see [`reviewed`]); it is good when that decision is `accept` (see
+//! [`Decision::is_good`]). Only queue items count: the queue is the sample the estimate rests on.
 //!
 //! The queue draws a type's flagged queries before its kept ones, so within a type it is not a
 //! simple random sample: the strata are (type, machine status) pairs, each a random sample of its
-//! own, weighted by its size `N_{h,s}` in version 1. A type's share combines its flagged and kept
-//! strata, the overall share all of them, both by [`estimate::stratified`] (MOVER).
+//! own, weighted by its size `N_{h,s}` in the base version (version 1, or what the last build or
+//! refresh made). A refresh queues every query it changed, then carries the previous queue's
+//! items: the queries it queued (items with a [`crate::record::RefreshNote`]) are strata of their
+//! own, each wholly in the queue, and the carried items stay a sample of the rest. A type's share
+//! combines its strata, the overall share all of them, both by [`estimate::stratified`] (MOVER).
 
 use super::estimate::{self, Interval, Stratum};
+use super::log::ReviewLog;
 use super::set::ReviewSet;
 use super::{Decision, Judgment};
 use crate::id::QueryId;
@@ -18,12 +22,16 @@ use crate::record::{QueryType, Status as MachineStatus};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// The review of the queries of one type and one machine status.
+/// The review of the queries of one type and one machine status, queued by a refresh or not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusStratum {
     /// Kept or flagged by the machine.
     pub status: MachineStatus,
-    /// Queries of this type and status in version 1: the stratum's weight.
+    /// Whether these are queries the refresh that made the base version changed and queued (all
+    /// of them are in the queue).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub refreshed: bool,
+    /// Queries of this type and status in the base version: the stratum's weight.
     pub in_set: usize,
     /// Queue items of this type and status.
     pub queue: usize,
@@ -37,6 +45,13 @@ impl StatusStratum {
     fn stratum(&self) -> Stratum {
         Stratum { weight: self.in_set as f64, good: self.good_count, reviewed: self.reviewed }
     }
+
+    /// `flagged direct`, or `flagged direct (queued by a refresh)`: its queries, for messages.
+    #[must_use]
+    pub fn name(&self, query_type: QueryType) -> String {
+        let queued = if self.refreshed { " (queued by a refresh)" } else { "" };
+        format!("{} {}{queued}", self.status.label(), query_type.label())
+    }
 }
 
 /// The review of one query type.
@@ -45,7 +60,7 @@ pub struct TypeStatus {
     /// The type.
     #[serde(rename = "type")]
     pub query_type: QueryType,
-    /// Queries of this type in the set as sampled (version 1).
+    /// Queries of this type in the base version.
     pub in_set: usize,
     /// Queue items of this type.
     pub queue: usize,
@@ -75,10 +90,10 @@ impl TypeStatus {
         self.decisions.iter().filter(|(d, _)| d.is_good()).map(|(_, n)| n).sum()
     }
 
-    /// Statuses with queries in the set but no reviewed item (the estimate waits for them).
+    /// Strata with queries in the set but no reviewed item (the estimate waits for them).
     #[must_use]
-    pub fn unreviewed(&self) -> Vec<MachineStatus> {
-        self.strata.iter().filter(|s| s.in_set > 0 && s.reviewed == 0).map(|s| s.status).collect()
+    pub fn unreviewed(&self) -> Vec<&StatusStratum> {
+        self.strata.iter().filter(|s| s.in_set > 0 && s.reviewed == 0).collect()
     }
 }
 
@@ -94,13 +109,16 @@ pub struct ReviewStatus {
     pub overall: Option<Interval>,
     /// Decisions applied to queries outside the queue (applied, but not part of the estimate).
     pub outside_queue: usize,
+    /// Whether a refresh made the base version.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub refreshed: bool,
 }
 
 impl ReviewStatus {
-    /// (type, status) strata with queries in the set but no reviewed item: the estimate waits
+    /// Strata with queries in the set but no reviewed item, with their type: the estimate waits
     /// for them.
     #[must_use]
-    pub fn unreviewed_strata(&self) -> Vec<(QueryType, MachineStatus)> {
+    pub fn unreviewed_strata(&self) -> Vec<(QueryType, &StatusStratum)> {
         self.types.iter().flat_map(|t| t.unreviewed().into_iter().map(|s| (t.query_type, s))).collect()
     }
 
@@ -119,29 +137,63 @@ pub fn latest_decisions<'a>(
     judgments.into_iter().filter_map(|j| j.decision.map(|d| (&j.query_id, d))).collect()
 }
 
-/// The review status of `set`.
+/// The decision each queue item counts as reviewed with: the latest applied since it was
+/// queued, that is since the refresh that queued it (the version its note names), else since
+/// the last build. So decisions applied before a refresh still count for the items it carried
+/// over, and not for the queries it changed and queued again.
+#[must_use]
+pub fn reviewed(set: &ReviewSet) -> HashMap<&QueryId, Decision> {
+    let built = set.log().map_or(1, ReviewLog::built);
+    let mut applied: HashMap<&QueryId, Vec<(u32, Decision)>> = HashMap::new();
+    for entry in set.earlier_ledger.iter().chain(&set.ledger) {
+        if let Some(decision) = entry.judgment.decision {
+            applied.entry(&entry.judgment.query_id).or_default().push((entry.version, decision));
+        }
+    }
+    set.queue
+        .iter()
+        .filter_map(|item| {
+            let since = item.refresh.as_ref().map_or(built, |note| note.version);
+            let (_, latest) = applied.get(&item.query_id)?.iter().rev().find(|(v, _)| *v > since)?;
+            Some((&item.query_id, *latest))
+        })
+        .collect()
+}
+
+/// The review status of `set`. A queue item is counted in the stratum of its query in the base
+/// version.
 #[must_use]
 pub fn status(set: &ReviewSet) -> ReviewStatus {
-    let decided = latest_decisions(set.ledger.iter().map(|e| &e.judgment));
-    let base = set.base.queries.iter().map(|q| (q.query_type, q.status));
-    let queue = set.queue.iter().map(|i| (i.query_type, i.status, decided.get(&i.query_id).copied()));
+    let reviewed = reviewed(set);
+    let queued_by_refresh: HashSet<&QueryId> =
+        set.queue.iter().filter(|i| i.refresh.is_some()).map(|i| &i.query_id).collect();
+    let in_base: HashMap<&QueryId, (QueryType, MachineStatus)> =
+        set.base.queries.iter().map(|q| (&q.id, (q.query_type, q.status))).collect();
+    let base = set.base.queries.iter().map(|q| (q.query_type, q.status, queued_by_refresh.contains(&q.id)));
+    let queue = set.queue.iter().map(|i| {
+        let (t, s) = in_base.get(&i.query_id).copied().unwrap_or((i.query_type, i.status));
+        ((t, s, i.refresh.is_some()), reviewed.get(&i.query_id).copied())
+    });
     let (types, overall) = tally(base, queue);
+    let decided = latest_decisions(set.ledger.iter().map(|e| &e.judgment));
     let in_queue: HashSet<&QueryId> = set.queue.iter().map(|i| &i.query_id).collect();
     ReviewStatus {
         version: set.version(),
         overall,
         outside_queue: decided.keys().filter(|q| !in_queue.contains(*q)).count(),
+        refreshed: set.log().is_some_and(ReviewLog::refreshed),
         types,
     }
 }
 
+/// A stratum: the queries' type and machine status, and whether a refresh queued them.
+type Key = (QueryType, MachineStatus, bool);
+
 /// The stratum of `key`, made empty if it is new.
-fn stratum(
-    strata: &mut BTreeMap<(QueryType, MachineStatus), StatusStratum>,
-    key: (QueryType, MachineStatus),
-) -> &mut StatusStratum {
+fn stratum(strata: &mut BTreeMap<Key, StatusStratum>, key: Key) -> &mut StatusStratum {
     strata.entry(key).or_insert(StatusStratum {
         status: key.1,
+        refreshed: key.2,
         in_set: 0,
         queue: 0,
         reviewed: 0,
@@ -149,19 +201,20 @@ fn stratum(
     })
 }
 
-/// Per-type status and the overall estimate, from the (type, status) of every version-1 query and
-/// the (type, status, latest decision) of every queue item.
+/// Per-type status and the overall estimate, from the stratum of every query of the base version
+/// and the stratum and counted decision of every queue item.
 fn tally(
-    base: impl Iterator<Item = (QueryType, MachineStatus)>,
-    queue: impl Iterator<Item = (QueryType, MachineStatus, Option<Decision>)>,
+    base: impl Iterator<Item = Key>,
+    queue: impl Iterator<Item = (Key, Option<Decision>)>,
 ) -> (Vec<TypeStatus>, Option<Interval>) {
-    let mut strata: BTreeMap<(QueryType, MachineStatus), StatusStratum> = BTreeMap::new();
+    let mut strata: BTreeMap<Key, StatusStratum> = BTreeMap::new();
     for key in base {
         stratum(&mut strata, key).in_set += 1;
     }
     let mut decisions: BTreeMap<QueryType, BTreeMap<Decision, usize>> = BTreeMap::new();
-    for (t, s, decision) in queue {
-        let st = stratum(&mut strata, (t, s));
+    for (key, decision) in queue {
+        let t = key.0;
+        let st = stratum(&mut strata, key);
         st.queue += 1;
         if let Some(d) = decision {
             st.reviewed += 1;
@@ -171,7 +224,7 @@ fn tally(
     }
     let overall = estimate::stratified(&strata.values().map(StatusStratum::stratum).collect::<Vec<_>>());
     let mut types: BTreeMap<QueryType, TypeStatus> = BTreeMap::new();
-    for ((t, _), s) in strata {
+    for ((t, _, _), s) in strata {
         let entry = types.entry(t).or_insert_with(|| TypeStatus {
             query_type: t,
             in_set: 0,
@@ -212,14 +265,12 @@ mod tests {
         //   U = 0.85 + √((0.1 · (0.687326 − 0.4))² + (0.9 · (0.982124 − 0.9))²)
         //     = 0.85 + √(0.000825564 + 0.00546290) = 0.85 + 0.079300 = 0.929300
         let (d, flagged, kept) = (QueryType::Direct, MachineStatus::Flagged, MachineStatus::Kept);
-        let base = std::iter::repeat_n((d, flagged), 10).chain(std::iter::repeat_n((d, kept), 90));
-        let decided = |n, good| {
-            (0..n).map(move |i| if i < good { Some(Decision::Accept) } else { Some(Decision::Reject) })
-        };
+        let base =
+            std::iter::repeat_n((d, flagged, false), 10).chain(std::iter::repeat_n((d, kept, false), 90));
         let queue = decided(10, 4)
-            .map(|x| (d, flagged, x))
-            .chain(decided(10, 9).map(|x| (d, kept, x)))
-            .chain([(d, kept, None)]);
+            .map(|x| ((d, flagged, false), x))
+            .chain(decided(10, 9).map(|x| ((d, kept, false), x)))
+            .chain([((d, kept, false), None)]);
         let (types, overall) = tally(base, queue);
         let direct = &types[0];
         assert_eq!((direct.in_set, direct.queue, direct.reviewed, direct.flagged), (100, 21, 20, 10));
@@ -231,13 +282,42 @@ mod tests {
         assert_eq!(overall, direct.good, "one type: the overall estimate is the type's");
     }
 
+    /// `n` decisions, the first `good` of them accepts and the rest rejections.
+    fn decided(n: usize, good: usize) -> impl Iterator<Item = Option<Decision>> {
+        (0..n).map(move |i| if i < good { Some(Decision::Accept) } else { Some(Decision::Reject) })
+    }
+
+    #[test]
+    fn the_queries_a_refresh_queued_are_a_stratum_of_their_own() {
+        // direct, all kept: 90 queries the refresh left, 10 of them in the queue carried from the
+        // build's (9 good), and 10 it changed, all queued (4 good). Pooled as one kept stratum:
+        // 13/20 = 0.65; as two, the figures of the flagged/kept example above: 0.85.
+        let (d, kept) = (QueryType::Direct, MachineStatus::Kept);
+        let base = std::iter::repeat_n((d, kept, false), 90).chain(std::iter::repeat_n((d, kept, true), 10));
+        let queue =
+            decided(10, 4).map(|x| ((d, kept, true), x)).chain(decided(10, 9).map(|x| ((d, kept, false), x)));
+        let (types, overall) = tally(base, queue);
+        let direct = &types[0];
+        assert_eq!((direct.in_set, direct.queue, direct.reviewed, direct.flagged), (100, 20, 20, 0));
+        let strata: Vec<(bool, usize, usize)> =
+            direct.strata.iter().map(|s| (s.refreshed, s.in_set, s.queue)).collect();
+        assert_eq!(strata, [(false, 90, 10), (true, 10, 10)]);
+        let good = direct.good.unwrap_or_else(|| panic!("both strata reviewed"));
+        close(good.estimate, 0.85);
+        close(good.low, 0.575_285);
+        close(good.high, 0.929_300);
+        assert_eq!(overall, direct.good);
+        assert_eq!(direct.strata[1].name(d), "kept direct (queued by a refresh)");
+    }
+
     #[test]
     fn an_unreviewed_status_leaves_the_estimate_open() {
         let (d, flagged, kept) = (QueryType::Direct, MachineStatus::Flagged, MachineStatus::Kept);
-        let base = [(d, flagged), (d, flagged), (d, kept), (d, kept)].into_iter();
-        let queue = [(d, flagged, Some(Decision::Accept)), (d, flagged, None)].into_iter();
+        let base = [(d, flagged, false), (d, flagged, false), (d, kept, false), (d, kept, false)].into_iter();
+        let queue = [((d, flagged, false), Some(Decision::Accept)), ((d, flagged, false), None)].into_iter();
         let (types, overall) = tally(base, queue);
         assert_eq!((types[0].good, overall), (None, None));
-        assert_eq!(types[0].unreviewed(), [kept]);
+        let unreviewed: Vec<String> = types[0].unreviewed().iter().map(|s| s.name(d)).collect();
+        assert_eq!(unreviewed, ["kept direct"]);
     }
 }

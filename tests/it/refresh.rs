@@ -239,14 +239,37 @@ fn assert_refreshed(
             old.iter().filter_map(|r| moved.get(&r.1).map(|n| (r.1.clone(), n.clone()))).collect();
         assert_eq!(logged, want, "{id}: the changelog records the old ids");
     }
-    let queue: BTreeSet<String> =
-        after.jsonl("review_queue.jsonl").iter().map(|i| str_field(i, "/query_id").to_owned()).collect();
+    assert_queue(after, &changes);
+}
+
+/// The ids of a review queue's items, in order.
+fn queue_ids(queue: &[Value]) -> Vec<String> {
+    queue.iter().map(|i| str_field(i, "/query_id").to_owned()).collect()
+}
+
+/// The refresh's review queue: first every query it changed and queued, each with its change
+/// and the new version in `refresh`; then the previous version's queue items whose queries are
+/// still in the set, in their order (a retired query's item goes).
+fn assert_queue(after: &Run, changes: &BTreeMap<String, (String, Value)>) {
+    let version = parse(&after.file("manifest.json"))["review"]["version"].as_u64().unwrap_or_default();
+    let previous = queue_ids(&after.jsonl(&format!("versions/v{}/review_queue.jsonl", version - 1)));
+    let queue = after.jsonl("review_queue.jsonl");
     let queued: BTreeSet<String> = changes
         .iter()
-        .filter(|(_, (c, _))| !["kept", "remapped", "retired"].contains(&c.as_str()))
+        .filter(|(_, (c, _))| !["kept", "remapped", "pool_judged", "retired"].contains(&c.as_str()))
         .map(|(id, _)| id.clone())
         .collect();
-    assert_eq!(queue, queued, "the queue holds exactly what changed");
+    let (first, rest) = queue.split_at(queued.len().min(queue.len()));
+    assert_eq!(queue_ids(first).into_iter().collect::<BTreeSet<_>>(), queued, "what changed comes first");
+    for item in first {
+        let id = str_field(item, "/query_id");
+        assert_eq!(item["refresh"]["version"], version, "{id}");
+        assert_eq!(str_field(item, "/refresh/change"), changes[id].0, "{id}");
+    }
+    let in_set = lines(after);
+    let carried: Vec<String> =
+        previous.into_iter().filter(|id| in_set.contains_key(id) && !queued.contains(id)).collect();
+    assert_eq!(queue_ids(rest), carried, "then the previous queue's items still in the set");
 }
 
 #[test]
@@ -563,11 +586,218 @@ fn human_decisions_are_carried_or_kept_in_the_changelog_with_a_reason() {
         f.set.out.join("versions/v2/queries.jsonl").is_file()
             && f.set.out.join("review/decisions.jsonl").is_file()
     );
-    // The refresh's queue is what `review export --only changed` gives.
+    // The queue's changed part is what `review export --only changed` gives.
     let only = qrelgen(&["review", "export", "--set", &out, "--format", "jsonl", "--only", "changed"]);
     assert_eq!(only.status.code(), Some(0));
-    let exported = String::from_utf8_lossy(&only.stdout).lines().count();
-    assert_eq!(exported, run.jsonl("review_queue.jsonl").len());
+    let exported: Vec<String> = String::from_utf8_lossy(&only.stdout)
+        .lines()
+        .map(|l| str_field(&parse(l), "/query_id").to_owned())
+        .collect();
+    let queued = run.jsonl("review_queue.jsonl").into_iter().filter(|i| i.get("refresh").is_some());
+    assert_eq!(exported, queue_ids(&queued.collect::<Vec<_>>()));
+}
+
+/// Runs `qrelgen review ARGS…` on the set in `set`, expecting exit 0; returns its stdout.
+fn review(set: &Run, args: &[&str]) -> String {
+    let mut all = vec!["review", args[0], "--set", path_str(&set.out)];
+    all.extend_from_slice(&args[1..]);
+    let ran = finished(&set.out, &qrelgen(&all));
+    ran.assert_code(0);
+    ran.stdout
+}
+
+/// Applies `items` (exported JSONL items) with the decision `accept`, as reviewer `ann`.
+fn accept(set: &Run, items: &[Value], name: &str) {
+    let path = set.out.join(format!("../{name}.jsonl"));
+    let lines: String = items
+        .iter()
+        .map(|item| {
+            let mut item = item.clone();
+            item["decision"] = json!("accept");
+            item.to_string() + "\n"
+        })
+        .collect();
+    write(&path, lines);
+    review(set, &["apply", "--decisions", path_str(&path), "--reviewer", "ann"]);
+}
+
+/// The items of `review export --format jsonl ARGS…` of the set in `set` (through a file: a
+/// pipe the test does not read while the binary runs holds 64 KiB).
+fn exported(set: &Run, args: &[&str]) -> Vec<Value> {
+    let path = set.out.join("../export.jsonl");
+    let mut all = vec!["export", "--format", "jsonl", "--to", path_str(&path)];
+    all.extend_from_slice(args);
+    review(set, &all);
+    fs_err::read_to_string(&path).unwrap_or_else(|e| panic!("{e}")).lines().map(parse).collect()
+}
+
+#[test]
+fn the_refreshs_queue_is_what_changed_then_the_previous_queue_and_decisions_still_count() {
+    let f = fixture(&sample_corpus(), &[]);
+    let previous = f.set.jsonl("review_queue.jsonl");
+    let doc =
+        |i: &Value| str_field(i, "/sources/0/chunk_id").split(':').next().unwrap_or_default().to_owned();
+    let edited = "admin/audit-log.md";
+    // Offline queries carry no evidence to find elsewhere: a direct query whose one source goes
+    // with its document is retired.
+    let single = |i: &&Value| i["type"] == "direct" && i["sources"].as_array().is_some_and(|s| s.len() == 1);
+    let deleted = previous.iter().filter(single).map(doc).rfind(|d| d != edited).unwrap_or_default();
+    let untouched = |i: &&Value| {
+        let docs: Vec<String> = i["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| str_field(s, "/chunk_id").split(':').next().unwrap_or_default().to_owned())
+            .collect();
+        !docs.iter().any(|d| d == edited || *d == deleted)
+    };
+    let decided: Vec<Value> = previous.iter().filter(untouched).take(3).cloned().collect();
+    accept(&f.set, &decided, "before");
+    fs_err::remove_file(f.doc(&deleted)).unwrap_or_else(|e| panic!("{e}"));
+    f.edit(edited, "events are kept for 90 days", "events are kept for 120 days, then archived");
+    let run = f.refresh(&["--new-queries", "0"]);
+    run.assert_code(0);
+    let changes = query_changes(&run);
+    assert_queue(&run, &changes);
+    let queue = run.jsonl("review_queue.jsonl");
+    let ids = queue_ids(&queue);
+    let retired: Vec<&String> = changes.iter().filter(|(_, c)| c.0 == "retired").map(|(id, _)| id).collect();
+    let retired_queued: Vec<&String> =
+        retired.iter().copied().filter(|id| queue_ids(&previous).contains(id)).collect();
+    assert!(!retired_queued.is_empty(), "a query of the previous queue retired with {deleted}");
+    assert!(retired_queued.iter().all(|id| !ids.contains(id)), "a retired query leaves the queue");
+    let queued: Vec<Value> = queue.iter().filter(|i| i["refresh"]["version"] == 3).cloned().collect();
+    assert!(queued.iter().any(|i| i["refresh"]["change"] == "retargeted"), "{queued:?}");
+    let carried_decided: Vec<&Value> = decided
+        .iter()
+        .filter(|d| ids[queued.len()..].iter().any(|id| id == str_field(d, "/query_id")))
+        .collect();
+    assert_eq!(carried_decided.len(), 3, "the decided items the refresh did not change stay queued");
+
+    // Decisions applied before the refresh still count for the items it carried over; the
+    // queries it queued are strata of their own, every one of them in the queue.
+    let status = parse(&review(&run, &["status", "--json"]));
+    assert_eq!((total_of(&status, "queue"), total_of(&status, "reviewed")), (queue.len() as u64, 3));
+    assert_eq!(status["refreshed"], true);
+    let refreshed: Vec<&Value> = status["types"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["strata"].as_array().into_iter().flatten())
+        .filter(|s| s["refreshed"] == true)
+        .collect();
+    assert_eq!(refreshed.iter().map(|s| s["queue"].as_u64().unwrap_or(0)).sum::<u64>(), queued.len() as u64);
+    assert!(refreshed.iter().all(|s| s["queue"] == s["in_set"]), "{refreshed:?}");
+
+    // `--only changed` exports exactly the changed part, with what the refresh did; a decision
+    // applied since takes an item out of it, not out of the whole queue.
+    let only = exported(&run, &["--only", "changed"]);
+    assert_eq!(queue_ids(&only), queue_ids(&queued));
+    for (exported, queued) in only.iter().zip(&queued) {
+        assert_eq!(exported["refresh"], queued["refresh"]);
+        assert_eq!(str_field(exported, "/refresh/change"), changes[str_field(exported, "/query_id")].0);
+    }
+    accept(&run, &only[..1], "after");
+    let only_now = exported(&run, &["--only", "changed"]);
+    assert_eq!(queue_ids(&only_now), queue_ids(&queued[1..]), "the decided one is skipped");
+    let all = exported(&run, &[]);
+    assert_eq!(queue_ids(&all), ids, "the whole queue keeps every item");
+    let status = parse(&review(&run, &["status", "--json"]));
+    assert_eq!(total_of(&status, "reviewed"), 4);
+}
+
+/// The sum of `key` over the types of a `review status --json`.
+fn total_of(status: &Value, key: &str) -> u64 {
+    status["types"].as_array().into_iter().flatten().map(|t| t[key].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn every_export_format_shows_what_the_refresh_changed() {
+    let f = fixture(&sample_corpus(), &[]);
+    let old = chunk_with(&f.set, "events are kept for 90 days");
+    f.edit(
+        "admin/audit-log.md",
+        "events are kept for 90 days",
+        "events are kept for 120 days, then archived",
+    );
+    let run = f.refresh(&["--new-queries", "0"]);
+    run.assert_code(0);
+    let changes = query_changes(&run);
+    let (id, (_, log)) = changes
+        .iter()
+        .find(|(_, c)| c.0 == "retargeted")
+        .unwrap_or_else(|| panic!("a retargeted query: {changes:?}"));
+    let reason = str_field(log, "/reason");
+    let csv_path = run.out.join("../changed.csv");
+    review(&run, &["export", "--format", "csv", "--only", "changed", "--to", path_str(&csv_path)]);
+    let mut csv = csv::Reader::from_path(&csv_path).unwrap_or_else(|e| panic!("{e}"));
+    let header: Vec<String> =
+        csv.headers().unwrap_or_else(|e| panic!("{e}")).iter().map(str::to_owned).collect();
+    assert_eq!(
+        header[..7],
+        ["query_id", "type", "status", "reason", "refresh_change", "refresh_reason", "refresh_old_sources"]
+    );
+    let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.unwrap_or_else(|e| panic!("{e}"))).collect();
+    let row = rows.iter().find(|r| &r[0] == id.as_str()).unwrap_or_else(|| panic!("{id} in the CSV"));
+    assert_eq!([&row[4], &row[5], &row[6]], ["retargeted", reason, old.as_str()]);
+
+    let tasks_path = run.out.join("../changed.json");
+    review(&run, &["export", "--format", "label-studio", "--only", "changed", "--to", path_str(&tasks_path)]);
+    let tasks: Vec<Value> = serde_json::from_str(&fs_err::read_to_string(&tasks_path).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let task = tasks
+        .iter()
+        .find(|t| t["data"]["query_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} in the tasks"));
+    assert!(str_field(task, "/data/heading").ends_with(&format!(" · refresh: retargeted · {id}")), "{task}");
+    assert_eq!(
+        str_field(task, "/data/refresh"),
+        format!(
+            "<div style=\"background: #fff4e5; padding: 4px 8px; margin-top: 8px\"><b>Changed by the refresh to version 2: retargeted</b><div>{reason}</div><div>old sources: {old}</div></div>"
+        )
+    );
+    let config = fs_err::read_to_string(tasks_path.with_extension("xml")).unwrap_or_default();
+    assert!(config.contains("  <Text name=\"query\" value=\"$query\"/>\n  <HyperText name=\"refresh\" value=\"$refresh\" inline=\"true\"/>\n"), "{config}");
+
+    // The whole queue: the items the refresh carried over show no change, and their tasks an
+    // empty one.
+    let all = exported(&run, &[]);
+    assert!(all.iter().any(|i| i.get("refresh").is_none()));
+    for item in &all {
+        let change = changes[str_field(item, "/query_id")].0.as_str();
+        let carried = ["kept", "remapped", "pool_judged"].contains(&change);
+        assert_eq!(item.get("refresh").is_none(), carried, "{change}: {item}");
+    }
+}
+
+#[test]
+fn only_changed_on_a_set_no_refresh_made_says_so_and_refresh_takes_no_review_size() {
+    let f = fixture(&sample_corpus(), &[]);
+    let out = path_str(&f.set.out).to_owned();
+    let ran = finished(
+        &f.set.out,
+        &qrelgen(&["review", "export", "--set", &out, "--format", "jsonl", "--only", "changed"]),
+    );
+    ran.assert_code(2);
+    assert!(ran.stdout.is_empty(), "{}", ran.stdout);
+    assert!(
+        ran.stderr.contains("no refresh has run on this set since it was built")
+            && ran.stderr.contains("hint: drop --only changed to export the whole review queue"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!ran.stderr.contains("changelog.jsonl"), "{}", ran.stderr);
+    // A plain export of a set never refreshed has no refresh fields.
+    let all = exported(&f.set, &[]);
+    assert!(all.iter().all(|i| i.get("refresh").is_none()));
+    let before = snapshot(&f.set.out);
+    f.edit("admin/audit-log.md", "events are kept for 90 days", "events are kept for 120 days");
+    for flag in ["--review-size", "--review-min-per-type"] {
+        let run = f.refresh(&[flag, "10"]);
+        run.assert_code(2);
+        assert!(run.stderr.contains(&format!("{flag} does not apply to a refresh")), "{}", run.stderr);
+    }
+    assert_eq!(snapshot(&f.set.out), before, "nothing written");
 }
 
 #[test]
@@ -815,7 +1045,14 @@ async fn with_judge_pool_the_judge_grades_the_chunks_new_to_a_pool_and_only_once
     assert_eq!(change, "pool_judged", "{log}");
     assert_eq!(log["pool_grades"], json!([{"chunk": new_chunk, "grade": 3}]));
     assert!(log.get("new_pool").is_none(), "nothing left unjudged: {log}");
-    assert!(run.jsonl("review_queue.jsonl").is_empty(), "a judged pool is not queued");
+    // A judged pool is not queued: the build's item stays, made again with the new chunk in its
+    // pool and the judge's grade.
+    let queue = run.jsonl("review_queue.jsonl");
+    assert_eq!(queue_ids(&queue), std::slice::from_ref(&query));
+    assert!(queue[0].get("refresh").is_none(), "{}", queue[0]);
+    let pooled =
+        queue[0]["pool"].as_array().into_iter().flatten().find(|p| p["chunk_id"] == new_chunk.as_str());
+    assert_eq!(pooled.map(|p| p["grade"].clone()), Some(json!(3)), "{}", queue[0]);
     assert_eq!(parse(&run.file("manifest.json"))["refresh"]["llm_calls"], 1);
 
     // The same refresh again (a copy of the set before it, with the cache it filled): no call.
