@@ -340,7 +340,9 @@ impl<'a> Recheck<'a> {
             (ChunkChange::Unchanged, _) => Target::Same,
             (ChunkChange::Moved, Some(new)) => Target::To(new, Chosen::Sure),
             (ChunkChange::Edited | ChunkChange::Split | ChunkChange::Merged, Some(best)) => {
-                let holding = mapping.targets.iter().map(|(id, _)| id).find(|t| self.holds(t, candidate));
+                // The evidence decides: an LLM's answer is "taken from the passages", not quoted.
+                let holding =
+                    mapping.targets.iter().map(|(id, _)| id).find(|t| self.holds(t, candidate, false));
                 match holding {
                     Some(new) if !candidate.evidence.is_empty() => Target::To(new.clone(), Chosen::Sure),
                     _ => Target::To(best, Chosen::Alike),
@@ -359,21 +361,21 @@ impl<'a> Recheck<'a> {
         })
     }
 
-    /// Whether the new chunk `id` holds every evidence quote and the answer (when it has one)
-    /// of `candidate`.
-    fn holds(&self, id: &ChunkId, candidate: &Candidate) -> bool {
+    /// Whether the new chunk `id` holds every evidence quote of `candidate`, and, `with_answer`,
+    /// its answer (when it has one).
+    fn holds(&self, id: &ChunkId, candidate: &Candidate, with_answer: bool) -> bool {
         let Some(text) = self.index.position(id).and_then(|p| self.index.text(p).ok()) else {
             return false;
         };
         let text = Quotable::new(&text);
-        let answer = candidate.answer.iter().filter(|a| !a.trim().is_empty());
+        let answer = candidate.answer.iter().filter(|a| with_answer && !a.trim().is_empty());
         candidate.evidence.iter().chain(answer).all(|quote| text.holds(quote))
     }
 
-    /// The first chunk of a search with the evidence that holds it.
+    /// The first chunk of a search with the evidence that holds it and the answer.
     fn search_evidence(&self, candidate: &Candidate) -> Result<Option<ChunkId>> {
         let hits = self.index.search(&candidate.evidence.join(" "), EVIDENCE_SEARCH_DEPTH)?;
-        Ok(hits.iter().map(|h| self.index.chunk_id(h.chunk)).find(|id| self.holds(id, candidate)))
+        Ok(hits.iter().map(|h| self.index.chunk_id(h.chunk)).find(|id| self.holds(id, candidate, true)))
     }
     /// Topic chunks in the new corpus: unchanged, or their most alike new chunk; deleted ones go.
     fn remap(&self, ids: &[ChunkId]) -> Vec<ChunkId> {

@@ -1608,6 +1608,30 @@ async fn an_edited_source_whose_evidence_is_gone_is_graded_by_the_judge_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_edited_source_that_still_holds_its_evidence_is_relabelled_without_a_call() {
+    let s = llm_set("direct=1").await;
+    let (id, line) = &s.query;
+    let old = sources(line)[0].clone();
+    let evidence = parse(line)["metadata"]["evidence"].clone();
+    // A sentence of the page edited, the evidence quote (the second paragraph) left as it was.
+    s.edit_keys(&[("from the admin console", "from the admin console or the command line")]);
+    let requests = s.counters.requests();
+    let run = s.refresh(&s.set, &[]).await;
+    let new = chunk_with(&run, "or the command line");
+    assert_eq!(chunk_changes(&run), [(old.clone(), new.clone(), "edited".to_owned())]);
+    assert_eq!(s.counters.requests(), requests, "the evidence decided: no call");
+    let (change, log) = &query_changes(&run)[id];
+    assert_eq!(change, "relabelled", "{log}");
+    assert_eq!(log["reason"], "its chunks moved or changed, and still hold its text or evidence");
+    assert_eq!(rows(&run), [row(id, &new, "3", "refresh")]);
+    let now = parse(&lines(&run)[id]);
+    assert_eq!(now["metadata"]["evidence"], evidence, "the quote is kept");
+    assert_eq!(now["metadata"]["refresh"], json!({"change": "relabelled", "old_sources": [old]}));
+    let outcome = &parse(&run.file("manifest.json"))["refresh"];
+    assert_eq!((&outcome["llm_calls"], &outcome["llm_cache_hits"]), (&json!(0), &json!(0)), "{outcome}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_edited_source_the_judge_grades_too_low_retires_its_query() {
     let s = llm_set("direct=1").await;
     let (id, line) = &s.query;
