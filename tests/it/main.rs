@@ -17,6 +17,7 @@ mod pooling;
 mod readme;
 mod rebuild;
 mod refresh;
+mod refresh_identity;
 mod report;
 mod review;
 mod validate;
