@@ -8,7 +8,10 @@
 # the tasks, annotates them as two users (through the API, and one task through the UI in
 # headless Chromium, with a screenshot of a task with empty slots), exports JSON and JSON-MIN,
 # and applies both with `qrelgen review apply` (JSON and JSON-MIN must give the same version), then
-# compares the two users of the second project with `review agree`.
+# compares the two users of the second project with `review agree`. Then it refreshes the reviewed
+# set from a changed copy of the corpus, imports `review export --only changed` into a third
+# project (the refresh's note checked in the UI, with a screenshot), annotates three tasks, applies
+# the export, and checks that `--only changed` no longer lists them.
 # With --update-fixtures the exports are copied to tests/fixtures/label-studio/, which
 # tests/it/review.rs applies in `cargo test`.
 #
@@ -65,9 +68,30 @@ echo "== review agree, JSON-MIN export"
 "$qrelgen" review agree --set "$work/set" --decisions "$work/agree-min.json" --reviewer-map "$map" | head -3
 "$qrelgen" review status --set "$work/json-set" | head -8
 
+echo "== refresh of the reviewed set from a changed corpus; its queue through Label Studio"
+changed=$work/changed
+cp -r corpora/harbor-sync "$changed"
+sed -i 's/events are kept for 90 days/events are kept for 120 days/' "$changed/admin/audit-log.md"
+sed -i 's/Each person can hold up to 20 active/Each person can hold up to 50 active/' "$changed/api/api-tokens.md"
+rm "$changed/billing/changing-your-plan.md"
+"$qrelgen" refresh --set "$work/json-set" --corpus "$changed"
+"$qrelgen" review export --set "$work/json-set" --only changed --format label-studio --to "$work/ls-refresh/tasks.json"
+"$python" tests/interop/label_studio_refresh.py "http://127.0.0.1:$port" "$token" admin@example.org "$password" \
+  "$work/ls-refresh/tasks.json" "$work/ls-refresh/tasks.xml" "$work"
+"$qrelgen" review apply --set "$work/json-set" --decisions "$work/refresh-export.json" --reviewer-map "$map"
+"$qrelgen" review export --set "$work/json-set" --only changed --format jsonl --to "$work/still-changed.jsonl"
+"$python" - "$work/refresh-decided.txt" "$work/still-changed.jsonl" << 'EOF'
+import json, sys
+decided = open(sys.argv[1]).read().split()
+left = [json.loads(line)["query_id"] for line in open(sys.argv[2])]
+if set(decided) & set(left):
+    sys.exit(f"decided in Label Studio but still queued: {sorted(set(decided) & set(left))}")
+print(f"--only changed after the apply: {len(left)} items left, none of the {len(decided)} decided")
+EOF
+
 if $update; then
   mkdir -p tests/fixtures/label-studio
-  cp "$work"/{export,export-min,agree,agree-min}.json "$work/annotators.txt" tests/fixtures/label-studio/
+  cp "$work"/{export,export-min,agree,agree-min,refresh-export}.json "$work/annotators.txt" tests/fixtures/label-studio/
   "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["release"])' "$work/version.json" \
     > tests/fixtures/label-studio/label-studio-version.txt
   echo "fixtures updated in tests/fixtures/label-studio/"

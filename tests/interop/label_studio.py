@@ -7,45 +7,15 @@ Only the standard library, plus websocket-client for the Chromium steps (skipped
     python3 label_studio.py URL TOKEN EMAIL PASSWORD TASKS.json CONFIG.xml OUT_DIR
 """
 
-import base64
-import json
-import shutil
-import subprocess
+import os
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ls_client import Browser, Client, choice, text  # noqa: E402
 
 url, token, email, password, tasks_path, config_path, out = sys.argv[1:8]
-
-
-def api(method, path, body=None):
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    request = urllib.request.Request(
-        url + path,
-        method=method,
-        data=data,
-        headers={"Authorization": "Token " + token, "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            text = response.read()
-    except urllib.error.HTTPError as e:
-        sys.exit(f"{method} {path}: HTTP {e.code}: {e.read()[:2000]!r}")
-    return json.loads(text) if text else None
-
-
-def choice(control, to_name, value):
-    return {"from_name": control, "to_name": to_name, "type": "choices", "value": {"choices": [value]}}
-
-
-def text(control, *lines):
-    return {"from_name": control, "to_name": "query", "type": "textarea", "value": {"text": list(lines)}}
-
-
-def annotate(task, user, result):
-    api("POST", f"/api/tasks/{task['id']}/annotations/", {"completed_by": user, "result": result})
+client = Client(url, token)
+api, annotate = client.api, client.annotate
 
 
 def kind(task):
@@ -59,9 +29,7 @@ def empty(task, slot):
 # Two projects with the same tasks: one for `review apply` (one judgment per query, by two
 # users), one for `review agree` (both users judge the same queries); and a second annotator.
 def project(title):
-    made = api("POST", "/api/projects", {"title": title, "label_config": open(config_path).read()})
-    api("POST", f"/api/projects/{made['id']}/import", open(tasks_path, "rb").read())
-    return made, api("GET", f"/api/tasks?project={made['id']}&page_size=1000")["tasks"]
+    return client.project(title, config_path, tasks_path)
 
 
 project_apply, tasks = project("qrelgen review")
@@ -118,79 +86,19 @@ print(f"annotated: direct {direct['data']['query_id']}, paraphrase {paraphrase['
       f"empty-slot grade {slip['data']['query_id']}, bob {short['data']['query_id']}")
 
 # The UI: a screenshot of a task with empty slots, then grade and accept one task by clicking.
-try:
-    import websocket  # websocket-client
-except ImportError:
-    websocket = None
-chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-if websocket is None or chromium is None:
-    print("skipping the UI steps: needs chromium and the websocket-client package")
-else:
-    profile = tempfile.mkdtemp(prefix="qrelgen-chromium-")
-    port = 9233
-    browser = subprocess.Popen(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-         f"--remote-debugging-port={port}", f"--remote-allow-origins=http://127.0.0.1:{port}",
-         "--window-size=1400,2600", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+browser = Browser.start(url, email, password)
+if browser is not None:
     try:
-        for _ in range(100):
-            try:
-                pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json"))
-                page = next(p for p in pages if p["type"] == "page")
-                break
-            except Exception:
-                time.sleep(0.2)
-        ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=120, suppress_origin=True)
-        ids = iter(range(1, 1 << 30))
-
-        def call(method, **params):
-            i = next(ids)
-            ws.send(json.dumps({"id": i, "method": method, "params": params}))
-            while True:
-                message = json.loads(ws.recv())
-                if message.get("id") == i:
-                    if "error" in message:
-                        raise RuntimeError(f"{method}: {message['error']}")
-                    return message.get("result", {})
-
-        def evaluate(js):
-            result = call("Runtime.evaluate", expression=js, awaitPromise=True, returnByValue=True)
-            return result.get("result", {}).get("value")
-
-        def wait_for(js, seconds=90):
-            deadline = time.time() + seconds
-            while time.time() < deadline:
-                if evaluate(js):
-                    return
-                time.sleep(0.5)
-            raise RuntimeError(f"timed out waiting for {js}")
-
-        def open_task(task):
-            call("Page.navigate", url=f"{url}/projects/{project_apply['id']}/data?task={task['id']}")
-            wait_for("[...document.querySelectorAll('label')].some(l => l.textContent.includes('answers fully'))")
-            time.sleep(3)
-
-        call("Page.enable")
-        call("Emulation.setDeviceMetricsOverride", width=1400, height=2600, deviceScaleFactor=1, mobile=False)
-        call("Page.navigate", url=url + "/user/login/")
-        wait_for("!!document.querySelector('input[name=email]')")
-        evaluate(f"""document.querySelector('input[name=email]').value = {json.dumps(email)};
-            document.querySelector('input[name=password]').value = {json.dumps(password)};
-            document.querySelector('form').submit(); true""")
-        time.sleep(3)
-        open_task(short)
-        shown = evaluate("[...document.querySelectorAll('label')].filter(l => l.textContent.includes('answers fully')).length")
+        browser.open_task(project_apply, short)
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('label')].filter(l => l.textContent.includes('answers fully')).length")
         slots = sum(1 for k, v in short["data"].items() if k.endswith("_id") and k != "query_id" and v)
         print(f"task {short['id']}: {slots} chunks, {shown} rows of grade buttons shown")
         if shown != slots:
             sys.exit(f"the UI shows grade buttons for {shown} slots, the task has {slots} chunks")
-        shot = call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        open(f"{out}/task-{short['id']}.png", "wb").write(base64.b64decode(shot["data"]))
-        print(f"screenshot: {out}/task-{short['id']}.png")
-        open_task(ui)
-        clicked = evaluate("""(async () => {
+        browser.screenshot(f"{out}/task-{short['id']}.png")
+        browser.open_task(project_apply, ui)
+        clicked = browser.evaluate("""(async () => {
             const labels = [...document.querySelectorAll('label')];
             const pick = text => labels.find(l => l.textContent.trim().startsWith(text));
             for (const text of ['3 = answers fully', 'Accept as it is']) { const l = pick(text); if (!l) return 'missing ' + text; l.click(); }
@@ -205,20 +113,11 @@ else:
         if clicked != "submitted":
             sys.exit(f"the UI annotation failed: {clicked}")
     finally:
-        browser.terminate()
-        browser.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+        browser.close()
 
 # The exports, as Label Studio's export dialog offers them.
 for made, prefix in [(project_apply, "export"), (project_agree, "agree")]:
     for kind_name, suffix in [("JSON", ""), ("JSON_MIN", "-min")]:
-        request = urllib.request.Request(f"{url}/api/projects/{made['id']}/export?exportType={kind_name}",
-                                         headers={"Authorization": "Token " + token})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            exported = json.loads(response.read())
-        with open(f"{out}/{prefix}{suffix}.json", "w") as f:
-            json.dump(exported, f, ensure_ascii=False, indent=1)
-            f.write("\n")
-        print(f"{kind_name}: {len(exported)} records in {out}/{prefix}{suffix}.json")
+        client.export(made, kind_name, f"{out}/{prefix}{suffix}.json")
 with open(f"{out}/annotators.txt", "w") as f:
     f.write(f"# Label Studio user id = name\n{ann}=ann\n{bob}=bob\n")

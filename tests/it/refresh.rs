@@ -4,6 +4,7 @@
 //! the mock server.
 
 use super::mock::{self, Behaviour};
+use super::review::fixture as label_studio_fixture;
 use super::{Run, build, path_str, qrelgen, qrelgen_with_env, sample_corpus, str_field, tempdir, write};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -709,6 +710,60 @@ fn the_refreshs_queue_is_what_changed_then_the_previous_queue_and_decisions_stil
 /// The sum of `key` over the types of a `review status --json`.
 fn total_of(status: &Value, key: &str) -> u64 {
     status["types"].as_array().into_iter().flatten().map(|t| t[key].as_u64().unwrap_or(0)).sum()
+}
+
+/// The queue of a refresh of the sample set, reviewed as `tests/interop/label-studio.sh` does:
+/// the build's queue decided in a real Label Studio and applied, then the corpus changed.
+fn label_studio_reviewed_and_refreshed() -> Fixture {
+    let f = fixture(&sample_corpus(), &[]);
+    let map = label_studio_fixture("annotators.txt");
+    let decisions = label_studio_fixture("export.json");
+    review(&f.set, &["apply", "--decisions", path_str(&decisions), "--reviewer-map", path_str(&map)]);
+    f.edit("admin/audit-log.md", "events are kept for 90 days", "events are kept for 120 days");
+    f.edit(
+        "api/api-tokens.md",
+        "Each person can hold up to 20 active",
+        "Each person can hold up to 50 active",
+    );
+    fs_err::remove_file(f.doc("billing/changing-your-plan.md")).unwrap_or_else(|e| panic!("{e}"));
+    f.refresh(&[]).assert_code(0);
+    f
+}
+
+#[test]
+fn a_real_label_studio_export_of_the_refreshs_queue_applies_and_settles_it() {
+    let f = label_studio_reviewed_and_refreshed();
+    let export = label_studio_fixture("refresh-export.json");
+    let tasks: Vec<Value> = serde_json::from_str(&fs_err::read_to_string(&export).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ids = |items: &[Value], pointer: &str| -> Vec<String> {
+        items.iter().map(|t| str_field(t, pointer).to_owned()).collect()
+    };
+    let hint = "the fixture no longer fits: rerun tests/interop/label-studio.sh --update-fixtures";
+    let queued = exported(&f.set, &["--only", "changed"]);
+    assert_eq!(ids(&tasks, "/data/query_id"), ids(&queued, "/query_id"), "{hint}");
+    for task in &tasks {
+        assert!(str_field(task, "/data/heading").contains(" · refresh: "), "{task}");
+        assert!(str_field(task, "/data/refresh").contains("Changed by the refresh to version 3"), "{task}");
+    }
+
+    let map = label_studio_fixture("annotators.txt");
+    let applied =
+        review(&f.set, &["apply", "--decisions", path_str(&export), "--reviewer-map", path_str(&map)]);
+    assert!(
+        applied.starts_with("version 4 of ")
+            && applied.contains(
+                ": 2 accepted, 0 edited, 0 answerable, 1 rejected, 1 grades; 94 queries, 261 qrels rows"
+            ),
+        "{applied}"
+    );
+    assert!(exported(&f.set, &["--only", "changed"]).is_empty(), "every changed item is settled");
+    let graded = &tasks[2]["data"];
+    let (query, chunk) = (str_field(graded, "/query_id"), str_field(graded, "/source_1_id"));
+    let row = rows(&f.set).into_iter().find(|r| r.0 == query && r.1 == chunk);
+    assert_eq!(row.map(|r| (r.2, r.3)), Some(("2".to_owned(), "human".to_owned())), "{query} {chunk}");
+    let rejected = str_field(&tasks[1]["data"], "/query_id");
+    assert!(!lines(&f.set).contains_key(rejected), "{rejected} was rejected");
 }
 
 #[test]

@@ -1180,7 +1180,7 @@ fn label_studio_user_ids_are_named_by_reviewer_or_reviewer_map_and_json_min_is_r
 /// A file of `tests/fixtures/label-studio/`: exports from a real Label Studio (the version in
 /// `label-studio-version.txt`), made by `tests/interop/label-studio.sh --update-fixtures` from the
 /// sample set this suite builds.
-fn fixture(name: &str) -> PathBuf {
+pub(super) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/label-studio").join(name)
 }
 
