@@ -26,7 +26,8 @@ struct Doc {
     extension: usize,
     chinese: bool,
     headings: bool,
-    crlf: bool,
+    /// `\n` or `\r\n`.
+    line_end: &'static str,
     bom: bool,
     /// Index of an earlier document whose text this one copies.
     copy_of: Option<usize>,
@@ -39,7 +40,7 @@ fn english_word(n: u16) -> String {
     let n = usize::from(n % 500);
     [n % 50, (n / 50) % 10 * 5 + n % 5, (n * 7) % 50]
         .iter()
-        .map(|&s| format!("{}{}", CONSONANTS[s / 5 % 10], VOWELS[s % 5]))
+        .flat_map(|&s| [CONSONANTS[s / 5 % 10], VOWELS[s % 5]])
         .collect()
 }
 
@@ -77,42 +78,49 @@ impl Doc {
         let heading = |k: usize| format!("Section {k}");
         let text = match (EXTENSIONS[self.extension], self.headings) {
             ("html", _) => {
-                let body: String = sections
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| format!("<h2>{}</h2><p>{s}</p>\n", heading(k)))
-                    .collect();
+                let body = each(sections, |k, s| format!("<h2>{}</h2><p>{s}</p>\n", heading(k)));
                 format!(
                     "<html><head><title>{}</title></head><body>\n{body}</body></html>\n",
                     NAMES[self.name]
                 )
             }
             ("md", true) => {
-                let body: String = sections
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| format!("## {}\n\n{s}\n\n", heading(k)))
-                    .collect();
+                let body = each(sections, |k, s| format!("## {}\n\n{s}\n\n", heading(k)));
                 format!("# {}\n\n{body}", NAMES[self.name])
             }
             _ => sections.join("\n\n") + "\n",
         };
-        let text = if self.crlf { text.replace('\n', "\r\n") } else { text };
+        let text = text.replace('\n', self.line_end);
         if self.bom { format!("\u{feff}{text}") } else { text }
     }
+}
+
+/// `section(k, text)` of every section, concatenated.
+fn each(sections: &[String], section: impl Fn(usize, &str) -> String) -> String {
+    sections.iter().enumerate().map(|(k, s)| section(k, s)).collect::<Vec<_>>().concat()
 }
 
 fn doc() -> impl Strategy<Value = Doc> {
     let paragraph = prop::collection::vec(0u16..2000, 20..70);
     (
         (0..FOLDERS.len(), 0..NAMES.len(), 0..EXTENSIONS.len()),
-        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), prop::sample::select(["\n", "\r\n"].as_slice()), any::<bool>()),
         prop::option::weighted(0.2, 0usize..8),
         prop::collection::vec(paragraph, 1..5),
     )
-        .prop_map(|((folder, name, extension), (chinese, headings, crlf, bom), copy_of, paragraphs)| {
-            Doc { folder, name, extension, chinese, headings, crlf, bom, copy_of, paragraphs }
-        })
+        .prop_map(
+            |((folder, name, extension), (chinese, headings, line_end, bom), copy_of, paragraphs)| Doc {
+                folder,
+                name,
+                extension,
+                chinese,
+                headings,
+                line_end,
+                bom,
+                copy_of,
+                paragraphs,
+            },
+        )
 }
 
 /// Writes `docs` under `root`; a copy takes the sections of an earlier document.
