@@ -503,7 +503,7 @@ fn assert_same(got: &BTreeMap<String, String>, expected: &BTreeMap<String, Strin
 }
 
 /// Replies stored in a cache file (the preflight's mode note included).
-fn cached_replies(cache: &Path) -> usize {
+pub(super) fn cached_replies(cache: &Path) -> usize {
     let conn = rusqlite::Connection::open(cache).unwrap();
     let count: i64 = conn
         .query_row("SELECT COUNT(*) FROM replies WHERE finish_reason IS NOT NULL", [], |r| r.get(0))
@@ -560,10 +560,11 @@ async fn a_run_killed_mid_way_resumes_without_paying_twice() {
     assert_same(&outputs(&rerun), &outputs(&full));
 }
 
-async fn wait_for(counters: &Arc<Counters>, requests: usize) {
+/// Waits until the mock has seen `requests` requests (60 s at most).
+pub(super) async fn wait_for(counters: &Arc<Counters>, requests: usize) {
     let started = Instant::now();
     while counters.requests() < requests {
-        assert!(started.elapsed() < Duration::from_secs(60), "the build never made {requests} requests");
+        assert!(started.elapsed() < Duration::from_secs(60), "the run never made {requests} requests");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

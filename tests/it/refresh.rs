@@ -3,6 +3,7 @@
 //! `review apply`), the identity on an unchanged corpus, `--dry-run`, and the LLM path against
 //! the mock server.
 
+use super::llm;
 use super::mock::{self, Behaviour};
 use super::review::fixture as label_studio_fixture;
 use super::{Run, build, path_str, qrelgen, qrelgen_with_env, sample_corpus, str_field, tempdir, write};
@@ -965,6 +966,19 @@ fn a_refresh_chunks_chinese_documents_with_the_recorded_chinese_size_and_overlap
     assert_eq!(now["overlap_zh"], json!(10), "{now}");
 }
 
+/// Builds a set of 12 queries from `corpus` into `set` with the mock model at `base_url`.
+async fn build_llm(corpus: &Path, set: &Path, base_url: &str) {
+    let (c, s, u) = (path_str(corpus).to_owned(), path_str(set).to_owned(), base_url.to_owned());
+    let built = tokio::task::spawn_blocking(move || {
+        let args = ["build", "--corpus", &c, "--out", &s, "--base-url", &u, "--model", "mock-model"];
+        let sizes = ["--queries", "12", "--review-size", "6", "-q"];
+        qrelgen_with_env(&[&args[..], &sizes].concat(), &[("OPENAI_API_KEY", "sk-test")])
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(built.status.code(), Some(0), "{}", String::from_utf8_lossy(&built.stderr));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
     let (model, counters) = mock::model(Behaviour::Good);
@@ -974,32 +988,8 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
     let corpus = dir.path().join("corpus");
     copy_tree(&sample_corpus(), &corpus);
     let (set, spare) = (dir.path().join("set"), dir.path().join("spare"));
-    let (c, s, u) = (path_str(&corpus).to_owned(), path_str(&set).to_owned(), base_url.clone());
+    build_llm(&corpus, &set, &base_url).await;
     let env = [("OPENAI_API_KEY", "sk-test")];
-    let built = tokio::task::spawn_blocking(move || {
-        qrelgen_with_env(
-            &[
-                "build",
-                "--corpus",
-                &c,
-                "--out",
-                &s,
-                "--base-url",
-                &u,
-                "--model",
-                "mock-model",
-                "--queries",
-                "12",
-                "--review-size",
-                "6",
-                "-q",
-            ],
-            &env,
-        )
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(built.status.code(), Some(0), "{}", String::from_utf8_lossy(&built.stderr));
     copy_tree(&set, &spare);
     write(
         &corpus.join("admin/kiosks.md"),
@@ -1037,6 +1027,78 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
         fs_err::read_to_string(set.join("queries.jsonl")).ok(),
         "the resumed refresh writes the same set"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refresh_killed_mid_way_resumes_without_paying_twice() {
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.delay = std::time::Duration::from_millis(150);
+    let server = mock::start(model).await;
+    let base_url = format!("{}/v1", server.uri());
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_tree(&sample_corpus(), &corpus);
+    let (set, reference) = (dir.path().join("set"), dir.path().join("reference"));
+    build_llm(&corpus, &set, &base_url).await;
+    copy_tree(&set, &reference);
+    write(
+        &corpus.join("admin/kiosks.md"),
+        "# Kiosk mode\n\nKiosk mode locks the Harbor Sync desktop app to one shared folder and hides account \
+         settings from visitors. An administrator enables it in the admin console under Devices, then pairs the \
+         computer with a one-time code shown on its screen.\n",
+    );
+    let args = ["--new-queries", "8", "--queries-per-call", "2", "--concurrency", "1"];
+    let before = counters.requests();
+    refresh_llm(&reference, &corpus, &args, "sk-test").await.assert_code(0);
+    let total = counters.requests() - before;
+
+    let cache = set.join("llm-cache.sqlite");
+    let paid_by_the_build = llm::cached_replies(&cache);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_qrelgen"))
+        .args(["refresh", "--set", path_str(&set), "--corpus", path_str(&corpus), "-q"])
+        .args(args)
+        .env("OPENAI_API_KEY", "sk-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = counters.requests();
+    // Four requests seen: the first two replies (150 ms each) are stored.
+    llm::wait_for(&counters, started + 4).await;
+    child.kill().unwrap_or_else(|e| panic!("{e}"));
+    let _ = child.wait();
+    let paid = llm::cached_replies(&cache) - paid_by_the_build;
+    assert!(paid >= 2 && paid < total, "{paid} of {total} calls were paid before the kill");
+    assert!(
+        !set.join("refresh").exists() && !set.join("versions").exists(),
+        "a killed refresh publishes nothing"
+    );
+    assert_eq!(
+        fs_err::read(set.join("queries.jsonl")).ok(),
+        fs_err::read(reference.join("versions/v1/queries.jsonl")).ok()
+    );
+
+    let before_rerun = counters.requests();
+    let rerun = refresh_llm(&set, &corpus, &args, "sk-test").await;
+    rerun.assert_code(0);
+    assert_eq!(
+        counters.requests() - before_rerun,
+        total - paid,
+        "the rerun makes only the calls not yet paid"
+    );
+    for file in [
+        "queries.jsonl",
+        "qrels.trec",
+        "qrels/provenance.tsv",
+        "refresh/changelog.jsonl",
+        "review_queue.jsonl",
+    ] {
+        assert_eq!(
+            fs_err::read_to_string(set.join(file)).ok(),
+            fs_err::read_to_string(reference.join(file)).ok(),
+            "{file}: the resumed refresh writes what an uninterrupted one does"
+        );
+    }
 }
 
 /// Runs `qrelgen refresh --set SET --corpus CORPUS ARGS…` off the async runtime, with `key` in
