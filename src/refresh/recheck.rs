@@ -240,7 +240,14 @@ impl<'a> Recheck<'a> {
         no_answer: bool,
     ) -> Result<Rechecked> {
         let mut checked = Rechecked::retiring(line);
-        let targets = self.source_targets(&candidate)?;
+        let mut targets = self.source_targets(&candidate)?;
+        // A no_answer query's source is the chunk it was modelled on, not an answer: when it is
+        // deleted the query is re-checked against the new corpus like any other no_answer query.
+        let sources = targets.len();
+        if no_answer {
+            targets.retain(|(_, t)| !matches!(t, Target::Gone(_)));
+        }
+        let modelled_on_gone = targets.len() < sources;
         self.move_rows(&mut checked, rows, &candidate, &targets)?;
         let gone = targets.iter().find_map(|(_, t)| if let Target::Gone(r) = t { Some(r) } else { None });
         if let Some(reason) = gone {
@@ -248,7 +255,10 @@ impl<'a> Recheck<'a> {
             return Ok(checked);
         }
         dedup_rows(&mut checked.qrels);
-        if targets.iter().all(|(_, t)| matches!(t, Target::Same)) && checked.lost.is_empty() {
+        if targets.iter().all(|(_, t)| matches!(t, Target::Same))
+            && checked.lost.is_empty()
+            && !modelled_on_gone
+        {
             checked.change = QueryChange::Remapped;
             "its sources are unchanged; derived labels moved or went with their chunks"
                 .clone_into(&mut checked.reason);
@@ -270,6 +280,9 @@ impl<'a> Recheck<'a> {
         }
         (checked.change, checked.reason) = if no_answer && dropped {
             (QueryChange::MayBeAnswerable, format!("the new corpus may answer it ({label})"))
+        } else if modelled_on_gone {
+            let reason = "the chunk it was modelled on was deleted; the new corpus does not answer it";
+            (QueryChange::Relabelled, format!("{reason} ({label})"))
         } else if confirmed {
             let reason = "its chunks moved or changed, and still hold its text or evidence";
             (QueryChange::Relabelled, reason.to_owned())
@@ -336,9 +349,12 @@ impl<'a> Recheck<'a> {
     fn target(&self, id: &ChunkId, candidate: &Candidate, source: bool) -> Result<Target> {
         let Some(mapping) = self.map.get(id) else { return Ok(Target::Same) };
         let best = mapping.targets.first().map(|(id, _)| id.clone());
+        // Every word 3-gram the same (line ends, spacing or markup changed): the text is the old one.
+        let same_words = mapping.targets.first().is_some_and(|(_, similarity)| *similarity >= 1.0);
         Ok(match (mapping.change, best) {
             (ChunkChange::Unchanged, _) => Target::Same,
             (ChunkChange::Moved, Some(new)) => Target::To(new, Chosen::Sure),
+            (ChunkChange::Edited, Some(new)) if same_words => Target::To(new, Chosen::Sure),
             (ChunkChange::Edited | ChunkChange::Split | ChunkChange::Merged, Some(best)) => {
                 // The evidence decides: an LLM's answer is "taken from the passages", not quoted.
                 let holding =

@@ -396,6 +396,56 @@ fn deleting_a_document_retires_its_queries_with_a_reason() {
 }
 
 #[test]
+fn deleting_the_chunk_a_no_answer_query_was_modelled_on_keeps_it_for_review() {
+    let f = fixture(&sample_corpus(), &[]);
+    let before = lines(&f.set);
+    let modelled = |doc: &str| {
+        let on = |id: &&String| {
+            before[*id].contains("\"type\":\"no_answer\"") && sources(&before[*id])[0].starts_with(doc)
+        };
+        before.keys().filter(on).cloned().collect::<Vec<_>>()
+    };
+    let ids = modelled("admin/audit-log.md");
+    assert!(!ids.is_empty(), "a no_answer query modelled on the audit log");
+    fs_err::remove_file(f.doc("admin/audit-log.md")).unwrap_or_else(|e| panic!("{e}"));
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    let (changes, now) = (query_changes(&run), lines(&run));
+    let queued = queue_ids(&exported(&run, &["--only", "changed"]));
+    for id in &ids {
+        let (change, log) = &changes[id];
+        assert_eq!(change, "relabelled", "{log}");
+        assert!(str_field(log, "/reason").starts_with("the chunk it was modelled on was deleted"), "{log}");
+        assert!(sources(&now[id]).is_empty(), "{}", now[id]);
+        assert!(queued.contains(id), "{id} is queued for review");
+    }
+}
+
+#[test]
+fn a_line_end_change_carries_human_labels() {
+    let f = fixture(&sample_corpus(), &[]);
+    let mut items = exported(&f.set, &[]);
+    for item in items.iter_mut().filter(|i| i["type"] == "direct") {
+        item["sources"][0]["grade"] = json!(2);
+    }
+    accept(&f.set, &items, "graded");
+    let human = |run: &Run| rows(run).into_iter().filter(|r| r.3 == "human").count();
+    let before = human(&f.set);
+    let first = rows(&f.set).into_iter().find(|r| r.3 == "human").unwrap_or_else(|| panic!("a human row"));
+    let doc = first.1.split(':').next().unwrap_or_default();
+    let text = fs_err::read_to_string(f.doc(doc)).unwrap_or_else(|e| panic!("{e}"));
+    f.write_doc(doc, &text.replace('\n', "\r\n"));
+    let run = f.refresh(&[]);
+    run.assert_code(0);
+    assert!(chunk_changes(&run).iter().all(|c| c.2 == "edited"), "{:?}", chunk_changes(&run));
+    assert_eq!(human(&run), before, "every human row carried");
+    for (id, (change, log)) in query_changes(&run) {
+        assert!(log.get("human_not_carried").is_none(), "{id}: {log}");
+        assert!(change == "kept" || change == "relabelled" || change == "remapped", "{id}: {log}");
+    }
+}
+
+#[test]
 fn renaming_a_document_relabels_every_label_and_retires_nothing() {
     let f = fixture(&sample_corpus(), &[]);
     let before = (lines(&f.set), rows(&f.set));
