@@ -1016,6 +1016,31 @@ fn a_refresh_chunks_chinese_documents_with_the_recorded_chinese_size_and_overlap
     assert_eq!(now["overlap_zh"], json!(10), "{now}");
 }
 
+/// A mock model answering after `delay_ms`, and a folder with a copy of the sample corpus
+/// (`corpus`) and a set built from it with that model (`set`).
+async fn llm_scene(
+    delay_ms: u64,
+) -> (wiremock::MockServer, std::sync::Arc<mock::Counters>, tempfile::TempDir) {
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.delay = std::time::Duration::from_millis(delay_ms);
+    let server = mock::start(model).await;
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    copy_tree(&sample_corpus(), &corpus);
+    build_llm(&corpus, &dir.path().join("set"), &format!("{}/v1", server.uri())).await;
+    (server, counters, dir)
+}
+
+/// Adds a page on a new feature to `corpus`.
+fn add_kiosk_page(corpus: &Path) {
+    write(
+        &corpus.join("admin/kiosks.md"),
+        "# Kiosk mode\n\nKiosk mode locks the Harbor Sync desktop app to one shared folder and hides account \
+         settings from visitors. An administrator enables it in the admin console under Devices, then pairs the \
+         computer with a one-time code shown on its screen.\n",
+    );
+}
+
 /// Builds a set of 12 queries from `corpus` into `set` with the mock model at `base_url`.
 async fn build_llm(corpus: &Path, set: &Path, base_url: &str) {
     let (c, s, u) = (path_str(corpus).to_owned(), path_str(set).to_owned(), base_url.to_owned());
@@ -1031,22 +1056,11 @@ async fn build_llm(corpus: &Path, set: &Path, base_url: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
-    let (model, counters) = mock::model(Behaviour::Good);
-    let server = mock::start(model).await;
-    let base_url = format!("{}/v1", server.uri());
-    let dir = tempdir();
-    let corpus = dir.path().join("corpus");
-    copy_tree(&sample_corpus(), &corpus);
-    let (set, spare) = (dir.path().join("set"), dir.path().join("spare"));
-    build_llm(&corpus, &set, &base_url).await;
+    let (_server, counters, dir) = llm_scene(0).await;
+    let (corpus, set, spare) = (dir.path().join("corpus"), dir.path().join("set"), dir.path().join("spare"));
     let env = [("OPENAI_API_KEY", "sk-test")];
     copy_tree(&set, &spare);
-    write(
-        &corpus.join("admin/kiosks.md"),
-        "# Kiosk mode\n\nKiosk mode locks the Harbor Sync desktop app to one shared folder and hides account \
-         settings from visitors. An administrator enables it in the admin console under Devices, then pairs the \
-         computer with a one-time code shown on its screen.\n",
-    );
+    add_kiosk_page(&corpus);
     let before = counters.requests();
     let refresh = |set: PathBuf| {
         let c = path_str(&corpus).to_owned();
@@ -1081,22 +1095,11 @@ async fn the_llm_path_calls_only_for_new_material_and_never_twice() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refresh_killed_mid_way_resumes_without_paying_twice() {
-    let (mut model, counters) = mock::model(Behaviour::Good);
-    model.delay = std::time::Duration::from_millis(150);
-    let server = mock::start(model).await;
-    let base_url = format!("{}/v1", server.uri());
-    let dir = tempdir();
-    let corpus = dir.path().join("corpus");
-    copy_tree(&sample_corpus(), &corpus);
-    let (set, reference) = (dir.path().join("set"), dir.path().join("reference"));
-    build_llm(&corpus, &set, &base_url).await;
+    let (_server, counters, dir) = llm_scene(150).await;
+    let (corpus, set, reference) =
+        (dir.path().join("corpus"), dir.path().join("set"), dir.path().join("reference"));
     copy_tree(&set, &reference);
-    write(
-        &corpus.join("admin/kiosks.md"),
-        "# Kiosk mode\n\nKiosk mode locks the Harbor Sync desktop app to one shared folder and hides account \
-         settings from visitors. An administrator enables it in the admin console under Devices, then pairs the \
-         computer with a one-time code shown on its screen.\n",
-    );
+    add_kiosk_page(&corpus);
     let args = ["--new-queries", "8", "--queries-per-call", "2", "--concurrency", "1"];
     let before = counters.requests();
     refresh_llm(&reference, &corpus, &args, "sk-test").await.assert_code(0);
