@@ -348,14 +348,14 @@ impl<'a> Recheck<'a> {
     /// Where the old chunk `id` went, for `candidate` (a `source` is searched for when deleted).
     fn target(&self, id: &ChunkId, candidate: &Candidate, source: bool) -> Result<Target> {
         let Some(mapping) = self.map.get(id) else { return Ok(Target::Same) };
-        let best = mapping.targets.first().map(|(id, _)| id.clone());
-        // Every word 3-gram the same (line ends, spacing or markup changed): the text is the old one.
-        let same_words = mapping.targets.first().is_some_and(|(_, similarity)| *similarity >= 1.0);
-        Ok(match (mapping.change, best) {
+        Ok(match (mapping.change, mapping.targets.first().cloned()) {
             (ChunkChange::Unchanged, _) => Target::Same,
-            (ChunkChange::Moved, Some(new)) => Target::To(new, Chosen::Sure),
-            (ChunkChange::Edited, Some(new)) if same_words => Target::To(new, Chosen::Sure),
-            (ChunkChange::Edited | ChunkChange::Split | ChunkChange::Merged, Some(best)) => {
+            (ChunkChange::Moved, Some((new, _))) => Target::To(new, Chosen::Sure),
+            // Every word 3-gram the same (line ends, spacing or markup changed): the old text.
+            (ChunkChange::Edited, Some((new, similarity))) if similarity >= 1.0 => {
+                Target::To(new, Chosen::Sure)
+            }
+            (ChunkChange::Edited | ChunkChange::Split | ChunkChange::Merged, Some((best, _))) => {
                 // The evidence decides: an LLM's answer is "taken from the passages", not quoted.
                 let holding =
                     mapping.targets.iter().map(|(id, _)| id).find(|t| self.holds(t, candidate, false));

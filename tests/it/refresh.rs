@@ -73,7 +73,7 @@ fn finished(out: &Path, output: &std::process::Output) -> Run {
 }
 
 /// Every file under `dir`, as bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(super) fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walkdir::WalkDir::new(dir)
         .into_iter()
         .flatten()

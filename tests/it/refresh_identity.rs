@@ -4,11 +4,11 @@
 //! whose `index/` was removed. The same corpus, a copy of it in another folder, and a dry run
 //! each say "nothing changed" and leave every byte as it was.
 
+use super::refresh::snapshot;
 use super::{path_str, qrelgen, tempdir, write};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const FOLDERS: [&str; 3] = ["", "ops/", "ops/deep/"];
 /// Names whose document ids collide once sanitized (`notes v2`, `notes_v2`) or differ by case.
@@ -134,16 +134,6 @@ fn write_corpus(root: &Path, docs: &[Doc]) {
         write(&root.join(doc.path()), doc.render(&own));
         sections.push(own);
     }
-}
-
-/// Every file under `dir`, as bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .flatten()
-        .filter(|e| e.file_type().is_file())
-        .map(|e| (e.path().strip_prefix(dir).unwrap_or(e.path()).to_owned(), fs_err::read(e.path()).unwrap()))
-        .collect()
 }
 
 /// Runs `qrelgen refresh` of `set` from `corpus` and checks that it changed nothing.
