@@ -32,6 +32,29 @@ pub enum OnMiss {
     Flag,
 }
 
+/// What decides whether an answerable query stays: its sources' BM25 ranks, or the judge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[derive(strum::VariantArray, strum::Display)]
+#[strum(serialize_all = "snake_case")]
+pub enum Gate {
+    /// The round trip: a source must rank within the top N (`--on-miss` decides a miss).
+    #[default]
+    RoundTrip,
+    /// The LLM judge: the source must answer the query (grade ≥ 2; each hop of a `multi_hop`
+    /// query graded above 0), and `--on-miss` decides a failure. BM25 ranks are only measured,
+    /// so the set does not select for what BM25 finds.
+    Judge,
+}
+
+impl Gate {
+    /// Whether this is the round trip (the gate the manifest leaves unwritten, as before gates).
+    #[must_use]
+    pub fn is_round_trip(&self) -> bool {
+        *self == Self::RoundTrip
+    }
+}
+
 /// Which hops of a `multi_hop` query must be in the top N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -63,6 +86,9 @@ pub struct FilterConfig {
     pub top_n: usize,
     /// What to do with a miss.
     pub on_miss: OnMiss,
+    /// What decides whether a query stays; the round trip unless `--gate judge`.
+    #[serde(default, skip_serializing_if = "Gate::is_round_trip")]
+    pub gate: Gate,
     /// The rule for `multi_hop` queries.
     pub multi_hop_rule: HopRule,
     /// Chunks in each query's pool: the top hits that are not its sources.
@@ -487,9 +513,12 @@ impl<'a> RoundTrip<'a> {
         })
     }
 
+    /// A found source passes; a miss goes as `--on-miss` says, or, when the judge is the gate,
+    /// stays for the judge to decide (the miss recorded as the reason).
     fn miss_rule(&self, found: bool, miss: Reason) -> (Status, Reason) {
         match (found, self.config.on_miss) {
             (true, _) => (Status::Kept, Reason::SourceInTopN),
+            (false, _) if self.config.gate == Gate::Judge => (Status::Kept, miss),
             (false, OnMiss::Drop) => (Status::Dropped, miss),
             (false, OnMiss::Flag) => (Status::Flagged, miss),
         }
@@ -600,6 +629,7 @@ mod tests {
         FilterConfig {
             top_n,
             on_miss,
+            gate: Gate::RoundTrip,
             multi_hop_rule,
             pool_depth: 2,
             max_paraphrase_overlap: 1.0,
@@ -624,6 +654,11 @@ mod tests {
         with_filter(config(1, OnMiss::Flag, HopRule::All), |f| {
             let miss = candidate(QueryType::Direct, "password links", &[0], None);
             check(f, &miss, Status::Flagged, Reason::SourceNotInTopN, &[None]);
+        });
+        let judged = FilterConfig { gate: Gate::Judge, ..config(1, OnMiss::Drop, HopRule::All) };
+        with_filter(judged, |f| {
+            let miss = candidate(QueryType::Direct, "password links", &[0], None);
+            check(f, &miss, Status::Kept, Reason::SourceNotInTopN, &[None]);
         });
     }
 
@@ -795,6 +830,7 @@ mod tests {
     #[test]
     fn labels_are_serdes_names() {
         crate::testing::labels_are_serde_names(|v: OnMiss| v.to_string());
+        crate::testing::labels_are_serde_names(|v: Gate| v.to_string());
         crate::testing::labels_are_serde_names(|v: HopRule| v.to_string());
         crate::testing::labels_are_serde_names(|v: OnCopy| v.to_string());
     }

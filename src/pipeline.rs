@@ -128,7 +128,9 @@ pub fn build(
         if requests.is_empty() {
             break;
         }
+        let before = rounds.tally();
         rounds.run(round, &mut stages, &filter, &index, &requests, *progress, &mut timings)?;
+        rounds.find_stalls(round, &before);
     }
 
     let shortfalls = rounds.shortfalls(&quotas);

@@ -239,6 +239,14 @@ pub enum Reason {
     Reclassified,
     /// The judge gave no usable grade: kept for a reviewer to decide.
     JudgeFailed,
+    /// The sources miss the top N, but the judge grades them as answering the query
+    /// (`--gate judge`): kept.
+    JudgeAnswers,
+    /// The judge grades the source of a `direct` or `paraphrase` query below 2: it does not
+    /// answer the query (`--gate judge`).
+    SourceNotAnswering,
+    /// The judge grades a hop of a `multi_hop` query 0: not relevant (`--gate judge`).
+    HopNotRelevant,
 }
 
 impl Reason {

@@ -11,7 +11,7 @@
 use crate::dedup::Dedup;
 use crate::error::Result;
 use crate::filter::RoundTrip;
-use crate::generate::{Generator, Margin, Quotas, Request, top_up};
+use crate::generate::{Generator, Margin, Quotas, Request, stalled, top_up};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::judge::{Asks, Judge, JudgeConfig, LlmJudge, Phase};
@@ -119,7 +119,20 @@ pub(crate) struct Rounds {
     pub(crate) seen: HashSet<QueryId>,
     /// Rounds run.
     pub(crate) done: u32,
+    /// Types whose top-ups stopped, and the round that stalled each.
+    stalls: BTreeMap<QueryType, Stall>,
 }
+
+/// A top-up round that added far fewer queries of a type than planned ([`stalled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stall {
+    round: u32,
+    planned: usize,
+    added: usize,
+}
+
+/// A type's requests planned and places filled so far: what a round's yield is measured from.
+pub(crate) type Tally = BTreeMap<QueryType, (usize, usize)>;
 
 impl Rounds {
     pub(crate) fn new(quotas: &Quotas, dedup_threshold: f64, judge: JudgeConfig) -> Self {
@@ -135,6 +148,7 @@ impl Rounds {
             counts,
             seen: HashSet::new(),
             done: 0,
+            stalls: BTreeMap::new(),
         }
     }
 
@@ -161,12 +175,27 @@ impl Rounds {
     pub(crate) fn to_plan(&self, margin: Margin) -> Quotas {
         self.counts
             .iter()
-            .filter(|(_, c)| Self::deficit(c) > 0)
-            .map(|(&t, c)| {
-                let keep_rate = if c.planned == 0 { 1.0 } else { c.filled as f64 / c.planned as f64 };
-                (t, top_up(Self::deficit(c), keep_rate, margin))
-            })
+            .filter(|(t, c)| Self::deficit(c) > 0 && !self.stalls.contains_key(t))
+            .map(|(&t, c)| (t, top_up(Self::deficit(c), keep_rate(c.planned, c.filled), margin)))
             .collect()
+    }
+
+    /// Each type's planned requests and filled places, before a round.
+    pub(crate) fn tally(&self) -> Tally {
+        self.counts.iter().map(|(&t, c)| (t, (c.planned, c.filled))).collect()
+    }
+
+    /// Stops planning the types a top-up `round` stalled: the round's yield, measured against
+    /// `before`, far below the keep rate it was planned with ([`stalled`]).
+    pub(crate) fn find_stalls(&mut self, round: u32, before: &Tally) {
+        for (&t, c) in &self.counts {
+            let Some(&(planned, filled)) = before.get(&t) else { continue };
+            let (now_planned, added) = (c.planned - planned, c.filled - filled);
+            let topped_up = planned > 0 && now_planned > 0;
+            if topped_up && Self::deficit(c) > 0 && stalled(now_planned, added, keep_rate(planned, filled)) {
+                self.stalls.insert(t, Stall { round, planned: now_planned, added });
+            }
+        }
     }
 
     fn generate(
@@ -366,17 +395,27 @@ impl Rounds {
                     query_type: t,
                     wanted,
                     got,
-                    cause: shortfall_cause(&counts),
+                    cause: shortfall_cause(&counts, self.stalls.get(&t)),
                 })
             })
             .collect()
     }
 }
 
+/// The share of planned requests that joined the set (1 before any were planned).
+fn keep_rate(planned: usize, filled: usize) -> f64 {
+    if planned == 0 { 1.0 } else { filled as f64 / planned as f64 }
+}
+
 /// Why a type fell short, in a few words pointing at the fix.
-fn shortfall_cause(counts: &TypeCounts) -> String {
+fn shortfall_cause(counts: &TypeCounts, stall: Option<&Stall>) -> String {
     let failed: usize = counts.generation_failures.values().sum();
-    if counts.planned == 0 {
+    if let Some(s) = stall {
+        format!(
+            "top-ups stopped after round {}: it added {} of {} requests planned, far below the rate so far (the corpus may hold no more such queries; see report.md and rejects.jsonl)",
+            s.round, s.added, s.planned
+        )
+    } else if counts.planned == 0 {
         "nothing could be planned: no chunk with 5+ distinct query words left under --per-doc-cap".to_owned()
     } else if counts.planned < counts.requested && counts.dropped == 0 && failed == 0 {
         format!("only {} could be planned: chunks or --per-doc-cap ran out", counts.planned)
@@ -405,7 +444,32 @@ mod tests {
 
     fn rounds(direct: usize) -> Rounds {
         let quotas: Quotas = [(QueryType::Direct, direct)].into_iter().collect();
-        Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, on_answered: OnAnswered::Drop })
+        Rounds::new(&quotas, 0.9, JudgeConfig { pool: 0, on_answered: OnAnswered::Drop, gate: None })
+    }
+
+    #[test]
+    fn a_top_up_round_far_below_its_planned_yield_stops_the_type() {
+        let mut rounds = rounds(100);
+        let direct = |r: &mut Rounds| r.count(QueryType::Direct).clone();
+        rounds.count(QueryType::Direct).planned = 100;
+        rounds.count(QueryType::Direct).filled = 50;
+        let before = rounds.tally();
+        rounds.find_stalls(1, &Tally::new());
+        assert!(rounds.stalls.is_empty(), "round 1 has no planned yield to fall below");
+        // Round 2 plans 100 at the keep rate 0.5 and gets 45: within chance.
+        rounds.count(QueryType::Direct).planned += 100;
+        rounds.count(QueryType::Direct).filled += 45;
+        rounds.find_stalls(2, &before);
+        assert_eq!(rounds.to_plan(Margin::Expected).get(&QueryType::Direct), Some(&11), "5 / 0.475");
+        // Round 3 plans 20 and gets 1: stalled.
+        let before = rounds.tally();
+        rounds.count(QueryType::Direct).planned += 20;
+        rounds.count(QueryType::Direct).filled += 1;
+        rounds.find_stalls(3, &before);
+        assert!(rounds.to_plan(Margin::Safe).is_empty());
+        let cause = &rounds.shortfalls(&[(QueryType::Direct, 100)].into_iter().collect())[0].cause;
+        assert!(cause.starts_with("top-ups stopped after round 3: it added 1 of 20 requests"), "{cause}");
+        assert_eq!(direct(&mut rounds).filled, 96);
     }
 
     #[test]

@@ -178,6 +178,9 @@ fn settings_of(config: &Value) -> Map<String, Value> {
     for key in ["top_n", "on_miss", "multi_hop_rule", "pool_depth", "max_paraphrase_overlap", "on_copy"] {
         put(key, at(&format!("/filter/{key}")));
     }
+    // A set without a recorded gate was built with the round trip as its gate.
+    let round_trip = serde_json::Value::from("round_trip");
+    put("gate", at("/filter/gate").or(Some(&round_trip)));
     put("dedup_threshold", at("/dedup_threshold"));
     put("chunk_dup_threshold", at("/chunk_dup_threshold"));
     put("judge_pool", at("/judge/pool"));

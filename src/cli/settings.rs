@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use qrelgen::BuildConfig;
 use qrelgen::chunk::{ChunkConfig, SizeUnit};
 use qrelgen::config::{GeneratorConfig, LlmSetup};
-use qrelgen::filter::{FilterConfig, HopRule, OnCopy, OnMiss};
+use qrelgen::filter::{FilterConfig, Gate, HopRule, OnCopy, OnMiss};
 use qrelgen::generate::{JsonMode, LlmGeneration, Mix, TopicConfig, parse_shares};
 use qrelgen::index::Segmenter;
 use qrelgen::judge::{JudgeConfig, OnAnswered};
@@ -97,15 +97,21 @@ settings! {
     /// A query's source must rank within the top N of a BM25 search with it [default: 10].
     #[arg(long, value_name = "N", help_heading = "Round-trip filter")]
     top_n: usize,
-    /// A query whose source misses the top N: drop it, or keep it flagged for review [default: drop].
+    /// A query whose source misses the top N: drop it, or keep it flagged for review; with
+    /// `--gate judge`, a query whose source the judge says does not answer it [default: drop].
     #[arg(long, value_enum, help_heading = "Round-trip filter")]
     on_miss: OnMissArg,
+    /// What decides whether a query stays: `judge`, the LLM judge grades its source (BM25 ranks
+    /// are only measured, so the set does not favour what BM25 finds), or `round-trip`, its
+    /// source must rank within --top-n [default: judge with an LLM, round-trip offline].
+    #[arg(long, value_enum, help_heading = "Round-trip filter")]
+    gate: GateArg,
     /// Which hops of a multi_hop query must rank within the top N [default: all].
     #[arg(long, value_enum, help_heading = "Round-trip filter")]
     multi_hop_rule: HopRuleArg,
     /// Chunks in each query's pool: the top hits besides its sources, shown to reviewers and
     /// graded by the judge with --judge-pool; the LLM judge checks no_answer queries against
-    /// this many top hits [default: 5].
+    /// this many top hits [default: 5, or --judge-pool when that is more].
     #[arg(long, value_name = "N", help_heading = "Round-trip filter")]
     pool_depth: usize,
     /// Drop a query whose words (Chinese: character pairs) overlap a query already in the set
@@ -126,7 +132,8 @@ settings! {
     #[arg(long, value_name = "0..1", help_heading = "Quality controls")]
     chunk_dup_threshold: f64,
     /// Have the LLM judge grade the first K chunks of each query's pool 0–3; grades ≥ 1 become
-    /// extra qrels rows (provenance "judge") [default: 0, no pool judging].
+    /// extra qrels rows (provenance "judge"). At most --pool-depth, which it raises when that is
+    /// not given [default: 0, no pool judging].
     #[arg(long, value_name = "K", help_heading = "Quality controls")]
     judge_pool: usize,
     /// A TREC run file (`qid Q0 docid rank score tag`) of a retriever you want to compare, for
@@ -246,6 +253,14 @@ pub enum OnMissArg {
     Flag,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateArg {
+    Judge,
+    #[serde(alias = "round-trip")]
+    RoundTrip,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnCopyArg {
@@ -353,6 +368,15 @@ impl Settings {
         }
     }
 
+    /// The gate: the judge when an LLM is there, unless told otherwise.
+    fn gate(&self) -> Gate {
+        match self.gate {
+            Some(GateArg::Judge) => Gate::Judge,
+            None if self.wants_llm() => Gate::Judge,
+            Some(GateArg::RoundTrip) | None => Gate::RoundTrip,
+        }
+    }
+
     /// The language asked for, if any.
     pub fn language(&self) -> Option<Language> {
         self.language.and_then(|l| match l {
@@ -408,6 +432,7 @@ impl Settings {
             dedup_threshold: self.dedup_threshold.unwrap_or(0.8),
             chunk_dup_threshold: self.chunk_dup_threshold.unwrap_or(0.9),
             judge: JudgeConfig {
+                gate: (self.gate() == Gate::Judge).then_some(self.filter_config().on_miss),
                 pool: self.judge_pool.unwrap_or(0),
                 on_answered: if self.reclassify == Some(true) {
                     OnAnswered::Reclassify
@@ -495,9 +520,17 @@ impl Settings {
                 "invalid --pool-depth 0 with the LLM judge: it checks no_answer queries against the top chunks\nhint: use --pool-depth 1 or more"
             );
         }
-        if !self.wants_llm() && (self.judge_pool.is_some_and(|k| k > 0) || self.reclassify == Some(true)) {
+        let judged = self.judge_pool.is_some_and(|k| k > 0) || self.reclassify == Some(true);
+        if !self.wants_llm() && (judged || self.gate == Some(GateArg::Judge)) {
             bail!(
-                "--judge-pool and --reclassify need the LLM judge\nhint: pass --base-url and --model (or set OPENAI_BASE_URL and QRELGEN_MODEL)"
+                "--judge-pool, --reclassify and --gate judge need the LLM judge\nhint: pass --base-url and --model (or set OPENAI_BASE_URL and QRELGEN_MODEL)"
+            );
+        }
+        if let (Some(k), Some(depth)) = (self.judge_pool, self.pool_depth)
+            && k > depth
+        {
+            bail!(
+                "invalid --judge-pool {k}: it grades the first K chunks of a pool of --pool-depth {depth}\nhint: raise --pool-depth to {k}, or leave it out (it then follows --judge-pool)"
             );
         }
         Ok(())
@@ -526,6 +559,7 @@ impl Settings {
                 OnMissArg::Drop => OnMiss::Drop,
                 OnMissArg::Flag => OnMiss::Flag,
             },
+            gate: self.gate(),
             multi_hop_rule: match self.multi_hop_rule.unwrap_or(HopRuleArg::All) {
                 HopRuleArg::All => HopRule::All,
                 HopRuleArg::Any => HopRule::Any,

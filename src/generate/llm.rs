@@ -447,8 +447,9 @@ impl<'a> LlmGenerator<'a> {
     async fn ask(&self, call: &Call) -> std::result::Result<Asked<Vec<ReplyQuery>>, LlmError> {
         let messages = self.messages(call).map_err(|e| LlmError::Body(e.to_string()))?;
         let format = self.response_format(self.mode.mode);
+        // An empty list is an answer ("nothing fits these passages"), not a reply to repair:
+        // asking again would pay for the same answer.
         let parse = |content: &str| match parse_reply(content) {
-            Ok(queries) if queries.is_empty() => Err("the reply has no queries".to_owned()),
             Ok(queries) => self.wrong_language(&queries).map_or(Ok(queries), Err),
             Err(error) => Err(error),
         };
@@ -513,6 +514,7 @@ fn fail_all(call: &Call, unusable: &Unusable) -> Generated {
 /// left without a query fail, surplus queries are ignored.
 fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
     let mut generated = Generated::default();
+    let nothing_fits = queries.is_empty();
     for task in &call.tasks {
         let same_style =
             queries.iter().position(|q| q.query_type == task.query_type && q.style == task.style);
@@ -533,7 +535,11 @@ fn assign(call: &Call, mut queries: Vec<ReplyQuery>) -> Generated {
             None => generated.failures.push(Failure {
                 request: task.request,
                 kind: FailureKind::MissingQuery,
-                reason: format!("the reply has no {} query for this request", task.query_type),
+                reason: if nothing_fits {
+                    "the model found no query that fits these passages (an empty list)".to_owned()
+                } else {
+                    format!("the reply has no {} query for this request", task.query_type)
+                },
                 reply: None,
             }),
         }

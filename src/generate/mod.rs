@@ -17,7 +17,7 @@ pub use llm::{
 };
 pub use offline::{OfflineGenerator, TopicConfig};
 pub(crate) use plan::auto_cap;
-pub use plan::{Margin, Mix, Planner, Quotas, parse_shares, top_up};
+pub use plan::{Margin, Mix, Planner, Quotas, parse_shares, stalled, top_up};
 pub use prompt::Prompts;
 pub(crate) use reply::extract_json;
 pub(crate) use terms::is_query_word;

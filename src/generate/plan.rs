@@ -386,7 +386,7 @@ impl Margin {
 /// the least `n` with `n·p − z·√(n·p·(1−p)) ≥ deficit` (normal approximation).
 #[must_use]
 pub fn top_up(deficit: usize, keep_rate: f64, margin: Margin) -> usize {
-    let p = keep_rate.max(1.0 / MAX_TOP_UP_FACTOR);
+    let p = planned_yield(keep_rate);
     if margin == Margin::Expected || p >= 1.0 {
         return (deficit as f64 * (1.0 / p).min(MAX_TOP_UP_FACTOR)).ceil() as usize;
     }
@@ -394,6 +394,29 @@ pub fn top_up(deficit: usize, keep_rate: f64, margin: Margin) -> usize {
     let spread = LAST_ROUND_Z * (1.0 - p).sqrt();
     let root = f64::midpoint(spread, (spread * spread + 4.0 * deficit as f64).sqrt());
     (root * root / p - 1e-9).ceil().max(deficit as f64) as usize
+}
+
+/// The share of a top-up round's requests that planning counts on joining the set: the keep
+/// rate so far, but at least `1 / MAX_TOP_UP_FACTOR` (so a top-up plans at most four times its
+/// deficit).
+#[must_use]
+pub fn planned_yield(keep_rate: f64) -> f64 {
+    keep_rate.clamp(1.0 / MAX_TOP_UP_FACTOR, 1.0)
+}
+
+/// A top-up round whose yield is this unlikely under the planned one stalls its type.
+const STALL_P: f64 = 0.025;
+
+/// Whether a top-up round stalled: `added` of its `planned` requests joined the set, far fewer
+/// than [`planned_yield`] of `keep_rate` lets one expect (a one-sided binomial test at
+/// [`STALL_P`], the same 97.5 % the last round plans for). A stalled type is not planned again:
+/// more of the same requests would mostly pay for queries that do not join the set.
+#[must_use]
+pub fn stalled(planned: usize, added: usize, keep_rate: f64) -> bool {
+    let Ok(yields) = statrs::distribution::Binomial::new(planned_yield(keep_rate), planned as u64) else {
+        return false;
+    };
+    planned > 0 && statrs::distribution::DiscreteCDF::cdf(&yields, added as u64) < STALL_P
 }
 
 /// The default per-document cap: twice a fair share, at least 2.
@@ -422,6 +445,19 @@ mod tests {
         check_mix_error("drect=1", "unknown query type");
         check_mix_error("direct=-1,paraphrase=2", "not a number");
         check_mix_error("direct=0.5,direct=0.5", "given twice");
+    }
+
+    #[test]
+    fn a_round_stalls_when_its_yield_is_far_below_the_planned_one() {
+        // Planned at p = 0.5: 100 requests expect 50; P(X ≤ 39) ≈ 0.018, P(X ≤ 40) ≈ 0.028.
+        assert!(stalled(100, 39, 0.5));
+        assert!(!stalled(100, 40, 0.5));
+        // The planned yield is at least 1/4: 776 requests that add 2 queries stall.
+        assert!(stalled(776, 2, 0.01));
+        // A few requests that add nothing prove little: P(X = 0) = 0.75² ≈ 0.56.
+        assert!(!stalled(2, 0, 0.1));
+        assert!(!stalled(0, 0, 0.5), "nothing planned, nothing stalled");
+        assert!((planned_yield(0.01) - 0.25).abs() < 1e-12 && (planned_yield(0.6) - 0.6).abs() < 1e-12);
     }
 
     #[test]

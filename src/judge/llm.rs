@@ -45,8 +45,8 @@ impl<'a> LlmJudge<'a> {
     }
 
     /// The judge calls `requests` may cost once generated, and their prompt tokens: a call per
-    /// hop of a multi_hop query, per pooled chunk of a no_answer one, and `--judge-pool` per
-    /// answerable one (see [`calls_at_most`]). A hop's prompt is counted with its own chunk; a
+    /// hop of a multi_hop query (per source of any query with `--gate judge`), per pooled chunk of a no_answer one, and `--judge-pool` per
+    /// answerable one (see [`calls_at_most`]). A source's prompt is counted with its own chunk; a
     /// pooled chunk, not known yet, as large as the request's first source.
     ///
     /// # Errors
@@ -59,8 +59,8 @@ impl<'a> LlmJudge<'a> {
     ) -> Result<(u64, u64)> {
         let (mut calls, mut tokens) = (0, 0);
         for request in requests {
-            let CallsAtMost { hops, pool } = calls_at_most(request.query_type, config, pool_depth);
-            if hops {
+            let CallsAtMost { sources, pool } = calls_at_most(request.query_type, config, pool_depth);
+            if sources {
                 for &chunk in &request.sources {
                     calls += 1;
                     tokens += self.prompt_tokens(chunk)?;

@@ -20,6 +20,7 @@ mod llm;
 pub use llm::LlmJudge;
 
 use crate::error::Result;
+use crate::filter::OnMiss;
 use crate::index::ChunkIndex;
 use crate::llm::Unusable;
 use crate::progress::Stage;
@@ -58,6 +59,11 @@ pub trait Judge {
 /// Settings of the judge stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct JudgeConfig {
+    /// With `--gate judge`, what becomes of an answerable query whose source the judge says
+    /// does not answer it (`--on-miss`); `None` when the round trip is the gate. Recorded in
+    /// the manifest with the filter's settings.
+    #[serde(skip)]
+    pub gate: Option<OnMiss>,
     /// Pooled chunks graded per answerable query (`--judge-pool`); 0 = none.
     pub pool: usize,
     /// What becomes of a `no_answer` query that the corpus answers (recorded as
@@ -99,8 +105,8 @@ pub enum Phase {
 enum Asked {
     /// Nothing.
     Nothing,
-    /// Each hop of a `multi_hop` query, alone.
-    Hops,
+    /// Each source of the query (each hop of a `multi_hop` query), alone.
+    Sources,
     /// The first this many chunks of its pool (and, when pools are graded at all, every chunk a
     /// `--pool-run` run added: the point of pooling a run is that its finds get graded).
     Pool(usize),
@@ -110,27 +116,28 @@ enum Asked {
 fn asked(phase: Phase, query_type: QueryType, config: JudgeConfig) -> Asked {
     match (phase, query_type) {
         (Phase::Decide, QueryType::NoAnswer) => Asked::Pool(usize::MAX),
-        (Phase::Decide, QueryType::MultiHop) => Asked::Hops,
+        (Phase::Decide, QueryType::MultiHop) => Asked::Sources,
+        (Phase::Decide, QueryType::Direct | QueryType::Paraphrase) if config.gate.is_some() => Asked::Sources,
         (Phase::Decide, QueryType::Direct | QueryType::Paraphrase) => Asked::Nothing,
         (Phase::Pool, _) => Asked::Pool(config.pool),
     }
 }
 
 /// The asks a planned query of `query_type` may cost over both phases, at most: whether its
-/// hops are asked, and how many of the `pool_depth` chunks of its pool (a chunk graded in the
+/// sources are asked, and how many of the `pool_depth` chunks of its pool (a chunk graded in the
 /// first phase is not asked again in the second).
 #[must_use]
 pub fn calls_at_most(query_type: QueryType, config: JudgeConfig, pool_depth: usize) -> CallsAtMost {
     let phases = [Phase::Decide, Phase::Pool].map(|phase| asked(phase, query_type, config));
     let pool = phases.iter().filter_map(|a| if let Asked::Pool(take) = a { Some(*take) } else { None }).max();
-    CallsAtMost { hops: phases.contains(&Asked::Hops), pool: pool.unwrap_or(0).min(pool_depth) }
+    CallsAtMost { sources: phases.contains(&Asked::Sources), pool: pool.unwrap_or(0).min(pool_depth) }
 }
 
 /// The asks a planned query may cost, at most (see [`calls_at_most`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallsAtMost {
-    /// One ask per hop.
-    pub hops: bool,
+    /// One ask per source (per hop of a `multi_hop` query).
+    pub sources: bool,
     /// Asks about chunks of its pool.
     pub pool: usize,
 }
@@ -138,8 +145,8 @@ pub struct CallsAtMost {
 /// What one ask is for.
 #[derive(Debug, Clone, Copy)]
 enum Purpose {
-    /// A hop of a `multi_hop` query, judged alone.
-    Hop,
+    /// A source of the query (a hop of a `multi_hop` query), judged alone.
+    Source,
     /// The pool entry at this index.
     Pool(usize),
 }
@@ -224,12 +231,12 @@ fn purposes(item: &Checked, index: &ChunkIndex, config: JudgeConfig, phase: Phas
     let from_run = |p: &Pooled| p.pooled_by.iter().any(|s| crate::runs::is_run_source(s));
     match asked(phase, item.candidate.query_type, config) {
         Asked::Nothing => Vec::new(),
-        Asked::Hops => item
+        Asked::Sources => item
             .candidate
             .sources
             .iter()
             .filter_map(|id| index.position(id))
-            .map(|c| (Purpose::Hop, c))
+            .map(|c| (Purpose::Source, c))
             .collect(),
         Asked::Pool(take) => {
             let entries = item.verdict.pool.iter().enumerate();
@@ -253,11 +260,14 @@ fn record_pool_grades(item: &mut Checked, graded: &[(Purpose, Option<u8>)]) {
 
 /// The type's rule, from the deciding grades: a hop that answers alone rejects a multi_hop
 /// query; a chunk that answers a no_answer query drops it (or reclassifies it), and a
-/// no_answer query no chunk answers is confirmed. A missing grade flags the query.
+/// no_answer query no chunk answers is confirmed. A missing grade flags the query. With the
+/// judge as the gate, a source that does not answer its query (a hop that is not relevant)
+/// fails it as `--on-miss` says, and a query BM25 missed passes on the judge's word.
 fn decide(item: &mut Checked, graded: &[(Purpose, Option<u8>)], config: JudgeConfig) {
     let failed = graded.iter().any(|&(_, g)| g.is_none());
     let answered = graded.iter().any(|&(_, g)| g.is_some_and(|g| g >= ANSWERS));
-    let one_hop_answers = graded.iter().any(|&(p, g)| matches!(p, Purpose::Hop) && g == Some(FULLY));
+    let sources = || graded.iter().filter(|(p, _)| matches!(p, Purpose::Source)).map(|&(_, g)| g);
+    let one_hop_answers = sources().any(|g| g == Some(FULLY));
     let verdict = &mut item.verdict;
     match item.candidate.query_type {
         QueryType::MultiHop if one_hop_answers => verdict.mark(Status::Dropped, Reason::OneChunkAnswers),
@@ -267,7 +277,34 @@ fn decide(item: &mut Checked, graded: &[(Purpose, Option<u8>)], config: JudgeCon
         QueryType::NoAnswer if answered => verdict.mark(Status::Dropped, Reason::AnsweredInCorpus),
         _ if failed => verdict.mark(Status::Flagged, Reason::JudgeFailed),
         QueryType::NoAnswer => verdict.mark(Status::Kept, Reason::NoAnswerConfirmed),
-        _ => {}
+        _ => {
+            if let Some(on_miss) = config.gate {
+                gate(verdict, item.candidate.query_type, sources(), on_miss);
+            }
+        }
+    }
+}
+
+/// The judge as the gate of an answerable query: a source graded below 2 (a hop graded 0)
+/// fails it as `--on-miss` says; one BM25 missed but the judge passes is kept.
+fn gate(
+    verdict: &mut Verdict,
+    query_type: QueryType,
+    mut sources: impl Iterator<Item = Option<u8>>,
+    on_miss: OnMiss,
+) {
+    let (fails, failure) = match query_type {
+        QueryType::MultiHop => (sources.any(|g| g == Some(0)), Reason::HopNotRelevant),
+        _ => (sources.any(|g| g.is_some_and(|g| g < ANSWERS)), Reason::SourceNotAnswering),
+    };
+    if fails {
+        let status = match on_miss {
+            OnMiss::Drop => Status::Dropped,
+            OnMiss::Flag => Status::Flagged,
+        };
+        verdict.mark(status, failure);
+    } else if matches!(verdict.reason, Reason::SourceNotInTopN | Reason::HopNotInTopN) {
+        verdict.mark(Status::Kept, Reason::JudgeAnswers);
     }
 }
 
@@ -310,7 +347,7 @@ mod tests {
         }
     }
 
-    const NO_POOL: JudgeConfig = JudgeConfig { pool: 0, on_answered: OnAnswered::Drop };
+    const NO_POOL: JudgeConfig = JudgeConfig { pool: 0, on_answered: OnAnswered::Drop, gate: None };
 
     fn outcome(item: &Checked) -> (Status, Reason, Option<QueryType>) {
         (item.verdict.status, item.verdict.reason, item.verdict.relabelled)
@@ -318,20 +355,32 @@ mod tests {
 
     #[test]
     fn a_planned_query_may_cost_its_hops_and_the_deepest_pool_either_phase_grades() {
-        let pooled = JudgeConfig { pool: 3, on_answered: OnAnswered::Drop };
+        let pooled = JudgeConfig { pool: 3, on_answered: OnAnswered::Drop, gate: None };
         let at_most = |t, config| calls_at_most(t, config, 5);
-        assert_eq!(at_most(QueryType::NoAnswer, NO_POOL), CallsAtMost { hops: false, pool: 5 });
-        assert_eq!(at_most(QueryType::NoAnswer, pooled), CallsAtMost { hops: false, pool: 5 }, "graded once");
-        assert_eq!(at_most(QueryType::MultiHop, NO_POOL), CallsAtMost { hops: true, pool: 0 });
-        assert_eq!(at_most(QueryType::MultiHop, pooled), CallsAtMost { hops: true, pool: 3 });
-        assert_eq!(at_most(QueryType::Direct, NO_POOL), CallsAtMost { hops: false, pool: 0 });
-        assert_eq!(at_most(QueryType::Paraphrase, pooled), CallsAtMost { hops: false, pool: 3 });
+        assert_eq!(at_most(QueryType::NoAnswer, NO_POOL), CallsAtMost { sources: false, pool: 5 });
+        assert_eq!(
+            at_most(QueryType::NoAnswer, pooled),
+            CallsAtMost { sources: false, pool: 5 },
+            "graded once"
+        );
+        assert_eq!(at_most(QueryType::MultiHop, NO_POOL), CallsAtMost { sources: true, pool: 0 });
+        assert_eq!(at_most(QueryType::MultiHop, pooled), CallsAtMost { sources: true, pool: 3 });
+        assert_eq!(at_most(QueryType::Direct, NO_POOL), CallsAtMost { sources: false, pool: 0 });
+        assert_eq!(at_most(QueryType::Paraphrase, pooled), CallsAtMost { sources: false, pool: 3 });
         assert_eq!(calls_at_most(QueryType::Direct, pooled, 2).pool, 2, "never deeper than the pool");
+        let gated = JudgeConfig { gate: Some(OnMiss::Drop), ..NO_POOL };
+        assert_eq!(
+            at_most(QueryType::Direct, gated),
+            CallsAtMost { sources: true, pool: 0 },
+            "the gate asks"
+        );
     }
 
     #[test]
     fn on_answered_is_recorded_as_reclassify_true_or_false() {
-        let json = |on_answered| serde_json::to_string(&JudgeConfig { pool: 1, on_answered }).unwrap();
+        let json = |on_answered| {
+            serde_json::to_string(&JudgeConfig { pool: 1, on_answered, gate: Some(OnMiss::Drop) }).unwrap()
+        };
         assert_eq!(json(OnAnswered::Drop), r#"{"pool":1,"reclassify":false}"#);
         assert_eq!(json(OnAnswered::Reclassify), r#"{"pool":1,"reclassify":true}"#);
     }
@@ -339,14 +388,42 @@ mod tests {
     #[test]
     fn a_hop_that_answers_alone_rejects_a_multi_hop_query() {
         let mut one = item(QueryType::MultiHop, &[]);
-        decide(&mut one, &[(Purpose::Hop, Some(3)), (Purpose::Hop, Some(1))], NO_POOL);
+        decide(&mut one, &[(Purpose::Source, Some(3)), (Purpose::Source, Some(1))], NO_POOL);
         assert_eq!(outcome(&one), (Status::Dropped, Reason::OneChunkAnswers, None));
         let mut both = item(QueryType::MultiHop, &[]);
-        decide(&mut both, &[(Purpose::Hop, Some(2)), (Purpose::Hop, Some(2))], NO_POOL);
+        decide(&mut both, &[(Purpose::Source, Some(2)), (Purpose::Source, Some(2))], NO_POOL);
         assert_eq!(outcome(&both), (Status::Kept, Reason::SourceInTopN, None));
         let mut unsure = item(QueryType::MultiHop, &[]);
-        decide(&mut unsure, &[(Purpose::Hop, None), (Purpose::Hop, Some(2))], NO_POOL);
+        decide(&mut unsure, &[(Purpose::Source, None), (Purpose::Source, Some(2))], NO_POOL);
         assert_eq!(outcome(&unsure), (Status::Flagged, Reason::JudgeFailed, None));
+    }
+
+    #[test]
+    fn the_judge_as_gate_keeps_what_its_source_answers_whatever_bm25_found() {
+        let gated = |on_miss| JudgeConfig { gate: Some(on_miss), ..NO_POOL };
+        let missed = |query_type| {
+            let mut item = item(query_type, &[]);
+            item.verdict.mark(Status::Kept, Reason::SourceNotInTopN);
+            item
+        };
+        let mut answers = missed(QueryType::Paraphrase);
+        decide(&mut answers, &[(Purpose::Source, Some(2))], gated(OnMiss::Drop));
+        assert_eq!(outcome(&answers), (Status::Kept, Reason::JudgeAnswers, None));
+        let mut related = item(QueryType::Direct, &[]);
+        decide(&mut related, &[(Purpose::Source, Some(1))], gated(OnMiss::Drop));
+        assert_eq!(outcome(&related), (Status::Dropped, Reason::SourceNotAnswering, None), "found by BM25");
+        let mut flagged = missed(QueryType::Direct);
+        decide(&mut flagged, &[(Purpose::Source, Some(0))], gated(OnMiss::Flag));
+        assert_eq!(outcome(&flagged), (Status::Flagged, Reason::SourceNotAnswering, None));
+        let mut hops = missed(QueryType::MultiHop);
+        decide(&mut hops, &[(Purpose::Source, Some(1)), (Purpose::Source, Some(2))], gated(OnMiss::Drop));
+        assert_eq!(outcome(&hops), (Status::Kept, Reason::JudgeAnswers, None), "a hop may be related only");
+        let mut stray = item(QueryType::MultiHop, &[]);
+        decide(&mut stray, &[(Purpose::Source, Some(0)), (Purpose::Source, Some(2))], gated(OnMiss::Drop));
+        assert_eq!(outcome(&stray), (Status::Dropped, Reason::HopNotRelevant, None));
+        let mut ungated = missed(QueryType::Direct);
+        decide(&mut ungated, &[], NO_POOL);
+        assert_eq!(outcome(&ungated), (Status::Kept, Reason::SourceNotInTopN, None), "no gate, no change");
     }
 
     #[test]
@@ -357,7 +434,7 @@ mod tests {
         assert_eq!(outcome(&dropped), (Status::Dropped, Reason::AnsweredInCorpus, None));
         let mut kept = item(QueryType::NoAnswer, &["x", "y"]);
         record_pool_grades(&mut kept, &graded);
-        decide(&mut kept, &graded, JudgeConfig { pool: 0, on_answered: OnAnswered::Reclassify });
+        decide(&mut kept, &graded, JudgeConfig { pool: 0, on_answered: OnAnswered::Reclassify, gate: None });
         assert_eq!(outcome(&kept), (Status::Kept, Reason::Reclassified, Some(QueryType::Direct)));
         let pool: Vec<Option<u8>> = kept.verdict.pool.iter().map(|p| p.grade).collect();
         assert_eq!(pool, [Some(1), Some(2)]);
@@ -374,7 +451,7 @@ mod tests {
             asks: vec![ask(0), ask(1), ask(2)],
             plans: vec![
                 vec![],
-                vec![(Purpose::Hop, 1), (Purpose::Hop, 0)],
+                vec![(Purpose::Source, 1), (Purpose::Source, 0)],
                 vec![(Purpose::Pool(0), 1), (Purpose::Pool(1), 2)],
             ],
         };

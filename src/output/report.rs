@@ -4,6 +4,7 @@
 use super::beir::round4;
 use super::manifest::Manifest;
 use crate::corpus::Skipped;
+use crate::filter::Gate;
 use crate::index::ChunkIndex;
 use crate::record::{Checked, Difficulty, QueryType, Reason, Status};
 use std::collections::BTreeMap;
@@ -38,7 +39,11 @@ pub fn render_report(summary: &Summary<'_>) -> String {
     llm_section(&mut out, summary.manifest, summary.judged);
     styles_table(&mut out, summary.judged);
     reasons_table(&mut out, summary.manifest);
-    let decider = if summary.manifest.llm.is_some() { Decider::Judge } else { Decider::Lexical };
+    let decider = match (summary.manifest.llm.is_some(), summary.manifest.config.filter.gate) {
+        (false, _) => Decider::Lexical,
+        (true, Gate::Judge) => Decider::JudgeGate,
+        (true, Gate::RoundTrip) => Decider::Judge,
+    };
     controls_table(&mut out, summary.judged, decider);
     rank_histogram(&mut out, summary.judged, summary.manifest.config.filter.top_n);
     overlap_table(&mut out, summary.judged);
@@ -63,11 +68,18 @@ fn header(out: &mut String, m: &Manifest<'_>) {
     let _ = writeln!(out, "- chunks: {} (hash `{}`)", c.chunks, c.chunks_hash);
     let _ = writeln!(out, "- generator: {}, seed {}, {} round(s)", m.generator, m.seed, m.rounds);
     let f = &m.config.filter;
-    let _ = writeln!(
-        out,
-        "- round trip: top {}, on miss {}, multi-hop rule {}\n",
-        f.top_n, f.on_miss, f.multi_hop_rule
-    );
+    let _ = match f.gate {
+        Gate::RoundTrip => writeln!(
+            out,
+            "- round trip: top {}, on miss {}, multi-hop rule {}\n",
+            f.top_n, f.on_miss, f.multi_hop_rule
+        ),
+        Gate::Judge => writeln!(
+            out,
+            "- gate: the judge (a source graded 2+, each hop 1+), on miss {}; round trip measured at top {}\n",
+            f.on_miss, f.top_n
+        ),
+    };
     if m.shortfalls.is_empty() {
         let _ = writeln!(out, "Every type reached its quota.\n");
     } else {
@@ -299,6 +311,7 @@ enum Control {
     Evidence,
     Language,
     RoundTrip,
+    SourceJudge,
     AbsentTerm,
     Copy,
     OneChunk,
@@ -309,11 +322,12 @@ enum Control {
 }
 
 impl Control {
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::Repeat,
         Self::Evidence,
         Self::Language,
         Self::RoundTrip,
+        Self::SourceJudge,
         Self::AbsentTerm,
         Self::Copy,
         Self::OneChunk,
@@ -329,6 +343,7 @@ impl Control {
             Self::Evidence => "evidence quotes",
             Self::Language => "language",
             Self::RoundTrip => "round trip (sources in top N)",
+            Self::SourceJudge => "judge: the source answers (--gate judge)",
             Self::AbsentTerm => "absent term not in top hit",
             Self::Copy => "copy (paraphrase overlap)",
             Self::OneChunk => "one chunk answers (judge, or hop terms offline)",
@@ -342,11 +357,14 @@ impl Control {
     /// The control that gives `reason`; `None` for the reasons of a pass.
     fn of(reason: Reason) -> Option<Self> {
         match reason {
-            Reason::SourceInTopN | Reason::TopicInTopN | Reason::NoAnswerConfirmed => None,
+            Reason::SourceInTopN | Reason::TopicInTopN | Reason::NoAnswerConfirmed | Reason::JudgeAnswers => {
+                None
+            }
             Reason::Duplicate => Some(Self::Repeat),
             Reason::EvidenceNotInSource => Some(Self::Evidence),
             Reason::WrongLanguage => Some(Self::Language),
             Reason::SourceNotInTopN | Reason::HopNotInTopN => Some(Self::RoundTrip),
+            Reason::SourceNotAnswering | Reason::HopNotRelevant => Some(Self::SourceJudge),
             Reason::AbsentTermFound | Reason::NoAnswerUnchecked => Some(Self::AbsentTerm),
             Reason::CopiesSource => Some(Self::Copy),
             Reason::OneChunkAnswers => Some(Self::OneChunk),
@@ -360,15 +378,17 @@ impl Control {
     /// Whether the control examines `j`, when `decider` decided the no_answer and multi_hop
     /// questions.
     fn applies(self, j: &Checked, decider: Decider) -> bool {
-        let (asked, judge) = (j.candidate.query_type, decider == Decider::Judge);
+        let (asked, judge) = (j.candidate.query_type, decider != Decider::Lexical);
+        let gated = decider == Decider::JudgeGate;
         match self {
             Self::Evidence => !j.candidate.evidence.is_empty(),
-            Self::RoundTrip => asked != QueryType::NoAnswer,
+            Self::RoundTrip => asked != QueryType::NoAnswer && !gated,
+            Self::SourceJudge => asked != QueryType::NoAnswer && gated,
             Self::AbsentTerm => asked == QueryType::NoAnswer && !judge,
             Self::Copy => asked == QueryType::Paraphrase,
             Self::OneChunk => asked == QueryType::MultiHop,
             Self::NoAnswerJudge => judge && asked == QueryType::NoAnswer,
-            Self::JudgeFailed => judge && matches!(asked, QueryType::MultiHop | QueryType::NoAnswer),
+            Self::JudgeFailed => gated || judge && matches!(asked, QueryType::MultiHop | QueryType::NoAnswer),
             Self::Repeat | Self::Language | Self::Quota | Self::NearDuplicate => true,
         }
     }
@@ -383,8 +403,10 @@ impl Control {
 /// Who decided whether a no_answer query is answered and a multi_hop query needs its hops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decider {
-    /// The LLM judge (LLM generator).
+    /// The LLM judge (LLM generator), the round trip as the gate.
     Judge,
+    /// The LLM judge, also as the gate (`--gate judge`).
+    JudgeGate,
     /// The lexical checks: the absent term, each hop's terms (offline generator).
     Lexical,
 }

@@ -245,6 +245,19 @@ fn bad_flags_are_usage_errors() {
     let run = build(dir.path(), &sample_corpus(), &["--chunk-size", "100", "--chunk-overlap", "100"]);
     run.assert_code(2);
     assert!(run.stderr.contains("--chunk-overlap"), "{}", run.stderr);
+    let run = build(dir.path(), &sample_corpus(), &["--gate", "judge"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("--gate judge need the LLM judge"), "{}", run.stderr);
+    let llm =
+        ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--judge-pool", "8", "--pool-depth", "5"];
+    let run = build(dir.path(), &sample_corpus(), &llm);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("invalid --judge-pool 8: it grades the first K chunks of a pool of --pool-depth 5"),
+        "{}",
+        run.stderr
+    );
     let help = qrelgen(&["build", "--help"]);
     let text = String::from_utf8_lossy(&help.stdout);
     for flag in

@@ -244,8 +244,8 @@ async fn a_pooled_chunk_graded_2_becomes_a_qrels_row_with_grade_2() {
         qrels.keys().map(|(_, c)| c.clone()).find(|c| c.starts_with("sharing.md")).unwrap_or_default(),
         2
     )));
-    // The pool holds the one other chunk the query retrieves: one ask.
-    assert_eq!(counters.judge_requests(), 1);
+    // The gate's ask about the source, and the pool's one other chunk the query retrieves.
+    assert_eq!(counters.judge_requests(), 2);
     let m = manifest(&run);
     assert_eq!(m["config"]["judge"]["pool"], 2);
     assert_eq!(m["filter_checks"]["hop_terms"], false, "the judge checks multi_hop hops, not hop terms");

@@ -100,14 +100,20 @@ async fn a_good_model_fills_the_set_and_the_key_never_reaches_a_file() {
     assert_eq!(m["llm"]["json_mode"], "schema");
     assert_eq!(m["generator"], "llm:mock-model");
     // One preflight, then one call per chunk or pair for up to 4 queries each; the judge asks
-    // about each hop of a multi_hop query and each pooled chunk of a no_answer one.
+    // about each source (each hop of a multi_hop query: the gate) and each pooled chunk of a
+    // no_answer one.
     let requests = counters.requests();
     let judge = counters.judge_requests();
     assert!(requests - judge <= 1 + 12 / 2, "{} generation requests for 12 queries", requests - judge);
     let judged =
         |t: &str| run.jsonl("candidates.jsonl").iter().filter(|c| str_field(c, "/type") == t).count();
     assert!(
-        judge > 0 && judge <= 2 * judged("multi_hop") + 5 * judged("no_answer"),
+        judge > 0
+            && judge
+                <= judged("direct")
+                    + judged("paraphrase")
+                    + 2 * judged("multi_hop")
+                    + 5 * judged("no_answer"),
         "{judge} judge requests"
     );
     assert_eq!(m["run"]["llm_network"]["requests"], requests);
@@ -392,9 +398,10 @@ async fn dry_run_sends_nothing_and_budgets_stop_cleanly() {
     let run = run_with(model, dir.path(), &["--dry-run"]).await;
     run.assert_code(0);
     assert!(run.stdout.starts_with("dry run: 12 queries, all rounds: "), "{}", run.stdout);
-    // 12 queries = 5 direct, 3 paraphrase, 2 multi_hop (2 hops each), 2 no_answer (5 pooled
-    // chunks each, --pool-depth): 2 × 2 + 2 × 5 judge calls in round 1.
-    assert!(run.stdout.contains("the judge: up to 14–"), "{}", run.stdout);
+    // 12 queries = 5 direct, 3 paraphrase (their source each: the gate), 2 multi_hop (2 hops
+    // each), 2 no_answer (5 pooled chunks each, --pool-depth): 8 + 2 × 2 + 2 × 5 judge calls
+    // in round 1.
+    assert!(run.stdout.contains("the judge: up to 22–"), "{}", run.stdout);
     assert_eq!(counters.requests(), 0);
     assert!(!dir.path().join("queries.jsonl").exists());
 
@@ -774,4 +781,57 @@ async fn an_attempt_abandoned_on_a_timeout_is_counted_as_a_billing_estimate() {
     rerun.assert_code(0);
     assert_eq!(rerun.file("report.md"), report);
     assert_eq!(manifest(&rerun)["run"]["llm_network"]["paid"]["abandoned"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_reply_is_an_answer_and_top_ups_stop_when_a_round_adds_nothing() {
+    let dir = tempdir();
+    let (model, counters) = mock::model(Behaviour::NothingFits);
+    let run = run_with(model, dir.path(), &["--allow-shortfall", "--queries", "60"]).await;
+    // Round 1 asks for the 60 queries and gets none; round 2 plans four times each type's
+    // deficit (the least yield planning counts on is 1/4) and gets none: every type stalls,
+    // so there is no round 3 (P(0 of 40 | 1/4) ≈ 1e-5).
+    assert!(run.stderr.contains("top-ups stopped after round 2: it added 0 of"), "{}", run.stderr);
+    let rejects = reasons(&run, "rejects.jsonl", "/reason");
+    assert_eq!(
+        rejects.keys().collect::<Vec<_>>(),
+        ["the model found no query that fits these passages (an empty list)"],
+        "no re-ask, no 'unusable reply'"
+    );
+    let m = manifest(&run);
+    assert_eq!(m["rounds"], 2);
+    // Every generation request was a first ask: one per call of the two rounds.
+    let calls = counters.requests() - counters.judge_requests() - 1;
+    assert_eq!(m["run"]["llm_network"]["requests"].as_u64(), Some(counters.requests() as u64));
+    assert!(calls <= rejects.values().sum::<usize>(), "{calls} calls for {rejects:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_judge_is_the_gate_with_an_llm_and_the_round_trip_only_when_asked() {
+    let dir = tempdir();
+    let (model, judged) = mock::model(Behaviour::Good);
+    let run = run_with(model, dir.path(), &[]).await;
+    run.assert_code(0);
+    let m = manifest(&run);
+    assert_eq!(m["config"]["filter"]["gate"], "judge");
+    assert!(
+        run.file("report.md").contains("- gate: the judge (a source graded 2+, each hop 1+), on miss drop")
+    );
+    // The gate asked about the source of every direct and paraphrase query in the set.
+    let answerable = run
+        .jsonl("queries.jsonl")
+        .iter()
+        .filter(|q| matches!(str_field(q, "/metadata/type"), "direct" | "paraphrase"))
+        .count();
+    let (model, round_trip) = mock::model(Behaviour::Good);
+    let run = run_with(model, &dir.path().join("rt"), &["--gate", "round-trip"]).await;
+    run.assert_code(0);
+    assert!(manifest(&run)["config"]["filter"].get("gate").is_none(), "the round trip is left unwritten");
+    assert!(answerable > 0);
+    assert!(
+        judged.judge_requests() >= round_trip.judge_requests() + answerable,
+        "{} judge requests with the gate, {} without, {answerable} answerable candidates",
+        judged.judge_requests(),
+        round_trip.judge_requests()
+    );
 }

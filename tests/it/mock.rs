@@ -34,6 +34,8 @@ pub enum Behaviour {
     OneChunkMultiHop,
     /// Good queries, but the judge answers in prose, never with a grade.
     JudgeBabbles,
+    /// `{"queries": []}` to every generation call: nothing fits the passages.
+    NothingFits,
 }
 
 /// The mock's state, shared with the test.
@@ -195,6 +197,7 @@ impl Model {
                 "Sure! Here is what you asked for.".to_owned()
             }
             _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
+            Behaviour::NothingFits => json!({"queries": []}).to_string(),
             Behaviour::InvalidThenRepaired if !repaired => "{\"queries\": [ oops".to_owned(),
             Behaviour::Truncated => {
                 return completion("{\"queries\": [{\"type\": \"dir", "length", prompt_chars);

@@ -190,7 +190,11 @@ async fn the_judge_grades_what_a_run_pooled() {
     let billing: Vec<&str> = pool_tsv.lines().filter(|l| l.contains("billing.md")).collect();
     assert_eq!(billing.len(), 1, "{pool_tsv}");
     assert!(billing[0].ends_with("\tmine\t1\t0"), "graded 0 by the judge: {pool_tsv}");
-    assert_eq!(counters.judge_requests(), 2, "the round trip's one pooled chunk and the run's");
+    assert_eq!(
+        counters.judge_requests(),
+        3,
+        "the source (the gate), the round trip's one pooled chunk and the run's"
+    );
     let provenance = second.file("qrels/provenance.tsv");
     assert!(
         provenance.lines().any(|l| l.contains("billing.md") && l.ends_with("\t0\tjudge")),

@@ -1438,8 +1438,9 @@ async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
     pool_only.assert_code(0);
     let with_new = refresh_llm(&set, &corpus, &["--new-queries", "1", "--dry-run"], "sk-refresh").await;
     with_new.assert_code(0);
-    // The new query's generation call, and the judge's --judge-pool 2 asks about its pool.
-    assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 2, "{}", with_new.stdout);
+    // The new query's generation call, the gate's ask about its source, and the judge's
+    // --judge-pool 2 asks about its pool.
+    assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 1 + 2, "{}", with_new.stdout);
 
     assert_eq!(counters.requests(), requests, "a dry run asks nothing");
 }

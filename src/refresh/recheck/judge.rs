@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// How the judge decides a `no_answer` query in a refresh: a chunk that answers it drops it,
 /// which the refresh turns into `may_be_answerable` (it never reclassifies a query).
-const NO_ANSWER: JudgeConfig = JudgeConfig { pool: 0, on_answered: OnAnswered::Drop };
+const NO_ANSWER: JudgeConfig = JudgeConfig { pool: 0, on_answered: OnAnswered::Drop, gate: None };
 
 /// The lowest grade that keeps a new source of a query of `query_type`: one that answers it;
 /// for a hop of a `multi_hop` query, which answers only part of it, one that is related (1).
