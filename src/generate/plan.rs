@@ -408,8 +408,8 @@ pub fn planned_yield(keep_rate: f64) -> f64 {
 const STALL_P: f64 = 0.025;
 
 /// Whether a top-up round stalled: `added` of its `planned` requests joined the set, far fewer
-/// than [`planned_yield`] of `keep_rate` lets one expect (a one-sided binomial test at
-/// [`STALL_P`], the same 97.5 % the last round plans for). A stalled type is not planned again:
+/// than `planned_yield` of `keep_rate` lets one expect (a one-sided binomial test at
+/// `STALL_P`, the same 97.5 % the last round plans for). A stalled type is not planned again:
 /// more of the same requests would mostly pay for queries that do not join the set.
 #[must_use]
 pub fn stalled(planned: usize, added: usize, keep_rate: f64) -> bool {
