@@ -125,6 +125,26 @@ included."
     /// dropping the record of one that can never be looked up again.
     #[command(after_help = batch::STATUS_EXAMPLES)]
     Batch(batch::BatchCommand),
+    /// Print a shell completion script for bash, zsh, fish, elvish or PowerShell.
+    #[command(after_help = "Examples:
+  qrelgen completions bash > ~/.local/share/bash-completion/completions/qrelgen
+  qrelgen completions zsh > ~/.zfunc/_qrelgen    # with fpath+=(~/.zfunc) before compinit
+  qrelgen completions fish > ~/.config/fish/completions/qrelgen.fish")]
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of qrelgen, or of one of its commands.
+    #[command(after_help = "Examples:
+  mkdir -p ~/.local/share/man/man1
+  qrelgen man > ~/.local/share/man/man1/qrelgen.1
+  qrelgen man build > ~/.local/share/man/man1/qrelgen-build.1
+  man qrelgen-build")]
+    Man {
+        /// The command whose page to print (`build`, `eval`, …); the overview without one.
+        command: Option<String>,
+    },
 }
 
 /// Parses the command line, runs the command and maps the outcome to an exit code. Every
@@ -141,6 +161,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args, &mut out),
         Command::Eval(args) => eval::run(&args, &mut out),
         Command::Batch(args) => batch::run(&args, &mut out),
+        Command::Completions { shell } => completions(shell, &mut out),
+        Command::Man { command } => man(command.as_deref(), &mut out),
     }
     .and_then(|code| {
         out.flush()?;
@@ -154,6 +176,33 @@ pub fn main() -> ExitCode {
             ExitCode::from(exit::FATAL)
         }
     }
+}
+
+/// Writes the completion script of `shell`.
+fn completions(shell: clap_complete::Shell, out: &mut impl std::io::Write) -> anyhow::Result<u8> {
+    // Written whole, so that a closed stdout is an error here, not a panic in clap_complete.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "qrelgen", &mut script);
+    out.write_all(&script)?;
+    Ok(exit::OK)
+}
+
+/// Writes the man page of qrelgen, or of `command` (named `qrelgen-<command>`).
+fn man(command: Option<&str>, out: &mut impl std::io::Write) -> anyhow::Result<u8> {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    cli.build();
+    let page = match command {
+        None => cli,
+        Some(name) => {
+            let Some(sub) = cli.find_subcommand(name) else {
+                let names: Vec<&str> = cli.get_subcommands().map(clap::Command::get_name).collect();
+                anyhow::bail!("no command {name:?}\nhint: one of {}", names.join(", "));
+            };
+            sub.clone().name(format!("qrelgen-{name}")).version(env!("CARGO_PKG_VERSION"))
+        }
+    };
+    clap_mangen::Man::new(page).render(out)?;
+    Ok(exit::OK)
 }
 
 /// Whether `err`, or any error behind it, is a write to a closed pipe.
@@ -198,12 +247,35 @@ mod tests {
                 "{name}: two or three examples, not {examples:?}\n{help}"
             );
             for example in examples {
-                let words: Vec<&str> = example.split_whitespace().collect();
+                // The command itself, without the shell's redirection and comment.
+                let command = example.split(['>', '#']).next().unwrap_or_default();
+                let words: Vec<&str> = command.split_whitespace().collect();
                 if let Err(e) = Cli::try_parse_from(&words) {
                     panic!("{name}: the example {example:?} does not parse: {e}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn completions_and_man_pages_cover_every_command() {
+        let mut script = Vec::new();
+        completions(clap_complete::Shell::Bash, &mut script).unwrap_or_default();
+        let script = String::from_utf8_lossy(&script);
+        assert!(script.contains("_qrelgen()"), "{script}");
+        for (path, _) in commands() {
+            let state = format!("qrelgen__subcmd__{}", path.join("__subcmd__"));
+            assert!(script.contains(&state), "no completion for {path:?}");
+        }
+        let mut page = Vec::new();
+        man(None, &mut page).unwrap_or_default();
+        let page = String::from_utf8_lossy(&page);
+        assert!(page.starts_with(".ie \\n(.g .ds Aq") && page.contains(".TH qrelgen 1"), "{page}");
+        let mut build = Vec::new();
+        man(Some("build"), &mut build).unwrap_or_default();
+        let build = String::from_utf8_lossy(&build);
+        assert!(build.contains(".TH qrelgen-build 1") && build.contains("\\-\\-corpus"), "{build}");
+        assert!(man(Some("nope"), &mut Vec::new()).is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! Reads a folder of `.txt`, `.md` and `.html` files, recursively, in file-name order; hidden
-//! files and folders (names starting with `.`) are not read.
+//! Reads a folder of `.txt`, `.md`, `.html`, `.pdf` and `.docx` files, recursively, in file-name
+//! order; hidden files and folders (names starting with `.`) are not read.
 
-use super::{Skipped, decode_text, html, markdown_title};
+use super::{Skipped, decode_text, docx, html, markdown_title, pdf};
 use crate::error::Result;
 use crate::id::DocId;
 use crate::record::Document;
@@ -15,6 +15,8 @@ enum Format {
     Text,
     Markdown,
     Html,
+    Pdf,
+    Docx,
 }
 
 impl Format {
@@ -24,25 +26,28 @@ impl Format {
             "txt" | "text" => Some(Self::Text),
             "md" | "markdown" => Some(Self::Markdown),
             "html" | "htm" => Some(Self::Html),
+            "pdf" => Some(Self::Pdf),
+            "docx" => Some(Self::Docx),
             _ => None,
         }
     }
 }
 
-/// Whether `path` names a file the folder reader reads (`.txt`, `.md`, `.html` …).
+/// Whether `path` names a file the folder reader reads (`.txt`, `.md`, `.html`, `.pdf` …).
 #[must_use]
 pub fn is_document(path: &Path) -> bool {
     Format::of(path).is_some()
 }
 
-/// Reads one `.txt`, `.md` or `.html` file as a corpus of one document, its id the file name.
+/// Reads one `.txt`, `.md`, `.html`, `.pdf` or `.docx` file as a corpus of one document, its id
+/// the file name.
 ///
 /// # Errors
 /// Only the errors of `sink`: a bad file is skipped, not fatal.
 pub fn read_single(path: &Path, mut sink: impl FnMut(Document) -> Result<()>) -> Result<Vec<Skipped>> {
     let root = path.parent().unwrap_or_else(|| Path::new(""));
     match Format::of(path)
-        .ok_or_else(|| "not a .txt, .md or .html file".to_owned())
+        .ok_or_else(|| "not a .txt, .md, .html, .pdf or .docx file".to_owned())
         .and_then(|f| read_file(root, path, f))
     {
         Ok(doc) => sink(doc).map(|()| Vec::new()),
@@ -121,18 +126,28 @@ fn is_hidden(entry: &walkdir::DirEntry) -> bool {
 
 fn read_file(root: &Path, path: &Path, format: Format) -> std::result::Result<Document, String> {
     let bytes = fs_err::read(path).map_err(|e| e.to_string())?;
-    let raw = decode_text(bytes)?;
     let relative = path.strip_prefix(root).unwrap_or(path);
     let id_text =
         relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let (title, text, markdown) = match format {
         Format::Html => {
-            let page = html::to_text(&raw);
+            let page = html::to_text(&decode_text(bytes)?);
             (page.title, page.text, true)
         }
-        Format::Markdown => (markdown_title(&raw), raw, true),
-        Format::Text => (None, raw, false),
+        Format::Markdown => {
+            let raw = decode_text(bytes)?;
+            (markdown_title(&raw), raw, true)
+        }
+        Format::Text => (None, decode_text(bytes)?, false),
+        Format::Pdf => {
+            let pdf = pdf::to_text(&bytes)?;
+            (pdf.title, pdf.text, true)
+        }
+        Format::Docx => {
+            let docx = docx::to_text(&bytes)?;
+            (docx.title, docx.text, true)
+        }
     };
     if text.trim().is_empty() {
         return Err("no text left after removing markup".to_owned());

@@ -5,9 +5,11 @@
 //! walked in file-name order, JSONL in line order); a bad file or line is skipped with a reason,
 //! never an abort; the corpus is never held in memory as a whole.
 
+mod docx;
 mod folder;
 mod html;
 mod jsonl;
+mod pdf;
 
 use crate::error::{Error, Result};
 use crate::id::DocId;
@@ -17,6 +19,13 @@ use std::path::{Path, PathBuf};
 
 pub use folder::{Ignored, read_folder};
 pub use jsonl::{read_jsonl, read_prechunked, read_prechunked_from};
+
+/// The text of a binary document (PDF, DOCX) as Markdown, with its title when it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Extracted {
+    title: Option<String>,
+    text: String,
+}
 
 /// An input file or line that was not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

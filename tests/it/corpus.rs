@@ -22,13 +22,15 @@ fn bad_files_are_skipped_with_one_warning_each() {
     write(&corpus.join("bad/blob.txt"), b"\x00\x01\x02binary");
     write(&corpus.join("bad/empty.html"), b"<html><body><script>x()</script></body></html>");
     write(&corpus.join("notes.pdf"), b"%PDF");
+    write(&corpus.join("notes.odt"), b"PK");
     let run = build(dir.path(), &corpus, &[]);
     run.assert_code(0);
-    assert_eq!(run.stderr.matches("warning: skipped ").count(), 3, "{}", run.stderr);
+    assert_eq!(run.stderr.matches("warning: skipped ").count(), 4, "{}", run.stderr);
     assert!(run.stderr.contains("latin1.md: invalid UTF-8 at byte 3"), "{}", run.stderr);
-    assert!(run.stdout.contains("3 input(s) skipped"));
+    assert!(run.stderr.contains("notes.pdf: unreadable PDF"), "{}", run.stderr);
+    assert!(run.stdout.contains("4 input(s) skipped"));
     let manifest: serde_json::Value = serde_json::from_str(&run.file("manifest.json")).unwrap();
-    assert_eq!(manifest["corpus"]["skipped"], 3);
+    assert_eq!(manifest["corpus"]["skipped"], 4);
     assert_eq!(manifest["corpus"]["ignored"], 1);
     assert!(run.file("report.md").contains("blob.txt: binary file"));
 }
@@ -280,7 +282,7 @@ fn input_messages_say_what_is_wrong() {
     }
     write(&bad.join("a.rst"), "Title\n=====\n");
     write(&bad.join("b.rst"), "Title\n=====\n");
-    write(&bad.join("c.pdf"), "%PDF");
+    write(&bad.join("c.epub"), "PK");
     let empty = build(dir.path(), &bad, &["-q"]);
     empty.assert_code(2);
     assert!(
@@ -289,20 +291,20 @@ fn input_messages_say_what_is_wrong() {
         empty.stderr
     );
     assert!(!empty.stderr.contains("empty10.md") && empty.stderr.contains("and 2 more"), "{}", empty.stderr);
-    assert!(empty.stderr.contains(".rst (2), .pdf (1)"), "{}", empty.stderr);
+    assert!(empty.stderr.contains(".rst (2), .epub (1)"), "{}", empty.stderr);
 
     // Unread extensions are named in one warning.
     let corpus = dir.path().join("corpus");
     copy_sample(&corpus);
     write(&corpus.join("notes.rst"), "x");
-    write(&corpus.join("spec.docx"), "x");
+    write(&corpus.join("spec.odt"), "x");
     let run = build(dir.path(), &corpus, &["-q"]);
     run.assert_code(0);
     let warnings: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("warning:")).collect();
     assert_eq!(warnings.len(), 1, "{}", run.stderr);
     assert!(
         warnings[0].contains("2 file(s) with extensions qrelgen does not read")
-            && warnings[0].contains(".docx (1), .rst (1)"),
+            && warnings[0].contains(".odt (1), .rst (1)"),
         "{}",
         warnings[0]
     );
@@ -322,4 +324,43 @@ fn input_messages_say_what_is_wrong() {
         stderr.contains("--out is the corpus folder") && !stderr.contains("no usable documents"),
         "{stderr}"
     );
+}
+
+#[test]
+fn pdf_and_docx_files_are_read_with_pages_and_headings_and_bad_ones_skipped_with_a_reason() {
+    let dir = tempdir();
+    let corpus = dir.path().join("docs");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/documents");
+    for name in ["billing.pdf", "keys.docx", "scanned.pdf", "locked.pdf", "broken.pdf"] {
+        let bytes = fs_err::read(fixtures.join(name)).unwrap_or_default();
+        fs_err::create_dir_all(&corpus).unwrap_or_else(|e| panic!("{e}"));
+        fs_err::write(corpus.join(name), bytes).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let run = build(dir.path(), &corpus, &["--queries", "4", "--allow-shortfall"]);
+    run.assert_code(0);
+    let chunks = run.jsonl("corpus.jsonl");
+    let text_of = |doc: &str| -> String {
+        let texts =
+            chunks.iter().filter(|c| str_field(c, "/metadata/doc_id") == doc).map(|c| str_field(c, "/text"));
+        texts.collect::<Vec<_>>().join("\n")
+    };
+    let billing = text_of("billing.pdf");
+    assert!(billing.starts_with("## Page 1\n\nInvoices are emailed to the billing contact"), "{billing}");
+    assert!(billing.contains("## Page 2\n\nPayment methods can be changed"), "{billing}");
+    let keys = text_of("keys.docx");
+    assert!(keys.contains("## Recovery keys\n\nEncrypted folders require recovery keys"), "{keys}");
+    assert!(keys.contains("### Rotating keys\n\nAdministrators rotate"), "{keys}");
+    assert!(
+        chunks.iter().any(|c| str_field(c, "/title") == "Recovery keys"),
+        "the first heading is the title"
+    );
+    let report = run.file("report.md");
+    for said in [
+        "scanned.pdf: no text layer in its 1 page(s) (a scanned PDF?)",
+        "locked.pdf: encrypted PDF",
+        "broken.pdf: unreadable PDF",
+    ] {
+        assert!(report.contains(said), "{said}\n{report}");
+    }
+    assert!(report.contains("(2 documents, 3 skipped, 0 ignored)"), "{report}");
 }

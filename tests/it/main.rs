@@ -10,6 +10,7 @@ mod controls;
 mod corpus;
 mod eval;
 mod golden;
+mod install;
 mod llm;
 mod mock;
 mod modules;
