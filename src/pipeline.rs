@@ -507,7 +507,7 @@ pub(crate) fn make_stages<'a>(
     let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
     let cache_path = setup.cache.clone().unwrap_or_else(|| out.join(layout::LLM_CACHE));
     let llm = Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
-        url: setup.llm.endpoint.base_url.clone(),
+        url: crate::llm::redact_url(&setup.llm.endpoint.base_url),
         message: e.chain(),
         hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
     })?;
