@@ -458,3 +458,52 @@ fn endless_or_binary_input_ends_in_an_error_naming_the_file_and_line() {
     corpus.assert_code(2);
     assert!(corpus.stderr.contains("line 1 is longer than"), "{}", corpus.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_in_the_base_url_reach_the_server_unchanged_and_no_file_or_message() {
+    let (model, _) = super::mock::model(super::mock::Behaviour::Good);
+    let server = super::mock::start(model).await;
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let secret = "s3cr3t%2Fk=y";
+    let base_url = format!("{}/v1?api-key={secret}&deployment=d1", server.uri());
+    let args: Vec<String> = [
+        "build",
+        "--corpus",
+        path_str(&sample_corpus()),
+        "--out",
+        path_str(&out),
+        "--generator",
+        "llm",
+        "--base-url",
+        &base_url,
+        "--model",
+        "mock-model",
+        "--queries",
+        "4",
+        "-q",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let output = tokio::task::spawn_blocking(move || super::qrelgen(&strs(&args))).await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    let requests = server.received_requests().await.unwrap_or_default();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        assert_eq!(
+            request.url.query(),
+            Some(format!("api-key={secret}&deployment=d1").as_str()),
+            "{}",
+            request.url
+        );
+        assert!(request.url.path().starts_with("/v1/"), "{}", request.url);
+    }
+    for entry in walkdir::WalkDir::new(&out).into_iter().flatten().filter(|e| e.file_type().is_file()) {
+        let bytes = fs_err::read(entry.path()).unwrap_or_default();
+        assert!(!bytes.windows(6).any(|w| w == b"s3cr3t"), "the credential is in {}", entry.path().display());
+    }
+    assert!(!stdout.contains("s3cr3t") && !stderr.contains("s3cr3t"));
+    let manifest = fs_err::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(manifest.contains("/v1?api-key=<redacted>&deployment=d1"), "{manifest}");
+}
