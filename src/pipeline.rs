@@ -514,12 +514,15 @@ pub(crate) fn make_stages<'a>(
     if let Some(BatchMode::Import { from, .. }) = setup.llm.batch.as_ref().map(|b| &b.mode) {
         let imported = llm.import(from)?;
         progress.stage("batch", 0).finish(&format!(
-            "imported {} replies from {} ({} failed, {} not run, {} unreadable lines)",
+            "imported {} replies from {} ({} failed, {} not run, {} unreadable lines, {} unknown custom_id(s) \
+             rejected, {} duplicate(s) of a call already answered dropped: the first reply stands)",
             imported.replies,
             from.display(),
             imported.failed,
             imported.not_run,
-            imported.unreadable
+            imported.unreadable,
+            imported.unknown,
+            imported.duplicates
         ));
     }
     // A batch runner of the user's own may have no online endpoint to probe.
