@@ -74,6 +74,17 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     if let Some((flag, why)) = REFUSED.iter().find(|(flag, _)| given.iter().any(|g| g == flag)) {
         bail!("{flag} does not apply to a refresh: {why}");
     }
+    // The set's own files are not a corpus: its corpus.jsonl holds chunks, not the documents
+    // they came from, so a refresh from it would see every document as changed.
+    if let Some(inside) = qrelgen::set::set_around(&args.corpus) {
+        bail!(
+            "--corpus {} lies inside the test set in {}: a set's own files are not a corpus to refresh from \
+             (its corpus.jsonl holds chunks, not the documents they came from)\nhint: pass the changed corpus, \
+             in the form the set was built from",
+            args.corpus.display(),
+            inside.display()
+        );
+    }
     // A dry run only reads the set; a refresh changes it, one writer at a time.
     let (_lock, _read) = if args.dry_run {
         (None, Some(ReadGuard::open(&args.set, "refresh --dry-run")?))

@@ -507,3 +507,23 @@ async fn credentials_in_the_base_url_reach_the_server_unchanged_and_no_file_or_m
     let manifest = fs_err::read_to_string(out.join("manifest.json")).unwrap();
     assert!(manifest.contains("/v1?api-key=<redacted>&deployment=d1"), "{manifest}");
 }
+
+#[test]
+fn a_refresh_from_the_sets_own_files_is_refused_and_changes_nothing() {
+    let scene = Scene::new();
+    let set = path_str(&scene.set);
+    let before = version_files(&scene.set);
+    let own = format!("{set}/corpus.jsonl");
+    for dry in [false, true] {
+        let mut args = vec!["refresh", "--set", set, "--corpus", &own, "-q"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let run = scene.run(&args);
+        run.assert_code(2);
+        assert!(run.stderr.contains("lies inside the test set"), "{}", run.stderr);
+    }
+    assert_eq!(version_files(&scene.set), before);
+    assert_eq!(scene.version(), 1);
+    scene.assert_valid();
+}
