@@ -221,6 +221,36 @@ pub enum Error {
         /// The reviewers found.
         found: Vec<String>,
     },
+    /// Another qrelgen command is changing the set (it holds the set's lock); nothing was done.
+    #[error("{path} is being changed by {holder}\nhint: {hint}")]
+    SetBusy {
+        /// The set folder.
+        path: PathBuf,
+        /// Who holds the lock: command, pid and start time, as its lock file says.
+        holder: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// An output path lies inside a set folder, or would replace a file qrelgen did not write.
+    #[error("{path}: {message}\nhint: {hint}")]
+    OutputRefused {
+        /// The path refused.
+        path: PathBuf,
+        /// Why.
+        message: String,
+        /// What to do.
+        hint: String,
+    },
+    /// The set's review ledger does not match what the manifest recorded for it.
+    #[error("{path}: {message}\nhint: {hint}")]
+    LedgerDamaged {
+        /// The ledger file.
+        path: PathBuf,
+        /// What differs (decision counts, digests).
+        message: String,
+        /// How to restore it.
+        hint: String,
+    },
     /// Writing an output file failed.
     #[error("cannot write {path}")]
     Output {

@@ -188,12 +188,14 @@ pub enum InvalidId {
     #[error("the id is empty")]
     Empty,
     /// The id contains a character that TREC or BEIR files cannot hold.
-    #[error("the id {0:?} contains whitespace or '#'")]
+    #[error("the id {0:?} contains whitespace, a control character, '#' or '`'")]
     BadCharacter(String),
 }
 
+/// What no id may hold: whitespace (tabs and line breaks end a TREC or TSV field), `#`, control
+/// characters (NUL and the like) and backticks (they end a Markdown code span).
 fn is_forbidden(c: char) -> bool {
-    c.is_whitespace() || c == '#'
+    c.is_whitespace() || c.is_control() || c == '#' || c == '`'
 }
 
 impl DocId {
@@ -202,6 +204,25 @@ impl DocId {
     pub fn sanitized(raw: &str) -> Self {
         let clean: String = raw.trim().chars().map(|c| if is_forbidden(c) { '_' } else { c }).collect();
         if clean.is_empty() { Self("_".to_owned()) } else { Self(clean) }
+    }
+}
+
+impl DocId {
+    /// The id of a document whose input names it `raw` (a JSONL `id`): `raw` itself when it can
+    /// be written to every output; else its [`DocId::sanitized`] form followed by `-` and 8 hex
+    /// digits of its hash, so that two different ids never become one (`a b` and `a_b`).
+    ///
+    /// # Errors
+    /// [`InvalidId::Empty`] for an empty or whitespace-only id: nothing is left to name it by.
+    pub fn from_input(raw: &str) -> Result<Self, InvalidId> {
+        if raw.trim().is_empty() {
+            return Err(InvalidId::Empty);
+        }
+        if !raw.chars().any(is_forbidden) {
+            return Ok(Self(raw.to_owned()));
+        }
+        let hash = content_hash(&[raw]);
+        Ok(Self(format!("{}-{}", Self::sanitized(raw), &hash[..8])))
     }
 }
 
@@ -305,6 +326,41 @@ mod tests {
         check_sanitized("my file#2.txt", "my_file_2.txt");
         check_sanitized("  tab\there ", "tab_here");
         check_sanitized("   ", "_");
+    }
+
+    #[test]
+    fn input_ids_are_kept_renamed_apart_or_refused() {
+        assert_eq!(DocId::from_input("guides/a.md").map(|d| d.to_string()), Ok("guides/a.md".to_owned()));
+        for empty in ["", "   ", "\t\n"] {
+            assert_eq!(DocId::from_input(empty), Err(InvalidId::Empty), "{empty:?}");
+        }
+        let renamed = DocId::from_input("a b").unwrap();
+        assert!(renamed.as_str().starts_with("a_b-") && renamed.as_str().len() == 12, "{renamed}");
+        assert_ne!(DocId::from_input("a\tb").unwrap(), renamed);
+        assert_ne!(DocId::from_input("a_b").unwrap(), renamed);
+        for bad in ["a\0b", "x`y", "tab\there", "new\nline", "bell\u{7}"] {
+            let id = DocId::from_input(bad).unwrap();
+            assert!(ChunkId::parse(id.as_str()).is_ok(), "{bad:?} → {id}");
+            assert!(ChunkId::parse(bad).is_err(), "{bad:?} is refused as it is");
+        }
+    }
+
+    proptest::proptest! {
+        /// Two different input ids never become one id, and every id they become can be written
+        /// to TREC, BEIR, Markdown and HTML as it is (no character any of them must escape).
+        #[test]
+        fn distinct_input_ids_stay_distinct_and_writable(a in "\\PC{0,6}|[ \t\n\0`#_a]{0,4}", b in "\\PC{0,6}|[ \t\n\0`#_a]{0,4}") {
+            let (ida, idb) = (DocId::from_input(&a), DocId::from_input(&b));
+            if let (Ok(ida), Ok(idb)) = (&ida, &idb) {
+                proptest::prop_assert_eq!(a == b, ida == idb, "{:?} {:?} → {} {}", a, b, ida, idb);
+            }
+            for id in [ida, idb].into_iter().flatten() {
+                proptest::prop_assert!(!id.as_str().is_empty());
+                proptest::prop_assert!(ChunkId::parse(id.as_str()).is_ok(), "{:?}", id);
+                proptest::prop_assert!(!id.as_str().chars().any(|c| c.is_control() || c.is_whitespace() || c == '`'));
+            }
+            proptest::prop_assert_eq!(DocId::from_input(&a).is_err(), a.trim().is_empty());
+        }
     }
 
     #[test]

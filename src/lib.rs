@@ -20,6 +20,7 @@ pub mod html;
 pub mod id;
 pub mod index;
 pub mod judge;
+pub mod lines;
 pub mod llm;
 pub mod output;
 pub mod pipeline;
@@ -31,6 +32,7 @@ pub mod rng;
 pub mod rounds;
 pub mod runs;
 pub mod sample;
+pub mod set;
 #[cfg(test)]
 mod testing;
 pub mod text;

@@ -509,19 +509,22 @@ pub(crate) fn make_stages<'a>(
     let prompts = Prompts::load(setup.prompts.as_deref(), language)?;
     let cache_path = setup.cache.clone().unwrap_or_else(|| out.join(layout::LLM_CACHE));
     let llm = Llm::new(setup.llm.clone(), Cache::open(&cache_path)?).map_err(|e| Error::Endpoint {
-        url: setup.llm.endpoint.base_url.clone(),
+        url: crate::llm::redact_url(&setup.llm.endpoint.base_url),
         message: e.chain(),
         hint: "check --base-url (e.g. http://127.0.0.1:8080/v1)",
     })?;
     if let Some(BatchMode::Import { from, .. }) = setup.llm.batch.as_ref().map(|b| &b.mode) {
         let imported = llm.import(from)?;
         progress.stage("batch", 0).finish(&format!(
-            "imported {} replies from {} ({} failed, {} not run, {} unreadable lines)",
+            "imported {} replies from {} ({} failed, {} not run, {} unreadable lines, {} unknown custom_id(s) \
+             rejected, {} duplicate(s) of a call already answered dropped: the first reply stands)",
             imported.replies,
             from.display(),
             imported.failed,
             imported.not_run,
-            imported.unreadable
+            imported.unreadable,
+            imported.unknown,
+            imported.duplicates
         ));
     }
     // A batch runner of the user's own may have no online endpoint to probe.

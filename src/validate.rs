@@ -9,7 +9,8 @@
 
 use crate::error::{Error, Result};
 use crate::output::layout::{
-    CORPUS, NO_ANSWER, PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_HEADER, QRELS_TREC, QRELS_TSV, QUERIES,
+    CORPUS, LEDGER, MANIFEST, NO_ANSWER, PROVENANCE_HEADER, PROVENANCE_TSV, QRELS_HEADER, QRELS_TREC,
+    QRELS_TSV, QUERIES,
 };
 use crate::record::Provenance;
 use crate::review::GRADE_MAX;
@@ -56,6 +57,7 @@ impl Findings<'_> {
 /// [`Error::Input`] if `corpus.jsonl`, `queries.jsonl` or a qrels file cannot be read.
 pub fn check_set(dir: &Path) -> Result<Vec<Finding>> {
     let mut all = Vec::new();
+    check_manifest(dir, &mut all);
     let named = |name: &str| (dir.join(name), PathBuf::from(name));
     let corpus = read_ids(named(CORPUS), "corpus", &mut all)?;
     let queries = read_ids(named(QUERIES), "query", &mut all)?;
@@ -80,6 +82,45 @@ pub fn check_set(dir: &Path) -> Result<Vec<Finding>> {
     Ok(all)
 }
 
+/// `manifest.json`: there, readable, of a format this qrelgen reads, and, for a reviewed set,
+/// with a review ledger that matches its seal.
+fn check_manifest(dir: &Path, all: &mut Vec<Finding>) {
+    let mut problem = |file: &str, message: String| {
+        all.push(Finding { file: PathBuf::from(file), line: None, message });
+    };
+    if !dir.join(MANIFEST).is_file() {
+        problem(
+            MANIFEST,
+            "missing: without it the files beside it are not known to belong together (a build cut short?); \
+             build the set again"
+                .to_owned(),
+        );
+        return;
+    }
+    let manifest = match crate::review::set::read_manifest(dir) {
+        Ok(manifest) => manifest,
+        Err(e) => return problem(MANIFEST, e.to_string()),
+    };
+    let format = manifest.rest.get("format_version").and_then(serde_json::Value::as_u64);
+    match format {
+        None => problem(MANIFEST, "records no format_version".to_owned()),
+        Some(v) if v > u64::from(crate::record::FORMAT_VERSION) => problem(
+            MANIFEST,
+            format!(
+                "format_version {v} is newer than this qrelgen reads ({}): update qrelgen",
+                crate::record::FORMAT_VERSION
+            ),
+        ),
+        Some(_) => {}
+    }
+    if let Some(log) = &manifest.review
+        && let Some(seal) = &log.ledger
+        && let Err(e) = crate::set::ledger::check(dir, seal, log.version)
+    {
+        problem(LEDGER, e.to_string().replace('\n', " "));
+    }
+}
+
 /// `no_answer.txt`: every id in `queries.jsonl`, none with a relevant chunk in `qrels.trec`.
 fn check_no_answer(
     (path, name): (PathBuf, PathBuf),
@@ -87,7 +128,8 @@ fn check_no_answer(
     qrels: &BTreeSet<(String, String, String)>,
     all: &mut Vec<Finding>,
 ) -> Result<()> {
-    let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
+    let text = crate::lines::read_text(&path, crate::lines::RECORD_LINE)
+        .map_err(|source| Error::Input { path: path.clone(), source })?;
     let answered: HashMap<&str, &str> = qrels
         .iter()
         .filter(|(_, _, g)| g.parse::<i64>().is_ok_and(|g| g >= 1))
@@ -139,7 +181,8 @@ struct IdLine {
 
 /// Reads the `_id`s of `(path, name)`, reporting bad and repeated ones.
 fn read_ids((path, name): (PathBuf, PathBuf), kind: &str, all: &mut Vec<Finding>) -> Result<Ids> {
-    let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
+    let text = crate::lines::read_text(&path, crate::lines::RECORD_LINE)
+        .map_err(|source| Error::Input { path: path.clone(), source })?;
     let mut lines: HashMap<String, usize> = HashMap::new();
     let mut findings = Findings { file: &name, all };
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -207,7 +250,8 @@ fn check_qrels_file(
     known: &Known<'_>,
     all: &mut Vec<Finding>,
 ) -> Result<BTreeSet<(String, String, String)>> {
-    let text = fs_err::read_to_string(&path).map_err(|source| Error::Input { path: path.clone(), source })?;
+    let text = crate::lines::read_text(&path, crate::lines::RECORD_LINE)
+        .map_err(|source| Error::Input { path: path.clone(), source })?;
     let mut findings = Findings { file: &name, all };
     let first = text.lines().next().unwrap_or_default();
     let (shape, skip) = match first {

@@ -9,6 +9,7 @@ use qrelgen::generate::Prompts;
 use qrelgen::llm::BatchError;
 use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
+use qrelgen::set::{SetLock, Wait};
 use qrelgen::text::Language;
 use std::io::Write;
 use std::num::NonZeroUsize;
@@ -35,6 +36,11 @@ pub struct BuildArgs {
     /// it, such a folder is refused.
     #[arg(long)]
     force: bool,
+
+    /// If another command is changing the set in --out, wait for it to finish instead of failing
+    /// at once.
+    #[arg(long)]
+    wait: bool,
 
     /// TOML file with any of the settings below (keys as the flags, with underscores, plus
     /// `schema_version = 1`); flags override it [default: none: flags and defaults only].
@@ -95,6 +101,29 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
             "note: no LLM endpoint configured (--base-url), so the offline generator writes the queries"
         );
     }
+    if let Some(set) = qrelgen::set::enclosing_set(out) {
+        anyhow::bail!(
+            "--out {} lies inside the test set in {}: a build never writes into another set's folder\n\
+             hint: choose an --out outside it",
+            out.display(),
+            set.display()
+        );
+    }
+    // A folder the build would refuse is refused before its lock file is made in it.
+    let is_corpus = out.canonicalize().is_ok_and(|o| corpus.canonicalize().is_ok_and(|c| c == o));
+    if !args.force
+        && !is_corpus
+        && let Some(refusal) = qrelgen::output::inspect(out)?.refusal(out)
+    {
+        return Err(refusal.into());
+    }
+    // One writer at a time: a dry run into a folder that does not exist yet makes nothing.
+    let _lock = if args.dry_run && !out.exists() {
+        None
+    } else {
+        Some(SetLock::acquire(out, "build", Wait::from_flag(args.wait))?)
+    };
+    qrelgen::set::pause_point("locked");
     let progress = Progress::stderr(args.quiet);
     let if_occupied = if args.force { IfOccupied::Force } else { IfOccupied::Refuse };
     let outcome = match pipeline::build(&config, out, if_occupied, &progress) {

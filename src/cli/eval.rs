@@ -8,6 +8,7 @@ use qrelgen::eval::{
     self, Collection, Correction, EvalError, Gain, Inputs, Level, LooseFiles, Measure, Role, Settings,
     StatSettings, Ties, files, html, report, unjudged,
 };
+use qrelgen::set::{Overwrite, ReadGuard, ensure_outside_set};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -130,6 +131,17 @@ enum CorrectionArg {
 /// Runs the evaluation.
 pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let settings = settings(args)?;
+    let out = args.out.clone().unwrap_or_else(|| match &args.set {
+        Some(set) => set.join(files::EVAL_DIR),
+        None => PathBuf::from(files::EVAL_DIR),
+    });
+    check_outputs(&out, args.export_unjudged.as_deref())?;
+    let _read = match &args.set {
+        Some(set) => Some(
+            ReadGuard::open(set, "eval").with_context(|| format!("reading the set in {}", set.display()))?,
+        ),
+        None => None,
+    };
     let mut collection = match (&args.set, &args.qrels) {
         (Some(set), _) => Collection::from_set(set, settings.level),
         (None, qrels) => {
@@ -149,10 +161,6 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let runs = read_runs(args, &collection, settings.ties)?;
     let inputs = Inputs { collection, runs };
     let evaluation = eval::evaluate(&inputs, &settings);
-    let out = args.out.clone().unwrap_or_else(|| match &args.set {
-        Some(set) => set.join(files::EVAL_DIR),
-        None => PathBuf::from(files::EVAL_DIR),
-    });
     write_outputs(&out, &evaluation, &inputs, settings.k())?;
     if let Some(path) = &args.export_unjudged {
         export_unjudged(path, args, &inputs, settings.k())?;
@@ -223,6 +231,17 @@ fn read_runs(args: &EvalArgs, collection: &Collection, ties: Ties) -> anyhow::Re
         }
     }
     if problems.is_empty() { Ok(runs) } else { Err(EvalError::Problems(problems).into()) }
+}
+
+/// Refuses outputs inside a set folder (but its eval/ folder): `out`'s files and the unjudged pool.
+fn check_outputs(out: &Path, unjudged: Option<&Path>) -> anyhow::Result<()> {
+    for name in [files::EVAL_JSON, files::PER_QUERY_TSV, files::EVAL_HTML] {
+        ensure_outside_set(&out.join(name), "--out", &[files::EVAL_DIR], Overwrite::Force, |_| true)?;
+    }
+    if let Some(path) = unjudged {
+        ensure_outside_set(path, "--export-unjudged", &[files::EVAL_DIR], Overwrite::Force, |_| true)?;
+    }
+    Ok(())
 }
 
 fn write_outputs(out: &Path, evaluation: &eval::Evaluation, inputs: &Inputs, k: usize) -> anyhow::Result<()> {

@@ -104,9 +104,9 @@ included."
     /// Write a baseline run: every query of a set searched in the set's own BM25 index (TREC
     /// format), so a first number needs no retriever of your own.
     #[command(after_help = "Examples:
-  qrelgen run --set out --to out/bm25.run
+  qrelgen run --set out --to out/runs/bm25.run
   # Only the top 10 hits of each query:
-  qrelgen run --set out --to out/bm25-10.run --k 10")]
+  qrelgen run --set out --to out/runs/bm25-10.run --k 10")]
     Run(run::RunArgs),
     /// Score runs against a set (or any qrels): metrics per query and by slice, no_answer
     /// abstention, layers, paired statistics, agreement with human judgments; writes
@@ -114,9 +114,9 @@ included."
     #[command(
         override_usage = "qrelgen eval --set <DIR> --run <FILE>... [OPTIONS]\n       qrelgen eval --qrels <FILE> --run <FILE>... [--queries <FILE>] [--no-answer <FILE>] [--corpus <FILE>] [OPTIONS]",
         after_help = "Examples:
-  qrelgen eval --set out --run out/bm25.run
+  qrelgen eval --set out --run out/runs/bm25.run
   # Two retrievers, each compared with the baseline:
-  qrelgen eval --set out --run dense.run --run hybrid.run --baseline out/bm25.run
+  qrelgen eval --set out --run dense.run --run hybrid.run --baseline out/runs/bm25.run
   # Any TREC qrels, scored at document level:
   qrelgen eval --qrels qrels.trec --corpus corpus.jsonl --run dense.run --level doc"
     )]

@@ -7,6 +7,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use qrelgen::progress::Progress;
 use qrelgen::refresh::{self, NewQueries, Options, Outcome};
+use qrelgen::set::{ReadGuard, SetLock, Wait};
 use serde_json::{Map, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,10 @@ pub struct RefreshArgs {
     /// Report what would change and the LLM calls it would make; write nothing.
     #[arg(long)]
     dry_run: bool,
+
+    /// If another command is changing the set, wait for it to finish instead of failing at once.
+    #[arg(long)]
+    wait: bool,
 
     /// Settings that override the set's recorded ones (recorded in the new manifest). Each
     /// defaults to the value the set's manifest records, not to the build default its help shows.
@@ -69,6 +74,24 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     if let Some((flag, why)) = REFUSED.iter().find(|(flag, _)| given.iter().any(|g| g == flag)) {
         bail!("{flag} does not apply to a refresh: {why}");
     }
+    // The set's own files are not a corpus: its corpus.jsonl holds chunks, not the documents
+    // they came from, so a refresh from it would see every document as changed.
+    if let Some(inside) = qrelgen::set::set_around(&args.corpus) {
+        bail!(
+            "--corpus {} lies inside the test set in {}: a set's own files are not a corpus to refresh from \
+             (its corpus.jsonl holds chunks, not the documents they came from)\nhint: pass the changed corpus, \
+             in the form the set was built from",
+            args.corpus.display(),
+            inside.display()
+        );
+    }
+    // A dry run only reads the set; a refresh changes it, one writer at a time.
+    let (_lock, _read) = if args.dry_run {
+        (None, Some(ReadGuard::open(&args.set, "refresh --dry-run")?))
+    } else {
+        (Some(SetLock::acquire(&args.set, "refresh", Wait::from_flag(args.wait))?), None)
+    };
+    qrelgen::set::pause_point("locked");
     let manifest = read_manifest(&args.set)?;
     let recorded = recorded_settings(&manifest, &args.set)?;
     let settings = std::mem::take(&mut args.settings).over(Some(recorded));
@@ -79,6 +102,15 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
         dry_run: args.dry_run,
         api_key,
     })?;
+    if let qrelgen::config::GeneratorConfig::Llm(setup) = &config.generator
+        && setup.llm.endpoint.base_url.contains("<redacted>")
+    {
+        bail!(
+            "the set's --base-url carried a credential, which its manifest does not keep ({})\n\
+             hint: pass --base-url (or OPENAI_BASE_URL) again, credential included",
+            setup.llm.endpoint.base_url
+        );
+    }
     let progress = Progress::stderr(args.quiet);
     let options = Options { new_queries: args.new_queries, dry_run: args.dry_run };
     let outcome = refresh::refresh(&config, &args.set, options, &progress)?;

@@ -14,6 +14,7 @@ use qrelgen::review::label_studio;
 use qrelgen::review::set::ReviewSet;
 use qrelgen::review::status::{self, ReviewStatus};
 use qrelgen::review::{Decision, Format, Located, Location};
+use qrelgen::set::{Overwrite, ReadGuard, SetLock, Wait, ensure_outside_set};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -140,6 +141,9 @@ struct ApplyArgs {
     /// The decisions file's format [default: by extension: .jsonl, .csv, .json].
     #[arg(long, value_enum)]
     format: Option<FormatArg>,
+    /// If another command is changing the set, wait for it to finish instead of failing at once.
+    #[arg(long)]
+    wait: bool,
 }
 
 #[derive(Debug, Args)]
@@ -167,6 +171,10 @@ struct AgreeArgs {
     /// Print the agreement as JSON (with --resolve, what was applied under "resolved").
     #[arg(long)]
     json: bool,
+    /// With --resolve: if another command is changing the set, wait for it to finish instead of
+    /// failing at once.
+    #[arg(long)]
+    wait: bool,
 }
 
 #[derive(Debug, Args)]
@@ -193,7 +201,23 @@ fn load(set: &Path) -> anyhow::Result<ReviewSet> {
     ReviewSet::load(set).with_context(|| format!("reading the set in {}", set.display()))
 }
 
+/// Holds the set for a command that only reads it.
+fn read_guard(set: &Path, command: &str) -> anyhow::Result<ReadGuard> {
+    ReadGuard::open(set, command).with_context(|| format!("reading the set in {}", set.display()))
+}
+
+/// Takes the set's writer lock for `command`.
+fn lock(set: &Path, command: &str, wait: bool) -> anyhow::Result<SetLock> {
+    let lock = SetLock::acquire(set, command, Wait::from_flag(wait))?;
+    qrelgen::set::pause_point("locked");
+    Ok(lock)
+}
+
 fn export(args: &ExportArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    if let Some(to) = &args.to {
+        ensure_outside_set(to, "--to", &[], Overwrite::Force, |_| true)?;
+    }
+    let _read = read_guard(&args.set, "review export")?;
     let set = load(&args.set)?;
     // A changed query decided since the refresh is done with; the whole queue keeps every item
     // (a second reviewer judges the same ones).
@@ -269,6 +293,7 @@ fn reviewer_map(path: Option<&Path>) -> anyhow::Result<Option<ReviewerMap>> {
 }
 
 fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    let _lock = lock(&args.set, "review apply", args.wait)?;
     let set = load(&args.set)?;
     let reviewers =
         Reviewers { name: args.reviewer.clone(), map: reviewer_map(args.reviewer_map.as_deref())? };
@@ -322,6 +347,11 @@ fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
             args.reviewer.len()
         );
     }
+    let (_lock, _read) = if args.resolve.is_some() {
+        (Some(lock(&args.set, "review agree --resolve", args.wait)?), None)
+    } else {
+        (None, Some(read_guard(&args.set, "review agree")?))
+    };
     let set = load(&args.set)?;
     let map = reviewer_map(args.reviewer_map.as_deref())?;
     let files = args
@@ -396,6 +426,7 @@ fn agreement_text(a: &Agreement) -> String {
 }
 
 fn show_status(args: &StatusArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    let _read = read_guard(&args.set, "review status")?;
     let set = load(&args.set)?;
     let status = status::status(&set);
     if args.json {

@@ -5,6 +5,7 @@ use anyhow::Context as _;
 use clap::Args;
 use qrelgen::eval::baseline;
 use qrelgen::progress::Progress;
+use qrelgen::set::{Overwrite, RUNS_DIR, ReadGuard, ensure_outside_set};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -17,9 +18,13 @@ pub struct RunArgs {
     /// Hits per query.
     #[arg(long, default_value_t = 100, value_name = "N")]
     k: usize,
-    /// The run file to write (TREC: `qid Q0 docid rank score qrelgen-bm25`).
+    /// The run file to write (TREC: `qid Q0 docid rank score qrelgen-bm25`): outside the set
+    /// folder, or in its runs/ folder; an existing file must be a run qrelgen wrote.
     #[arg(long, value_name = "FILE")]
     to: PathBuf,
+    /// Replace --to even if it is not a run qrelgen wrote (never a file of a set).
+    #[arg(long)]
+    force: bool,
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
@@ -30,7 +35,11 @@ pub fn run(args: &RunArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if args.k == 0 {
         anyhow::bail!("invalid --k: at least 1 hit per query");
     }
+    let overwrite = if args.force { Overwrite::Force } else { Overwrite::Ours };
+    ensure_outside_set(&args.to, "--to", &[RUNS_DIR], overwrite, baseline::is_our_run)?;
     let progress = Progress::stderr(args.quiet);
+    let _read = ReadGuard::open(&args.set, "run")
+        .with_context(|| format!("reading the set in {}", args.set.display()))?;
     let run = baseline::bm25_run(&args.set, args.k, &progress)
         .with_context(|| format!("searching the queries of {}", args.set.display()))?;
     qrelgen::output::write_atomic(&args.to, |w| baseline::write_trec(w, &run))?;

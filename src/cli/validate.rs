@@ -24,6 +24,14 @@ pub struct ValidateArgs {
 
 /// Runs the checks; exit 1 when there are problems.
 pub fn run(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    // A set is read whole, as one version (a publish cut short is put back first).
+    let _read = match &args.set {
+        Some(set) => Some(
+            qrelgen::set::ReadGuard::open(set, "validate")
+                .with_context(|| format!("validating {}", set.display()))?,
+        ),
+        None => None,
+    };
     // clap requires one of --set and --qrels, and refuses both.
     let (target, findings) = match (&args.set, &args.qrels) {
         (Some(set), _) => (set, qrelgen::validate::check_set(set)),

@@ -8,7 +8,7 @@ use crate::id::{ChunkId, DocId};
 use crate::record::{Chunk, Document};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
-use std::io::BufRead;
+use std::io::{BufRead, Read as _};
 use std::path::Path;
 
 /// The UTF-8 byte order mark.
@@ -83,11 +83,26 @@ fn for_each_record(
     mut each: impl FnMut(usize, Record) -> Result<std::result::Result<(), String>>,
 ) -> Result<Vec<Skipped>> {
     let mut skipped = Vec::new();
-    for (index, bytes) in input.split(b'\n').enumerate() {
+    let mut input = input;
+    let mut buffer = Vec::new();
+    for index in 0.. {
         let line = index + 1;
-        let bytes = bytes.map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
+        buffer.clear();
+        let limit = crate::lines::DOCUMENT_LINE;
+        let read = (&mut input).take(limit as u64 + 1).read_until(b'\n', &mut buffer);
+        let read = read.map_err(|source| Error::CorpusUnreadable { path: path.to_owned(), source })?;
+        if read == 0 {
+            break;
+        }
+        if buffer.last() == Some(&b'\n') {
+            buffer.pop();
+        } else if read > limit {
+            let source = crate::lines::too_long(line, limit);
+            return Err(Error::CorpusUnreadable { path: path.to_owned(), source });
+        }
+        let bytes = &buffer;
         // A UTF-8 byte order mark (Windows tools write one) is not part of the first line.
-        let bytes = if index == 0 { bytes.strip_prefix(BOM).unwrap_or(&bytes) } else { &bytes[..] };
+        let bytes = if index == 0 { bytes.strip_prefix(BOM).unwrap_or(bytes) } else { &bytes[..] };
         let outcome = match parse_line(bytes) {
             Ok(Some(record)) => each(line, record)?,
             Ok(None) => Ok(()),
@@ -114,7 +129,9 @@ pub fn read_jsonl(
 ) -> Result<Vec<Skipped>> {
     let mut seen = HashSet::new();
     for_each_record(path, open(path)?, |line, record| {
-        let id = DocId::sanitized(&record.id);
+        let Ok(id) = DocId::from_input(&record.id) else {
+            return Ok(Err(format!("the document id {:?} is empty or only whitespace", record.id)));
+        };
         let source_id = (id.as_str() != record.id).then_some(record.id);
         if !seen.insert(digest(id.as_str())) {
             let was = source_id.map_or_else(String::new, |s| format!(" (renamed from {s:?})"));
@@ -166,7 +183,11 @@ pub fn read_prechunked_from(
         if !seen.insert(digest(id.as_str())) {
             return Err(Error::DuplicateChunkId { path: path.to_owned(), line, id: record.id });
         }
-        let doc_id = DocId::sanitized(record.doc_id.as_deref().unwrap_or(id.as_str()));
+        let doc_id = match record.doc_id.as_deref().map(DocId::from_input) {
+            None => DocId::sanitized(id.as_str()),
+            Some(Ok(doc_id)) => doc_id,
+            Some(Err(_)) => return Ok(Err("its doc_id is empty or only whitespace".to_owned())),
+        };
         let ordinal = ordinals.entry(doc_id.clone()).or_default();
         let chunk = Chunk {
             id,
@@ -200,6 +221,9 @@ mod tests {
             "\n",
             "{\"id\":\"b\"}\n",
             "{\"id\":\"a 1\",\"text\":\"again\"}\n",
+            "{\"id\":\"a_1\",\"text\":\"not the same id\"}\n",
+            "{\"id\":\"\",\"text\":\"empty id\"}\n",
+            "{\"id\":\"   \",\"text\":\"blank id\"}\n",
         ));
         let (mut docs, mut renamed) = (Vec::new(), Vec::new());
         let skipped = read_jsonl(file.path(), &mut renamed, |d| {
@@ -209,15 +233,22 @@ mod tests {
         .unwrap();
         let got: Vec<_> =
             docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source_id.as_deref())).collect();
-        assert_eq!(got, [("a_1", "A", Some("a 1")), ("7", "Seven", None)]);
+        // A renamed id carries its original's hash: "a 1" and "a_1" stay two documents.
+        assert_eq!(got, [("a_1-e2d8775f", "A", Some("a 1")), ("7", "Seven", None), ("a_1", "a_1", None)]);
         let renamed: Vec<_> = renamed.iter().map(|r| (r.line, r.from.as_str(), r.to.as_str())).collect();
-        assert_eq!(renamed, [(1, "a 1", "a_1")], "the repeat on line 6 is skipped, not renamed again");
+        assert_eq!(
+            renamed,
+            [(1, "a 1", "a_1-e2d8775f")],
+            "the repeat on line 6 is skipped, not renamed again"
+        );
         let lines: Vec<_> = skipped.iter().map(|s| s.line).collect();
-        assert_eq!(lines, [Some(3), Some(5), Some(6)]);
+        assert_eq!(lines, [Some(3), Some(5), Some(6), Some(8), Some(9)]);
         assert_eq!(
             skipped[2].reason,
-            "document id a_1 (renamed from \"a 1\") was already used on an earlier line"
+            "document id a_1-e2d8775f (renamed from \"a 1\") was already used on an earlier line"
         );
+        assert_eq!(skipped[3].reason, "the document id \"\" is empty or only whitespace");
+        assert_eq!(skipped[4].reason, "the document id \"   \" is empty or only whitespace");
         assert!(skipped[0].reason.starts_with("invalid JSON"));
         assert_eq!(skipped[1].reason, "no text and no title");
     }

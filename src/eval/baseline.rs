@@ -22,6 +22,20 @@ use std::path::Path;
 /// The tag in the last column of the run.
 pub const TAG: &str = "qrelgen-bm25";
 
+/// Whether the file at `path` is a run this module wrote (empty, or its first line tagged
+/// [`TAG`]): what `qrelgen run --to` may replace without `--force`.
+#[must_use]
+pub fn is_our_run(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    if file.take(4096).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let head = String::from_utf8_lossy(&head);
+    head.is_empty() || head.lines().next().is_some_and(|line| line.split_whitespace().nth(5) == Some(TAG))
+}
+
 /// One query's results.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {

@@ -415,7 +415,7 @@ fn read_corpus(path: &Path) -> Result<CorpusIds> {
 
 /// The ids of a one-id-per-line file.
 fn read_ids(path: &Path) -> Result<HashSet<String>> {
-    let text = fs_err::read_to_string(path).map_err(|e| unreadable(path, e))?;
+    let text = crate::lines::read_text(path, crate::lines::RECORD_LINE).map_err(|e| unreadable(path, e))?;
     Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect())
 }
 

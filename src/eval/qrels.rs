@@ -30,7 +30,7 @@ pub struct QrelRow {
 /// # Errors
 /// [`EvalError::Set`] if the file cannot be read, [`EvalError::Problems`] listing every bad line.
 pub fn read(path: &Path) -> Result<Vec<QrelRow>> {
-    let text = fs_err::read_to_string(path).map_err(|e| unreadable(path, e))?;
+    let text = crate::lines::read_text(path, crate::lines::RECORD_LINE).map_err(|e| unreadable(path, e))?;
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).peekable();
     let tsv = lines.peek().is_some_and(|(_, first)| first.trim_end().split('\t').eq(TSV_HEADER));
     if tsv {

@@ -145,7 +145,8 @@ pub fn read(path: &Path, name: &str, collection: &Collection, ties: Ties) -> Res
     let mut number = 0;
     loop {
         line.clear();
-        if input.read_line(&mut line).map_err(|e| unreadable(path, e))? == 0 {
+        let read = crate::lines::read_line(&mut input, &mut line, number + 1, crate::lines::RECORD_LINE);
+        if read.map_err(|e| unreadable(path, e))? == 0 {
             break;
         }
         number += 1;

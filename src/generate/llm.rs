@@ -567,7 +567,7 @@ impl Generator for LlmGenerator<'_> {
         let (config, usage) = (llm.config(), llm.usage());
         Some(LlmReport {
             summary: LlmSummary {
-                base_url: config.endpoint.base_url.clone(),
+                base_url: crate::llm::redact_url(&config.endpoint.base_url),
                 model: config.endpoint.model.clone(),
                 json_mode: self.mode.mode,
                 usage,

@@ -322,6 +322,16 @@ pub struct Imported {
     pub not_run: usize,
     /// Lines that are not results (skipped).
     pub unreadable: usize,
+    /// Lines whose `custom_id` is not a request's (not a cache key): rejected.
+    pub unknown: usize,
+    /// Lines for a call that already has a reply (an earlier line, or the cache): the first
+    /// reply stands, these are dropped.
+    pub duplicates: usize,
+}
+
+/// Whether `id` can be a request's `custom_id`: a cache key, 64 lowercase hex digits.
+fn is_request_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A submitted batch as the cache records it.
@@ -798,13 +808,24 @@ impl Llm {
     /// Stores the replies of result lines under their `custom_id` and remembers the failures.
     fn import_lines(&self, text: &str, batch: &str) -> Result<Imported, BatchError> {
         let mut imported = Imported::default();
+        let mut answered = std::collections::HashSet::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let Ok(line) = serde_json::from_str::<OutputLine>(line) else {
                 imported.unreadable += 1;
                 continue;
             };
+            if !is_request_id(&line.custom_id) {
+                imported.unknown += 1;
+                continue;
+            }
+            // The first reply to a call stands: a later line never replaces a paid reply.
+            if answered.contains(&line.custom_id) || self.cache.get(&line.custom_id)?.is_some() {
+                imported.duplicates += 1;
+                continue;
+            }
             match outcome(&line) {
                 Outcome::Reply(reply) => {
+                    answered.insert(line.custom_id.clone());
                     self.update(|t| {
                         t.network.paid.add(&reply);
                         t.network.batched += 1;

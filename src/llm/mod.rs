@@ -60,14 +60,60 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// A URL without the `user:password@` part.
+/// A URL as files and messages show it: without the `user:password@` part, and with the
+/// value of every query parameter that looks like a credential ([`is_credential`]) replaced by
+/// `<redacted>`; the rest exactly as written. The calls use the URL unchanged.
 #[must_use]
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(scheme), Some(at)) if at > scheme && !url[scheme + 3..at].contains('/') => {
-            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+    let (head, fragment) = url.split_once('#').map_or((url, None), |(h, f)| (h, Some(f)));
+    let (base, query) = head.split_once('?').map_or((head, None), |(b, q)| (b, Some(q)));
+    let mut shown = match base.find("://") {
+        Some(scheme) => {
+            let authority_end = base[scheme + 3..].find('/').map_or(base.len(), |end| scheme + 3 + end);
+            match base[scheme + 3..authority_end].rfind('@') {
+                Some(at) => format!("{}{}", &base[..scheme + 3], &base[scheme + 3 + at + 1..]),
+                None => base.to_owned(),
+            }
         }
-        _ => url.to_owned(),
+        None => base.to_owned(),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if is_credential(name) => format!("{name}=<redacted>"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&pairs.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        shown.push('#');
+        shown.push_str(fragment);
+    }
+    shown
+}
+
+/// Whether a query parameter's name looks like it carries a credential: `key`, `api-key`,
+/// `api_key`, `apikey`, `token`, `access_token`, `sig`, `signature`, `secret`, `password`,
+/// `auth`, `code` (case and `-`/`_` ignored), or any name ending in `key`, `token`, `secret`,
+/// `password` or `signature`.
+#[must_use]
+pub fn is_credential(name: &str) -> bool {
+    const NAMES: [&str; 8] = ["sig", "secret", "password", "passwd", "pwd", "auth", "code", "credential"];
+    const ENDS: [&str; 6] = ["key", "token", "secret", "password", "signature", "credentials"];
+    let name = name.to_ascii_lowercase().replace(['-', '.'], "_");
+    NAMES.contains(&name.as_str()) || ENDS.iter().any(|end| name.ends_with(end))
+}
+
+/// `url` split for the client: the base without its query (async-openai appends the path to
+/// it) and the query, which the transport adds to every request unchanged.
+fn split_query(url: &str) -> (&str, Option<&str>) {
+    let url = url.split_once('#').map_or(url, |(head, _)| head);
+    match url.split_once('?') {
+        Some((base, query)) => (base, Some(query).filter(|q| !q.is_empty())),
+        None => (url, None),
     }
 }
 
@@ -464,14 +510,16 @@ impl Llm {
             .build()
             .map_err(|e| LlmError::connect(e, loopback))?;
         // Every field set explicitly: OpenAIConfig::default() would read OPENAI_* variables.
+        let (base, query) = split_query(&config.endpoint.base_url);
         let openai = OpenAIConfig::new()
-            .with_api_base(config.endpoint.base_url.trim_end_matches('/'))
+            .with_api_base(base.trim_end_matches('/'))
             .with_api_key(config.endpoint.api_key.clone().unwrap_or_default())
             .with_org_id("")
             .with_project_id("");
         let keyed = config.endpoint.api_key.as_deref().is_some_and(|k| !k.is_empty());
         let limits = std::sync::Arc::new(Limits::new(config.limits));
-        let service = transport::service(http, keyed, std::sync::Arc::clone(&limits));
+        let query = query.map(str::to_owned);
+        let service = transport::service(http, keyed, query, std::sync::Arc::clone(&limits));
         let client = Client::with_config(openai).with_http_service(service);
         let batch = config.batch.clone().map(batch::Deferral::new);
         Ok(Self {
@@ -551,14 +599,17 @@ impl Llm {
 
     fn note_key(&self, name: &str) -> String {
         let mut hasher = ContentHasher::default();
-        hasher.update(&["note", name, &self.config.endpoint.base_url, &self.config.endpoint.model]);
+        let url = redact_url(&self.config.endpoint.base_url);
+        hasher.update(&["note", name, &url, &self.config.endpoint.model]);
         hasher.finish()
     }
 
-    /// The cache key of a call: base URL, model, and the whole request body.
+    /// The cache key of a call: base URL (as shown: a new credential in it keeps the cache),
+    /// model, and the whole request body.
     fn key(&self, body: &str) -> String {
         let mut hasher = ContentHasher::default();
-        hasher.update(&[&self.config.endpoint.base_url, &self.config.endpoint.model, body]);
+        let url = redact_url(&self.config.endpoint.base_url);
+        hasher.update(&[&url, &self.config.endpoint.model, body]);
         hasher.finish()
     }
 
@@ -990,6 +1041,27 @@ mod tests {
         );
         assert_eq!(redact_url(&endpoint.base_url), "https://llm.example/v1");
         assert_eq!(redact_url("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
+        let cases = [
+            ("https://u:p@h.example/v1?api-key=s3cr3t&x=1", "https://h.example/v1?api-key=<redacted>&x=1"),
+            (
+                "https://h/v1?api_key=a&key=b&token=c&access_token=d&sig=e",
+                "https://h/v1?api_key=<redacted>&key=<redacted>&token=<redacted>&access_token=<redacted>&sig=<redacted>",
+            ),
+            (
+                "https://h/v1?Subscription-Key=a&model=m#frag",
+                "https://h/v1?Subscription-Key=<redacted>&model=m#frag",
+            ),
+            ("https://h/p@th/v1", "https://h/p@th/v1"),
+            ("http://h", "http://h"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        assert_eq!(
+            split_query("https://h/v1?api-key=a%2Fb&x=1"),
+            ("https://h/v1", Some("api-key=a%2Fb&x=1"))
+        );
+        assert_eq!(split_query("https://h/v1/"), ("https://h/v1/", None));
         let json = serde_json::to_string(&endpoint).unwrap_or_default();
         assert!(!json.contains("pa55") && !json.contains("sk-abc123"), "{json}");
         assert!(!format!("{endpoint:?}").contains("sk-abc123"));

@@ -291,7 +291,7 @@ impl Session {
     fn stalled(&self) -> Stop {
         Stop::Stalled {
             seconds: self.stall_after.as_secs(),
-            url: self.llm.config().endpoint.base_url.clone(),
+            url: super::redact_url(&self.llm.config().endpoint.base_url),
         }
     }
 
@@ -323,7 +323,7 @@ impl Session {
 }
 
 fn endpoint_stop(llm: &Llm, message: String, hint: &'static str) -> Stop {
-    Stop::Endpoint { url: llm.config().endpoint.base_url.clone(), message, hint }
+    Stop::Endpoint { url: super::redact_url(&llm.config().endpoint.base_url), message, hint }
 }
 
 fn excerpt(reply: &str) -> String {

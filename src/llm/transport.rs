@@ -31,6 +31,7 @@ pub struct HttpFailure {
 pub fn service(
     client: reqwest::Client,
     keyed: bool,
+    query: Option<String>,
     limits: std::sync::Arc<Limits>,
 ) -> impl tower::Service<
     HttpRequestFactory,
@@ -44,13 +45,20 @@ pub fn service(
     tower::service_fn(move |factory: HttpRequestFactory| {
         let client = client.clone();
         let limits = std::sync::Arc::clone(&limits);
+        let query = query.clone();
         async move {
             let mut request = factory.build().await?;
             if !keyed {
                 request.headers_mut().remove(reqwest::header::AUTHORIZATION);
             }
+            if let Some(query) = &query {
+                add_query(request.url_mut(), query);
+            }
             super::upload::count_body(&mut request);
-            let response = client.execute(request).await.map_err(OpenAIError::Reqwest)?;
+            // The error without the URL: it may carry credentials (the endpoint is named,
+            // redacted, by whoever reports the error).
+            let response =
+                client.execute(request).await.map_err(|e| OpenAIError::Reqwest(e.without_url()))?;
             limits.observe(response.headers());
             if response.status().is_success() {
                 return Ok(response);
@@ -66,6 +74,15 @@ pub fn service(
             Err(OpenAIError::Boxed(Box::new(failure)))
         }
     })
+}
+
+/// Adds `query` (the base URL's, as written) to `url`'s own query, if any.
+fn add_query(url: &mut reqwest::Url, query: &str) {
+    let joined = match url.query().filter(|q| !q.is_empty()) {
+        Some(own) => format!("{own}&{query}"),
+        None => query.to_owned(),
+    };
+    url.set_query(Some(&joined));
 }
 
 /// The `error.message` of an OpenAI-style error body, else the start of the body.
@@ -97,5 +114,15 @@ mod tests {
         assert_eq!(server_message("Internal Server Error\n"), "Internal Server Error");
         assert_eq!(server_message(""), "(empty body)");
         assert_eq!(server_message(&"x".repeat(2000)).len(), MESSAGE_LIMIT);
+    }
+
+    #[test]
+    fn the_base_urls_query_goes_on_every_request_unchanged() {
+        let mut url = reqwest::Url::parse("https://h.example/v1/chat/completions").unwrap();
+        add_query(&mut url, "api-key=a%2Fb=&x=1");
+        assert_eq!(url.as_str(), "https://h.example/v1/chat/completions?api-key=a%2Fb=&x=1");
+        let mut url = reqwest::Url::parse("https://h.example/v1/files?purpose=batch").unwrap();
+        add_query(&mut url, "api-key=k");
+        assert_eq!(url.as_str(), "https://h.example/v1/files?purpose=batch&api-key=k");
     }
 }

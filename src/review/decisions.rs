@@ -64,8 +64,8 @@ impl ReviewerMap {
     /// [`Error::Input`] if it cannot be read, [`Error::Malformed`] for a line that is not
     /// `ID=NAME` or names an id twice.
     pub fn read(path: &Path) -> Result<Self> {
-        let text =
-            fs_err::read_to_string(path).map_err(|source| Error::Input { path: path.to_owned(), source })?;
+        let text = crate::lines::read_text(path, crate::lines::RECORD_LINE)
+            .map_err(|source| Error::Input { path: path.to_owned(), source })?;
         let malformed =
             |line: usize, message: String| Error::Malformed { path: path.to_owned(), line, message };
         let mut names = BTreeMap::new();
@@ -577,7 +577,7 @@ not json
         let expected = [
             "line 1: unknown decision \"acept\"",
             "line 2: reject needs a reject_reason",
-            "line 3: query_id: the id \"direct 3\" contains whitespace or '#'",
+            "line 3: query_id: the id \"direct 3\" contains whitespace, a control character, '#' or '`'",
             "line 4: sources[0].grade: bad grade \"7\" (0–3)",
             "line 5: edit needs an edited_text",
             "line 6: edited_text is given but the decision is not edit",

@@ -5,6 +5,7 @@
 use super::agreement::Policy;
 use super::{Decision, Format, Judgment, Location};
 use crate::output::layout::VERSIONS_DIR;
+use crate::set::ledger::Seal;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,10 @@ pub struct ReviewLog {
     pub base: u32,
     /// Every version made by applying decisions or by a forced rebuild, oldest first.
     pub history: Vec<VersionRecord>,
+    /// The seal of the ledger this version made (judgments and digest); absent in sets made
+    /// before ledgers were sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<Seal>,
 }
 
 impl ReviewLog {

@@ -15,7 +15,6 @@ use serde::Deserialize;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 /// One line of `queries.jsonl`: the fields the review loop uses, and the line as written.
@@ -149,6 +148,9 @@ impl ReviewSet {
         let (base, ledger, earlier_ledger) = match &manifest.review {
             None => (current.clone(), Vec::new(), Vec::new()),
             Some(log) => {
+                if let Some(seal) = &log.ledger {
+                    crate::set::ledger::check(dir, seal, log.version)?;
+                }
                 let mut ledger: Vec<Entry> = read_all(&dir.join(LEDGER))?;
                 // Entries of a version whose publishing failed are not part of the set.
                 ledger.retain(|e| e.version <= log.version);
@@ -224,13 +226,21 @@ pub fn read_jsonl<T: DeserializeOwned>(
     mut each: impl FnMut(usize, &str, T) -> Result<()>,
 ) -> Result<()> {
     let file = fs_err::File::open(path).map_err(|source| Error::Input { path: path.to_owned(), source })?;
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| Error::Input { path: path.to_owned(), source })?;
+    let mut input = std::io::BufReader::new(file);
+    let mut line = String::new();
+    for i in 0.. {
+        line.clear();
+        let read = crate::lines::read_line(&mut input, &mut line, i + 1, crate::lines::DOCUMENT_LINE)
+            .map_err(|source| Error::Input { path: path.to_owned(), source })?;
+        if read == 0 {
+            break;
+        }
+        let line = line.strip_suffix('\n').map_or(line.as_str(), |l| l.strip_suffix('\r').unwrap_or(l));
         if line.trim().is_empty() {
             continue;
         }
-        let record = serde_json::from_str(&line).map_err(|e| malformed(path, i + 1, e.to_string()))?;
-        each(i + 1, &line, record)?;
+        let record = serde_json::from_str(line).map_err(|e| malformed(path, i + 1, e.to_string()))?;
+        each(i + 1, line, record)?;
     }
     Ok(())
 }
@@ -268,8 +278,8 @@ fn read_chunk_ids(path: &Path) -> Result<HashSet<ChunkId>> {
 /// # Errors
 /// [`Error::Input`], or [`Error::Malformed`] naming the line.
 pub fn read_provenance(path: &Path) -> Result<Vec<Qrel>> {
-    let text =
-        fs_err::read_to_string(path).map_err(|source| Error::Input { path: path.to_owned(), source })?;
+    let text = crate::lines::read_text(path, crate::lines::RECORD_LINE)
+        .map_err(|source| Error::Input { path: path.to_owned(), source })?;
     let mut lines = text.lines().enumerate();
     if lines.next().map(|(_, header)| header) != Some(PROVENANCE_HEADER) {
         return Err(malformed(path, 1, format!("the header is not {PROVENANCE_HEADER:?}")));

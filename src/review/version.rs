@@ -20,6 +20,7 @@ use crate::output::layout::{
     VERSIONS_DIR,
 };
 use crate::output::{self, Staging};
+use crate::set::ledger::{self, Seal};
 use std::path::Path;
 
 pub use super::log::{Counts, Entry, InputFile, MadeBy, ReviewLog, VersionRecord, version_dir};
@@ -53,11 +54,14 @@ pub fn write_next(
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
     output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
     output::write_jsonl(&staging.path(LEDGER), set.earlier_ledger.iter().chain(ledger))?;
+    let seal = seal_ledger(&staging, record.version)?;
     for input in inputs {
         output::write_atomic(&staging.path(&input.file.stored), |w| w.write_all(input.bytes))?;
     }
     let mut manifest = set.manifest.clone();
-    manifest.review = Some(next_log(manifest.review.take(), record));
+    let mut log = next_log(manifest.review.take(), record);
+    log.ledger = Some(seal);
+    manifest.review = Some(log);
     output::write_json(&staging.path(MANIFEST), &manifest)?;
     let unpublished = |source: crate::Error| crate::Error::Unpublished {
         next: set.version() + 1,
@@ -73,9 +77,21 @@ pub fn write_next(
     }
 }
 
+/// The seal of the ledger staged in `staging`, and its copy staged for version `version`
+/// (`versions/ledger-v<N>.jsonl`, what a damaged ledger is restored from).
+fn seal_ledger(staging: &Staging, version: u32) -> Result<Seal> {
+    let staged = staging.staged_path(LEDGER);
+    let bytes =
+        fs_err::read(&staged).map_err(|source| crate::Error::Input { path: staged.clone(), source })?;
+    let copy = ledger::kept_copy(version);
+    output::copy_atomic(&staged, &staging.path(&copy.to_string_lossy()))?;
+    Ok(Seal::of_bytes(&bytes))
+}
+
 /// The log with `record` as its newest version.
 fn next_log(log: Option<ReviewLog>, record: VersionRecord) -> ReviewLog {
-    let mut log = log.unwrap_or(ReviewLog { version: 1, parent: 0, base: 1, history: Vec::new() });
+    let mut log =
+        log.unwrap_or(ReviewLog { version: 1, parent: 0, base: 1, history: Vec::new(), ledger: None });
     log.parent = log.version;
     log.version = record.version;
     if record.made_by != MadeBy::Review {
@@ -179,18 +195,20 @@ fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u
         resolve: None,
         counts,
     };
-    manifest.review = Some(next_log(live.review, record));
-    output::write_json(&staging.path(MANIFEST), &manifest)?;
     // Entries a failed apply left (newer than the current version) would read as the new
-    // version's: they go.
-    // A set with a review log has a ledger (empty when only an export was made).
+    // version's: they go. A set with a review log has a ledger (empty when only an export was
+    // made); a damaged one is refused before anything is published.
+    if let Some(seal) = live.review.as_ref().and_then(|log| log.ledger.as_ref()) {
+        crate::set::ledger::check(dir, seal, current)?;
+    }
     let ledger = dir.join(LEDGER);
     let mut entries: Vec<Entry> = if ledger.is_file() { read_all(&ledger)? } else { Vec::new() };
-    let all = entries.len();
     entries.retain(|e| e.version <= current);
-    if entries.len() < all || !ledger.is_file() {
-        output::write_jsonl(&staging.path(LEDGER), &entries)?;
-    }
+    output::write_jsonl(&staging.path(LEDGER), &entries)?;
+    let mut log = next_log(live.review, record);
+    log.ledger = Some(seal_ledger(staging, current + 1)?);
+    manifest.review = Some(log);
+    output::write_json(&staging.path(MANIFEST), &manifest)?;
     staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR])?;
     Ok(current + 1)
 }

@@ -936,3 +936,59 @@ async fn a_run_sharing_the_cache_waits_for_the_batch_another_run_is_creating_ins
     }
     assert_same_set(&first, &second);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_rejects_unknown_custom_ids_and_keeps_the_first_reply_of_a_duplicate() {
+    let (server, _, counters) = start(Plan::default()).await;
+    let dir = tempdir();
+    let online = build(&server, &dir.path().join("online"), &["--judge-pool", "2"]).await;
+    online.assert_code(0);
+    let online_requests = counters.requests();
+    let out = dir.path().join("batch");
+    let mut next = dir.path().join("requests-1.jsonl");
+    build(&server, &out, &["--judge-pool", "2", "--batch", "export", "--to", path_str(&next)])
+        .await
+        .assert_code(0);
+    let (runner, _) = mock::model(Behaviour::Good);
+    let mut imports = 0;
+    let last = loop {
+        let results = dir.path().join(format!("results-{imports}.jsonl"));
+        run_like_vllm(&runner, &next, &results, |_| true);
+        // Each result again, after it, with a reply that would break the set; and a line for a
+        // call that was never asked for.
+        let mut lines = String::new();
+        for line in fs_err::read_to_string(&results).unwrap().lines() {
+            let mut spoiled: Value = serde_json::from_str(line).unwrap();
+            spoiled["response"]["body"]["choices"][0]["message"]["content"] = json!("garbage");
+            for text in [line.to_owned(), spoiled.to_string()] {
+                lines.push_str(&text);
+                lines.push('\n');
+            }
+        }
+        let stranger =
+            json!({"id": "x", "custom_id": "not-a-request", "response": {"status_code": 200, "body": {}}});
+        lines.push_str(&stranger.to_string());
+        lines.push('\n');
+        fs_err::write(&results, lines).unwrap();
+        imports += 1;
+        let to = dir.path().join(format!("requests-{}.jsonl", imports + 1));
+        let run = build(
+            &server,
+            &out,
+            &["--judge-pool", "2", "--batch", "import", path_str(&results), "--to", path_str(&to)],
+        )
+        .await;
+        run.assert_code(0);
+        let answered = read_jsonl(&next).len();
+        let said = format!("1 unknown custom_id(s) rejected, {answered} duplicate(s)");
+        assert!(run.stderr.contains(&said), "{said}: {}", run.stderr);
+        if !run.stdout.contains("wrote") {
+            break run;
+        }
+        assert!(imports < 12, "the imports never finish: {}", run.stdout);
+        next = to;
+    };
+    // The first (good) replies stood: the set is the online build's.
+    assert_same_set(&online, &last);
+    assert_eq!(counters.requests(), online_requests, "the batch build sent no online call");
+}

@@ -91,7 +91,7 @@ async fn a_multi_hop_query_that_one_chunk_answers_is_rejected() {
         "any",
     ];
     let (model, _) = mock::model(Behaviour::OneChunkMultiHop);
-    let run = run_with(model, dir.path(), &args).await;
+    let run = run_with(model, &dir.path().join("one"), &args).await;
     run.assert_code(1); // an empty set
     let candidates = run.jsonl("candidates.jsonl");
     let judged: Vec<&Value> = candidates.iter().filter(|c| str_field(c, "/reason") != "duplicate").collect();

@@ -34,6 +34,7 @@ fn hashes(out: &Path, placeholders: &[(&str, &str)]) -> BTreeMap<String, String>
         let name = relative.to_string_lossy().replace('\\', "/");
         if !entry.file_type().is_file()
             || name.split('/').any(|part| part == "index" || part.starts_with("llm-cache.sqlite"))
+            || super::is_lock_file(relative)
         {
             continue;
         }

@@ -9,6 +9,7 @@ mod chinese;
 mod controls;
 mod corpus;
 mod eval;
+mod faults;
 mod golden;
 mod install;
 mod llm;
@@ -116,6 +117,12 @@ fn qrelgen_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().unwrap()
+}
+
+/// Whether `path` is one of a set's lock files (`.qrelgen.lock`, `.qrelgen.publish`): state of the
+/// folder, not part of the set, and written by every writer.
+fn is_lock_file(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| name.to_string_lossy().starts_with(".qrelgen."))
 }
 
 fn path_str(path: &Path) -> &str {

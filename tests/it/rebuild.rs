@@ -11,6 +11,7 @@ fn files(out: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .into_iter()
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_file() && !e.path().starts_with(out.join("index")))
+        .filter(|e| !super::is_lock_file(e.path()))
         .map(|e| {
             let relative = e.path().strip_prefix(out).unwrap_or(e.path()).to_owned();
             (relative, fs_err::read(e.path()).unwrap_or_default())

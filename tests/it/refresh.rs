@@ -929,6 +929,8 @@ fn listing(dir: &Path) -> BTreeMap<PathBuf, (bool, u64, std::time::SystemTime)> 
     walkdir::WalkDir::new(dir)
         .into_iter()
         .flatten()
+        // The writer's lock file records each writer: the one file every refresh writes.
+        .filter(|e| !super::is_lock_file(e.path()))
         .map(|e| {
             let meta = e.metadata().unwrap_or_else(|e| panic!("{e}"));
             let modified = meta.modified().unwrap_or_else(|e| panic!("{e}"));
@@ -1321,6 +1323,7 @@ fn version_files(set: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     files.retain(|path, _| {
         !["index", "versions", "review"].iter().any(|d| path.starts_with(d))
             && !path.to_string_lossy().starts_with("llm-cache")
+            && !super::is_lock_file(path)
     });
     files
 }

@@ -13,6 +13,7 @@ const TSV: &str = "query-id\tcorpus-id\tscore\ndirect-q1\td1:aa\t3\n";
 const PROVENANCE: &str = "query-id\tcorpus-id\tscore\tprovenance\ndirect-q1\td1:aa\t3\tsource\n\
                           no_answer-q2\td2:bb\t0\thuman\n";
 const NO_ANSWER: &str = "no_answer-q2\n";
+const MANIFEST: &str = "{\"tool\": \"qrelgen 0.1.0\", \"format_version\": 3}\n";
 
 /// A valid set in `dir/set`, with `planted` files written over the clean ones.
 fn set(dir: &Path, planted: &[(&str, &str)]) -> PathBuf {
@@ -25,6 +26,7 @@ fn set(dir: &Path, planted: &[(&str, &str)]) -> PathBuf {
         ("qrels/test.tsv", TSV),
         ("qrels/provenance.tsv", PROVENANCE),
         ("no_answer.txt", NO_ANSWER),
+        ("manifest.json", MANIFEST),
     ];
     for (name, text) in clean.iter().chain(planted) {
         fs_err::write(out.join(name), text).unwrap();
@@ -203,4 +205,21 @@ fn a_loose_qrels_file_is_checked_against_the_files_given() {
         lines,
         [format!("{}:2: dangling corpus id d3:cc (not in {})", qrels.display(), corpus.display())]
     );
+}
+
+#[test]
+fn a_missing_or_newer_manifest_is_a_problem() {
+    let newer = findings(&[("manifest.json", "{\"tool\": \"qrelgen 9.0.0\", \"format_version\": 99}\n")]);
+    assert_eq!(newer.len(), 1, "{newer:?}");
+    assert!(
+        newer[0].starts_with("manifest.json: format_version 99 is newer than this qrelgen reads"),
+        "{newer:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = set(dir.path(), &[]);
+    fs_err::remove_file(out.join("manifest.json")).unwrap();
+    let (code, lines, _) = validate(&["--set", path_str(&out)]);
+    assert_eq!(code, Some(1));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("manifest.json: missing"), "{lines:?}");
 }

@@ -73,9 +73,11 @@ pub const REPLACED: &str = "replaced";
 /// already). Written before anything moves.
 pub const KEPT: &str = "kept";
 
-/// What else a build keeps in the output folder: the index, the reply cache (and the journal
-/// files SQLite puts beside it), the staging and rollback folders.
-pub const BUILD_STATE: [&str; 7] = [
+/// What else a build keeps in the output folder: the lock files, the index, the reply cache (and
+/// the journal files SQLite puts beside it), the staging and rollback folders.
+pub const BUILD_STATE: [&str; 9] = [
+    super::lock::WRITER,
+    super::lock::PUBLISH,
     INDEX_DIR,
     LLM_CACHE,
     "llm-cache.sqlite-journal",
