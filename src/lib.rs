@@ -23,6 +23,7 @@ pub mod judge;
 pub mod llm;
 pub mod output;
 pub mod pipeline;
+pub mod pool;
 pub mod progress;
 pub mod record;
 pub mod refresh;

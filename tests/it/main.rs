@@ -13,6 +13,7 @@ mod golden;
 mod llm;
 mod mock;
 mod modules;
+mod pool;
 mod pooling;
 mod readme;
 mod rebuild;
