@@ -206,6 +206,9 @@ pub fn pool(
     let set = ReviewSet::load(dir)?;
     let runs = PoolRuns::read(&PoolRunConfig { files: config.runs.clone(), depth: config.depth }, index)?;
     let mut pooled = read_pooled(&dir.join(POOLED_TSV))?;
+    // Pairs of queries the set no longer holds (a `build --force` since) are not its pools.
+    let queries: HashSet<&QueryId> = set.current.queries.iter().map(|q| &q.id).collect();
+    pooled.retain(|p| queries.contains(&p.query));
     let plan = Plan::make(&set.current, &runs, index, &mut pooled);
     let mut outcome = Outcome { new_pairs: plan.new.len(), ..Outcome::default() };
     let ungraded: Vec<usize> = plan.ungraded(&pooled);
@@ -313,16 +316,14 @@ impl Plan {
         plan
     }
 
-    /// The pooled pairs that nobody has judged: neither a row of the version nor a grade of an
-    /// earlier pool.
+    /// The pooled pairs the version holds no judgment of. An earlier pool's grade counts only
+    /// through the row it made: a pair whose row is gone (a `build --force` since) is graded
+    /// again (through the LLM cache, at no cost).
     fn ungraded(&self, pooled: &[PooledPair]) -> Vec<usize> {
         let mut out: Vec<usize> = self.by_run.values().flatten().copied().collect();
         out.sort_unstable();
         out.dedup();
-        out.retain(|&i| {
-            let p = &pooled[i];
-            p.grade.is_none() && !self.judged.contains_key(&(p.query.clone(), p.chunk.clone()))
-        });
+        out.retain(|&i| !self.judged.contains_key(&(pooled[i].query.clone(), pooled[i].chunk.clone())));
         out
     }
 }
