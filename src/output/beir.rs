@@ -245,6 +245,34 @@ mod tests {
     }
 
     #[test]
+    fn trec_rows_keep_judged_non_relevant_pairs_of_answered_queries_as_zero() {
+        let row = |q: &str, c: &str, grade, provenance| Qrel {
+            query_id: QueryId::parse(q).unwrap(),
+            chunk_id: ChunkId::parse(c).unwrap(),
+            grade,
+            provenance,
+        };
+        let qrels = [
+            row("a", "d:1", 3, Provenance::Source),
+            row("a", "d:2", 1, Provenance::Judge),
+            row("a", "d:3", 2, Provenance::Judge),
+            row("a", "d:4", 0, Provenance::Human),
+            row("a", "d:5", 1, Provenance::OneShot),
+            // Only "related" by the judge: no relevant chunk, no rows.
+            row("b", "d:1", 1, Provenance::Judge),
+            row("b", "d:2", 0, Provenance::OneShot),
+        ];
+        let rows: Vec<(&str, &str, u8)> = trec_rows(&qrels)
+            .into_iter()
+            .map(|(q, rel)| (q.query_id.as_str(), q.chunk_id.as_str(), rel))
+            .collect();
+        assert_eq!(
+            rows,
+            [("a", "d:1", 3), ("a", "d:2", 0), ("a", "d:3", 2), ("a", "d:4", 0), ("a", "d:5", 1)]
+        );
+    }
+
+    #[test]
     fn qrels_grade_by_type_and_skip_no_answer_and_repeats() {
         let set = [
             judged(QueryType::Direct, &["a"]),

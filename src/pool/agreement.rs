@@ -177,6 +177,19 @@ mod tests {
         assert_eq!(measure(&[]), None);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn intervals_hold_their_estimates(pairs in proptest::collection::vec((proptest::bool::ANY, proptest::bool::ANY), 1..80)) {
+            let a = measure(&pairs).unwrap();
+            let k = a.kappa.unwrap();
+            proptest::prop_assert!((-1.0..=1.0).contains(&k.low) && k.low <= k.estimate && k.estimate <= k.high && k.high <= 1.0);
+            if let Some(p) = a.precision {
+                proptest::prop_assert!(0.0 <= p.low && p.low <= p.estimate && p.estimate <= p.high && p.high <= 1.0);
+            }
+            proptest::prop_assert_eq!(a.precision.is_some(), pairs.iter().any(|(m, _)| *m));
+        }
+    }
+
     #[test]
     fn relevance_follows_the_machine_that_graded() {
         assert_eq!(machine_relevant(1, "judge"), Some(false), "the judge's 1 is not relevant");

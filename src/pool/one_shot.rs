@@ -175,6 +175,18 @@ mod tests {
         assert_eq!(quantile(&mut [], 0.95), None);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn otsu_splits_between_two_distinct_values(values in proptest::collection::vec(-1.0f32..1.0, 10..60)) {
+            let Some(t) = otsu(&values) else {
+                proptest::prop_assert!(values.iter().all(|v| v.total_cmp(&values[0]).is_eq()));
+                return Ok(());
+            };
+            proptest::prop_assert!(values.contains(&t), "the cut-off is one of the values");
+            proptest::prop_assert!(values.iter().any(|v| *v < t), "something below it");
+        }
+    }
+
     #[test]
     fn a_chunk_at_the_cutoff_is_related() {
         let cutoff = Cutoff { threshold: 0.6, otsu: 0.6, chance: 0.3, pairs: 10 };
