@@ -136,6 +136,28 @@ fn a_one_shot_pool_is_the_next_version_and_a_rerun_adds_nothing() {
         .collect();
     assert!(!queued.is_empty(), "deep's pairs are sampled for review");
     assert!(queued.iter().all(|c| c.get("grade").is_none()), "the machine grade is hidden");
+    // … in the export too: the machine grade column of a queued pooled pair is empty.
+    let exported = dir.path().join("queue.jsonl");
+    let export =
+        ["review", "export", "--set", path_str(&set.out), "--format", "jsonl", "--to", path_str(&exported)];
+    cli(&set.out, &export).assert_code(0);
+    let machine: BTreeMap<(String, String), String> = pooled(&set)
+        .into_iter()
+        .filter(|r| r[3] == "one_shot")
+        .map(|r| ((r[0].clone(), r[1].clone()), r[2].clone()))
+        .collect();
+    let mut hidden = 0;
+    for line in fs_err::read_to_string(&exported).unwrap().lines() {
+        let item: Value = serde_json::from_str(line).unwrap();
+        let query = item["query_id"].as_str().unwrap().to_owned();
+        for c in item["pool"].as_array().into_iter().flatten() {
+            if machine.contains_key(&(query.clone(), c["chunk_id"].as_str().unwrap().to_owned())) {
+                assert!(c.get("machine_grade").is_none_or(Value::is_null), "{c}");
+                hidden += 1;
+            }
+        }
+    }
+    assert!(hidden > 0);
     cli(&set.out, &["validate", "--set", path_str(&set.out)]).assert_code(0);
 
     let manifest_bytes = set.file("manifest.json");
