@@ -24,6 +24,7 @@ pub mod lines;
 pub mod llm;
 pub mod output;
 pub mod pipeline;
+pub mod pool;
 pub mod progress;
 pub mod record;
 pub mod refresh;

@@ -477,6 +477,9 @@ pub enum Provenance {
     Topic,
     /// Graded by the LLM judge (pooling, or a reclassified `no_answer` query).
     Judge,
+    /// Graded by the one-shot labeller (`qrelgen pool --judge one-shot`): close enough, in the
+    /// corpus's topic space, to a chunk known to be relevant.
+    OneShot,
     /// Set by a human reviewer; overrides every other provenance.
     Human,
     /// Moved to a new chunk id by `refresh` (the old id is in `refresh/changelog.jsonl`).

@@ -161,11 +161,15 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let runs = read_runs(args, &collection, settings.ties)?;
     let inputs = Inputs { collection, runs };
     let evaluation = eval::evaluate(&inputs, &settings);
-    write_outputs(&out, &evaluation, &inputs, settings.k())?;
+    let pooling = args.set.as_ref().map(|set| eval::pooling::check(set, &evaluation));
+    write_outputs(&out, &evaluation, pooling.as_ref(), &inputs, settings.k())?;
     if let Some(path) = &args.export_unjudged {
         export_unjudged(path, args, &inputs, settings.k())?;
     }
     write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
+    if let Some(pooling) = &pooling {
+        write!(stdout, "{}", eval::pooling::render(pooling))?;
+    }
     eprintln!(
         "wrote {}, {} and {} in {}",
         files::EVAL_JSON,
@@ -244,8 +248,23 @@ fn check_outputs(out: &Path, unjudged: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_outputs(out: &Path, evaluation: &eval::Evaluation, inputs: &Inputs, k: usize) -> anyhow::Result<()> {
-    qrelgen::output::write_json(&out.join(files::EVAL_JSON), evaluation)?;
+/// `eval.json`: the evaluation, and for a set the runs' pooling.
+#[derive(serde::Serialize)]
+struct WithPooling<'a> {
+    #[serde(flatten)]
+    evaluation: &'a eval::Evaluation,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pooling: Option<&'a eval::pooling::Pooling>,
+}
+
+fn write_outputs(
+    out: &Path,
+    evaluation: &eval::Evaluation,
+    pooling: Option<&eval::pooling::Pooling>,
+    inputs: &Inputs,
+    k: usize,
+) -> anyhow::Result<()> {
+    qrelgen::output::write_json(&out.join(files::EVAL_JSON), &WithPooling { evaluation, pooling })?;
     qrelgen::output::write_atomic(&out.join(files::PER_QUERY_TSV), |w| {
         report::write_per_query(w, evaluation, &inputs.collection)
     })?;

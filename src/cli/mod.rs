@@ -4,6 +4,7 @@
 mod batch;
 mod build;
 mod eval;
+mod pool;
 mod refresh;
 mod review;
 mod run;
@@ -108,6 +109,20 @@ included."
   # Only the top 10 hits of each query:
   qrelgen run --set out --to out/runs/bm25-10.run --k 10")]
     Run(run::RunArgs),
+    /// Judge the pools of the systems you compare: each run's top chunks join each answerable
+    /// query's pool, the pairs nobody judged are graded (LLM judge, one-shot labeller, or not at
+    /// all), and the set gets a new version (queries and human judgments untouched).
+    #[command(
+        override_usage = "qrelgen pool --set <DIR> --run <FILE>... [--depth N] [--judge llm|one-shot|none] [OPTIONS]",
+        after_help = "Examples:
+  # Offline: grade the new pairs by their closeness to each query's known relevant chunks:
+  qrelgen pool --set out --run dense.run --run hybrid.run --judge one-shot
+  # With the LLM judge the build used (cache, --max-tokens-total and --batch apply):
+  qrelgen pool --set out --run dense.run --run out/bm25.run --base-url http://127.0.0.1:8080/v1 --model m
+  # Then compare them on the set:
+  qrelgen eval --set out --run dense.run --run out/bm25.run"
+    )]
+    Pool(Box<pool::PoolArgs>),
     /// Score runs against a set (or any qrels): metrics per query and by slice, no_answer
     /// abstention, layers, paired statistics, agreement with human judgments; writes
     /// eval.json, per_query.tsv and eval.html.
@@ -160,6 +175,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args, &mut out),
         Command::Run(args) => run::run(&args, &mut out),
         Command::Eval(args) => eval::run(&args, &mut out),
+        Command::Pool(args) => pool::run(*args, &mut out),
         Command::Batch(args) => batch::run(&args, &mut out),
         Command::Completions { shell } => completions(shell, &mut out),
         Command::Man { command } => man(command.as_deref(), &mut out),

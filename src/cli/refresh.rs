@@ -170,7 +170,7 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
 }
 
 /// The set's `manifest.json`.
-fn read_manifest(set: &Path) -> anyhow::Result<Value> {
+pub(super) fn read_manifest(set: &Path) -> anyhow::Result<Value> {
     let path = set.join("manifest.json");
     let text =
         fs_err::read_to_string(&path).with_context(|| format!("{} is not a set folder", set.display()))?;
@@ -186,7 +186,7 @@ fn recorded_settings(manifest: &Value, set: &Path) -> anyhow::Result<Settings> {
 }
 
 /// The recorded config (`BuildConfig` as serialized) as settings keys.
-fn settings_of(config: &Value) -> Map<String, Value> {
+pub(super) fn settings_of(config: &Value) -> Map<String, Value> {
     let mut out = Map::new();
     let mut put = |key: &str, value: Option<&Value>| {
         if let Some(value) = value.filter(|v| !v.is_null()) {

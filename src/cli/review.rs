@@ -429,12 +429,27 @@ fn show_status(args: &StatusArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     let _read = read_guard(&args.set, "review status")?;
     let set = load(&args.set)?;
     let status = status::status(&set);
+    let judge = qrelgen::pool::agreement::agreement(&set.dir)?;
     if args.json {
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&status)?)?;
+        let json = StatusJson { status: &status, judge_agreement: judge.as_ref() };
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&json)?)?;
     } else {
         stdout.write_all(status_text(&status, &set.dir).as_bytes())?;
+        if let Some(judge) = &judge {
+            stdout.write_all(qrelgen::pool::agreement::render(judge).as_bytes())?;
+        }
     }
     Ok(exit::OK)
+}
+
+/// `review status --json`: the status, and the machine judges' agreement with the reviewers on
+/// pooled pairs when there is one.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    #[serde(flatten)]
+    status: &'a ReviewStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    judge_agreement: Option<&'a qrelgen::pool::agreement::JudgeAgreement>,
 }
 
 fn status_text(s: &ReviewStatus, dir: &Path) -> String {

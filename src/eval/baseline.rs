@@ -80,6 +80,31 @@ struct QueryFields {
 /// [`Error::Input`]/[`Error::Malformed`] for missing or broken set files, [`Error::Index`] when
 /// the index cannot be opened or rebuilt.
 pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun> {
+    let (index, provenance) = open_set_index(dir, progress)?;
+    let mut queries = Vec::new();
+    read_jsonl(&dir.join(files::QUERIES), |_, _, q: QueryFields| {
+        queries.push(q);
+        Ok(())
+    })?;
+    let stage = progress.stage("search", queries.len() as u64);
+    let mut results = Vec::with_capacity(queries.len());
+    for q in queries {
+        let hits = index.search(&q.text, k)?;
+        let hits = hits.into_iter().map(|h| (index.chunk_id(h.chunk), h.score)).collect();
+        results.push(Ranked { query: q.id, hits });
+        stage.inc(1);
+    }
+    stage.finish(&format!("{} queries, top {k}", results.len()));
+    Ok(BaselineRun { results, index: provenance })
+}
+
+/// The index of the set in `dir`: its `index/` folder when it holds exactly the chunks of
+/// `corpus.jsonl`, else rebuilt there from `corpus.jsonl`; with where it came from.
+///
+/// # Errors
+/// [`Error::Input`]/[`Error::Malformed`] for a missing or broken `corpus.jsonl` or manifest,
+/// [`Error::Index`] when the index cannot be opened or rebuilt.
+pub fn open_set_index(dir: &Path, progress: &Progress) -> Result<(ChunkIndex, IndexOrigin)> {
     let corpus_file = dir.join(files::CORPUS);
     if !corpus_file.is_file() {
         return Err(Error::Input {
@@ -100,21 +125,7 @@ pub fn bm25_run(dir: &Path, k: usize, progress: &Progress) -> Result<BaselineRun
         |add| corpus::read_prechunked(&corpus_file, |c| Ok(add(&c)?)).map(drop),
     )?;
     stage.finish(&format!("{} chunks, index {provenance}", index.len()));
-    let mut queries = Vec::new();
-    read_jsonl(&dir.join(files::QUERIES), |_, _, q: QueryFields| {
-        queries.push(q);
-        Ok(())
-    })?;
-    let stage = progress.stage("search", queries.len() as u64);
-    let mut results = Vec::with_capacity(queries.len());
-    for q in queries {
-        let hits = index.search(&q.text, k)?;
-        let hits = hits.into_iter().map(|h| (index.chunk_id(h.chunk), h.score)).collect();
-        results.push(Ranked { query: q.id, hits });
-        stage.inc(1);
-    }
-    stage.finish(&format!("{} queries, top {k}", results.len()));
-    Ok(BaselineRun { results, index: provenance })
+    Ok((index, provenance))
 }
 
 /// The segmenter the set was built with (the default without a manifest).

@@ -20,6 +20,7 @@ pub mod html;
 pub mod human;
 pub mod layers;
 pub mod metrics;
+pub mod pooling;
 pub mod qrels;
 pub mod report;
 pub mod run;

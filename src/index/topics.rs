@@ -232,11 +232,23 @@ impl TopicSpace {
         self.dim
     }
 
-    /// Cosine similarity of two chunks in the space.
+    /// Number of chunks in the space.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.chunks
+    }
+
+    /// Whether the space holds no chunk.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.chunks == 0
+    }
+
+    /// Cosine similarity of two chunks in the space (0 with a chunk past the last: its vector
+    /// is empty).
     ///
     /// # Errors
     /// [`IndexError::Scratch`] when the scratch file cannot be read.
-    #[cfg(test)]
     pub fn cosine(&self, a: usize, b: usize) -> Result<f32> {
         Ok(dot(&self.vector(a)?, &self.vector(b)?))
     }
@@ -483,7 +495,6 @@ impl Best {
     }
 }
 
-#[cfg(test)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

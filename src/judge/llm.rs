@@ -44,6 +44,12 @@ impl<'a> LlmJudge<'a> {
         Self { index, session, prompts, mode, format, repairs }
     }
 
+    /// The tokens the judge's session has used so far (every stage sharing it included).
+    #[must_use]
+    pub fn usage(&self) -> crate::llm::TokenUsage {
+        self.session.llm().usage()
+    }
+
     /// The judge calls `requests` may cost once generated, and their prompt tokens: a call per
     /// hop of a multi_hop query (per source of any query with `--gate judge`), per pooled chunk of a no_answer one, and `--judge-pool` per
     /// answerable one (see [`calls_at_most`]). A source's prompt is counted with its own chunk; a

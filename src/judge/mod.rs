@@ -33,6 +33,15 @@ pub(crate) const ANSWERS: u8 = 2;
 /// The grade of a chunk that answers the query on its own.
 const FULLY: u8 = 3;
 
+/// The qrels relevance of a judge's grade: the grade itself when it says the chunk answers the
+/// query (2 or 3), else 0, "judged not relevant". A grade of 1 ("related") is not counted as
+/// relevant: most pooled chunks are not relevant, so a judge's errors are mostly false
+/// "relevant" labels, and the stricter grade bounds them.
+#[must_use]
+pub fn relevance(grade: u8) -> u8 {
+    if grade >= ANSWERS { grade } else { 0 }
+}
+
 /// One question to the judge: how well does the chunk answer the query?
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Ask {
@@ -374,6 +383,11 @@ mod tests {
             CallsAtMost { sources: true, pool: 0 },
             "the gate asks"
         );
+    }
+
+    #[test]
+    fn only_a_grade_that_answers_the_query_is_relevant() {
+        assert_eq!([0, 1, 2, 3].map(relevance), [0, 0, 2, 3]);
     }
 
     #[test]

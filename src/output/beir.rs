@@ -153,17 +153,39 @@ pub fn qrels<'a>(set: impl IntoIterator<Item = &'a Checked>) -> Vec<Qrel> {
     qrels
 }
 
-/// Writes `qrels/test.tsv` and `qrels.trec` (the judgments graded 1 or more) and
-/// `qrels/provenance.tsv` (every judgment, with where it comes from) at the paths `path` gives
-/// for those names.
+/// The relevance a judgment has in `qrels.trec` and `qrels/test.tsv`: its grade, but a judge's
+/// grade through [`crate::judge::relevance`] (a grade of 1 is "judged not relevant").
+#[must_use]
+pub fn relevance(qrel: &Qrel) -> u8 {
+    match qrel.provenance {
+        Provenance::Judge => crate::judge::relevance(qrel.grade),
+        _ => qrel.grade,
+    }
+}
+
+/// The rows of `qrels.trec` and `qrels/test.tsv`, with their relevance: every judgment of each
+/// query that has a relevant chunk, the judged non-relevant ones as relevance 0 (so that
+/// condensed-list measures, nDCG′ and bpref, know them), in the order of `qrels`. A query
+/// with no relevant chunk has no rows (a `no_answer` query, or one the judge found nothing
+/// for).
+#[must_use]
+pub fn trec_rows(qrels: &[Qrel]) -> Vec<(&Qrel, u8)> {
+    let answered: BTreeSet<&QueryId> =
+        qrels.iter().filter(|q| relevance(q) >= 1).map(|q| &q.query_id).collect();
+    qrels.iter().filter(|q| answered.contains(&q.query_id)).map(|q| (q, relevance(q))).collect()
+}
+
+/// Writes `qrels/test.tsv` and `qrels.trec` (see [`trec_rows`]) and `qrels/provenance.tsv`
+/// (every judgment with its own grade, and where it comes from) at the paths `path` gives for
+/// those names.
 ///
 /// # Errors
 /// [`Error::Output`](crate::error::Error::Output) naming the file.
 pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()> {
-    let relevant: Vec<&Qrel> = qrels.iter().filter(|q| q.grade >= 1).collect();
+    let rows = trec_rows(qrels);
     super::write_atomic(&path(QRELS_TSV), |w| {
         writeln!(w, "{QRELS_HEADER}")?;
-        relevant.iter().try_for_each(|q| writeln!(w, "{}\t{}\t{}", q.query_id, q.chunk_id, q.grade))
+        rows.iter().try_for_each(|(q, rel)| writeln!(w, "{}\t{}\t{rel}", q.query_id, q.chunk_id))
     })?;
     super::write_atomic(&path(PROVENANCE_TSV), |w| {
         writeln!(w, "{PROVENANCE_HEADER}")?;
@@ -172,7 +194,7 @@ pub fn write_qrels(path: impl Fn(&str) -> PathBuf, qrels: &[Qrel]) -> Result<()>
         })
     })?;
     super::write_atomic(&path(QRELS_TREC), |w| {
-        relevant.iter().try_for_each(|q| writeln!(w, "{} 0 {} {}", q.query_id, q.chunk_id, q.grade))
+        rows.iter().try_for_each(|(q, rel)| writeln!(w, "{} 0 {} {rel}", q.query_id, q.chunk_id))
     })
 }
 
@@ -220,6 +242,34 @@ mod tests {
                 pool: Vec::new(),
             },
         }
+    }
+
+    #[test]
+    fn trec_rows_keep_judged_non_relevant_pairs_of_answered_queries_as_zero() {
+        let row = |q: &str, c: &str, grade, provenance| Qrel {
+            query_id: QueryId::parse(q).unwrap(),
+            chunk_id: ChunkId::parse(c).unwrap(),
+            grade,
+            provenance,
+        };
+        let qrels = [
+            row("a", "d:1", 3, Provenance::Source),
+            row("a", "d:2", 1, Provenance::Judge),
+            row("a", "d:3", 2, Provenance::Judge),
+            row("a", "d:4", 0, Provenance::Human),
+            row("a", "d:5", 1, Provenance::OneShot),
+            // Only "related" by the judge: no relevant chunk, no rows.
+            row("b", "d:1", 1, Provenance::Judge),
+            row("b", "d:2", 0, Provenance::OneShot),
+        ];
+        let rows: Vec<(&str, &str, u8)> = trec_rows(&qrels)
+            .into_iter()
+            .map(|(q, rel)| (q.query_id.as_str(), q.chunk_id.as_str(), rel))
+            .collect();
+        assert_eq!(
+            rows,
+            [("a", "d:1", 3), ("a", "d:2", 0), ("a", "d:3", 2), ("a", "d:4", 0), ("a", "d:5", 1)]
+        );
     }
 
     #[test]

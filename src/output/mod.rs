@@ -13,7 +13,7 @@ pub(crate) mod report;
 mod report_html;
 mod write;
 
-pub use beir::{corpus_line, qrels, query_line, write_pool, write_qrels};
+pub use beir::{corpus_line, qrels, query_line, relevance, trec_rows, write_pool, write_qrels};
 pub use folder::{Occupant, inspect, list};
 pub use manifest::{CorpusSummary, Manifest, RunInfo, tool};
 pub use measures::Measures;

@@ -11,7 +11,7 @@ use super::set::ReviewSet;
 use super::{Decision, Role, Slot, field, slot_field};
 use crate::html;
 use crate::id::{ChunkId, QueryId};
-use crate::record::{QueryType, Reason, RefreshNote, ReviewItem, Status};
+use crate::record::{Pooled, Provenance, QueryType, Reason, RefreshNote, ReviewItem, Status};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
@@ -81,13 +81,22 @@ pub struct ExportChunk {
 /// order.
 #[must_use]
 pub fn items(set: &ReviewSet, keep: impl Fn(&QueryId) -> bool) -> Vec<ExportItem> {
-    let grades: HashMap<(&QueryId, &ChunkId), u8> =
-        set.base.qrels.iter().map(|q| ((&q.query_id, &q.chunk_id), q.grade)).collect();
+    let grades: HashMap<(&QueryId, &ChunkId), (u8, Provenance)> =
+        set.base.qrels.iter().map(|q| ((&q.query_id, &q.chunk_id), (q.grade, q.provenance))).collect();
     set.queue.iter().filter(|item| keep(&item.query_id)).map(|item| export_item(item, &grades)).collect()
 }
 
-fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) -> ExportItem {
-    let chunk = |chunk_id: &ChunkId, rank: Option<u32>, title: &str, text: &str| {
+/// The machine grades shown beside a chunk: its grade in the base version, but not a machine
+/// grade of a pair `qrelgen pool` queued without it (its review checks the machine judge, so the
+/// reviewer must not see its answer).
+fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), (u8, Provenance)>) -> ExportItem {
+    let hidden = |p: &Pooled| {
+        p.grade.is_none()
+            && grades
+                .get(&(&item.query_id, &p.chunk_id))
+                .is_some_and(|(_, by)| matches!(by, Provenance::Judge | Provenance::OneShot))
+    };
+    let chunk = |chunk_id: &ChunkId, rank: Option<u32>, title: &str, text: &str, hide: bool| {
         let marks = marks(text, &item.evidence);
         ExportChunk {
             chunk_id: chunk_id.clone(),
@@ -95,7 +104,7 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) ->
             title: title.to_owned(),
             text: marked(text, &marks, "[[", "]]", str::to_owned),
             html: marked(text, &marks, "<mark>", "</mark>", html::escape),
-            machine_grade: grades.get(&(&item.query_id, chunk_id)).copied(),
+            machine_grade: grades.get(&(&item.query_id, chunk_id)).map(|(g, _)| *g).filter(|_| !hide),
             grade: None,
         }
     };
@@ -108,11 +117,11 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), u8>) ->
         refresh: item.refresh.clone(),
         absent_term: item.absent_term.clone(),
         evidence: item.evidence.clone(),
-        sources: item.sources.iter().map(|s| chunk(&s.chunk_id, None, &s.title, &s.text)).collect(),
+        sources: item.sources.iter().map(|s| chunk(&s.chunk_id, None, &s.title, &s.text, false)).collect(),
         pool: item
             .pool
             .iter()
-            .map(|p| chunk(&p.pooled.chunk_id, Some(p.pooled.rank), &p.title, &p.text))
+            .map(|p| chunk(&p.pooled.chunk_id, Some(p.pooled.rank), &p.title, &p.text, hidden(&p.pooled)))
             .collect(),
         decision: None,
         reject_reason: None,

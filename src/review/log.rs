@@ -70,6 +70,8 @@ pub enum MadeBy {
     Build,
     /// `qrelgen refresh` from a changed corpus.
     Refresh,
+    /// `qrelgen pool`: runs pooled and the new pairs graded.
+    Pool,
 }
 
 impl MadeBy {

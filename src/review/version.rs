@@ -77,6 +77,80 @@ pub fn write_next(
     }
 }
 
+/// How a machine step (not a review) made the next version.
+pub struct Made {
+    /// The new manifest, but its review log (added here).
+    pub manifest: SetManifest,
+    /// What made it.
+    pub made_by: MadeBy,
+    /// What makes two such steps the same (recorded).
+    pub key: String,
+}
+
+/// Writes the next version of `set` made by a machine step that keeps its queries and adds
+/// judgments (`qrelgen pool`): the current files kept under `versions/v<N>/`, `next` in their
+/// place, the files `extra` stages, and the manifest with the step as version N + 1, the new
+/// base (its files hold every judgment applied so far; the ledger stays as it is, sealed
+/// again and kept as this version's copy). Published as
+/// [`write_next`] publishes, all or none. Returns the new version's number.
+///
+/// # Errors
+/// As [`write_next`].
+pub fn write_made(
+    set: &ReviewSet,
+    next: &Version,
+    made: Made,
+    extra: impl FnOnce(&Staging) -> Result<()>,
+) -> Result<u32> {
+    check_kept(&set.dir, set.version())?;
+    let mut staging = Staging::create(&set.dir)?;
+    stage_kept(&set.dir, set.version(), &staging, &VERSION_FILES)?;
+    output::write_text(&staging.path(QUERIES), &queries_text(next))?;
+    output::write_qrels(|name| staging.path(name), &next.qrels)?;
+    output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
+    extra(&staging)?;
+    let live_ledger = set.dir.join(LEDGER);
+    if live_ledger.is_file() {
+        output::copy_atomic(&live_ledger, &staging.path(LEDGER))?;
+    } else {
+        output::write_jsonl(&staging.path(LEDGER), set.earlier_ledger.iter().chain(&set.ledger))?;
+    }
+    let version = set.version() + 1;
+    let seal = seal_ledger(&staging, version)?;
+    let counts = Counts {
+        queries: next.queries.len(),
+        qrels: output::trec_rows(&next.qrels).len(),
+        ..Counts::default()
+    };
+    let record = VersionRecord {
+        version,
+        parent: set.version(),
+        made_by: made.made_by,
+        key: made.key,
+        inputs: Vec::new(),
+        reviewers: Vec::new(),
+        resolve: None,
+        counts,
+    };
+    let mut manifest = made.manifest;
+    let mut log = next_log(manifest.review.take(), record);
+    log.ledger = Some(seal);
+    manifest.review = Some(log);
+    output::write_json(&staging.path(MANIFEST), &manifest)?;
+    let unpublished = |source: crate::Error| crate::Error::Unpublished {
+        next: version,
+        current: set.version(),
+        kept: version_dir(&set.dir, set.version()),
+        source: Box::new(source),
+    };
+    staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
+    match staging.publish(&VERSION_FILES) {
+        Err(crate::Error::Publish { source, .. }) => Err(unpublished(*source)),
+        Err(other) => Err(other),
+        Ok(()) => Ok(version),
+    }
+}
+
 /// The seal of the ledger staged in `staging`, and its copy staged for version `version`
 /// (`versions/ledger-v<N>.jsonl`, what a damaged ledger is restored from).
 fn seal_ledger(staging: &Staging, version: u32) -> Result<Seal> {

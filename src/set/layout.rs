@@ -18,6 +18,9 @@ pub const PROVENANCE_TSV: &str = "qrels/provenance.tsv";
 pub const PROVENANCE_HEADER: &str = "query-id\tcorpus-id\tscore\tprovenance";
 /// The judging pools of a set built with `--pool-run`.
 pub const POOL_TSV: &str = "qrels/pool.tsv";
+/// Every pair `qrelgen pool` pooled from the runs: which runs at which rank, its grade and who
+/// gave it.
+pub const POOLED_TSV: &str = "qrels/pooled.tsv";
 /// The ids of the `no_answer` queries, one per line.
 pub const NO_ANSWER: &str = "no_answer.txt";
 /// The near-identical chunk groups.
@@ -96,8 +99,10 @@ pub const APPLIED_DIR: &str = "review/applied";
 /// Earlier versions, `versions/v1/` (what the build wrote) and on.
 pub const VERSIONS_DIR: &str = "versions";
 /// The files a version consists of (kept for every earlier version), in the order they are
-/// published (`manifest.json` last). `no_answer.txt` is kept when the set has one.
-pub const VERSION_FILES: [&str; 6] = [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, NO_ANSWER, MANIFEST];
+/// published (`manifest.json` last). `no_answer.txt` and `qrels/pooled.tsv` are kept when the
+/// set has them.
+pub const VERSION_FILES: [&str; 7] =
+    [QUERIES, QRELS_TSV, QRELS_TREC, PROVENANCE_TSV, NO_ANSWER, POOLED_TSV, MANIFEST];
 /// What a forced rebuild also keeps of the version it replaces: the build's other files (the
 /// versions derived from that build by review share them).
 pub const BUILD_ONLY_FILES: [&str; 6] = [CORPUS, QUEUE, CHUNK_GROUPS, CANDIDATES, REJECTS, REPORT_MD];

@@ -15,6 +15,7 @@ mod install;
 mod llm;
 mod mock;
 mod modules;
+mod pool;
 mod pooling;
 mod readme;
 mod rebuild;

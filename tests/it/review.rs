@@ -82,12 +82,19 @@ fn manifest(run: &Run) -> Value {
     serde_json::from_str(&run.file("manifest.json")).unwrap()
 }
 
-/// The TSV and TREC files hold the same rows, and none graded 0.
+/// The TSV and TREC files hold the same rows, and a query's rows graded 0 (judged not
+/// relevant) only beside a relevant one.
 fn assert_tsv_matches_trec(run: &Run) {
     let tsv: Vec<String> = run.file("qrels/test.tsv").lines().skip(1).map(str::to_owned).collect();
-    let trec: Vec<String> = run.trec().iter().map(|(q, c, g)| format!("{q}\t{c}\t{g}")).collect();
-    assert_eq!(tsv, trec);
-    assert!(run.trec().iter().all(|(_, _, g)| *g >= 1));
+    let trec = run.trec();
+    let rows: Vec<String> = trec.iter().map(|(q, c, g)| format!("{q}\t{c}\t{g}")).collect();
+    assert_eq!(tsv, rows);
+    for (query, chunk, _) in trec.iter().filter(|(_, _, g)| *g == 0) {
+        assert!(
+            trec.iter().any(|(q, _, g)| q == query && *g >= 1),
+            "{query} {chunk}: a 0 without a relevant row"
+        );
+    }
 }
 
 struct Csv {
@@ -193,7 +200,7 @@ fn csv_round_trip_applies_every_kind_of_decision() {
     assert_eq!(row(d2, "pool_1_id"), Some((2, "human".into())));
     assert_eq!(graded(d2, "pool_1_id"), Some(2));
     assert_eq!(row(m1, "source_2_id"), Some((0, "human".into())), "grade 0 is kept in provenance.tsv");
-    assert_eq!(graded(m1, "source_2_id"), None, "and leaves the qrels");
+    assert_eq!(graded(m1, "source_2_id"), Some(0), "and is a judged non-relevant row of the qrels");
     assert_eq!(row(m1, "source_1_id"), Some((1, "source".into())), "the other hop is untouched");
     assert_eq!(row(n1, "source_1_id"), Some((3, "human".into())), "the no_answer query is answerable");
     assert_eq!(rows.get(&(id(&csv, d3, "query_id"), added.clone())), Some(&(1, "human".into())));

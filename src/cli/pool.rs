@@ -1,0 +1,145 @@
+//! `qrelgen pool`: flags (and, for the LLM judge, the set's recorded LLM settings under them) →
+//! [`qrelgen::pool::PoolConfig`] → [`qrelgen::pool::run`] → summary.
+
+use super::exit;
+use super::refresh::{read_manifest, settings_of};
+use super::settings::{Inputs, Settings};
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge};
+use qrelgen::progress::Progress;
+use qrelgen::set::{SetLock, Wait};
+use serde_json::Value;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct PoolArgs {
+    /// The set folder (the --out of qrelgen build).
+    #[arg(long, value_name = "DIR")]
+    set: PathBuf,
+    /// A TREC run (`qid Q0 docid rank score tag`) of a system you compare, over the set's
+    /// queries; ids are chunk ids or document ids (a document stands for its chunks). Repeat.
+    #[arg(long = "run", value_name = "FILE", required = true)]
+    runs: Vec<PathBuf>,
+    /// Top chunks of each run pooled per query.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    depth: usize,
+    /// Who grades the pairs nobody judged yet: the LLM judge (needs an endpoint: the set's, or
+    /// --base-url/--model), the offline one-shot labeller (closeness in the corpus's topic space
+    /// to the query's known relevant chunks), or none (recorded unjudged, for review).
+    #[arg(long, value_enum, default_value_t = JudgeArg::Llm)]
+    judge: JudgeArg,
+    /// New machine-graded pairs sampled into the review queue per run and grade (their grade
+    /// hidden from the reviewer), so that `review status` can check the judge.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    review_per_stratum: usize,
+    /// LLM settings for --judge llm; each defaults to the value the set's manifest records.
+    #[command(flatten)]
+    settings: Settings,
+    /// If another command is changing the set, wait for it to finish instead of failing at once.
+    #[arg(long)]
+    wait: bool,
+    /// No progress output (warnings and errors still go to stderr).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum JudgeArg {
+    Llm,
+    OneShot,
+    None,
+}
+
+/// Runs the pool step and returns the exit code.
+pub fn run(mut args: PoolArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
+    if args.depth == 0 {
+        anyhow::bail!("invalid --depth: at least 1 chunk of each run per query");
+    }
+    read_manifest(&args.set)?; // a set folder, before its lock is taken (which makes the folder)
+    let _lock = SetLock::acquire(&args.set, "pool", Wait::from_flag(args.wait))?;
+    let manifest = read_manifest(&args.set)?;
+    let judge = match args.judge {
+        JudgeArg::Llm => PoolJudge::Llm,
+        JudgeArg::OneShot => PoolJudge::OneShot,
+        JudgeArg::None => PoolJudge::None,
+    };
+    let seed = manifest.pointer("/config/seed").and_then(Value::as_u64).unwrap_or(42);
+    let llm = match judge {
+        PoolJudge::Llm => Some(llm_config(&mut args, &manifest)?),
+        PoolJudge::OneShot | PoolJudge::None => None,
+    };
+    let config = PoolConfig {
+        runs: args.runs.clone(),
+        depth: args.depth,
+        judge,
+        review_per_stratum: args.review_per_stratum,
+        seed,
+    };
+    let progress = Progress::stderr(args.quiet);
+    let (index, _) = qrelgen::eval::baseline::open_set_index(&args.set, &progress)
+        .with_context(|| format!("opening the index of {}", args.set.display()))?;
+    let outcome = pool::run(&args.set, &index, &config, llm.as_ref(), &progress)
+        .with_context(|| format!("pooling into {}", args.set.display()))?;
+    summary(&outcome, &args, stdout)?;
+    Ok(exit::OK)
+}
+
+/// The LLM settings: the set's recorded ones under the flags given; the generator is left to
+/// the endpoint (an offline set can be judged by an LLM given --base-url).
+fn llm_config(args: &mut PoolArgs, manifest: &Value) -> anyhow::Result<qrelgen::BuildConfig> {
+    let path = args.set.join("manifest.json");
+    let config = manifest.get("config").with_context(|| format!("{} records no config", path.display()))?;
+    let mut recorded = settings_of(config);
+    recorded.remove("generator");
+    let recorded: Settings = serde_json::from_value(Value::Object(recorded))
+        .with_context(|| format!("{}: the recorded config cannot be read", path.display()))?;
+    let settings = std::mem::take(&mut args.settings).over(Some(recorded));
+    let corpus = args.set.join("corpus.jsonl");
+    let api_key = std::env::var("OPENAI_API_KEY").ok();
+    let config = settings.resolve(Inputs { corpus: &corpus, prechunked: true, dry_run: false, api_key })?;
+    if matches!(config.generator, qrelgen::config::GeneratorConfig::Offline) {
+        anyhow::bail!(
+            "--judge llm needs an LLM endpoint: give --base-url and --model (or --judge one-shot, offline)"
+        );
+    }
+    Ok(config)
+}
+
+fn summary(outcome: &Outcome, args: &PoolArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(version) = outcome.version else {
+        writeln!(
+            stdout,
+            "nothing new: every pair the runs pool in {} is pooled and judged already; nothing written",
+            args.set.display()
+        )?;
+        return Ok(());
+    };
+    for r in &outcome.records {
+        let grades: Vec<String> = r.grades.iter().map(|(g, n)| format!("{g}: {n}")).collect();
+        writeln!(
+            stdout,
+            "{}: {} pairs over {} queries, {} new; grades {}",
+            r.run,
+            r.pairs,
+            r.queries,
+            r.new_pairs,
+            grades.join(", ")
+        )?;
+    }
+    writeln!(
+        stdout,
+        "version {version} of {}: {} new pairs, {} graded ({} relevant), {} queued for review; {} judge calls, {} prompt tokens",
+        args.set.display(),
+        outcome.new_pairs,
+        outcome.graded,
+        outcome.relevant,
+        outcome.queued,
+        outcome.judge_calls,
+        outcome.judge_tokens
+    )?;
+    let runs: Vec<String> = args.runs.iter().map(|r| format!("--run {}", r.display())).collect();
+    writeln!(stdout, "next: qrelgen eval --set {} {}", args.set.display(), runs.join(" "))?;
+    Ok(())
+}
