@@ -209,7 +209,18 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
 
 /// Reads every run; the problems of all of them are reported together.
 fn read_runs(args: &EvalArgs, collection: &Collection, ties: Ties) -> anyhow::Result<Vec<(eval::Run, Role)>> {
-    let mut files: Vec<(PathBuf, Role)> = args.runs.iter().map(|p| (p.clone(), Role::Run)).collect();
+    let same_file = |a: &Path, b: &Path| match (fs_err::canonicalize(a), fs_err::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    let mut files: Vec<(PathBuf, Role)> = Vec::new();
+    for path in &args.runs {
+        if args.baseline.as_deref().is_some_and(|b| same_file(path, b)) {
+            eprintln!("note: {} is the --baseline; it is scored once, as the baseline", path.display());
+        } else {
+            files.push((path.clone(), Role::Run));
+        }
+    }
     files.extend(args.baseline.iter().map(|p| (p.clone(), Role::Baseline)));
     files.extend(args.candidates.iter().map(|p| (p.clone(), Role::Candidates)));
     let names = eval::run_names(&files.iter().map(|f| f.0.clone()).collect::<Vec<_>>());

@@ -147,13 +147,15 @@ fn comparisons(inputs: &Inputs, runs: &[RunReport], settings: &Settings) -> Vec<
         None if runs.len() == 2 => vec![(0, 1)],
         None => Vec::new(),
     };
-    pairs
+    let mut compared: Vec<compare::Paired> = pairs
         .into_iter()
         .map(|(a, b)| {
             let names = (runs[a].name.as_str(), runs[b].name.as_str());
             compare::paired(names, metric, &scores(&runs[a]), &scores(&runs[b]), &settings.stats)
         })
-        .collect()
+        .collect();
+    compare::correct(&mut compared);
+    compared
 }
 
 /// All pairs, corrected, when there are at least two runs.
@@ -193,14 +195,7 @@ fn human(inputs: &Inputs, runs: &[RunReport], settings: &Settings) -> Option<hum
         .collect();
     let set: Vec<Vec<f64>> = runs.iter().map(|r| r.scores.of_measure(settings.metric)).collect();
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
-    Some(human::agreement(
-        settings.metric,
-        &names,
-        &set,
-        &human,
-        settings.stats.resamples,
-        settings.stats.seed,
-    ))
+    Some(human::agreement(settings.metric, &names, &set, &human, &settings.stats))
 }
 
 /// The name of each run in outputs: its file stem, made unique with `-2`, `-3` …

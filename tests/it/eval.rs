@@ -152,11 +152,11 @@ fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     // Run a has no line for q3; c none for q7 and the no_answer query q11.
     assert!(
         stdout.contains(
-            "a: 1 queries have no results and count as empty (1 answerable score 0, 0 no_answer refuse): q3"
+            "a: 1 query has no results and counts as empty (1 answerable, scored 0; 0 no_answer, counted as refusals): q3"
         ),
         "{stdout}"
     );
-    assert!(stdout.contains("c: 2 queries have no results"), "{stdout}");
+    assert!(stdout.contains("c: 2 queries have no results and count as empty"), "{stdout}");
     assert!(stdout.contains("1 without judgments (not scored)"), "{stdout}");
     let eval = json(&dir.path().join("eval.json"));
     assert_eq!(eval["queries"]["no_answer"], 1);
@@ -173,6 +173,16 @@ fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     assert_eq!(eval["settings"]["gain_description"], "exponential gain (2^grade − 1)");
     assert!(eval["settings"]["tie_breaking"].as_str().unwrap_or_default().contains("trec_eval"));
     assert_eq!(eval["settings"]["ties"], "trec_eval");
+    // The fixture's queries carry no qrelgen metadata: their provenance is not known.
+    assert!(per_query.lines().skip(1).all(|l| l.split('\t').nth(5) == Some("unknown")), "{per_query}");
+    assert_eq!(eval["runs"][0]["breakdowns"][2]["slices"][0]["value"], "unknown");
+    // Intervals of means stay within [0, 1].
+    for run in eval["runs"].as_array().into_iter().flatten() {
+        for (m, i) in run["intervals"].as_object().into_iter().flatten() {
+            let (low, high) = (i["low"].as_f64().unwrap_or(-1.0), i["high"].as_f64().unwrap_or(2.0));
+            assert!((0.0..=high).contains(&low) && high <= 1.0, "{m}: {i}");
+        }
+    }
 }
 
 /// A set built from the sample, its BM25 run, and the run's path.
@@ -306,9 +316,20 @@ fn layers_comparisons_and_the_unjudged_pool() {
         "--export-unjudged",
         path_str(&pool),
     ]));
-    assert!(stdout.contains("bm25 is better than reversed on ndcg@10"), "{stdout}");
+    assert!(stdout.contains("bm25 is better than reversed on ndcg@10: bm25 − reversed = +"), "{stdout}");
     let eval = json(&set.join("eval/eval.json"));
     let paired = &eval["comparisons"][0];
+    // The difference and interval printed are the same way round: the interval holds it.
+    let words = paired["verdict_text"].as_str().unwrap_or_default();
+    let numbers: Vec<f64> = words
+        .split(['=', '[', ',', ']'])
+        .skip(1)
+        .take(3)
+        .map(|n| n.trim().parse().unwrap_or_else(|e| panic!("{n:?} in {words}: {e}")))
+        .collect();
+    assert!(numbers[1] <= numbers[0] && numbers[0] <= numbers[2] && numbers[1] > 0.0, "{words}");
+    assert_eq!(paired["verdict"]["kind"], "better");
+    assert_eq!(paired["verdict"]["better"], "bm25");
     assert_eq!((paired["run"].as_str(), paired["baseline"].as_str()), (Some("reversed"), Some("bm25")));
     assert!(paired["interval"]["high"].as_f64().unwrap_or(0.0) < 0.0);
     assert!(paired["randomization_p"].as_f64().unwrap_or(1.0) < 0.01);
@@ -396,6 +417,48 @@ fn several_runs_and_human_qrels() {
     assert_eq!(h["top_agrees"], true);
     assert!(h["tau"].as_f64().unwrap_or(-1.0) > 0.0, "{h}");
     assert_eq!(eval["multiple"]["pairs"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn a_baseline_also_given_as_a_run_is_scored_once_and_one_pair_has_one_p_value() {
+    let dir = tempdir();
+    let (set, run) = sample_set(dir.path());
+    let short = dir.path().join("top3.run");
+    cut(&run, &short, 3, false);
+    let stdout = ok(&qrelgen(&[
+        "eval",
+        "--set",
+        path_str(&set),
+        "--run",
+        path_str(&short),
+        "--run",
+        path_str(&run),
+        "--baseline",
+        path_str(&run),
+        "--k",
+        "10,100",
+        "--alpha",
+        "0.01",
+        "--resamples",
+        "500",
+    ]));
+    let eval = json(&set.join("eval/eval.json"));
+    let names: Vec<&str> =
+        eval["runs"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["top3", "bm25"], "the baseline is not compared with itself");
+    assert_eq!(eval["comparisons"].as_array().map(Vec::len), Some(1));
+    // hit@1 is not scored with --k 10,100, so it is not shown as 0: hit@10 is.
+    let header = stdout.lines().find(|l| l.starts_with("run ")).unwrap_or_default();
+    assert!(!header.contains("hit@1 ") && header.contains("hit@10"), "{header}");
+    assert!(!read(&set.join("eval/eval.html")).contains("hit@1<"), "nor on the page");
+    // One randomization p-value per pair, wherever it is shown; --alpha sets the interval.
+    let paired = &eval["comparisons"][0];
+    assert_eq!(paired["randomization_p"], eval["multiple"]["pairs"][0]["p"]);
+    assert_eq!(paired["alpha"], 0.01);
+    assert!(
+        paired["verdict_text"].as_str().unwrap_or_default().contains("99 % bootstrap interval"),
+        "{paired}"
+    );
 }
 
 /// Chromium from Debian's packages, if installed.
