@@ -56,6 +56,20 @@ pub struct EvalArgs {
     /// map, bpref).
     #[arg(long, default_value = "ndcg@10", value_name = "MEASURE")]
     metric: Measure,
+    /// Measures to score besides the standard set, in qrelgen's or ir_measures' names, e.g.
+    /// `--measures 'nDCG@10,P(rel=2)@10,RBP(p=0.8),ERR@20,Rprec'` (a list pasted from a paper)
+    /// [default: none].
+    #[arg(long, value_delimiter = ',', value_name = "MEASURE,…")]
+    measures: Vec<Measure>,
+    /// The grade from which a document counts as relevant for the binary measures of the
+    /// standard set (hit, recall, p, mrr, map, bpref, rprec, rbp), as trec_eval's -l; nDCG and
+    /// ERR use the grades themselves.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=3))]
+    rel_level: u8,
+    /// Also print every run's per-query scores on stdout (TSV, as per_query.tsv) after the
+    /// table.
+    #[arg(long)]
+    per_query: bool,
     /// nDCG gain: exponential (2^grade − 1) or linear (the grade, as trec_eval); the two are
     /// not comparable.
     #[arg(long, value_enum, default_value_t = GainArg::Exponential)]
@@ -158,6 +172,10 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         export_unjudged(path, args, &inputs, settings.k())?;
     }
     write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
+    if args.per_query {
+        writeln!(stdout)?;
+        report::write_per_query(stdout, &evaluation, &inputs.collection)?;
+    }
     eprintln!(
         "wrote {}, {} and {} in {}",
         files::EVAL_JSON,
@@ -193,6 +211,8 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
             LevelArg::Doc => Level::Doc,
         },
         metric: args.metric,
+        rel_level: args.rel_level,
+        extra: args.measures.clone(),
         stats: StatSettings {
             resamples: args.resamples,
             seed: args.seed,

@@ -7,7 +7,7 @@ use super::collection::{Collection, Level, QueryClass};
 use super::compare::{Correction, Multiple, Paired};
 use super::human::HumanAgreement;
 use super::layers::Layers;
-use super::metrics::{Gain, Measure};
+use super::metrics::{Binary, Gain, Measure};
 use super::run::{Run, Ties};
 use super::score::Scores;
 use super::stats::{self, Interval};
@@ -43,6 +43,8 @@ pub struct SettingsReport {
     pub level_rule: Option<&'static str>,
     /// The measure runs are compared on.
     pub metric: Measure,
+    /// The relevance level of the standard set's binary measures (`--rel-level`).
+    pub rel_level: u8,
     /// Bootstrap and randomization resamples.
     pub resamples: usize,
     /// Seed.
@@ -174,6 +176,7 @@ impl Evaluation {
                     "a document takes the best grade of its chunks and is judged when any of its chunks is",
                 ),
                 metric: settings.metric,
+                rel_level: settings.rel_level,
                 resamples: settings.stats.resamples,
                 seed: settings.stats.seed,
                 alpha: settings.stats.alpha,
@@ -262,17 +265,18 @@ pub fn run_report(
 pub fn headline(evaluation: &Evaluation, k: usize) -> Vec<Measure> {
     let shallowest = evaluation.settings.cutoffs.iter().copied().min().unwrap_or(1);
     let deepest = evaluation.settings.cutoffs.iter().copied().max().unwrap_or(k);
+    let level = evaluation.settings.rel_level;
     let mut columns = vec![
         evaluation.settings.metric,
         Measure::Ndcg(k),
-        Measure::Mrr(k),
-        Measure::Recall(deepest),
-        Measure::Map(None),
-        Measure::Hit(shallowest),
-        Measure::Precision(k),
+        Binary::Mrr(k).at(level),
+        Binary::Recall(deepest).at(level),
+        Binary::Map(None).at(level),
+        Binary::Hit(shallowest).at(level),
+        Binary::Precision(k).at(level),
         Measure::Judged(k),
         Measure::NdcgCondensed(k),
-        Measure::Bpref,
+        Binary::Bpref.at(level),
     ];
     let mut seen = std::collections::HashSet::new();
     columns.retain(|m| evaluation.settings.measures.contains(m) && seen.insert(*m));

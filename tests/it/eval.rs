@@ -108,6 +108,70 @@ fn run_order_matches_the_reference_tools_on_minus_rank_scores() {
     assert!(read(&dir.path().join("eval.html")).contains(rule), "eval.html states the rule");
 }
 
+/// The measures beyond trec_eval's standard set, named as ir_measures names them, against
+/// `expected_more.json` (pytrec_eval at rel=2, gdeval's ERR, trectools' RBP and residual; see
+/// `reference_more.py` and `tests/interop/eval-agreement.sh`), per query; and `--per-query`
+/// prints the same rows on stdout as per_query.tsv holds.
+#[test]
+fn more_measures_match_the_reference_tools() {
+    let dir = tempdir();
+    let list = "Rprec,P(rel=2)@10,R(rel=2)@100,AP(rel=2),Success(rel=2)@5,Rprec(rel=2),ERR@5,ERR@10,ERR@20,RBP(p=0.8),rbp_residual(p=0.8)";
+    let (qrels, queries) = (fixture("qrels.trec"), fixture("queries.jsonl"));
+    let mut args = vec!["eval", "--qrels", path_str(&qrels), "--queries", path_str(&queries)];
+    let runs = [fixture("a.run"), fixture("b.run"), fixture("c.run")];
+    for run in &runs {
+        args.extend(["--run", path_str(run)]);
+    }
+    args.extend(["--measures", list, "--resamples", "100", "--per-query", "--out", path_str(dir.path())]);
+    let stdout = ok(&qrelgen(&args));
+    let tsv = read(&dir.path().join("per_query.tsv"));
+    assert!(stdout.ends_with(&tsv), "--per-query prints per_query.tsv after the table");
+    let ours = per_query(&dir.path().join("per_query.tsv"));
+    let expected = json(&fixture("expected_more.json"));
+    let mut checked = 0;
+    for (run, queries) in expected["runs"].as_object().into_iter().flatten() {
+        for (query, values) in queries.as_object().into_iter().flatten() {
+            for (measure, want) in values.as_object().into_iter().flatten() {
+                let (got, want) = (ours[run][query][measure], want.as_f64().unwrap_or(f64::NAN));
+                // gdeval prints 5 decimals, per_query.tsv 6.
+                assert!((got - want).abs() <= 5e-6 + 1e-9, "{run} {query} {measure}: {got} != {want}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 10 * 10 + 27, "{checked} values checked");
+}
+
+#[test]
+fn rel_level_moves_the_binary_measures_of_the_standard_set() {
+    let dir = tempdir();
+    let (qrels, queries, run) = (fixture("qrels.trec"), fixture("queries.jsonl"), fixture("a.run"));
+    let stdout = ok(&qrelgen(&[
+        "eval",
+        "--qrels",
+        path_str(&qrels),
+        "--queries",
+        path_str(&queries),
+        "--run",
+        path_str(&run),
+        "--rel-level",
+        "2",
+        "--metric",
+        "P(rel=2)@10",
+        "--resamples",
+        "100",
+        "--out",
+        path_str(dir.path()),
+    ]));
+    let header = stdout.lines().find(|l| l.starts_with("run ")).unwrap_or_default();
+    assert!(header.contains("p(rel=2)@10") && header.contains("map(rel=2)"), "{header}");
+    let eval = json(&dir.path().join("eval.json"));
+    assert_eq!(eval["settings"]["metric"], "p(rel=2)@10");
+    let measures = eval["settings"]["measures"].as_array().cloned().unwrap_or_default();
+    assert!(measures.iter().all(|m| m != "p@10"), "no grade-1 binary measure is left: {measures:?}");
+    assert!(measures.iter().any(|m| m == "ndcg@10"), "nDCG keeps its grades");
+}
+
 /// Checks every value of the fixture `expected` under `--ties ties`; the stdout of the last
 /// evaluation.
 fn matches_reference(expected: &str, ties: &str) -> String {
