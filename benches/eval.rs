@@ -22,7 +22,7 @@ fn main() {
         println!("{label}: {:.3} s ({result})", started.elapsed().as_secs_f64());
     };
     time(&format!("paired bootstrap, {resamples} resamples, {queries} queries"), &mut || {
-        let ci = stats::bootstrap_interval(&diffs, resamples, &mut rng::stream(2, "bench"));
+        let ci = stats::bootstrap_interval(&diffs, resamples, 0.05, &mut rng::stream(2, "bench"));
         format!("[{:.4}, {:.4}]", ci.low, ci.high)
     });
     time(&format!("randomization test, {resamples} resamples, {queries} queries"), &mut || {

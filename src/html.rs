@@ -6,9 +6,30 @@
 
 use std::fmt::Write as _;
 
-/// Bar colours, one per series.
+/// Bar colours of the first series; further series get [`colour`]'s generated hues.
 const COLOURS: [&str; 8] =
     ["#3b6ea8", "#d9822b", "#4f9d69", "#b8483e", "#7d5ba6", "#8c6d46", "#c2609d", "#6b7b8c"];
+
+/// The colour of series `i`: the palette, then hues a golden angle apart (distinct for any
+/// number of series, never a palette colour again).
+#[must_use]
+pub fn colour(i: usize) -> String {
+    if let Some(c) = COLOURS.get(i) {
+        return (*c).to_owned();
+    }
+    let step = i - COLOURS.len();
+    let hue = (17.0 + step as f64 * 137.508) % 360.0;
+    let light = if step.is_multiple_of(2) { 38 } else { 55 };
+    format!("hsl({hue:.0},60%,{light}%)")
+}
+
+/// The opening tag of a chart `width` × `height` user units wide: it scales down to the page's
+/// width (never clipped) and never grows past its own width.
+fn svg_open(width: f64, height: f64) -> String {
+    format!(
+        "<svg viewBox=\"0 0 {width:.0} {height:.0}\" width=\"100%\" style=\"max-width:{width:.0}px\" role=\"img\">"
+    )
+}
 
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#1d232a;background:#fff}\
 h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2.2rem;border-bottom:1px solid #d5dbe1;padding-bottom:.2rem}\
@@ -130,7 +151,7 @@ pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String 
     let group_width = (per * 18.0 + 20.0).max(longest * 7.0 + 12.0).max(60.0);
     let width = left + groups.len() as f64 * group_width + 10.0;
     let y = |v: f64| top + (1.0 - v.clamp(0.0, 1.0)) * (height - top - bottom);
-    let mut svg = format!("<svg width=\"{width:.0}\" height=\"{height:.0}\" role=\"img\">");
+    let mut svg = svg_open(width, height);
     for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
         let _ = write!(
             svg,
@@ -144,7 +165,7 @@ pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String 
         let x0 = left + g as f64 * group_width + 10.0;
         for (s, bar) in bars.iter().enumerate() {
             let x = x0 + s as f64 * 18.0;
-            let colour = COLOURS[s % COLOURS.len()];
+            let colour = colour(s);
             let _ = write!(
                 svg,
                 "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"14\" height=\"{:.1}\" fill=\"{colour}\"><title>{}: {:.4}</title></rect>",
@@ -154,6 +175,7 @@ pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String 
                 bar.value
             );
             if let Some((lo, hi)) = bar.interval {
+                let (lo, hi) = (lo.clamp(0.0, 1.0), hi.clamp(0.0, 1.0));
                 let cx = x + 7.0;
                 let _ = write!(
                     svg,
@@ -180,12 +202,7 @@ pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String 
 pub fn legend(series: &[String]) -> String {
     let mut out = String::from("<p class=\"legend\">");
     for (i, name) in series.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<span><i style=\"background:{}\"></i>{}</span>",
-            COLOURS[i % COLOURS.len()],
-            escape(name)
-        );
+        let _ = write!(out, "<span><i style=\"background:{}\"></i>{}</span>", colour(i), escape(name));
     }
     out.push_str("</p>");
     out
@@ -228,7 +245,7 @@ pub fn lines(series: &[(String, Vec<(f64, f64)>)], x_label: &str, y_label: &str)
     let (lo, hi) = if lo.is_finite() && hi > lo { (lo, hi) } else { (lo.min(0.0), lo.max(0.0) + 1.0) };
     let x = |v: f64| left + (v - lo) / (hi - lo) * (width - left - right);
     let y = |v: f64| top + (1.0 - v.clamp(0.0, 1.0)) * (height - top - bottom);
-    let mut svg = format!("<svg width=\"{width}\" height=\"{height}\" role=\"img\">");
+    let mut svg = svg_open(width, height);
     for tick in [0.0, 0.5, 1.0] {
         let _ = write!(
             svg,
@@ -248,7 +265,7 @@ pub fn lines(series: &[(String, Vec<(f64, f64)>)], x_label: &str, y_label: &str)
         let _ = write!(
             svg,
             "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"{}\" points=\"{}\"/>",
-            COLOURS[i % COLOURS.len()],
+            colour(i),
             path.join(" ")
         );
     }
@@ -272,9 +289,8 @@ pub fn differences(sorted: &[f64]) -> String {
     let (width, height, mid) = (640.0, 200.0, 100.0);
     let max = sorted.iter().map(|d| d.abs()).fold(0.0, f64::max).max(1e-9);
     let step = width / sorted.len().max(1) as f64;
-    let mut svg = format!(
-        "<svg width=\"{width}\" height=\"{height}\" role=\"img\"><line x1=\"0\" x2=\"{width}\" y1=\"{mid}\" y2=\"{mid}\" stroke=\"#5a6570\"/>"
-    );
+    let mut svg = svg_open(width, height);
+    let _ = write!(svg, "<line x1=\"0\" x2=\"{width}\" y1=\"{mid}\" y2=\"{mid}\" stroke=\"#5a6570\"/>");
     for (i, d) in sorted.iter().enumerate() {
         let h = d.abs() / max * (mid - 10.0);
         let (y, colour) = if *d >= 0.0 { (mid - h, COLOURS[2]) } else { (mid, COLOURS[3]) };
@@ -310,5 +326,17 @@ mod tests {
         assert!(!html.contains("<img") && !html.contains("<b>") && !html.contains("<1>"), "{html}");
         assert!(html.contains("default-src 'none'"));
         assert!(!html.contains("http://") && !html.contains("https://"));
+    }
+
+    #[test]
+    fn twenty_series_get_twenty_colours_and_charts_scale_to_the_page() {
+        let colours: std::collections::HashSet<String> = (0..20).map(colour).collect();
+        assert_eq!(colours.len(), 20);
+        let series: Vec<String> = (0..20).map(|i| format!("run{i}")).collect();
+        let bars = vec![Bar { value: 0.5, interval: Some((-0.2, 1.3)) }; 20];
+        let svg = grouped_bars(&[("ndcg@10".to_owned(), bars)], &series);
+        assert!(svg.starts_with("<svg viewBox=\"0 0 ") && svg.contains("width=\"100%\""), "{svg}");
+        // The interval is drawn within the axis: from y(1) = 10 to y(0) = 180.
+        assert!(svg.contains("y1=\"180.0\" y2=\"10.0\""), "{svg}");
     }
 }

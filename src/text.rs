@@ -57,6 +57,12 @@ impl Language {
     }
 }
 
+/// `n` and the noun in the number it takes, for messages: `1 new query`, `2 new queries`.
+#[must_use]
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Whether `c` is a CJK ideograph or kana (Chinese and Japanese script).
 #[must_use]
 pub fn is_cjk(c: char) -> bool {
@@ -244,6 +250,13 @@ fn fold_char(c: char, out: &mut impl FnMut(char)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_take_the_noun_in_their_number() {
+        assert_eq!(count(1, "new query", "new queries"), "1 new query");
+        assert_eq!(count(0, "new query", "new queries"), "0 new queries");
+        assert_eq!(count(2, "new query", "new queries"), "2 new queries");
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -57,6 +57,20 @@ pub struct EvalArgs {
     /// map, bpref).
     #[arg(long, default_value = "ndcg@10", value_name = "MEASURE")]
     metric: Measure,
+    /// Measures to score besides the standard set, in qrelgen's or ir_measures' names, e.g.
+    /// `--measures 'nDCG@10,P(rel=2)@10,RBP(p=0.8),ERR@20,Rprec'` (a list pasted from a paper)
+    /// [default: none].
+    #[arg(long, value_delimiter = ',', value_name = "MEASURE,…")]
+    measures: Vec<Measure>,
+    /// The grade from which a document counts as relevant for the binary measures of the
+    /// standard set (hit, recall, p, mrr, map, bpref, rprec, rbp), as trec_eval's -l; nDCG and
+    /// ERR use the grades themselves.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=3))]
+    rel_level: u8,
+    /// Also print every run's per-query scores on stdout (TSV, as per_query.tsv) after the
+    /// table.
+    #[arg(long)]
+    per_query: bool,
     /// nDCG gain: exponential (2^grade − 1) or linear (the grade, as trec_eval); the two are
     /// not comparable.
     #[arg(long, value_enum, default_value_t = GainArg::Exponential)]
@@ -170,6 +184,10 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if let Some(pooling) = &pooling {
         write!(stdout, "{}", eval::pooling::render(pooling))?;
     }
+    if args.per_query {
+        writeln!(stdout)?;
+        report::write_per_query(stdout, &evaluation, &inputs.collection)?;
+    }
     eprintln!(
         "wrote {}, {} and {} in {}",
         files::EVAL_JSON,
@@ -205,6 +223,8 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
             LevelArg::Doc => Level::Doc,
         },
         metric: args.metric,
+        rel_level: args.rel_level,
+        extra: args.measures.clone(),
         stats: StatSettings {
             resamples: args.resamples,
             seed: args.seed,
@@ -221,7 +241,18 @@ fn settings(args: &EvalArgs) -> anyhow::Result<Settings> {
 
 /// Reads every run; the problems of all of them are reported together.
 fn read_runs(args: &EvalArgs, collection: &Collection, ties: Ties) -> anyhow::Result<Vec<(eval::Run, Role)>> {
-    let mut files: Vec<(PathBuf, Role)> = args.runs.iter().map(|p| (p.clone(), Role::Run)).collect();
+    let same_file = |a: &Path, b: &Path| match (fs_err::canonicalize(a), fs_err::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    let mut files: Vec<(PathBuf, Role)> = Vec::new();
+    for path in &args.runs {
+        if args.baseline.as_deref().is_some_and(|b| same_file(path, b)) {
+            eprintln!("note: {} is the --baseline; it is scored once, as the baseline", path.display());
+        } else {
+            files.push((path.clone(), Role::Run));
+        }
+    }
     files.extend(args.baseline.iter().map(|p| (p.clone(), Role::Baseline)));
     files.extend(args.candidates.iter().map(|p| (p.clone(), Role::Candidates)));
     let names = eval::run_names(&files.iter().map(|f| f.0.clone()).collect::<Vec<_>>());

@@ -140,10 +140,10 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
         let (calls_low, calls_high) = outcome.planned_calls();
         writeln!(
             stdout,
-            "{} new queries wanted; LLM calls it would make: {} ({} prompt tokens, at most {} completion \
+            "{} wanted; LLM calls it would make: {} ({} prompt tokens, at most {} completion \
              tokens; the range goes from every new query kept in round 1 to half of them dropped in \
              each of {} round(s))",
-            outcome.new_wanted,
+            qrelgen::text::count(outcome.new_wanted, "new query", "new queries"),
             range(calls_low, calls_high),
             range(low.prompt_tokens, high.prompt_tokens),
             range(low.max_completion_tokens, high.max_completion_tokens),

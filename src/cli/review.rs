@@ -400,11 +400,18 @@ fn agreement_text(a: &Agreement) -> String {
         format!("reviewers: {first} ({} queries), {second} ({} queries)\n", a.judged[0], a.judged[1]);
     for (what, kappa) in [("decisions", a.decisions), ("grades (unweighted)", a.grades)] {
         let _ = match kappa {
-            Some(k) => writeln!(
-                text,
-                "kappa, {what}: {:.3} over {} items (observed agreement {:.3}, expected by chance {:.3})",
-                k.kappa, k.items, k.observed, k.expected
-            ),
+            Some(k) => match k.kappa {
+                Some(kappa) => writeln!(
+                    text,
+                    "kappa, {what}: {kappa:.3} over {} items (observed agreement {:.3}, expected by chance {:.3})",
+                    k.items, k.observed, k.expected
+                ),
+                None => writeln!(
+                    text,
+                    "kappa, {what}: undefined over {} items (observed agreement {:.3}, expected by chance 1: both gave every item the same rating)",
+                    k.items, k.observed
+                ),
+            },
             None => writeln!(text, "kappa, {what}: no item judged by both"),
         };
     }

@@ -33,8 +33,7 @@ pub fn breakdowns(scores: &Scores, queries: &[QueryInfo]) -> Vec<Breakdown> {
     let by_type = |q: &QueryInfo| q.query_type.map_or_else(|| "unknown".to_owned(), |t| t.label().to_owned());
     let by_difficulty =
         |q: &QueryInfo| q.difficulty.map_or_else(|| "unknown".to_owned(), |d| d.label().to_owned());
-    let by_provenance =
-        |q: &QueryInfo| if q.reviewed { "human-reviewed".to_owned() } else { "machine-only".to_owned() };
+    let by_provenance = |q: &QueryInfo| provenance(q).to_owned();
     [
         ("type", &by_type as &dyn Fn(&QueryInfo) -> String),
         ("difficulty", &by_difficulty),
@@ -43,6 +42,17 @@ pub fn breakdowns(scores: &Scores, queries: &[QueryInfo]) -> Vec<Breakdown> {
     .into_iter()
     .map(|(by, key)| Breakdown { by, slices: slices(scores, queries, key) })
     .collect()
+}
+
+/// A query's provenance as outputs name it: human-reviewed, machine-only, or unknown (queries
+/// qrelgen did not write).
+#[must_use]
+pub fn provenance(q: &QueryInfo) -> &'static str {
+    match q.reviewed {
+        Some(true) => "human-reviewed",
+        Some(false) => "machine-only",
+        None => "unknown",
+    }
 }
 
 fn slices(scores: &Scores, queries: &[QueryInfo], key: &dyn Fn(&QueryInfo) -> String) -> Vec<Slice> {
@@ -61,6 +71,7 @@ fn slices(scores: &Scores, queries: &[QueryInfo], key: &dyn Fn(&QueryInfo) -> St
             "hard",
             "human-reviewed",
             "machine-only",
+            "unknown",
         ];
         known.iter().position(|k| *k == value).unwrap_or(known.len())
     };

@@ -55,8 +55,9 @@ pub struct QueryInfo {
     pub query_type: Option<QueryType>,
     /// Its measured difficulty, when the queries file says.
     pub difficulty: Option<Difficulty>,
-    /// Whether a person reviewed it (a decision in `metadata.review` or a human grade).
-    pub reviewed: bool,
+    /// Whether a person reviewed it (a decision in `metadata.review` or a human grade); `None`:
+    /// not known (a query without qrelgen's metadata, e.g. of a collection with human qrels).
+    pub reviewed: Option<bool>,
 }
 
 /// The judgments of every query, at the evaluation level. Each query keeps its own short list
@@ -297,7 +298,7 @@ impl Collection {
         self.qrels.judgments.resize_with(n, Judgments::default);
         for (q, info) in self.queries.iter_mut().enumerate() {
             if human.answerable(q) {
-                info.reviewed = true;
+                info.reviewed = Some(true);
             }
         }
         self.human = Some(human);
@@ -314,7 +315,12 @@ impl Collection {
                 .as_ref()
                 .and_then(|m| m.difficulty.as_deref())
                 .and_then(|d| Difficulty::ALL.iter().copied().find(|x| x.label() == d));
-            let reviewed = meta.is_some_and(|m| m.review.is_some()) || human_rated.contains(&id);
+            let reviewed = if human_rated.contains(&id) {
+                Some(true)
+            } else {
+                // qrelgen's queries carry a type; a collection's own metadata says nothing of review.
+                meta.as_ref().filter(|m| m.query_type.is_some()).map(|m| m.review.is_some())
+            };
             self.add_query(QueryInfo { id, class: QueryClass::Unjudged, query_type, difficulty, reviewed });
             Ok(())
         })?;
@@ -340,7 +346,7 @@ impl Collection {
                 class: QueryClass::Unjudged,
                 query_type: None,
                 difficulty: None,
-                reviewed: false,
+                reviewed: None,
             });
             let doc: Box<str> = self.at_level(&row.doc).into();
             if per_query.len() <= q {
@@ -466,7 +472,7 @@ mod tests {
             (c.queries[0].query_type, c.queries[0].difficulty),
             (Some(QueryType::Direct), Some(Difficulty::Easy))
         );
-        assert!(c.queries[0].reviewed && !c.queries[1].reviewed);
+        assert_eq!((c.queries[0].reviewed, c.queries[1].reviewed), (Some(true), Some(false)));
         assert_eq!(c.qrels.judgments[0], Judgments { relevant: 2, nonrelevant: 1, ideal: vec![3, 1] });
         assert_eq!(
             (c.id_kind("a:1"), c.id_kind("a"), c.id_kind("zz")),

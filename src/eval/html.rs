@@ -2,7 +2,8 @@
 //! breakdown, each paired comparison's per-query differences (sorted), the abstention curves.
 
 use super::metrics::Measure;
-use super::report::{Evaluation, RunReport};
+use super::report::{self, Evaluation, RunReport};
+use super::stats;
 use crate::html::{self, Bar, Page};
 
 /// Renders the page.
@@ -23,21 +24,7 @@ pub fn render(evaluation: &Evaluation, k: usize) -> String {
         );
     }
     means(&mut page, evaluation, k);
-    for run in &evaluation.runs {
-        if let Some(note) = &run.judged_note {
-            page.paragraph(Some("warn"), &format!("{}: {note}", run.name));
-        }
-        if !run.missing.ids.is_empty() {
-            page.paragraph(
-                Some("warn"),
-                &format!(
-                    "{}: {} queries have no results and count as empty",
-                    run.name,
-                    run.missing.ids.len()
-                ),
-            );
-        }
-    }
+    warnings(&mut page, evaluation, k);
     by_type(&mut page, evaluation);
     comparisons(&mut page, evaluation);
     abstention(&mut page, evaluation);
@@ -50,18 +37,9 @@ fn series(evaluation: &Evaluation) -> Vec<String> {
 }
 
 fn means(page: &mut Page, evaluation: &Evaluation, k: usize) {
-    page.heading("Means per run (95 % t intervals)");
-    let measures = [
-        Measure::Ndcg(k),
-        Measure::Mrr(k),
-        Measure::Recall(k),
-        Measure::Precision(k),
-        Measure::Hit(1),
-        Measure::Map(None),
-        Measure::NdcgCondensed(k),
-        Measure::Bpref,
-        Measure::Judged(k),
-    ];
+    let level = stats::confidence_percent(evaluation.settings.alpha);
+    page.heading(&format!("Means per run ({level} t intervals, clipped to [0, 1])"));
+    let measures = report::headline(evaluation, k);
     let groups: Vec<(String, Vec<Bar>)> = measures
         .iter()
         .map(|m| {
@@ -84,6 +62,38 @@ fn means(page: &mut Page, evaluation: &Evaluation, k: usize) {
         })
         .collect();
     page.table(&header, &rows);
+}
+
+/// One warning per kind, naming every run it concerns.
+fn warnings(page: &mut Page, evaluation: &Evaluation, k: usize) {
+    let judged = Measure::Judged(k);
+    let few: Vec<String> = evaluation
+        .runs
+        .iter()
+        .filter(|r| r.judged_note.is_some())
+        .map(|r| format!("{} ({:.0} %)", r.name, r.means.get(&judged).copied().unwrap_or(0.0) * 100.0))
+        .collect();
+    if !few.is_empty() {
+        page.paragraph(
+            Some("warn"),
+            &format!(
+                "Few of the top {k} are judged for {}: unjudged documents count as not relevant, so these scores are lower bounds; compare the condensed-list variants ndcg'@{k} and bpref, which score judged documents only.",
+                few.join(", ")
+            ),
+        );
+    }
+    let missing: Vec<String> = evaluation
+        .runs
+        .iter()
+        .filter(|r| !r.missing.ids.is_empty())
+        .map(|r| format!("{} ({})", r.name, r.missing.ids.len()))
+        .collect();
+    if !missing.is_empty() {
+        page.paragraph(
+            Some("warn"),
+            &format!("Queries without results, counted as empty results: {}.", missing.join(", ")),
+        );
+    }
 }
 
 fn bar(run: &RunReport, m: Measure) -> Bar {
@@ -128,15 +138,18 @@ fn by_type(page: &mut Page, evaluation: &Evaluation) {
 fn comparisons(page: &mut Page, evaluation: &Evaluation) {
     for p in &evaluation.comparisons {
         page.heading(&format!("{} − {} on {}, per query (sorted)", p.run, p.baseline, p.measure));
-        page.paragraph(None, &p.verdict);
-        page.raw(&html::differences(&p.sorted_differences));
+        page.paragraph(None, &p.verdict_text);
+        let mut sorted = p.differences.clone();
+        sorted.sort_unstable_by(f64::total_cmp);
+        page.raw(&html::differences(&sorted));
         let t = p.t_p.map_or_else(|| "–".to_owned(), |v| format!("{v:.4}"));
         page.table(
             &[
                 "queries",
                 "mean difference",
-                "95 % bootstrap interval",
+                &format!("{} bootstrap interval", stats::confidence_percent(p.alpha)),
                 "randomization p",
+                &format!("Holm-corrected p ({} comparisons)", p.comparisons),
                 "t-test p",
                 "wins",
                 "ties",
@@ -147,6 +160,7 @@ fn comparisons(page: &mut Page, evaluation: &Evaluation) {
                 format!("{:+.4}", p.difference),
                 format!("[{:+.4}, {:+.4}]", p.interval.low, p.interval.high),
                 format!("{:.4}", p.randomization_p),
+                format!("{:.4}", p.adjusted_p),
                 t,
                 p.wins_ties_losses[0].to_string(),
                 p.wins_ties_losses[1].to_string(),
@@ -162,19 +176,18 @@ fn abstention(page: &mut Page, evaluation: &Evaluation) {
         return;
     }
     page.heading("Abstention: answering no_answer queries versus refusing answerable ones");
-    page.paragraph(Some("note"), "A query is answered when the run's top-1 score reaches the threshold. Each run has two lines: the share of no_answer queries it answers (falling as the threshold rises) and the share of answerable queries it refuses (rising).");
-    let mut curves = Vec::new();
+    page.paragraph(Some("note"), "A query is answered when the run's top-1 score reaches the threshold. Each run has its own chart, on its own scale of scores (the scores of different systems are not comparable): the share of no_answer queries it answers (falling as the threshold rises) and the share of answerable queries it refuses (rising).");
+    let names = ["no_answer queries answered".to_owned(), "answerable queries refused".to_owned()];
+    page.raw(&html::legend(&names));
     let mut rows = Vec::new();
     for run in runs {
         let Some(a) = &run.abstention else { continue };
-        curves.push((
-            format!("{} wrong answers", run.name),
-            a.curve.iter().map(|p| (p.threshold, p.wrong_answers)).collect(),
-        ));
-        curves.push((
-            format!("{} wrong refusals", run.name),
-            a.curve.iter().map(|p| (p.threshold, p.wrong_refusals)).collect(),
-        ));
+        let curves = vec![
+            (names[0].clone(), a.curve.iter().map(|p| (p.threshold, p.wrong_answers)).collect()),
+            (names[1].clone(), a.curve.iter().map(|p| (p.threshold, p.wrong_refusals)).collect()),
+        ];
+        page.paragraph(Some("note"), &format!("{}: AUROC {:.3}", run.name, a.auroc));
+        page.raw(&html::lines(&curves, &format!("threshold on {}'s top-1 score", run.name), "share"));
         rows.push(vec![
             run.name.clone(),
             format!("{:.3}", a.auroc),
@@ -184,9 +197,6 @@ fn abstention(page: &mut Page, evaluation: &Evaluation) {
             format!("{:.3}", a.accuracy),
         ]);
     }
-    let names: Vec<String> = curves.iter().map(|c| c.0.clone()).collect();
-    page.raw(&html::legend(&names));
-    page.raw(&html::lines(&curves, "threshold on the top-1 score", "share"));
     page.table(&["run", "AUROC", "threshold", "no_answer answered", "answerable refused", "accuracy"], &rows);
 }
 

@@ -2,6 +2,7 @@
 //! under human qrels, Kendall's τ between the two orderings with a bootstrap interval (queries
 //! of both sides drawn with replacement), and whether the top system is the same.
 
+use super::compare::StatSettings;
 use super::metrics::Measure;
 use super::stats::{self, Interval};
 use crate::rng;
@@ -32,7 +33,7 @@ pub struct HumanAgreement {
     pub runs: Vec<RunMeans>,
     /// Kendall's τ-b between the two orderings (`None` with fewer than two runs or all tied).
     pub tau: Option<f64>,
-    /// Its percentile bootstrap 95 % interval.
+    /// Its percentile bootstrap interval at `1 − α`.
     pub interval: Option<Interval>,
     /// The best run under the set's qrels.
     pub top_set: String,
@@ -51,13 +52,12 @@ pub fn agreement(
     names: &[&str],
     set: &[Vec<f64>],
     human: &[Vec<f64>],
-    resamples: usize,
-    seed: u64,
+    stats: &StatSettings,
 ) -> HumanAgreement {
     let set_means: Vec<f64> = set.iter().map(|s| stats::mean(s)).collect();
     let human_means: Vec<f64> = human.iter().map(|s| stats::mean(s)).collect();
     let tau = stats::kendall_tau(&set_means, &human_means);
-    let interval = tau.map(|_| bootstrap_tau(set, human, resamples, seed));
+    let interval = tau.map(|_| bootstrap_tau(set, human, stats));
     let best = |means: &[f64]| {
         let at = means.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i);
         names.get(at).copied().unwrap_or_default().to_owned()
@@ -69,7 +69,7 @@ pub fn agreement(
         .zip(set_means.iter().zip(&human_means))
         .map(|(n, (&s, &h))| RunMeans { run: (*n).to_owned(), set: s, human: h })
         .collect();
-    let verdict = words(tau, interval, &top_set, &top_human);
+    let verdict = words(tau, interval, stats.alpha, (&top_set, &top_human));
     HumanAgreement {
         measure,
         set_queries: set.first().map_or(0, Vec::len),
@@ -84,7 +84,12 @@ pub fn agreement(
     }
 }
 
-fn words(tau: Option<f64>, interval: Option<Interval>, top_set: &str, top_human: &str) -> String {
+fn words(
+    tau: Option<f64>,
+    interval: Option<Interval>,
+    alpha: f64,
+    (top_set, top_human): (&str, &str),
+) -> String {
     let top = if top_set == top_human {
         format!("both put {top_set} on top")
     } else {
@@ -92,15 +97,20 @@ fn words(tau: Option<f64>, interval: Option<Interval>, top_set: &str, top_human:
     };
     match (tau, interval) {
         (Some(t), Some(i)) => {
-            format!("Kendall's τ = {t:.3} [{:.3}, {:.3}] between the orderings; {top}", i.low, i.high)
+            format!(
+                "Kendall's τ = {t:.3} [{:.3}, {:.3}] ({} bootstrap interval) between the orderings; {top}",
+                i.low,
+                i.high,
+                stats::confidence_percent(alpha)
+            )
         }
         _ => format!("τ needs two runs that the qrels tell apart; {top}"),
     }
 }
 
 /// τ of the means of queries drawn with replacement, on both sides independently.
-fn bootstrap_tau(set: &[Vec<f64>], human: &[Vec<f64>], resamples: usize, seed: u64) -> Interval {
-    let mut rng = rng::stream(seed, "eval/human-tau");
+fn bootstrap_tau(set: &[Vec<f64>], human: &[Vec<f64>], settings: &StatSettings) -> Interval {
+    let mut rng = rng::stream(settings.seed, "eval/human-tau");
     let draw = |scores: &[Vec<f64>], rng: &mut rng::Rng| -> Vec<f64> {
         let n = scores.first().map_or(0, Vec::len);
         if n == 0 {
@@ -109,32 +119,47 @@ fn bootstrap_tau(set: &[Vec<f64>], human: &[Vec<f64>], resamples: usize, seed: u
         let picks: Vec<usize> = (0..n).map(|_| rng.random_range(0..n)).collect();
         scores.iter().map(|s| picks.iter().map(|&i| s[i]).sum::<f64>() / n as f64).collect()
     };
-    let mut taus: Vec<f64> = (0..resamples)
+    let mut taus: Vec<f64> = (0..settings.resamples)
         .filter_map(|_| {
             let (a, b) = (draw(set, &mut rng), draw(human, &mut rng));
             stats::kendall_tau(&a, &b)
         })
         .collect();
     taus.sort_unstable_by(f64::total_cmp);
-    Interval { low: stats::quantile(&taus, 0.025), high: stats::quantile(&taus, 0.975) }
+    let alpha = settings.alpha;
+    Interval { low: stats::quantile(&taus, alpha / 2.0), high: stats::quantile(&taus, 1.0 - alpha / 2.0) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn settings() -> StatSettings {
+        StatSettings {
+            resamples: 200,
+            seed: 1,
+            alpha: 0.05,
+            effect: None,
+            correction: super::super::Correction::Holm,
+        }
+    }
+
     #[test]
     fn agreeing_and_disagreeing_orderings() {
         let names = ["a", "b", "c"];
         let set = vec![vec![0.2; 30], vec![0.5; 30], vec![0.8; 30]];
         let human = vec![vec![0.1; 20], vec![0.4; 20], vec![0.9; 20]];
-        let same = agreement(Measure::Ndcg(10), &names, &set, &human, 200, 1);
+        let same = agreement(Measure::Ndcg(10), &names, &set, &human, &settings());
         assert_eq!(same.tau, Some(1.0));
         assert!(same.top_agrees);
         assert_eq!(same.interval, Some(Interval { low: 1.0, high: 1.0 }));
         assert!(same.verdict.contains("both put c on top"), "{}", same.verdict);
+        assert!(same.verdict.contains("(95 % bootstrap interval)"), "{}", same.verdict);
+        let at_99 =
+            agreement(Measure::Ndcg(10), &names, &set, &human, &StatSettings { alpha: 0.01, ..settings() });
+        assert!(at_99.verdict.contains("(99 % bootstrap interval)"), "{}", at_99.verdict);
         let reversed: Vec<Vec<f64>> = human.iter().rev().cloned().collect();
-        let other = agreement(Measure::Ndcg(10), &names, &set, &reversed, 200, 1);
+        let other = agreement(Measure::Ndcg(10), &names, &set, &reversed, &settings());
         assert_eq!(other.tau, Some(-1.0));
         assert!(!other.top_agrees);
         assert_eq!((other.set_queries, other.human_queries), (30, 20));

@@ -31,7 +31,7 @@ pub mod unjudged;
 pub use collection::{Collection, Level, LooseFiles, QueryClass};
 pub use compare::{Correction, StatSettings};
 pub use error::{EvalError, Problem, Result};
-pub use metrics::{Gain, Measure};
+pub use metrics::{Binary, Gain, Measure, Persistence};
 pub use report::{Evaluation, RunReport};
 pub use run::{Run, Ties};
 
@@ -57,6 +57,11 @@ pub struct Settings {
     pub level: Level,
     /// The measure runs are compared, ranked and layered on.
     pub metric: Measure,
+    /// The relevance level of the standard set's binary measures (`--rel-level`; 1: grade 1 or
+    /// more is relevant).
+    pub rel_level: u8,
+    /// Measures scored besides the standard set (`--measures`).
+    pub extra: Vec<Measure>,
     /// Resamples, seed, α, correction.
     pub stats: StatSettings,
     /// `--abstain-threshold`; `None`: the threshold with the best accuracy.
@@ -64,30 +69,23 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The measures scored: the standard set, plus the compared one if it is not in it.
+    /// The measures scored: the standard set, then `--measures`, then the compared one, each
+    /// once.
     #[must_use]
     pub fn measures(&self) -> Vec<Measure> {
-        let mut all = Measure::standard(&self.cutoffs);
-        if !all.contains(&self.metric) {
-            all.push(self.metric);
+        let mut all = Measure::standard(&self.cutoffs, self.rel_level);
+        for m in self.extra.iter().chain([&self.metric]) {
+            if !all.contains(m) {
+                all.push(*m);
+            }
         }
         all
     }
 
-    /// The cut-off of the compared measure (10 for MAP and bpref).
+    /// The cut-off of the compared measure (10 for one without, as MAP and bpref).
     #[must_use]
     pub fn k(&self) -> usize {
-        match self.metric {
-            Measure::Hit(k)
-            | Measure::Recall(k)
-            | Measure::Precision(k)
-            | Measure::Mrr(k)
-            | Measure::Map(Some(k))
-            | Measure::Ndcg(k)
-            | Measure::Judged(k)
-            | Measure::NdcgCondensed(k) => k,
-            Measure::Map(None) | Measure::Bpref => 10,
-        }
+        self.metric.cutoff().unwrap_or(10)
     }
 }
 
@@ -148,13 +146,15 @@ fn comparisons(inputs: &Inputs, runs: &[RunReport], settings: &Settings) -> Vec<
         None if runs.len() == 2 => vec![(0, 1)],
         None => Vec::new(),
     };
-    pairs
+    let mut compared: Vec<compare::Paired> = pairs
         .into_iter()
         .map(|(a, b)| {
             let names = (runs[a].name.as_str(), runs[b].name.as_str());
             compare::paired(names, metric, &scores(&runs[a]), &scores(&runs[b]), &settings.stats)
         })
-        .collect()
+        .collect();
+    compare::correct(&mut compared);
+    compared
 }
 
 /// All pairs, corrected, when there are at least two runs.
@@ -194,14 +194,7 @@ fn human(inputs: &Inputs, runs: &[RunReport], settings: &Settings) -> Option<hum
         .collect();
     let set: Vec<Vec<f64>> = runs.iter().map(|r| r.scores.of_measure(settings.metric)).collect();
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
-    Some(human::agreement(
-        settings.metric,
-        &names,
-        &set,
-        &human,
-        settings.stats.resamples,
-        settings.stats.seed,
-    ))
+    Some(human::agreement(settings.metric, &names, &set, &human, &settings.stats))
 }
 
 /// The name of each run in outputs: its file stem, made unique with `-2`, `-3` …

@@ -7,7 +7,7 @@ use super::collection::{Collection, Level, QueryClass};
 use super::compare::{Correction, Multiple, Paired};
 use super::human::HumanAgreement;
 use super::layers::Layers;
-use super::metrics::{Gain, Measure};
+use super::metrics::{Binary, Gain, Measure};
 use super::run::{Run, Ties};
 use super::score::Scores;
 use super::stats::{self, Interval};
@@ -43,6 +43,8 @@ pub struct SettingsReport {
     pub level_rule: Option<&'static str>,
     /// The measure runs are compared on.
     pub metric: Measure,
+    /// The relevance level of the standard set's binary measures (`--rel-level`).
+    pub rel_level: u8,
     /// Bootstrap and randomization resamples.
     pub resamples: usize,
     /// Seed.
@@ -111,7 +113,7 @@ pub struct RunReport {
     pub unknown_ids: usize,
     /// Mean of every measure over the answerable queries.
     pub means: BTreeMap<Measure, f64>,
-    /// 95 % t interval of each mean.
+    /// Student t interval of each mean at 1 − α, clipped to [0, 1] (where every measure lies).
     pub intervals: BTreeMap<Measure, Interval>,
     /// Said when few of the top k are judged.
     pub judged_note: Option<String>,
@@ -174,6 +176,7 @@ impl Evaluation {
                     "a document takes the best grade of its chunks and is judged when any of its chunks is",
                 ),
                 metric: settings.metric,
+                rel_level: settings.rel_level,
                 resamples: settings.stats.resamples,
                 seed: settings.stats.seed,
                 alpha: settings.stats.alpha,
@@ -227,7 +230,7 @@ pub fn run_report(
     };
     let means: BTreeMap<Measure, f64> = scores.measures.iter().copied().zip(scores.means(None)).collect();
     let intervals = (0..scores.measures.len())
-        .map(|m| (scores.measures[m], stats::t_interval(&scores.column(m))))
+        .map(|m| (scores.measures[m], stats::t_interval(&scores.column(m), settings.stats.alpha).clipped()))
         .collect();
     let judged = Measure::Judged(settings.k());
     let judged_note = means.get(&judged).filter(|&&v| v < JUDGED_LOW).map(|v| {
@@ -256,23 +259,27 @@ pub fn run_report(
     }
 }
 
-/// The headline measures of the table: at the compared measure's cut-off.
-fn headline(evaluation: &Evaluation, k: usize) -> Vec<Measure> {
+/// The headline measures of the table and the page: at the compared measure's cut-off, recall
+/// at the deepest cut-off, hit at the shallowest; only measures that were scored.
+#[must_use]
+pub fn headline(evaluation: &Evaluation, k: usize) -> Vec<Measure> {
+    let shallowest = evaluation.settings.cutoffs.iter().copied().min().unwrap_or(1);
     let deepest = evaluation.settings.cutoffs.iter().copied().max().unwrap_or(k);
+    let level = evaluation.settings.rel_level;
     let mut columns = vec![
         evaluation.settings.metric,
         Measure::Ndcg(k),
-        Measure::Mrr(k),
-        Measure::Recall(deepest),
-        Measure::Map(None),
-        Measure::Hit(1),
-        Measure::Precision(k),
+        Binary::Mrr(k).at(level),
+        Binary::Recall(deepest).at(level),
+        Binary::Map(None).at(level),
+        Binary::Hit(shallowest).at(level),
+        Binary::Precision(k).at(level),
         Measure::Judged(k),
         Measure::NdcgCondensed(k),
-        Measure::Bpref,
+        Binary::Bpref.at(level),
     ];
     let mut seen = std::collections::HashSet::new();
-    columns.retain(|m| seen.insert(*m));
+    columns.retain(|m| evaluation.settings.measures.contains(m) && seen.insert(*m));
     columns
 }
 
@@ -326,9 +333,14 @@ fn run_notes(out: &mut String, run: &RunReport) {
         } else {
             String::new()
         };
+        let what = if m.ids.len() == 1 {
+            "query has no results and counts as empty"
+        } else {
+            "queries have no results and count as empty"
+        };
         let _ = writeln!(
             out,
-            "{}: {} queries have no results and count as empty ({} answerable score 0, {} no_answer refuse): {}{more}",
+            "{}: {} {what} ({} answerable, scored 0; {} no_answer, counted as refusals): {}{more}",
             run.name,
             m.ids.len(),
             m.answerable,
@@ -372,7 +384,7 @@ fn findings(out: &mut String, evaluation: &Evaluation) {
             "{} vs {}: {} (bootstrap {} resamples; t-test p = {t}; {} wins, {} ties, {} losses)",
             p.run,
             p.baseline,
-            p.verdict,
+            p.verdict_text,
             evaluation.settings.resamples,
             p.wins_ties_losses[0],
             p.wins_ties_losses[1],
@@ -457,7 +469,7 @@ pub fn write_per_query(
                 info.id,
                 label(info.query_type.map(crate::record::QueryType::label)),
                 label(info.difficulty.map(crate::record::Difficulty::label)),
-                if info.reviewed { "human-reviewed" } else { "machine-only" },
+                breakdown::provenance(info),
             )?;
             for i in 0..measures.len() {
                 match values {

@@ -11,10 +11,24 @@ use rand::{Rng as _, RngCore as _};
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-/// z for a two-sided 95 % interval.
-pub const Z_95: f64 = 1.959_963_984_540_054;
 /// z for 80 % power.
 pub const Z_POWER_80: f64 = 0.841_621_233_572_914_3;
+
+/// The confidence of an interval at significance level `alpha`, in percent, as outputs print it
+/// (`95 %` for α = 0.05).
+#[must_use]
+pub fn confidence_percent(alpha: f64) -> String {
+    let percent = (1.0 - alpha) * 100.0;
+    let text = format!("{percent:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} %")
+}
+
+/// The standard normal quantile `z` with `P(Z ≤ z) = p`.
+#[must_use]
+pub fn normal_quantile(p: f64) -> f64 {
+    statrs::distribution::Normal::new(0.0, 1.0).map_or(f64::NAN, |d| d.inverse_cdf(p))
+}
 
 /// A two-sided interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -30,6 +44,12 @@ impl Interval {
     #[must_use]
     pub fn contains(&self, x: f64) -> bool {
         self.low <= x && x <= self.high
+    }
+
+    /// The interval within [0, 1], the range of every measure.
+    #[must_use]
+    pub fn clipped(self) -> Self {
+        Self { low: self.low.clamp(0.0, 1.0), high: self.high.clamp(0.0, 1.0) }
     }
 }
 
@@ -49,15 +69,17 @@ pub fn std_dev(xs: &[f64]) -> f64 {
     (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64).sqrt()
 }
 
-/// The 95 % Student t interval of the mean of `xs`.
+/// The two-sided `1 − alpha` Student t interval of the mean of `xs`.
 #[must_use]
-pub fn t_interval(xs: &[f64]) -> Interval {
+pub fn t_interval(xs: &[f64], alpha: f64) -> Interval {
     let m = mean(xs);
     if xs.len() < 2 {
         return Interval { low: m, high: m };
     }
     let n = xs.len() as f64;
-    let t = StudentsT::new(0.0, 1.0, n - 1.0).map_or(Z_95, |d| d.inverse_cdf(0.975));
+    let upper = 1.0 - alpha / 2.0;
+    let t =
+        StudentsT::new(0.0, 1.0, n - 1.0).map_or_else(|_| normal_quantile(upper), |d| d.inverse_cdf(upper));
     let half = t * std_dev(xs) / n.sqrt();
     Interval { low: m - half, high: m + half }
 }
@@ -68,10 +90,10 @@ pub fn differences(a: &[f64], b: &[f64]) -> Vec<f64> {
     a.iter().zip(b).map(|(x, y)| x - y).collect()
 }
 
-/// The percentile bootstrap 95 % interval of the mean of `xs` (queries drawn with replacement,
-/// `resamples` times).
+/// The two-sided `1 − alpha` percentile bootstrap interval of the mean of `xs` (queries drawn
+/// with replacement, `resamples` times).
 #[must_use]
-pub fn bootstrap_interval(xs: &[f64], resamples: usize, rng: &mut Rng) -> Interval {
+pub fn bootstrap_interval(xs: &[f64], resamples: usize, alpha: f64, rng: &mut Rng) -> Interval {
     let n = xs.len();
     if n == 0 || resamples == 0 {
         let m = mean(xs);
@@ -80,7 +102,7 @@ pub fn bootstrap_interval(xs: &[f64], resamples: usize, rng: &mut Rng) -> Interv
     let mut means: Vec<f64> =
         (0..resamples).map(|_| (0..n).map(|_| xs[rng.random_range(0..n)]).sum::<f64>() / n as f64).collect();
     means.sort_unstable_by(f64::total_cmp);
-    Interval { low: quantile(&means, 0.025), high: quantile(&means, 0.975) }
+    Interval { low: quantile(&means, alpha / 2.0), high: quantile(&means, 1.0 - alpha / 2.0) }
 }
 
 /// The `q` quantile of sorted values, interpolated linearly between order statistics.
@@ -129,13 +151,13 @@ pub fn paired_t(diffs: &[f64]) -> Option<(f64, f64)> {
     Some((t, 2.0 * (1.0 - dist.cdf(t.abs()))))
 }
 
-/// Queries needed to detect a mean difference of `effect` with a two-sided test at α = 0.05 and
+/// Queries needed to detect a mean difference of `effect` with a two-sided test at `alpha` and
 /// 80 % power, given the standard deviation `sd` of per-query differences (normal
-/// approximation: `((z_α/2 + z_β) · sd / effect)²`).
+/// approximation: `((z_{1−α/2} + z_β) · sd / effect)²`).
 #[must_use]
-pub fn queries_needed(sd: f64, effect: f64) -> Option<u64> {
-    (effect.abs() > 0.0 && sd > 0.0)
-        .then(|| (((Z_95 + Z_POWER_80) * sd / effect.abs()).powi(2)).ceil() as u64)
+pub fn queries_needed(sd: f64, effect: f64, alpha: f64) -> Option<u64> {
+    let z = normal_quantile(1.0 - alpha / 2.0);
+    (effect.abs() > 0.0 && sd > 0.0).then(|| (((z + Z_POWER_80) * sd / effect.abs()).powi(2)).ceil() as u64)
 }
 
 /// Holm's step-down adjustment of p-values (same order as given).
@@ -240,15 +262,23 @@ mod tests {
         close(mean(&xs), 2.5, 1e-12);
         close(std_dev(&xs), (5.0f64 / 3.0).sqrt(), 1e-12);
         // t(3) 97.5 % quantile = 3.182446; half width = 3.182446 · 1.290994 / 2.
-        let ci = t_interval(&xs);
+        let ci = t_interval(&xs, 0.05);
         close(ci.high - 2.5, 3.182_446_305 * (5.0f64 / 3.0).sqrt() / 2.0, 1e-6);
         // Paired t: mean 2.5, sd 1.2910, t = 3.8730, df 3 → p = 0.030466 (scipy.stats.ttest_1samp).
         let (t, p) = paired_t(&xs).unwrap_or_default();
         close(t, 3.872_983_346, 1e-6);
         close(p, 0.030_466, 1e-5);
         // 0.1 ± sd 0.2 → ((1.96 + 0.8416) · 2)² = 31.4 → 32 queries.
-        assert_eq!(queries_needed(0.2, 0.1), Some(32));
-        assert_eq!(queries_needed(0.0, 0.1), None);
+        assert_eq!(queries_needed(0.2, 0.1, 0.05), Some(32));
+        assert_eq!(queries_needed(0.0, 0.1, 0.05), None);
+        // α = 0.01: ((2.5758 + 0.8416) · 2)² = 46.7 → 47 queries.
+        assert_eq!(queries_needed(0.2, 0.1, 0.01), Some(47));
+        // t(3) 99.5 % quantile = 5.840909 (scipy.stats.t.ppf).
+        close(t_interval(&xs, 0.01).high - 2.5, 5.840_909_309 * (5.0f64 / 3.0).sqrt() / 2.0, 1e-6);
+        assert_eq!(confidence_percent(0.05), "95 %");
+        assert_eq!(confidence_percent(0.01), "99 %");
+        assert_eq!(confidence_percent(0.1), "90 %");
+        assert_eq!(confidence_percent(0.025), "97.5 %");
         close(quantile(&[0.0, 10.0], 0.25), 2.5, 1e-12);
     }
 
@@ -280,11 +310,11 @@ mod tests {
         let better: Vec<f64> = a.iter().map(|x| x + 0.05).collect();
         let diffs = differences(&better, &a);
         assert!(randomization_p(&diffs, 2000, &mut rng) < 0.001);
-        let ci = bootstrap_interval(&diffs, 2000, &mut rng);
+        let ci = bootstrap_interval(&diffs, 2000, 0.05, &mut rng);
         close(ci.low, 0.05, 1e-9);
         let noise: Vec<f64> = (0..200).map(|i| if i % 2 == 0 { 0.1 } else { -0.1 }).collect();
         assert!(randomization_p(&noise, 2000, &mut rng) > 0.5);
-        assert!(bootstrap_interval(&noise, 2000, &mut rng).contains(0.0));
+        assert!(bootstrap_interval(&noise, 2000, 0.05, &mut rng).contains(0.0));
     }
 
     #[test]
@@ -303,7 +333,7 @@ mod tests {
         let diffs = [0.1, -0.2, 0.3, 0.05];
         let run = |seed| {
             let mut rng = stream(seed, "test");
-            (bootstrap_interval(&diffs, 500, &mut rng), randomization_p(&diffs, 500, &mut rng))
+            (bootstrap_interval(&diffs, 500, 0.05, &mut rng), randomization_p(&diffs, 500, &mut rng))
         };
         assert_eq!(run(7), run(7));
     }
@@ -315,9 +345,12 @@ mod tests {
         ) {
             let mut rng = stream(seed, "test");
             let m = mean(&xs);
-            let boot = bootstrap_interval(&xs, 200, &mut rng);
+            let boot = bootstrap_interval(&xs, 200, 0.05, &mut rng);
+            let narrow = bootstrap_interval(&xs, 200, 0.5, &mut stream(seed, "test"));
+            let wide = bootstrap_interval(&xs, 200, 0.01, &mut stream(seed, "test"));
+            prop_assert!(wide.low <= narrow.low && narrow.high <= wide.high, "a lower α widens the interval");
             prop_assert!(boot.low <= boot.high);
-            prop_assert!(t_interval(&xs).contains(m));
+            prop_assert!(t_interval(&xs, 0.05).contains(m));
             let p = randomization_p(&xs, 200, &mut rng);
             prop_assert!(p > 0.0 && p <= 1.0);
             if let Some((_, p)) = paired_t(&xs) {

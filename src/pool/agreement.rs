@@ -89,16 +89,18 @@ pub fn measure(pairs: &[(bool, bool)]) -> Option<JudgeAgreement> {
     } else {
         (k.observed * (1.0 - k.observed) / (n * (1.0 - k.expected).powi(2))).sqrt()
     };
-    let kappa = Interval {
-        estimate: k.kappa,
-        low: (k.kappa - Z95 * se).max(-1.0),
-        high: (k.kappa + Z95 * se).min(1.0),
-    };
+    // κ is undefined when chance agreement is certain (every pair in one class).
+    let kappa = k.kappa.map(|estimate| Interval {
+        estimate,
+        low: (estimate - Z95 * se).max(-1.0),
+        high: (estimate + Z95 * se).min(1.0),
+    });
     let machine_relevant = pairs.iter().filter(|(m, _)| *m).count();
     let agreed = pairs.iter().filter(|(m, h)| *m && *h).count();
     let precision = wilson(agreed, machine_relevant);
-    let poor = if pairs.len() >= POOR_MIN_PAIRS && kappa.estimate < POOR_KAPPA {
-        Some(format!("κ {:.2} < {POOR_KAPPA} on {} pairs", kappa.estimate, pairs.len()))
+    let low_kappa = kappa.filter(|k| k.estimate < POOR_KAPPA);
+    let poor = if let Some(low) = low_kappa.filter(|_| pairs.len() >= POOR_MIN_PAIRS) {
+        Some(format!("κ {:.2} < {POOR_KAPPA} on {} pairs", low.estimate, pairs.len()))
     } else {
         precision.filter(|p| p.high < POOR_PRECISION).map(|p| {
             format!(
@@ -107,7 +109,7 @@ pub fn measure(pairs: &[(bool, bool)]) -> Option<JudgeAgreement> {
             )
         })
     };
-    Some(JudgeAgreement { pairs: pairs.len(), kappa: Some(kappa), precision, machine_relevant, poor })
+    Some(JudgeAgreement { pairs: pairs.len(), kappa, precision, machine_relevant, poor })
 }
 
 /// The lines that say it, for `review status` and `eval`.

@@ -58,8 +58,9 @@ pub struct Kappa {
     pub observed: f64,
     /// Agreement expected by chance (`p_e`).
     pub expected: f64,
-    /// `(p_o − p_e) / (1 − p_e)`, in [−1, 1].
-    pub kappa: f64,
+    /// `(p_o − p_e) / (1 − p_e)`, in [−1, 1]; `None` when undefined (`p_e` = 1: both reviewers
+    /// gave every item the same one rating, so agreement by chance is certain and κ is 0/0).
+    pub kappa: Option<f64>,
 }
 
 /// Unweighted Cohen's kappa of paired ratings; `None` without pairs.
@@ -77,8 +78,9 @@ pub fn cohen_kappa<T: Ord>(pairs: &[(T, T)]) -> Option<Kappa> {
     }
     let observed = pairs.iter().filter(|(a, b)| a == b).count() as f64 / n;
     let expected: f64 = first.iter().map(|(k, a)| a / n * second.get(k).map_or(0.0, |b| b / n)).sum();
-    let kappa = if 1.0 - expected <= f64::EPSILON { 1.0 } else { (observed - expected) / (1.0 - expected) };
-    Some(Kappa { items: pairs.len(), observed, expected, kappa: kappa.clamp(-1.0, 1.0) })
+    let kappa =
+        (1.0 - expected > f64::EPSILON).then(|| ((observed - expected) / (1.0 - expected)).clamp(-1.0, 1.0));
+    Some(Kappa { items: pairs.len(), observed, expected, kappa })
 }
 
 /// Where two reviewers disagree.
@@ -254,7 +256,7 @@ mod tests {
         let pairs: Vec<_> = a.into_iter().zip(b).collect();
         let k = cohen_kappa(&pairs).unwrap_or_else(|| panic!("no pairs"));
         assert!((k.observed - 0.8).abs() < 1e-12 && (k.expected - 0.58).abs() < 1e-12, "{k:?}");
-        assert!((k.kappa - 0.22 / 0.42).abs() < 1e-12, "{k:?}");
+        assert!((k.kappa.unwrap_or(f64::NAN) - 0.22 / 0.42).abs() < 1e-12, "{k:?}");
     }
 
     #[test]
@@ -266,10 +268,13 @@ mod tests {
         //   κ   = (4/6 − 10/36) / (1 − 10/36) = (24 − 10) / (36 − 10) = 14/26 = 0.538 461 5…
         let pairs = [(3u8, 3u8), (3, 2), (2, 2), (0, 0), (1, 0), (0, 0)];
         let k = cohen_kappa(&pairs).unwrap_or_else(|| panic!("no pairs"));
-        assert!((k.kappa - 14.0 / 26.0).abs() < 1e-12, "{k:?}");
+        assert!((k.kappa.unwrap_or(f64::NAN) - 14.0 / 26.0).abs() < 1e-12, "{k:?}");
         assert_eq!(cohen_kappa::<u8>(&[]), None);
-        assert!((cohen_kappa(&[(1u8, 1u8), (1, 1)]).map_or(0.0, |k| k.kappa) - 1.0).abs() < 1e-12);
-        assert!((cohen_kappa(&[(0u8, 1u8), (1, 0)]).map_or(0.0, |k| k.kappa) + 1.0).abs() < 1e-12);
+        // Every item rated 1 by both: chance agreement is 1, κ = 0/0 is undefined, not 1.
+        let same = cohen_kappa(&[(1u8, 1u8), (1, 1)]).unwrap_or_else(|| panic!("no pairs"));
+        assert_eq!((same.kappa, same.observed, same.expected), (None, 1.0, 1.0));
+        assert_eq!(cohen_kappa(&[(0u8, 1u8), (1, 0)]).and_then(|k| k.kappa), Some(-1.0));
+        assert_eq!(cohen_kappa(&[(0u8, 0u8), (1, 1)]).and_then(|k| k.kappa), Some(1.0));
     }
 
     fn judgment(query: &str, reviewer: &str, decision: Option<Decision>, grades: &[(&str, u8)]) -> Judgment {
@@ -352,7 +357,8 @@ mod tests {
         let (ann, bob) = ([with_text("ann", "how long")], [with_text("bob", "for how long")]);
         let (a, b): (Vec<&Judgment>, Vec<&Judgment>) = (ann.iter().collect(), bob.iter().collect());
         let report = agreement(("ann", &a), ("bob", &b));
-        assert_eq!(report.decisions.map(|k| k.kappa), Some(1.0), "the decisions agree");
+        let decisions = report.decisions.unwrap_or_else(|| panic!("no decisions"));
+        assert_eq!((decisions.observed, decisions.kappa), (1.0, None), "the decisions agree, κ undefined");
         assert_eq!(
             report.disagreements.iter().map(|d| d.about.clone()).collect::<Vec<_>>(),
             [About::EditedText { first: "how long".into(), second: "for how long".into() }]
@@ -373,14 +379,18 @@ mod tests {
         fn kappa_is_bounded_symmetric_and_one_for_identical_ratings(
             pairs in proptest::collection::vec((0u8..4, 0u8..4), 1..60)
         ) {
-            let k = cohen_kappa(&pairs).unwrap_or_else(|| panic!("no pairs")).kappa;
+            let k = cohen_kappa(&pairs).unwrap_or_else(|| panic!("no pairs"));
+            // Undefined exactly when chance agreement is certain: one rating on both sides.
+            let one_rating = pairs.iter().all(|p| *p == pairs[0] && p.0 == p.1);
+            prop_assert_eq!(k.kappa.is_none(), one_rating);
+            let k = k.kappa.unwrap_or(0.0);
             prop_assert!((-1.0..=1.0).contains(&k), "{k}");
             let swapped: Vec<(u8, u8)> = pairs.iter().map(|&(a, b)| (b, a)).collect();
-            let k2 = cohen_kappa(&swapped).unwrap_or_else(|| panic!("no pairs")).kappa;
+            let k2 = cohen_kappa(&swapped).unwrap_or_else(|| panic!("no pairs")).kappa.unwrap_or(0.0);
             prop_assert!((k - k2).abs() < 1e-9);
             let same: Vec<(u8, u8)> = pairs.iter().map(|&(a, _)| (a, a)).collect();
             let k3 = cohen_kappa(&same).unwrap_or_else(|| panic!("no pairs")).kappa;
-            prop_assert!((k3 - 1.0).abs() < 1e-9, "{k3}");
+            prop_assert!(k3.is_none_or(|k3| (k3 - 1.0).abs() < 1e-9), "{k3:?}");
         }
     }
 }

@@ -108,6 +108,70 @@ fn run_order_matches_the_reference_tools_on_minus_rank_scores() {
     assert!(read(&dir.path().join("eval.html")).contains(rule), "eval.html states the rule");
 }
 
+/// The measures beyond trec_eval's standard set, named as ir_measures names them, against
+/// `expected_more.json` (pytrec_eval at rel=2, gdeval's ERR, trectools' RBP and residual; see
+/// `reference_more.py` and `tests/interop/eval-agreement.sh`), per query; and `--per-query`
+/// prints the same rows on stdout as per_query.tsv holds.
+#[test]
+fn more_measures_match_the_reference_tools() {
+    let dir = tempdir();
+    let list = "Rprec,P(rel=2)@10,R(rel=2)@100,AP(rel=2),Success(rel=2)@5,Rprec(rel=2),ERR@5,ERR@10,ERR@20,RBP(p=0.8),rbp_residual(p=0.8)";
+    let (qrels, queries) = (fixture("qrels.trec"), fixture("queries.jsonl"));
+    let mut args = vec!["eval", "--qrels", path_str(&qrels), "--queries", path_str(&queries)];
+    let runs = [fixture("a.run"), fixture("b.run"), fixture("c.run")];
+    for run in &runs {
+        args.extend(["--run", path_str(run)]);
+    }
+    args.extend(["--measures", list, "--resamples", "100", "--per-query", "--out", path_str(dir.path())]);
+    let stdout = ok(&qrelgen(&args));
+    let tsv = read(&dir.path().join("per_query.tsv"));
+    assert!(stdout.ends_with(&tsv), "--per-query prints per_query.tsv after the table");
+    let ours = per_query(&dir.path().join("per_query.tsv"));
+    let expected = json(&fixture("expected_more.json"));
+    let mut checked = 0;
+    for (run, queries) in expected["runs"].as_object().into_iter().flatten() {
+        for (query, values) in queries.as_object().into_iter().flatten() {
+            for (measure, want) in values.as_object().into_iter().flatten() {
+                let (got, want) = (ours[run][query][measure], want.as_f64().unwrap_or(f64::NAN));
+                // gdeval prints 5 decimals, per_query.tsv 6.
+                assert!((got - want).abs() <= 5e-6 + 1e-9, "{run} {query} {measure}: {got} != {want}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 10 * 10 + 27, "{checked} values checked");
+}
+
+#[test]
+fn rel_level_moves_the_binary_measures_of_the_standard_set() {
+    let dir = tempdir();
+    let (qrels, queries, run) = (fixture("qrels.trec"), fixture("queries.jsonl"), fixture("a.run"));
+    let stdout = ok(&qrelgen(&[
+        "eval",
+        "--qrels",
+        path_str(&qrels),
+        "--queries",
+        path_str(&queries),
+        "--run",
+        path_str(&run),
+        "--rel-level",
+        "2",
+        "--metric",
+        "P(rel=2)@10",
+        "--resamples",
+        "100",
+        "--out",
+        path_str(dir.path()),
+    ]));
+    let header = stdout.lines().find(|l| l.starts_with("run ")).unwrap_or_default();
+    assert!(header.contains("p(rel=2)@10") && header.contains("map(rel=2)"), "{header}");
+    let eval = json(&dir.path().join("eval.json"));
+    assert_eq!(eval["settings"]["metric"], "p(rel=2)@10");
+    let measures = eval["settings"]["measures"].as_array().cloned().unwrap_or_default();
+    assert!(measures.iter().all(|m| m != "p@10"), "no grade-1 binary measure is left: {measures:?}");
+    assert!(measures.iter().any(|m| m == "ndcg@10"), "nDCG keeps its grades");
+}
+
 /// Checks every value of the fixture `expected` under `--ties ties`; the stdout of the last
 /// evaluation.
 fn matches_reference(expected: &str, ties: &str) -> String {
@@ -152,11 +216,11 @@ fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     // Run a has no line for q3; c none for q7 and the no_answer query q11.
     assert!(
         stdout.contains(
-            "a: 1 queries have no results and count as empty (1 answerable score 0, 0 no_answer refuse): q3"
+            "a: 1 query has no results and counts as empty (1 answerable, scored 0; 0 no_answer, counted as refusals): q3"
         ),
         "{stdout}"
     );
-    assert!(stdout.contains("c: 2 queries have no results"), "{stdout}");
+    assert!(stdout.contains("c: 2 queries have no results and count as empty"), "{stdout}");
     assert!(stdout.contains("1 without judgments (not scored)"), "{stdout}");
     let eval = json(&dir.path().join("eval.json"));
     assert_eq!(eval["queries"]["no_answer"], 1);
@@ -173,6 +237,16 @@ fn missing_queries_count_as_empty_and_no_answer_is_scored() {
     assert_eq!(eval["settings"]["gain_description"], "exponential gain (2^grade − 1)");
     assert!(eval["settings"]["tie_breaking"].as_str().unwrap_or_default().contains("trec_eval"));
     assert_eq!(eval["settings"]["ties"], "trec_eval");
+    // The fixture's queries carry no qrelgen metadata: their provenance is not known.
+    assert!(per_query.lines().skip(1).all(|l| l.split('\t').nth(5) == Some("unknown")), "{per_query}");
+    assert_eq!(eval["runs"][0]["breakdowns"][2]["slices"][0]["value"], "unknown");
+    // Intervals of means stay within [0, 1].
+    for run in eval["runs"].as_array().into_iter().flatten() {
+        for (m, i) in run["intervals"].as_object().into_iter().flatten() {
+            let (low, high) = (i["low"].as_f64().unwrap_or(-1.0), i["high"].as_f64().unwrap_or(2.0));
+            assert!((0.0..=high).contains(&low) && high <= 1.0, "{m}: {i}");
+        }
+    }
 }
 
 /// A set built from the sample, its BM25 run, and the run's path.
@@ -306,9 +380,20 @@ fn layers_comparisons_and_the_unjudged_pool() {
         "--export-unjudged",
         path_str(&pool),
     ]));
-    assert!(stdout.contains("bm25 is better than reversed on ndcg@10"), "{stdout}");
+    assert!(stdout.contains("bm25 is better than reversed on ndcg@10: bm25 − reversed = +"), "{stdout}");
     let eval = json(&set.join("eval/eval.json"));
     let paired = &eval["comparisons"][0];
+    // The difference and interval printed are the same way round: the interval holds it.
+    let words = paired["verdict_text"].as_str().unwrap_or_default();
+    let numbers: Vec<f64> = words
+        .split(['=', '[', ',', ']'])
+        .skip(1)
+        .take(3)
+        .map(|n| n.trim().parse().unwrap_or_else(|e| panic!("{n:?} in {words}: {e}")))
+        .collect();
+    assert!(numbers[1] <= numbers[0] && numbers[0] <= numbers[2] && numbers[1] > 0.0, "{words}");
+    assert_eq!(paired["verdict"]["kind"], "better");
+    assert_eq!(paired["verdict"]["better"], "bm25");
     assert_eq!((paired["run"].as_str(), paired["baseline"].as_str()), (Some("reversed"), Some("bm25")));
     assert!(paired["interval"]["high"].as_f64().unwrap_or(0.0) < 0.0);
     assert!(paired["randomization_p"].as_f64().unwrap_or(1.0) < 0.01);
@@ -396,6 +481,48 @@ fn several_runs_and_human_qrels() {
     assert_eq!(h["top_agrees"], true);
     assert!(h["tau"].as_f64().unwrap_or(-1.0) > 0.0, "{h}");
     assert_eq!(eval["multiple"]["pairs"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn a_baseline_also_given_as_a_run_is_scored_once_and_one_pair_has_one_p_value() {
+    let dir = tempdir();
+    let (set, run) = sample_set(dir.path());
+    let short = dir.path().join("top3.run");
+    cut(&run, &short, 3, false);
+    let stdout = ok(&qrelgen(&[
+        "eval",
+        "--set",
+        path_str(&set),
+        "--run",
+        path_str(&short),
+        "--run",
+        path_str(&run),
+        "--baseline",
+        path_str(&run),
+        "--k",
+        "10,100",
+        "--alpha",
+        "0.01",
+        "--resamples",
+        "500",
+    ]));
+    let eval = json(&set.join("eval/eval.json"));
+    let names: Vec<&str> =
+        eval["runs"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["top3", "bm25"], "the baseline is not compared with itself");
+    assert_eq!(eval["comparisons"].as_array().map(Vec::len), Some(1));
+    // hit@1 is not scored with --k 10,100, so it is not shown as 0: hit@10 is.
+    let header = stdout.lines().find(|l| l.starts_with("run ")).unwrap_or_default();
+    assert!(!header.contains("hit@1 ") && header.contains("hit@10"), "{header}");
+    assert!(!read(&set.join("eval/eval.html")).contains("hit@1<"), "nor on the page");
+    // One randomization p-value per pair, wherever it is shown; --alpha sets the interval.
+    let paired = &eval["comparisons"][0];
+    assert_eq!(paired["randomization_p"], eval["multiple"]["pairs"][0]["p"]);
+    assert_eq!(paired["alpha"], 0.01);
+    assert!(
+        paired["verdict_text"].as_str().unwrap_or_default().contains("99 % bootstrap interval"),
+        "{paired}"
+    );
 }
 
 /// Chromium from Debian's packages, if installed.

@@ -1,5 +1,5 @@
-//! The README says what the tool does today: its first output block, the chunk id suffixes, the
-//! query metadata, the Rust version.
+//! The README says what the tool does today: its first output block, its `run` and `eval` examples
+//! with their output, the chunk id suffixes, the query metadata, the Rust version.
 
 use super::{build, path_str, sample_corpus, str_field, tempdir, write};
 use std::path::Path;
@@ -98,4 +98,115 @@ fn the_readme_says_how_to_install_and_which_rust() {
     let readme = readme();
     assert!(readme.contains(&format!("Rust {version} or newer")), "the README names Rust {version}");
     assert!(readme.contains("cargo install --path ."), "the README says how to install");
+}
+
+/// The README's fenced blocks in order: (info string, lines).
+fn fenced_blocks(readme: &str) -> Vec<(String, Vec<String>)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(String, Vec<String>)> = None;
+    for line in readme.lines() {
+        match (line.strip_prefix("```"), open.take()) {
+            (Some(info), None) => open = Some((info.trim().to_owned(), Vec::new())),
+            (Some(_), Some(block)) => blocks.push(block),
+            (None, Some((info, mut lines))) => {
+                lines.push(line.to_owned());
+                open = Some((info, lines));
+            }
+            (None, None) => {}
+        }
+    }
+    blocks
+}
+
+/// The `run` and `eval` examples: a `sh` block with such a command, and the output block after it.
+fn eval_examples(readme: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let blocks = fenced_blocks(readme);
+    blocks
+        .windows(2)
+        .filter(|pair| {
+            pair[0].0 == "sh"
+                && pair[1].0.is_empty()
+                && pair[0].1.iter().any(|l| l.starts_with("cargo run --release -- eval"))
+        })
+        .map(|pair| (pair[0].1.clone(), pair[1].1.clone()))
+        .collect()
+}
+
+/// Whether `printed` shows `shown` in order: a shown line ending in `…` matches a printed line it
+/// begins, a line `…` alone skips printed lines, any other must be printed as it is.
+fn shows(printed: &[&str], shown: &[String]) -> Result<(), String> {
+    let mut at = 0;
+    let mut skipping = false;
+    for want in shown {
+        if want == "…" {
+            skipping = true;
+            continue;
+        }
+        let matches = |line: &str| match want.strip_suffix('…') {
+            Some(prefix) => line.starts_with(prefix),
+            None => line == want,
+        };
+        let found = if skipping {
+            printed[at..].iter().position(|l| matches(l)).map(|i| at + i)
+        } else {
+            printed.get(at).filter(|l| matches(l)).map(|_| at)
+        };
+        match found {
+            Some(i) => at = i + 1,
+            None => return Err(format!("not printed as shown: {want:?} (after line {at})")),
+        }
+        skipping = false;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_readme_eval_examples_print_what_it_shows() {
+    let readme = readme();
+    let examples = eval_examples(&readme);
+    assert!(examples.len() >= 2, "the README shows eval examples with their output");
+    let dir = tempdir();
+    let bin = env!("CARGO_BIN_EXE_qrelgen");
+    let sh = |command: &str| {
+        std::process::Command::new("sh")
+            .current_dir(dir.path())
+            .args(["-c", &command.replace("cargo run --release --", &format!("'{bin}'"))])
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("QRELGEN_MODEL")
+            .output()
+            .unwrap()
+    };
+    let build = format!(
+        "cargo run --release -- build --corpus '{}' --out output/harbor-sync --quiet",
+        sample_corpus().display()
+    );
+    assert_eq!(sh(&build).status.code(), Some(0));
+    for (commands, shown) in examples {
+        let mut printed = String::new();
+        for command in &commands {
+            let command = command.split(" # ").next().unwrap_or_default().trim();
+            let output = sh(command);
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "{command}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            printed = String::from_utf8_lossy(&output.stdout).into_owned();
+        }
+        let lines: Vec<&str> = printed.lines().collect();
+        if let Err(problem) = shows(&lines, &shown) {
+            panic!("update the README's output block after {commands:?}: {problem}\nprinted:\n{printed}");
+        }
+    }
+}
+
+#[test]
+fn shown_lines_match_in_order_with_ellipses() {
+    let printed = ["a", "b 1", "c", "d"];
+    let shown = |lines: &[&str]| lines.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+    assert_eq!(shows(&printed, &shown(&["a", "b …", "c"])), Ok(()));
+    assert_eq!(shows(&printed, &shown(&["…", "c", "d"])), Ok(()));
+    assert!(shows(&printed, &shown(&["a", "c"])).is_err(), "a line cannot be skipped without …");
+    assert!(shows(&printed, &shown(&["a", "b 2"])).is_err(), "a changed figure fails");
 }

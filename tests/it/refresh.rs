@@ -1441,6 +1441,8 @@ async fn a_dry_run_counts_the_judge_calls_of_new_queries_too() {
     pool_only.assert_code(0);
     let with_new = refresh_llm(&set, &corpus, &["--new-queries", "1", "--dry-run"], "sk-refresh").await;
     with_new.assert_code(0);
+    assert!(with_new.stdout.contains("\n1 new query wanted; "), "{}", with_new.stdout);
+    assert!(pool_only.stdout.contains("\n0 new queries wanted; "), "{}", pool_only.stdout);
     // The new query's generation call, the gate's ask about its source, and the judge's
     // --judge-pool 2 asks about its pool.
     assert_eq!(calls(&with_new) - calls(&pool_only), 1 + 1 + 2, "{}", with_new.stdout);

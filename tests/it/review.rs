@@ -643,7 +643,8 @@ fn validate_reports_each_planted_problem_on_its_own_line() {
     );
     assert!(run.stderr.contains("4 problem(s)"), "{}", run.stderr);
 
-    // In a set folder: a query id that is also a corpus id, and a TSV row with a space in an id.
+    // In a set folder: a query id that is also a corpus id (fine: BEIR collections have them),
+    // and a TSV row with a space in an id.
     let chunk_line = set.file("corpus.jsonl").lines().next().map(str::to_owned).unwrap_or_default();
     let chunk: Value = serde_json::from_str(&chunk_line).unwrap();
     let clash = json!({"_id": chunk["_id"], "text": "q", "metadata": {"type": "direct", "status": "kept"}});
@@ -651,14 +652,7 @@ fn validate_reports_each_planted_problem_on_its_own_line() {
     write(&set.out.join("qrels/test.tsv"), set.file("qrels/test.tsv") + &format!("{query_id}\tdoc x\t3\n"));
     let run = cli(&set.out, &["validate", "--set", path_str(&set.out)]);
     run.assert_code(1);
-    assert!(
-        run.stdout.contains(&format!(
-            "queries.jsonl:101: query id {} is also a corpus id",
-            str_field(&chunk, "/_id")
-        )),
-        "{}",
-        run.stdout
-    );
+    assert!(!run.stdout.contains("is also a corpus id"), "{}", run.stdout);
     assert!(
         run.stdout.contains("qrels/test.tsv:")
             && run.stdout.contains("corpus id \"doc x\" contains whitespace"),

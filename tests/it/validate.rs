@@ -100,11 +100,19 @@ fn an_id_twice_in_a_file_names_its_first_line() {
 }
 
 #[test]
-fn a_query_id_that_is_also_a_corpus_id() {
+fn a_query_id_that_is_also_a_corpus_id_is_fine_but_a_row_judging_itself_is_not() {
+    // BEIR collections such as ArguAna and Quora have query ids that are corpus ids.
+    let dir = tempfile::tempdir().unwrap();
     let queries = format!("{QUERIES}{{\"_id\":\"d2:bb\",\"text\":\"two?\"}}\n");
+    let out = set(dir.path(), &[("queries.jsonl", &queries)]);
+    let (code, lines, stderr) = validate(&["--set", path_str(&out)]);
+    assert_eq!((code, lines), (Some(0), Vec::new()), "{stderr}");
+    let trec = format!("{TREC}d2:bb 0 d2:bb 1\n");
+    let tsv = format!("{TSV}d2:bb\td2:bb\t1\n");
+    let message = "query d2:bb judges a document with its own id: BEIR's evaluator ignores such hits (ignore_identical_ids), so this row never counts there";
     assert_eq!(
-        findings(&[("queries.jsonl", &queries)]),
-        ["queries.jsonl:3: query id d2:bb is also a corpus id"]
+        findings(&[("queries.jsonl", &queries), ("qrels.trec", &trec), ("qrels/test.tsv", &tsv)]),
+        [format!("qrels.trec:2: {message}"), format!("qrels/test.tsv:3: {message}")]
     );
 }
 
