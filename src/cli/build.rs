@@ -96,6 +96,11 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         settings.resolve(Inputs { corpus, prechunked: args.prechunked, dry_run: args.dry_run, api_key })?;
     args.batch.apply(&mut config)?;
     config.threads = args.threads.get();
+    // `--pool-run` is the pool step after the build, so the runs never change the queries.
+    let pool_runs = std::mem::take(&mut config.pool_runs.files);
+    if let Some(unreadable) = pool_runs.iter().find(|run| !run.is_file()) {
+        anyhow::bail!("--pool-run {}: no such file (nothing was built)", unreadable.display());
+    }
     if matches!(config.generator, qrelgen::config::GeneratorConfig::Offline) && !args.quiet {
         eprintln!(
             "note: no LLM endpoint configured (--base-url), so the offline generator writes the queries"
@@ -142,6 +147,15 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         return Ok(exit::OK);
     }
     print_summary(&outcome, out, stdout)?;
+    if !pool_runs.is_empty() {
+        super::pool::after_build(out, pool_runs, &config, progress, stdout).with_context(|| {
+            format!(
+                "the set in {} is built; pooling its runs failed: fix them and run qrelgen pool --set {} --run …",
+                out.display(),
+                out.display()
+            )
+        })?;
+    }
     Ok(exit_code(&outcome, args.allow_shortfall))
 }
 

@@ -11,7 +11,7 @@ use qrelgen::progress::Progress;
 use qrelgen::set::{SetLock, Wait};
 use serde_json::Value;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct PoolArgs {
@@ -32,7 +32,7 @@ pub struct PoolArgs {
     judge: JudgeArg,
     /// New machine-graded pairs sampled into the review queue per run and grade (their grade
     /// hidden from the reviewer), so that `review status` can check the judge.
-    #[arg(long, default_value_t = 5, value_name = "N")]
+    #[arg(long, default_value_t = REVIEW_PER_STRATUM, value_name = "N")]
     review_per_stratum: usize,
     /// LLM settings for --judge llm; each defaults to the value the set's manifest records.
     #[command(flatten)]
@@ -44,6 +44,9 @@ pub struct PoolArgs {
     #[arg(long, short)]
     quiet: bool,
 }
+
+/// New machine-graded pairs per run and grade sampled into the review queue by default.
+const REVIEW_PER_STRATUM: usize = 5;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum JudgeArg {
@@ -77,13 +80,43 @@ pub fn run(mut args: PoolArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         review_per_stratum: args.review_per_stratum,
         seed,
     };
-    let progress = Progress::stderr(args.quiet);
-    let (index, _) = qrelgen::eval::baseline::open_set_index(&args.set, &progress)
-        .with_context(|| format!("opening the index of {}", args.set.display()))?;
-    let outcome = pool::run(&args.set, &index, &config, llm.as_ref(), &progress)
-        .with_context(|| format!("pooling into {}", args.set.display()))?;
-    summary(&outcome, &args, stdout)?;
+    pool_into(&args.set, &config, llm.as_ref(), Progress::stderr(args.quiet), stdout)?;
     Ok(exit::OK)
+}
+
+/// `build --pool-run`: the pool step on the set just built in `set` (its writer lock held by
+/// the build), with the build's LLM judge, or the one-shot labeller for an offline build.
+pub fn after_build(
+    set: &Path,
+    runs: Vec<PathBuf>,
+    build: &qrelgen::BuildConfig,
+    progress: Progress,
+    stdout: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let offline = matches!(build.generator, qrelgen::config::GeneratorConfig::Offline);
+    let config = PoolConfig {
+        runs,
+        depth: build.pool_runs.depth,
+        judge: if offline { PoolJudge::OneShot } else { PoolJudge::Llm },
+        review_per_stratum: REVIEW_PER_STRATUM,
+        seed: build.seed,
+    };
+    pool_into(set, &config, (!offline).then_some(build), progress, stdout)
+}
+
+/// Pools `config`'s runs into the set in `set` and prints the summary.
+fn pool_into(
+    set: &Path,
+    config: &PoolConfig,
+    llm: Option<&qrelgen::BuildConfig>,
+    progress: Progress,
+    stdout: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let (index, _) = qrelgen::eval::baseline::open_set_index(set, &progress)
+        .with_context(|| format!("opening the index of {}", set.display()))?;
+    let outcome = pool::run(set, &index, config, llm, &progress)
+        .with_context(|| format!("pooling into {}", set.display()))?;
+    summary(&outcome, set, &config.runs, stdout)
 }
 
 /// The LLM settings: the set's recorded ones under the flags given; the generator is left to
@@ -107,12 +140,12 @@ fn llm_config(args: &mut PoolArgs, manifest: &Value) -> anyhow::Result<qrelgen::
     Ok(config)
 }
 
-fn summary(outcome: &Outcome, args: &PoolArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
+fn summary(outcome: &Outcome, set: &Path, runs: &[PathBuf], stdout: &mut dyn Write) -> anyhow::Result<()> {
     let Some(version) = outcome.version else {
         writeln!(
             stdout,
             "nothing new: every pair the runs pool in {} is pooled and judged already; nothing written",
-            args.set.display()
+            set.display()
         )?;
         return Ok(());
     };
@@ -131,7 +164,7 @@ fn summary(outcome: &Outcome, args: &PoolArgs, stdout: &mut dyn Write) -> anyhow
     writeln!(
         stdout,
         "version {version} of {}: {} new pairs, {} graded ({} relevant), {} queued for review; {} judge calls, {} prompt tokens",
-        args.set.display(),
+        set.display(),
         outcome.new_pairs,
         outcome.graded,
         outcome.relevant,
@@ -139,7 +172,7 @@ fn summary(outcome: &Outcome, args: &PoolArgs, stdout: &mut dyn Write) -> anyhow
         outcome.judge_calls,
         outcome.judge_tokens
     )?;
-    let runs: Vec<String> = args.runs.iter().map(|r| format!("--run {}", r.display())).collect();
-    writeln!(stdout, "next: qrelgen eval --set {} {}", args.set.display(), runs.join(" "))?;
+    let runs: Vec<String> = runs.iter().map(|r| format!("--run {}", r.display())).collect();
+    writeln!(stdout, "next: qrelgen eval --set {} {}", set.display(), runs.join(" "))?;
     Ok(())
 }

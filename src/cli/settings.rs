@@ -138,9 +138,9 @@ settings! {
     judge_pool: usize,
     /// A TREC run file (`qid Q0 docid rank score tag`) of a retriever you want to compare, for
     /// the queries of an earlier build with the same settings (same seed: same query ids);
-    /// repeat for each system. Each query's top chunks in each run (chunk or document ids) join
-    /// its pool: shown to reviewers, graded by the judge with --judge-pool, listed in
-    /// qrels/pool.tsv [default: none, pools come from BM25 alone].
+    /// repeat for each system. After the build, `qrelgen pool` runs on the set with these runs
+    /// (the build's LLM judge, or the one-shot labeller offline): the queries are those of a
+    /// build without them [default: none].
     #[arg(long, value_name = "RUN", help_heading = "Quality controls")]
     pool_run: Vec<PathBuf>,
     /// Chunks of each --pool-run run pooled per query [default: 10].

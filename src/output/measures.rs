@@ -167,17 +167,17 @@ impl Measures {
                 "**This is a {kind}.** Its queries have about one relevant chunk each, {lookup}a \
                  retriever that finds other chunks on the same topic is counted wrong. Do not use it to \
                  compare lexical with semantic retrievers (it ranks them backwards). For a set that can: \
-                 the offline generator's topical labels (`--topic-labels`, on by default), or LLM \
-                 queries with their pools judged (`--judge-pool 10`) and your systems' runs pooled \
-                 (`--pool-run RUN`, once per system).\n"
+                 the offline generator's topical labels (`--topic-labels`, on by default), or your \
+                 systems' runs pooled and judged (`qrelgen pool --set SET --run RUN`, once per \
+                 system).\n"
             );
         } else {
             let _ = writeln!(
                 out,
                 "Queries have several relevant chunks: a retriever that finds other chunks on a \
                  query's topic gets credit for them. Unjudged chunks still count as not relevant; \
-                 judge pools that include your systems' runs (`--pool-run`, `--judge-pool`) to close \
-                 that gap.\n"
+                 judge pools that include your systems' runs (`qrelgen pool --set SET --run RUN`) to \
+                 close that gap.\n"
             );
         }
     }

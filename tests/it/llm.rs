@@ -810,7 +810,7 @@ async fn an_empty_reply_is_an_answer_and_top_ups_stop_when_a_round_adds_nothing(
 async fn the_judge_is_the_gate_with_an_llm_and_the_round_trip_only_when_asked() {
     let dir = tempdir();
     let (model, judged) = mock::model(Behaviour::Good);
-    let run = run_with(model, dir.path(), &[]).await;
+    let run = run_with(model, &dir.path().join("judge"), &[]).await;
     run.assert_code(0);
     let m = manifest(&run);
     assert_eq!(m["config"]["filter"]["gate"], "judge");

@@ -1,6 +1,6 @@
-//! `--pool-run`: the top chunks of the user's own runs join each query's pool, reach the review
-//! queue and the judge, and are listed in `qrels/pool.tsv`; and `report.md` says what the set
-//! measures.
+//! `build --pool-run`: the build, then the pool step with the user's own runs (their top
+//! chunks listed in `qrels/pooled.tsv`, graded by the build's judge or the one-shot labeller),
+//! the queries those of a build without them; and `report.md` says what the set measures.
 
 use super::controls::pool_corpus;
 use super::llm::run_with;
@@ -48,27 +48,21 @@ fn write_run(
     expected
 }
 
-/// Every chunk pooled for a candidate (`candidates.jsonl` lines), with the sources that pooled it.
-fn pooled(items: &[Value]) -> BTreeMap<(String, String), Vec<String>> {
-    let mut out = BTreeMap::new();
-    for item in items {
-        let query = str_field(item, "/id").to_owned();
-        for p in item.pointer("/pool").and_then(Value::as_array).into_iter().flatten() {
-            let by: Vec<String> = p["pooled_by"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect();
-            out.insert((query.clone(), str_field(p, "/chunk_id").to_owned()), by);
-        }
-    }
-    out
+/// `(query, chunk) → (grade, graded-by, runs)` of `qrels/pooled.tsv`.
+fn pooled(text: &str) -> BTreeMap<(String, String), (String, String, String)> {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("query-id\tcorpus-id\tgrade\tgraded-by\truns"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 5, "{l:?}");
+            ((f[0].to_owned(), f[1].to_owned()), (f[2].to_owned(), f[3].to_owned(), f[4].to_owned()))
+        })
+        .collect()
 }
 
 #[test]
-fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
+fn a_build_with_runs_is_the_build_then_the_pool_step() {
     let dir = tempdir();
     let first = build(&dir.path().join("first"), &sample_corpus(), &["--queries", "30"]);
     first.assert_code(0);
@@ -82,96 +76,75 @@ fn every_runs_top_k_is_pooled_listed_and_queued_for_review() {
         })
         .collect();
     let run_args: Vec<String> = runs.iter().map(|(n, _)| path_str(&dir.path().join(n)).to_owned()).collect();
-    let mut args = vec!["--queries", "30", "--review-size", "30", "--pool-run-depth", "3"];
+    let mut args = vec!["--queries", "30", "--pool-run-depth", "3"];
     for r in &run_args {
         args.extend(["--pool-run", r.as_str()]);
     }
     let second = build(&dir.path().join("second"), &sample_corpus(), &args);
     second.assert_code(0);
-    assert_eq!(second.file("queries.jsonl"), first.file("queries.jsonl"), "same settings, same queries");
+    assert_eq!(second.file("queries.jsonl"), first.file("queries.jsonl"), "the runs change no query");
+    assert!(second.stdout.contains("version 2 of "), "{}", second.stdout);
 
-    let candidates: Vec<Value> =
-        second.jsonl("candidates.jsonl").into_iter().filter(|c| c["status"] != "dropped").collect();
-    let in_pool = pooled(&candidates);
-    let queue = second.jsonl("review_queue.jsonl");
-    let queued: BTreeSet<&str> = queue.iter().map(|i| str_field(i, "/query_id")).collect();
-    assert_eq!(queued.len(), queries.len(), "the whole set is queued");
-    let mut in_review = BTreeSet::new();
-    for item in &queue {
-        let q = str_field(item, "/query_id");
-        let shown = item.pointer("/pool").and_then(Value::as_array).into_iter().flatten();
-        in_review.extend(shown.map(|p| (q.to_owned(), str_field(p, "/chunk_id").to_owned())));
-        let sources = item.pointer("/sources").and_then(Value::as_array).into_iter().flatten();
-        in_review.extend(sources.map(|s| (q.to_owned(), str_field(s, "/chunk_id").to_owned())));
-    }
-    let pool_tsv = second.file("qrels/pool.tsv");
-    let listed: BTreeSet<(&str, &str, &str)> = pool_tsv
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            (f[0], f[1], f[2])
-        })
-        .collect();
-    assert!(pool_tsv.starts_with("query-id\tcorpus-id\tpooled-by\trank\tgrade\n"));
+    let listed = pooled(&second.file("qrels/pooled.tsv"));
+    let no_answer: BTreeSet<String> = second.file("no_answer.txt").lines().map(str::to_owned).collect();
     let mut checked = 0;
     for (run, tops) in &expected {
-        for (query, top) in tops {
-            let sources: Vec<&str> = candidates
-                .iter()
-                .find(|c| str_field(c, "/id") == query)
-                .and_then(|c| c["sources"].as_array())
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+        for (query, top) in tops.iter().filter(|(q, _)| !no_answer.contains(*q)) {
             for chunk in top {
-                let key = (query.clone(), chunk.clone());
-                assert!(in_review.contains(&key), "{run}'s {chunk} for {query} is not in the review queue");
-                if sources.contains(&chunk.as_str()) {
-                    continue; // already relevant: shown as a source, not pooled again
-                }
-                let by =
-                    in_pool.get(&key).unwrap_or_else(|| panic!("{run}'s {chunk} not pooled for {query}"));
-                assert!(by.iter().any(|s| s.starts_with(&format!("{run}:"))), "{by:?}");
-                assert!(
-                    listed.contains(&(query.as_str(), chunk.as_str(), run.as_str())),
-                    "{query} {chunk} {run}"
-                );
+                let (grade, by, runs) = listed
+                    .get(&(query.clone(), chunk.clone()))
+                    .unwrap_or_else(|| panic!("{run}'s {chunk} not pooled for {query}"));
+                assert!(runs.split(',').any(|r| r.starts_with(&format!("{run}:"))), "{runs}");
+                assert!(matches!(by.as_str(), "source" | "one_shot" | "topic"), "{by}");
+                assert!(matches!(grade.as_str(), "0" | "1" | "2" | "3"), "{grade}");
                 checked += 1;
             }
         }
     }
-    assert!(checked >= 150, "only {checked} run chunks checked");
-    // The round trip's own pool is labelled as such; the manifest records the runs.
-    assert!(in_pool.values().flatten().any(|s| s.starts_with("round_trip:")));
+    assert!(checked >= 100, "only {checked} run chunks checked");
+    // Offline, the one-shot labeller grades the new pairs; its non-relevant ones are rel-0 rows.
+    assert!(listed.values().any(|(g, by, _)| by == "one_shot" && g == "0"));
+    assert!(second.file("qrels.trec").lines().any(|l| l.ends_with(" 0")));
     let manifest: Value = serde_json::from_str(&second.file("manifest.json")).unwrap();
-    assert_eq!(manifest["config"]["pool_runs"]["depth"], 3);
-    assert_eq!(manifest["config"]["pool_runs"]["files"].as_array().map(Vec::len), Some(2));
-    let report = second.file("report.md");
-    assert!(report.contains("runs pooled: dense (") && report.contains("splade ("), "{report}");
+    let pools: Vec<(&str, u64)> = manifest["pools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (p["run"].as_str().unwrap_or_default(), p["depth"].as_u64().unwrap_or_default()))
+        .collect();
+    assert_eq!(pools, [("dense.run", 3), ("splade.run", 3)]);
+    assert_eq!(manifest["review"]["version"], 2);
+    assert_eq!(manifest["config"]["pool_runs"]["files"].as_array().map(Vec::len), Some(0));
 }
 
 #[test]
-fn a_bad_run_is_a_clear_error_and_writes_nothing() {
+fn a_bad_run_is_a_clear_error_and_the_built_set_is_kept() {
     let dir = tempdir();
+    let missing = dir.path().join("missing.run");
+    let failed = build(dir.path(), &sample_corpus(), &["--pool-run", path_str(&missing)]);
+    failed.assert_code(2);
+    assert!(failed.stderr.contains("missing.run: no such file (nothing was built)"), "{}", failed.stderr);
+    assert!(!dir.path().join("out/queries.jsonl").exists());
+
     let run = dir.path().join("bad.run");
     fs_err::write(&run, "q1 Q0 no-such-chunk 1 1.0 x\n").unwrap();
     let failed = build(dir.path(), &sample_corpus(), &["--pool-run", path_str(&run)]);
     failed.assert_code(2);
     assert!(
         failed.stderr.contains("bad.run:1:")
-            && failed.stderr.contains("neither a chunk id nor a document id"),
+            && failed.stderr.contains("neither a chunk id nor a document id")
+            && failed.stderr.contains("qrelgen pool --set"),
         "{}",
         failed.stderr
     );
-    assert!(!dir.path().join("out/queries.jsonl").exists());
+    assert!(dir.path().join("out/queries.jsonl").exists(), "the set is built");
+    assert!(!dir.path().join("out/qrels/pooled.tsv").exists(), "and not pooled");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_judge_grades_what_a_run_pooled() {
     // One query from keys.md; the run ranks billing.md (which the round trip's pool of 1 does
-    // not reach) first: the judge grades it (0: it shares no word) besides the first pooled.
+    // not reach) first: the build's judge grades it (0: it shares no word) in the pool step.
     let dir = tempdir();
     let corpus = pool_corpus(dir.path());
     let args = ["--corpus", path_str(&corpus), "--queries", "1", "--mix", "direct=1", "--per-doc-cap", "1"];
@@ -186,14 +159,18 @@ async fn the_judge_grades_what_a_run_pooled() {
     let (model, counters) = mock::model(Behaviour::Good);
     let second = run_with(model, &dir.path().join("second"), &pooled_args).await;
     second.assert_code(0);
-    let pool_tsv = second.file("qrels/pool.tsv");
-    let billing: Vec<&str> = pool_tsv.lines().filter(|l| l.contains("billing.md")).collect();
-    assert_eq!(billing.len(), 1, "{pool_tsv}");
-    assert!(billing[0].ends_with("\tmine\t1\t0"), "graded 0 by the judge: {pool_tsv}");
+    let listed = pooled(&second.file("qrels/pooled.tsv"));
+    let billing: Vec<_> = listed.iter().filter(|((_, chunk), _)| chunk.starts_with("billing.md:")).collect();
+    assert_eq!(billing.len(), 1, "{listed:?}");
+    assert_eq!(
+        billing[0].1,
+        &("0".to_owned(), "judge".to_owned(), "mine:1".to_owned()),
+        "graded 0 by the judge"
+    );
     assert_eq!(
         counters.judge_requests(),
         3,
-        "the source (the gate), the round trip's one pooled chunk and the run's"
+        "the source (the gate), the round trip's one pooled chunk, and the run's in the pool step"
     );
     let provenance = second.file("qrels/provenance.tsv");
     assert!(
@@ -220,5 +197,8 @@ fn the_report_says_what_the_set_measures() {
     known.assert_code(0);
     let report = known.file("report.md");
     assert!(report.contains("**This is a known-item"), "{report}");
-    assert!(report.contains("--pool-run RUN"), "the warning says how to get a set that can compare");
+    assert!(
+        report.contains("qrelgen pool --set SET --run RUN"),
+        "the warning says how to get a set that can compare"
+    );
 }

@@ -1386,10 +1386,14 @@ fn a_refresh_rewrites_the_pools_of_qrels_pool_tsv() {
     let retired_doc = doc(retired);
     let run_file = dir.path().join("mine.run");
     write(&run_file, format!("{kept} Q0 {kept_doc} 1 9.0 mine\n"));
-    let set = build(dir.path(), &corpus, &["-q", "--pool-run", path_str(&run_file)]);
+    let set = build(dir.path(), &corpus, &["-q"]);
     set.assert_code(0);
     let f = Fixture { _dir: dir, corpus, set };
-    let before = pool_rows(&f.set);
+    // A refresh given --pool-run pools the run in its re-check (and records it for later ones).
+    f.write_doc("zz-aside.md", "# Aside\n\nA page on nothing the queries ask about.\n");
+    let pooled = f.refresh(&["--new-queries", "0", "--pool-run", path_str(&run_file)]);
+    pooled.assert_code(0);
+    let before = pool_rows(&pooled);
     assert!(before.iter().any(|r| r.0 == str_field(retired, "/_id")));
     // A new page made of the kept query's words enters its pool; the other query's source goes.
     let text = str_field(direct[0], "/text");
