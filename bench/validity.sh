@@ -6,13 +6,13 @@
 # oracle LLM, TOOLS_DIR/oracle-llm/oracle.py, at judge noise NOISE, then `pool --judge llm`
 # through the same oracle). TOOLS_DIR is the shared tools folder (validity/, oracle-llm/).
 # The four pooled systems are the harness's bm25_lucene, bm25plus, dense_minilm and hybrid_rrf,
-# run on the set's queries (top DEPTH, default 10). Needs the harness venv (VALIDITY_PY,
+# run on the set's queries (top DEPTH, default 20, as `pool --depth`). Needs the harness venv (VALIDITY_PY,
 # default /tmp/validity-venv/bin/python; VALIDITY_CACHE, default /tmp/validity-cache).
 # NQ (default 200 for llm, 300 for one-shot) sets --queries. Prints the harness summary and the
 # oracle's request totals; everything is kept in OUT_DIR.
 set -u
 bin=$1; col=$2; tools=$3; out=$4; mode=$5; noise=${6:-0}; seed=${7:-42}
-depth=${DEPTH:-10}
+depth=${DEPTH:-20}
 py=${VALIDITY_PY:-/tmp/validity-venv/bin/python}
 export VALIDITY_CACHE=${VALIDITY_CACHE:-/tmp/validity-cache}
 [ -x "$py" ] || { echo "no harness venv at $py (see TOOLS_DIR/validity/README.md)"; exit 2; }

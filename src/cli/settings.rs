@@ -143,7 +143,7 @@ settings! {
     /// build without them [default: none].
     #[arg(long, value_name = "RUN", help_heading = "Quality controls")]
     pool_run: Vec<PathBuf>,
-    /// Chunks of each --pool-run run pooled per query [default: 10].
+    /// Chunks of each --pool-run run pooled per query [default: 20].
     #[arg(long, value_name = "K", help_heading = "Quality controls")]
     pool_run_depth: usize,
     /// Offline generator: at most this many chunks on a query's topic (the closest to its
@@ -446,7 +446,7 @@ impl Settings {
             },
             pool_runs: PoolRunConfig {
                 files: self.pool_run.clone().unwrap_or_default(),
-                depth: self.pool_run_depth.unwrap_or(10),
+                depth: self.pool_run_depth.unwrap_or(super::pool::DEPTH),
             },
             review: SampleConfig {
                 size: self.review_size.unwrap_or(50),

@@ -41,7 +41,8 @@ fn runs(set: &Run, dir: &Path) -> (String, String) {
 }
 
 fn pool(set: &Run, runs: &[&str], judge: &str) -> Run {
-    let mut args = vec!["pool", "--set", path_str(&set.out), "--judge", judge];
+    // Depth 10: the deep run's pairs lie beyond the BM25 run's pool.
+    let mut args = vec!["pool", "--set", path_str(&set.out), "--judge", judge, "--depth", "10"];
     for run in runs {
         args.extend_from_slice(&["--run", run]);
     }
