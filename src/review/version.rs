@@ -48,7 +48,7 @@ pub fn write_next(
     inputs: &[Input<'_>],
 ) -> Result<()> {
     check_kept(&set.dir, set.version())?;
-    let mut staging = Staging::create(&set.dir)?;
+    let staging = Staging::create(&set.dir)?;
     stage_kept(&set.dir, set.version(), &staging, &VERSION_FILES)?;
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
@@ -58,7 +58,19 @@ pub fn write_next(
     for input in inputs {
         output::write_atomic(&staging.path(&input.file.stored), |w| w.write_all(input.bytes))?;
     }
-    let mut manifest = set.manifest.clone();
+    publish_version(set, staging, set.manifest.clone(), record, seal)
+}
+
+/// Stages `manifest` with `record` as its newest version and `seal` as its ledger's, then
+/// publishes `staging`: the previous version first (`versions/`, `review/`), on disk, before
+/// any live file is replaced, the live files last, all or none.
+fn publish_version(
+    set: &ReviewSet,
+    mut staging: Staging,
+    mut manifest: SetManifest,
+    record: VersionRecord,
+    seal: Seal,
+) -> Result<()> {
     let mut log = next_log(manifest.review.take(), record);
     log.ledger = Some(seal);
     manifest.review = Some(log);
@@ -69,7 +81,6 @@ pub fn write_next(
         kept: version_dir(&set.dir, set.version()),
         source: Box::new(source),
     };
-    // The previous version first, on disk, before any live file is replaced.
     staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
     match staging.publish(&VERSION_FILES) {
         Err(crate::Error::Publish { source, .. }) => Err(unpublished(*source)),
@@ -103,7 +114,7 @@ pub fn write_made(
     extra: impl FnOnce(&Staging) -> Result<()>,
 ) -> Result<u32> {
     check_kept(&set.dir, set.version())?;
-    let mut staging = Staging::create(&set.dir)?;
+    let staging = Staging::create(&set.dir)?;
     stage_kept(&set.dir, set.version(), &staging, &VERSION_FILES)?;
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
@@ -132,23 +143,8 @@ pub fn write_made(
         resolve: None,
         counts,
     };
-    let mut manifest = made.manifest;
-    let mut log = next_log(manifest.review.take(), record);
-    log.ledger = Some(seal);
-    manifest.review = Some(log);
-    output::write_json(&staging.path(MANIFEST), &manifest)?;
-    let unpublished = |source: crate::Error| crate::Error::Unpublished {
-        next: version,
-        current: set.version(),
-        kept: version_dir(&set.dir, set.version()),
-        source: Box::new(source),
-    };
-    staging.publish_part(&[VERSIONS_DIR, REVIEW_DIR]).map_err(unpublished)?;
-    match staging.publish(&VERSION_FILES) {
-        Err(crate::Error::Publish { source, .. }) => Err(unpublished(*source)),
-        Err(other) => Err(other),
-        Ok(()) => Ok(version),
-    }
+    publish_version(set, staging, made.manifest, record, seal)?;
+    Ok(version)
 }
 
 /// The seal of the ledger staged in `staging`, and its copy staged for version `version`
