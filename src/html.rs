@@ -309,6 +309,113 @@ pub fn differences(sorted: &[f64]) -> String {
     svg
 }
 
+/// A scatter of points in [0, 1]² (values outside are clipped to the frame) with the diagonal
+/// y = x, for two systems' scores side by side; `labels`, when given, name the points (one
+/// each, in order).
+#[must_use]
+pub fn scatter(points: &[(f64, f64)], labels: &[String], x_label: &str, y_label: &str) -> String {
+    let (size, pad, right) = (300.0, 40.0, if labels.is_empty() { 10.0 } else { 130.0 });
+    let at = |v: f64| v.clamp(0.0, 1.0) * (size - 2.0 * pad);
+    let (x, y) = (|v: f64| pad + at(v), |v: f64| size - pad - at(v));
+    let mut svg = svg_open(size + right - pad, size);
+    let _ = write!(
+        svg,
+        "<rect x=\"{pad}\" y=\"{pad}\" width=\"{0}\" height=\"{0}\" fill=\"none\" stroke=\"#d5dbe1\"/><line x1=\"{1:.1}\" y1=\"{2:.1}\" x2=\"{3:.1}\" y2=\"{4:.1}\" stroke=\"#5a6570\" stroke-dasharray=\"4 3\"/>",
+        size - 2.0 * pad,
+        x(0.0),
+        y(0.0),
+        x(1.0),
+        y(1.0),
+    );
+    for (i, (a, b)) in points.iter().enumerate() {
+        let _ = write!(
+            svg,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{}\" fill-opacity=\"0.6\"/>",
+            x(*a),
+            y(*b),
+            COLOURS[0]
+        );
+        if let Some(label) = labels.get(i) {
+            let _ = write!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                x(*a) + 6.0,
+                y(*b) + 4.0,
+                escape(label)
+            );
+        }
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"{pad}\" y=\"{:.0}\">0</text><text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">1</text><text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"middle\">{}</text><text x=\"4\" y=\"4\" dominant-baseline=\"hanging\">{}</text></svg>",
+        size - pad + 14.0,
+        size - pad,
+        size - pad + 14.0,
+        size / 2.0,
+        size - 6.0,
+        escape(x_label),
+        escape(y_label)
+    );
+    svg
+}
+
+/// A matrix of p-values, one cell per pair of `names` (`p(i, j)`, `None` on the diagonal or
+/// for a pair not tested): dark where p < `alpha`, the value printed in each cell.
+#[must_use]
+pub fn p_matrix(names: &[String], p: impl Fn(usize, usize) -> Option<f64>, alpha: f64) -> String {
+    let (cell, label) = (44.0, 130.0);
+    let n = names.len() as f64;
+    let mut svg = svg_open(label + n * cell + 10.0, label + n * cell + 10.0);
+    for (i, name) in names.iter().enumerate() {
+        let at = label + (i as f64 + 0.5) * cell;
+        let _ = write!(
+            svg,
+            "<text x=\"{:.0}\" y=\"{at:.1}\" text-anchor=\"end\" dominant-baseline=\"middle\">{1}</text><text transform=\"translate({at:.1},{2:.0}) rotate(-45)\">{1}</text>",
+            label - 6.0,
+            escape(&truncate(name, 18)),
+            label - 6.0
+        );
+        for j in 0..names.len() {
+            let (fill, text) = match p(i, j) {
+                Some(v) if v < alpha => (
+                    "#3b6ea8",
+                    format!(
+                        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" dominant-baseline=\"middle\" style=\"fill:#fff\">{v:.3}</text>",
+                        label + (j as f64 + 0.5) * cell,
+                        at
+                    ),
+                ),
+                Some(v) => (
+                    "#e6eaee",
+                    format!(
+                        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" dominant-baseline=\"middle\">{v:.3}</text>",
+                        label + (j as f64 + 0.5) * cell,
+                        at
+                    ),
+                ),
+                None => ("#ffffff", String::new()),
+            };
+            let _ = write!(
+                svg,
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{cell}\" height=\"{cell}\" fill=\"{fill}\" stroke=\"#fff\"/>{text}",
+                label + j as f64 * cell,
+                label + i as f64 * cell
+            );
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut.
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(max - 1).collect::<String>())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +433,30 @@ mod tests {
         assert!(!html.contains("<img") && !html.contains("<b>") && !html.contains("<1>"), "{html}");
         assert!(html.contains("default-src 'none'"));
         assert!(!html.contains("http://") && !html.contains("https://"));
+    }
+
+    #[test]
+    fn a_scatter_clips_to_its_frame_and_escapes_its_labels() {
+        let svg = scatter(&[(0.0, 1.0), (1.5, -0.2)], &["<a>".to_owned(), "b".to_owned()], "x", "y");
+        // 300 × 300 with a 40 margin: (0, 1) at (40, 40), (1.5, −0.2) clipped to (260, 260).
+        assert!(
+            svg.contains("cx=\"40.0\" cy=\"40.0\"") && svg.contains("cx=\"260.0\" cy=\"260.0\""),
+            "{svg}"
+        );
+        assert!(svg.contains("x1=\"40.0\" y1=\"260.0\" x2=\"260.0\" y2=\"40.0\""), "the diagonal: {svg}");
+        assert!(svg.contains("&lt;a&gt;") && !svg.contains("<a>"), "{svg}");
+    }
+
+    #[test]
+    fn a_p_matrix_darkens_the_significant_cells_only() {
+        let names = vec!["a".to_owned(), "b".to_owned(), "<c>".to_owned()];
+        let p = |i: usize, j: usize| (i != j).then(|| if i + j == 1 { 0.01 } else { 0.4 });
+        let svg = p_matrix(&names, p, 0.05);
+        assert_eq!(svg.matches("fill=\"#3b6ea8\"").count(), 2, "a–b both ways: {svg}");
+        assert_eq!(svg.matches("fill=\"#e6eaee\"").count(), 4, "{svg}");
+        assert_eq!(svg.matches(">0.010<").count(), 2);
+        assert!(svg.contains("&lt;c&gt;") && !svg.contains("<c>"));
+        assert_eq!(truncate("abcdefghij", 4), "abc…");
     }
 
     #[test]

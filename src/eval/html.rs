@@ -1,5 +1,7 @@
 //! `eval.html`: the evaluation as a page: the runs' means with their intervals, the per-type
-//! breakdown, each paired comparison's per-query differences (sorted), the abstention curves.
+//! breakdown, each paired comparison's per-query differences (sorted) and scores (a scatter of
+//! run against baseline), the abstention curves, the all-pairs p-value matrix, and the set's
+//! means against the human qrels' (a scatter, one point per run).
 
 use super::metrics::Measure;
 use super::report::{self, Evaluation, RunReport};
@@ -142,6 +144,21 @@ fn comparisons(page: &mut Page, evaluation: &Evaluation) {
         let mut sorted = p.differences.clone();
         sorted.sort_unstable_by(f64::total_cmp);
         page.raw(&html::differences(&sorted));
+        if let Some(points) = per_query_pairs(evaluation, &p.run, &p.baseline, p.measure) {
+            page.paragraph(
+                Some("note"),
+                &format!(
+                    "per query: {} (x) against {} (y); above the diagonal, {} does better",
+                    p.baseline, p.run, p.run
+                ),
+            );
+            page.raw(&html::scatter(
+                &points,
+                &[],
+                &format!("{} {}", p.baseline, p.measure),
+                &format!("{} {}", p.run, p.measure),
+            ));
+        }
         let t = p.t_p.map_or_else(|| "–".to_owned(), |v| format!("{v:.4}"));
         page.table(
             &[
@@ -200,6 +217,29 @@ fn abstention(page: &mut Page, evaluation: &Evaluation) {
     page.table(&["run", "AUROC", "threshold", "no_answer answered", "answerable refused", "accuracy"], &rows);
 }
 
+/// The (baseline, run) scores on `measure` of every query both scored.
+fn per_query_pairs(
+    evaluation: &Evaluation,
+    run: &str,
+    baseline: &str,
+    measure: Measure,
+) -> Option<Vec<(f64, f64)>> {
+    let find = |name: &str| evaluation.runs.iter().find(|r| r.name == name);
+    let (a, b) = (find(baseline)?, find(run)?);
+    let by_query = |r: &RunReport| -> std::collections::HashMap<usize, f64> {
+        r.scores.queries.iter().copied().zip(r.scores.of_measure(measure)).collect()
+    };
+    let theirs = by_query(b);
+    let points: Vec<(f64, f64)> = a
+        .scores
+        .queries
+        .iter()
+        .zip(a.scores.of_measure(measure))
+        .filter_map(|(q, x)| Some((x, *theirs.get(q)?)))
+        .collect();
+    (!points.is_empty()).then_some(points)
+}
+
 fn findings(page: &mut Page, evaluation: &Evaluation) {
     if let Some(m) = &evaluation.multiple {
         page.heading(&format!(
@@ -224,6 +264,15 @@ fn findings(page: &mut Page, evaluation: &Evaluation) {
             super::Correction::Holm => "Holm-corrected p",
             super::Correction::Tukey => "randomized Tukey HSD p",
         };
+        let names = series(evaluation);
+        let adjusted = |i: usize, j: usize| {
+            m.pairs
+                .iter()
+                .find(|p| (p.a == names[i] && p.b == names[j]) || (p.a == names[j] && p.b == names[i]))
+                .map(|p| p.adjusted_p)
+        };
+        page.paragraph(Some("note"), &format!("{corrected} of every pair (dark: below α = {})", m.alpha));
+        page.raw(&html::p_matrix(&names, adjusted, m.alpha));
         page.table(&["a", "b", "a − b", "pairwise randomization p", corrected, "different"], &rows);
     }
     for l in &evaluation.layers {
@@ -257,6 +306,14 @@ fn findings(page: &mut Page, evaluation: &Evaluation) {
             .iter()
             .map(|r| vec![r.run.clone(), format!("{:.4}", r.set), format!("{:.4}", r.human)])
             .collect();
+        let points: Vec<(f64, f64)> = h.runs.iter().map(|r| (r.human, r.set)).collect();
+        let labels: Vec<String> = h.runs.iter().map(|r| r.run.clone()).collect();
+        page.raw(&html::scatter(
+            &points,
+            &labels,
+            &format!("{} (human)", h.measure),
+            &format!("{} (set)", h.measure),
+        ));
         page.table(&["run", &format!("{} (set)", h.measure), &format!("{} (human)", h.measure)], &rows);
     }
 }
