@@ -14,6 +14,7 @@ pub mod baseline;
 mod breakdown;
 pub mod collection;
 pub mod compare;
+pub mod corpus_run;
 mod error;
 pub mod files;
 pub mod html;

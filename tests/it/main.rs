@@ -23,6 +23,7 @@ mod refresh;
 mod refresh_identity;
 mod report;
 mod review;
+mod run;
 mod validate;
 
 use serde_json::Value;
