@@ -27,6 +27,7 @@ pub mod report;
 pub mod run;
 pub mod score;
 pub mod stats;
+pub mod table;
 pub mod unjudged;
 
 pub use collection::{Collection, Level, LooseFiles, QueryClass};

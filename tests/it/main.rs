@@ -24,6 +24,7 @@ mod refresh_identity;
 mod report;
 mod review;
 mod run;
+mod table;
 mod validate;
 
 use serde_json::Value;
