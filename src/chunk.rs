@@ -49,6 +49,21 @@ pub struct ChunkConfig {
     pub unit: SizeUnit,
 }
 
+impl ChunkConfig {
+    /// The build's chunking: `size` and `overlap` (in characters) for both languages when
+    /// given, else 1000 and 100 for English and 400 and 40 for Chinese.
+    #[must_use]
+    pub fn with_sizes(size: Option<usize>, overlap: Option<usize>) -> Self {
+        Self {
+            size: size.unwrap_or(1000),
+            overlap: overlap.unwrap_or(100),
+            size_zh: size.unwrap_or(400),
+            overlap_zh: overlap.unwrap_or(40),
+            unit: SizeUnit::Chars,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Sizer {
     Chars,

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use qrelgen::eval::{
     self, Collection, Correction, EvalError, Gain, Inputs, Level, LooseFiles, Measure, Role, Settings,
-    StatSettings, Ties, files, html, report, unjudged,
+    StatSettings, Ties, files, html, report, table, unjudged,
 };
 use qrelgen::set::{Overwrite, ReadGuard, ensure_outside_set};
 use std::io::Write;
@@ -67,6 +67,12 @@ pub struct EvalArgs {
     /// ERR use the grades themselves.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=3))]
     rel_level: u8,
+    /// Also print the comparison table (runs × headline measures, best in bold, significance
+    /// markers on --metric: † better than --baseline, or letters of the runs a run beats over all
+    /// pairs) as Markdown or LaTeX after the normal table, and write it to eval.json as `table`
+    /// [default: none].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    table: Option<TableArg>,
     /// Also print every run's per-query scores on stdout (TSV, as per_query.tsv) after the
     /// table.
     #[arg(long)]
@@ -109,6 +115,14 @@ pub struct EvalArgs {
     /// otherwise].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TableArg {
+    /// A Markdown table (GitHub): bold `**…**`, markers as `<sup>…</sup>`.
+    Md,
+    /// A LaTeX tabular (booktabs): `\textbf{…}`, markers as `$^{…}$`.
+    Latex,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -176,13 +190,21 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let inputs = Inputs { collection, runs };
     let evaluation = eval::evaluate(&inputs, &settings);
     let pooling = args.set.as_ref().map(|set| eval::pooling::check(set, &evaluation));
-    write_outputs(&out, &evaluation, pooling.as_ref(), &inputs, settings.k())?;
+    let table = args.table.map(|_| table::build(&evaluation, settings.k()));
+    write_outputs(&out, &evaluation, pooling.as_ref(), table.as_ref(), &inputs, settings.k())?;
     if let Some(path) = &args.export_unjudged {
         export_unjudged(path, args, &inputs, settings.k())?;
     }
     write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
     if let Some(pooling) = &pooling {
         write!(stdout, "{}", eval::pooling::render(pooling))?;
+    }
+    if let (Some(table), Some(format)) = (&table, args.table) {
+        let format = match format {
+            TableArg::Md => table::Format::Markdown,
+            TableArg::Latex => table::Format::Latex,
+        };
+        write!(stdout, "\n{}", table::render(table, format))?;
     }
     if args.per_query {
         writeln!(stdout)?;
@@ -286,16 +308,19 @@ struct WithPooling<'a> {
     evaluation: &'a eval::Evaluation,
     #[serde(skip_serializing_if = "Option::is_none")]
     pooling: Option<&'a eval::pooling::Pooling>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    table: Option<&'a table::Table>,
 }
 
 fn write_outputs(
     out: &Path,
     evaluation: &eval::Evaluation,
     pooling: Option<&eval::pooling::Pooling>,
+    table: Option<&table::Table>,
     inputs: &Inputs,
     k: usize,
 ) -> anyhow::Result<()> {
-    qrelgen::output::write_json(&out.join(files::EVAL_JSON), &WithPooling { evaluation, pooling })?;
+    qrelgen::output::write_json(&out.join(files::EVAL_JSON), &WithPooling { evaluation, pooling, table })?;
     qrelgen::output::write_atomic(&out.join(files::PER_QUERY_TSV), |w| {
         report::write_per_query(w, evaluation, &inputs.collection)
     })?;

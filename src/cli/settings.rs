@@ -409,15 +409,17 @@ impl Settings {
         Ok(BuildConfig {
             corpus: inputs.corpus.to_owned(),
             prechunked: inputs.prechunked,
-            chunking: ChunkConfig {
-                size: self.chunk_size.unwrap_or(1000),
-                overlap: self.chunk_overlap.unwrap_or(100),
-                size_zh: self.chunk_size_zh.or(self.chunk_size).unwrap_or(400),
-                overlap_zh: self.chunk_overlap_zh.or(self.chunk_overlap).unwrap_or(40),
-                unit: match self.chunk_unit.unwrap_or(UnitArg::Chars) {
-                    UnitArg::Chars => SizeUnit::Chars,
-                    UnitArg::Tokens => SizeUnit::Tokens,
-                },
+            chunking: {
+                let defaults = ChunkConfig::with_sizes(self.chunk_size, self.chunk_overlap);
+                ChunkConfig {
+                    size_zh: self.chunk_size_zh.unwrap_or(defaults.size_zh),
+                    overlap_zh: self.chunk_overlap_zh.unwrap_or(defaults.overlap_zh),
+                    unit: match self.chunk_unit.unwrap_or(UnitArg::Chars) {
+                        UnitArg::Chars => SizeUnit::Chars,
+                        UnitArg::Tokens => SizeUnit::Tokens,
+                    },
+                    ..defaults
+                }
             },
             segmenter: match self.cjk_segmenter.unwrap_or(SegmenterArg::Jieba) {
                 SegmenterArg::Jieba => Segmenter::Jieba,

@@ -36,13 +36,13 @@ pub fn is_our_run(path: &Path) -> bool {
     head.is_empty() || head.lines().next().is_some_and(|line| line.split_whitespace().nth(5) == Some(TAG))
 }
 
-/// One query's results.
+/// One query's results: chunks (a set's run) or documents (a collection's).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ranked {
+pub struct Ranked<Id = ChunkId> {
     /// The query.
     pub query: QueryId,
-    /// Its top chunks, best first, with BM25 scores.
-    pub hits: Vec<(ChunkId, f32)>,
+    /// Its top chunks or documents, best first, with BM25 scores.
+    pub hits: Vec<(Id, f32)>,
 }
 
 /// The baseline run, and whether the index was reused.
@@ -113,16 +113,31 @@ pub fn open_set_index(dir: &Path, progress: &Progress) -> Result<(ChunkIndex, In
         });
     }
     let segmenter = read_segmenter(&dir.join(files::MANIFEST))?;
+    open_chunk_index(&corpus_file, &dir.join(files::INDEX_DIR), segmenter, progress)
+}
+
+/// The index in `index_dir` of the chunks in `chunks_file` (a `corpus.jsonl`): reused when it
+/// holds exactly those chunks (and was made with `segmenter`), else built there.
+///
+/// # Errors
+/// [`Error::Input`]/[`Error::Malformed`] for a missing or broken `chunks_file`, [`Error::Index`]
+/// when the index cannot be opened or built.
+pub fn open_chunk_index(
+    chunks_file: &Path,
+    index_dir: &Path,
+    segmenter: Segmenter,
+    progress: &Progress,
+) -> Result<(ChunkIndex, IndexOrigin)> {
     let stage = progress.stage("index", 0);
-    let (metas, fingerprint) = chunk_list(&corpus_file)?;
+    let (metas, fingerprint) = chunk_list(chunks_file)?;
     let (index, provenance) = ChunkIndex::open_or_build(
-        &dir.join(files::INDEX_DIR),
+        index_dir,
         metas,
         &fingerprint,
         Analyzer::new(segmenter),
         crate::config::all_cores().get(),
         &stage,
-        |add| corpus::read_prechunked(&corpus_file, |c| Ok(add(&c)?)).map(drop),
+        |add| corpus::read_prechunked(chunks_file, |c| Ok(add(&c)?)).map(drop),
     )?;
     stage.finish(&format!("{} chunks, index {provenance}", index.len()));
     Ok((index, provenance))
@@ -163,9 +178,17 @@ fn chunk_list(corpus_file: &Path) -> Result<(crate::index::ChunkList, String)> {
 /// # Errors
 /// The writer's.
 pub fn write_trec(w: &mut dyn Write, run: &BaselineRun) -> std::io::Result<()> {
-    for ranked in &run.results {
-        for (rank, (chunk, score)) in ranked.hits.iter().enumerate() {
-            writeln!(w, "{} Q0 {chunk} {} {score} {TAG}", ranked.query, rank + 1)?;
+    write_ranked(w, &run.results)
+}
+
+/// Writes ranked chunks or documents in TREC format: `qid Q0 id rank score tag`.
+///
+/// # Errors
+/// The writer's.
+pub fn write_ranked<Id: std::fmt::Display>(w: &mut dyn Write, results: &[Ranked<Id>]) -> std::io::Result<()> {
+    for ranked in results {
+        for (rank, (id, score)) in ranked.hits.iter().enumerate() {
+            writeln!(w, "{} Q0 {id} {} {score} {TAG}", ranked.query, rank + 1)?;
         }
     }
     Ok(())

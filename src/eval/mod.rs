@@ -14,6 +14,7 @@ pub mod baseline;
 mod breakdown;
 pub mod collection;
 pub mod compare;
+pub mod corpus_run;
 mod error;
 pub mod files;
 pub mod html;
@@ -26,6 +27,7 @@ pub mod report;
 pub mod run;
 pub mod score;
 pub mod stats;
+pub mod table;
 pub mod unjudged;
 
 pub use collection::{Collection, Level, LooseFiles, QueryClass};

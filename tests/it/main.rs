@@ -23,6 +23,8 @@ mod refresh;
 mod refresh_identity;
 mod report;
 mod review;
+mod run;
+mod table;
 mod validate;
 
 use serde_json::Value;
