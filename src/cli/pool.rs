@@ -2,16 +2,18 @@
 //! [`qrelgen::pool::PoolConfig`] → [`qrelgen::pool::run`] → summary.
 
 use super::exit;
+use super::json::JsonFlag;
 use super::refresh::{read_manifest, settings_of};
 use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge};
+use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge, PoolRecord};
 use qrelgen::progress::Progress;
 use qrelgen::set::{SetLock, Wait};
+use serde::Serialize;
 use serde_json::Value;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct PoolArgs {
@@ -43,6 +45,48 @@ pub struct PoolArgs {
     /// No progress output (warnings and errors still go to stderr).
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `pool --json`: what the pool step did.
+#[derive(Debug, Serialize)]
+struct PoolJson<'a> {
+    /// The set folder.
+    set: &'a Path,
+    /// The version written; null when every pooled pair was pooled and judged already (nothing
+    /// written).
+    version: Option<u32>,
+    /// One record per run: pairs, queries, new pairs, grades after the step.
+    runs: &'a [PoolRecord],
+    /// Pairs new to the pools.
+    new_pairs: usize,
+    /// Of those, graded in this step.
+    graded: usize,
+    /// Of those, relevant (grade 1 or more).
+    relevant: usize,
+    /// New machine-graded pairs sampled into the review queue.
+    queued: usize,
+    /// Judge calls made.
+    judge_calls: usize,
+    /// Their prompt tokens.
+    judge_tokens: u64,
+}
+
+impl<'a> PoolJson<'a> {
+    fn new(outcome: &'a Outcome, set: &'a Path) -> Self {
+        Self {
+            set,
+            version: outcome.version,
+            runs: &outcome.records,
+            new_pairs: outcome.new_pairs,
+            graded: outcome.graded,
+            relevant: outcome.relevant,
+            queued: outcome.queued,
+            judge_calls: outcome.judge_calls,
+            judge_tokens: outcome.judge_tokens,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -82,7 +126,11 @@ pub fn run(mut args: PoolArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         .with_context(|| format!("opening the index of {}", args.set.display()))?;
     let outcome = pool::run(&args.set, &index, &config, llm.as_ref(), &progress)
         .with_context(|| format!("pooling into {}", args.set.display()))?;
-    summary(&outcome, &args, stdout)?;
+    if args.json.json {
+        JsonFlag::write(stdout, &PoolJson::new(&outcome, &args.set))?;
+    } else {
+        summary(&outcome, &args, stdout)?;
+    }
     Ok(exit::OK)
 }
 

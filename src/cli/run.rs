@@ -1,13 +1,15 @@
 //! `qrelgen run`: the set's own BM25 index as a baseline run, written in TREC format.
 
 use super::exit;
+use super::json::JsonFlag;
 use anyhow::Context as _;
 use clap::Args;
 use qrelgen::eval::baseline;
 use qrelgen::progress::Progress;
 use qrelgen::set::{Overwrite, RUNS_DIR, ReadGuard, ensure_outside_set};
+use serde::Serialize;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -28,6 +30,23 @@ pub struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `run --json`: the run written.
+#[derive(Debug, Serialize)]
+struct RunJson<'a> {
+    /// The set whose queries were searched.
+    set: &'a Path,
+    /// The run file written.
+    to: &'a Path,
+    /// Hits per query at most.
+    k: usize,
+    /// Queries searched (every query of the set, one result list each).
+    queries: usize,
+    /// Hits written, over all queries.
+    hits: usize,
 }
 
 /// Writes the baseline run.
@@ -44,7 +63,18 @@ pub fn run(args: &RunArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         .with_context(|| format!("searching the queries of {}", args.set.display()))?;
     qrelgen::output::write_atomic(&args.to, |w| baseline::write_trec(w, &run))?;
     let hits: usize = run.results.iter().map(|r| r.hits.len()).sum();
-    writeln!(stdout, "{} queries, {hits} hits (top {}) in {}", run.results.len(), args.k, args.to.display())?;
+    if args.json.json {
+        let json = RunJson { set: &args.set, to: &args.to, k: args.k, queries: run.results.len(), hits };
+        JsonFlag::write(stdout, &json)?;
+    } else {
+        writeln!(
+            stdout,
+            "{} queries, {hits} hits (top {}) in {}",
+            run.results.len(),
+            args.k,
+            args.to.display()
+        )?;
+    }
     if !args.quiet {
         eprintln!("next: qrelgen eval --set {} --run {}", args.set.display(), args.to.display());
     }
