@@ -2,12 +2,16 @@
 //! `qrelgen batch status` and `qrelgen batch forget`.
 
 use super::exit;
+use super::json::JsonFlag;
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use qrelgen::config::{BuildConfig, GeneratorConfig};
-use qrelgen::llm::{BatchConfig, BatchMode, Cache, DEFAULT_DISCOUNT, Forgotten, MAX_BYTES, MAX_REQUESTS};
+use qrelgen::llm::{
+    BatchConfig, BatchMode, BatchRecord, Cache, DEFAULT_DISCOUNT, Forgotten, MAX_BYTES, MAX_REQUESTS,
+};
+use serde::Serialize;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The batch flags of `build`.
@@ -122,7 +126,12 @@ pub struct BatchCommand {
 enum BatchSub {
     /// Where the batches of a set stand, as the last poll left them (sends nothing).
     #[command(after_help = STATUS_EXAMPLES)]
-    Status(CacheArgs),
+    Status {
+        #[command(flatten)]
+        cache: CacheArgs,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Drops the record of a batch that can never be looked up or polled again (no list
     /// endpoint, the batch was deleted, it was made with another project's key), so reruns
     /// are not blocked by it: the next `build --batch submit` submits its requests that have
@@ -135,7 +144,36 @@ enum BatchSub {
         id: String,
         #[command(flatten)]
         cache: CacheArgs,
+        #[command(flatten)]
+        json: JsonFlag,
     },
+}
+
+/// `batch status --json`: the batches recorded in a reply cache, as the last poll left them.
+#[derive(Debug, Serialize)]
+struct StatusJson<'a> {
+    /// The reply cache.
+    cache: &'a Path,
+    /// Every recorded batch: id, stage, status, requests done and failed, imported or not.
+    batches: &'a [BatchRecord],
+    /// Batches whose results are not imported yet (a rerun of `build --batch submit` polls them).
+    not_imported: usize,
+    /// Replies in the cache that came through a batch.
+    batched_replies: u64,
+}
+
+/// `batch forget --json`: the record dropped, and what becomes of its requests.
+#[derive(Debug, Serialize)]
+struct ForgetJson<'a> {
+    /// The reply cache.
+    cache: &'a Path,
+    /// The record as it was.
+    forgotten: &'a BatchRecord,
+    /// Its requests with a reply in the cache: they stay, and a rerun uses them unpaid.
+    cached: u64,
+    /// Its requests without one: the next `build --batch submit` submits them again (0 when
+    /// its results were imported).
+    resubmitted: u64,
 }
 
 /// Which reply cache.
@@ -163,12 +201,12 @@ impl CacheArgs {
 /// Runs `qrelgen batch …`.
 pub fn run(args: &BatchCommand, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     match &args.command {
-        BatchSub::Status(args) => status(args, stdout),
-        BatchSub::Forget { id, cache } => forget(id, cache, stdout),
+        BatchSub::Status { cache, json } => status(cache, *json, stdout),
+        BatchSub::Forget { id, cache, json } => forget(id, cache, *json, stdout),
     }
 }
 
-fn forget(id: &str, args: &CacheArgs, w: &mut dyn Write) -> anyhow::Result<u8> {
+fn forget(id: &str, args: &CacheArgs, json: JsonFlag, w: &mut dyn Write) -> anyhow::Result<u8> {
     let (cache, path) = args.open()?;
     let forgotten = cache.forget_record(id).with_context(|| format!("updating {}", path.display()))?;
     let Some(Forgotten { record, cached, missing }) = forgotten else {
@@ -178,6 +216,11 @@ fn forget(id: &str, args: &CacheArgs, w: &mut dyn Write) -> anyhow::Result<u8> {
             args.set.display()
         );
     };
+    if json.json {
+        let resubmitted = if record.imported { 0 } else { missing };
+        JsonFlag::write(w, &ForgetJson { cache: &path, forgotten: &record, cached, resubmitted })?;
+        return Ok(exit::OK);
+    }
     writeln!(
         w,
         "forgot batch {} ({}, {}, {} requests)",
@@ -204,10 +247,16 @@ fn forget(id: &str, args: &CacheArgs, w: &mut dyn Write) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-fn status(args: &CacheArgs, w: &mut dyn Write) -> anyhow::Result<u8> {
+fn status(args: &CacheArgs, json: JsonFlag, w: &mut dyn Write) -> anyhow::Result<u8> {
     let (cache, path) = args.open()?;
     let path = path.as_path();
     let batches = cache.batches().with_context(|| format!("reading {}", path.display()))?;
+    if json.json {
+        let not_imported = batches.iter().filter(|b| !b.imported).count();
+        let batched_replies = cache.batched_replies()?;
+        JsonFlag::write(w, &StatusJson { cache: path, batches: &batches, not_imported, batched_replies })?;
+        return Ok(exit::OK);
+    }
     if batches.is_empty() {
         writeln!(w, "no batches recorded in {}", path.display())?;
         return Ok(exit::OK);

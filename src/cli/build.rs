@@ -2,18 +2,25 @@
 //! summary and exit code.
 
 use super::exit;
+use super::json::{DryRunJson, JsonFlag};
 use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::Args;
+use qrelgen::corpus::Skipped;
 use qrelgen::generate::Prompts;
 use qrelgen::llm::BatchError;
+use qrelgen::llm::NetworkStats;
 use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
+use qrelgen::record::QueryType;
+use qrelgen::rounds::{Shortfall, TypeCounts};
 use qrelgen::set::{SetLock, Wait};
 use qrelgen::text::Language;
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 #[expect(clippy::struct_excessive_bools, reason = "each bool is an independent command-line switch")]
@@ -77,6 +84,82 @@ pub struct BuildArgs {
     /// No progress output (warnings and errors still go to stderr).
     #[arg(long, short)]
     quiet: bool,
+
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `build --json`: what the build did, would do (`--dry-run`), or the batch file it exported.
+#[derive(Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum BuildJson<'a> {
+    /// The set was written.
+    Built(Built<'a>),
+    /// `--dry-run`: the calls it would make; nothing sent, nothing written.
+    DryRun(DryRunJson),
+    /// `--batch export` (or an import that left calls for the next stage): the request file
+    /// written; the build stops here.
+    BatchExported {
+        /// The stage whose calls were exported.
+        stage: &'a str,
+        /// Requests written.
+        lines: usize,
+        /// The request file.
+        path: &'a Path,
+    },
+}
+
+/// A written set, as the text summary and the report tell it.
+#[derive(Debug, Serialize)]
+struct Built<'a> {
+    /// The set folder.
+    out: &'a Path,
+    /// The report.
+    report: PathBuf,
+    /// Queries in the set.
+    queries: usize,
+    /// Queries in the set, by type.
+    by_type: BTreeMap<QueryType, usize>,
+    /// Queries in the review queue.
+    review_items: usize,
+    /// With `--force` into a reviewed set: the version the build became (the previous one kept
+    /// under versions/).
+    version: Option<u32>,
+    /// What happened to each type's queries (quota, planned, generated, kept, dropped …).
+    counts: &'a BTreeMap<QueryType, TypeCounts>,
+    /// Types below their quota.
+    shortfalls: &'a [Shortfall],
+    /// Inputs not read, with the reason.
+    skipped: &'a [Skipped],
+    /// The LLM generator's tokens and this run's requests, when it was used.
+    llm: Option<LlmJson<'a>>,
+}
+
+/// The LLM part of a build's summary.
+#[derive(Debug, Serialize)]
+struct LlmJson<'a> {
+    /// Endpoint, model, response format, tokens of the replies behind the set, cost.
+    #[serde(flatten)]
+    summary: &'a qrelgen::generate::LlmSummary,
+    /// What this run sent: requests, retries, 429s, cache hits, tokens paid and abandoned.
+    network: &'a NetworkStats,
+}
+
+impl<'a> Built<'a> {
+    fn new(outcome: &'a Outcome, out: &'a Path) -> Self {
+        Self {
+            out,
+            report: out.join("report.md"),
+            queries: outcome.in_set,
+            by_type: outcome.counts.iter().map(|(t, c)| (*t, c.in_set())).collect(),
+            review_items: outcome.review_items,
+            version: outcome.version,
+            counts: &outcome.counts,
+            shortfalls: &outcome.shortfalls,
+            skipped: &outcome.skipped,
+            llm: outcome.llm.as_ref().map(|llm| LlmJson { summary: &llm.summary, network: &llm.network }),
+        }
+    }
 }
 
 /// Runs the build and returns the exit code.
@@ -84,6 +167,9 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let file = args.config.as_deref().map(Settings::from_file).transpose()?;
     let settings = args.settings.over(file);
     if args.print_prompts {
+        if args.json.json {
+            anyhow::bail!("--json does not apply to --print-prompts, which prints the prompt templates");
+        }
         let language = settings.language().unwrap_or(Language::En);
         write!(stdout, "{}", Prompts::load(settings.prompts_dir(), language)?.listing())?;
         return Ok(exit::OK);
@@ -137,18 +223,35 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
             return Ok(exit::BUDGET);
         }
         Err(qrelgen::Error::Batch(exported @ BatchError::Exported { .. })) => {
-            writeln!(stdout, "batch: {exported}")?;
+            if let (true, BatchError::Exported { stage, lines, path }) = (args.json.json, &exported) {
+                let json = BuildJson::BatchExported { stage, lines: *lines, path };
+                JsonFlag::write(stdout, &json)?;
+                eprintln!("batch: {exported}");
+            } else {
+                writeln!(stdout, "batch: {exported}")?;
+            }
             return Ok(exit::OK);
         }
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,
     };
     if let Some(dry_run) = outcome.dry_run {
-        print_dry_run(&dry_run, stdout)?;
+        if args.json.json {
+            JsonFlag::write(stdout, &BuildJson::DryRun(DryRunJson::from(&dry_run)))?;
+        } else {
+            print_dry_run(&dry_run, stdout)?;
+        }
         return Ok(exit::OK);
     }
-    print_summary(&outcome, out, stdout)?;
+    if args.json.json {
+        JsonFlag::write(stdout, &BuildJson::Built(Built::new(&outcome, out)))?;
+        warn_shortfalls(&outcome);
+    } else {
+        print_summary(&outcome, out, stdout)?;
+    }
     if !pool_runs.is_empty() {
-        super::pool::after_build(out, pool_runs, &config, progress, stdout).with_context(|| {
+        // With --json, stdout holds the build's document alone: the pool step's summary goes to stderr.
+        let summary: &mut dyn Write = if args.json.json { &mut std::io::stderr() } else { stdout };
+        super::pool::after_build(out, pool_runs, &config, progress, summary).with_context(|| {
             format!(
                 "the set in {} is built; pooling its runs failed: fix them and run qrelgen pool --set {} --run …",
                 out.display(),
@@ -195,7 +298,7 @@ fn print_dry_run(dry_run: &pipeline::DryRun, w: &mut dyn Write) -> std::io::Resu
     Ok(())
 }
 
-fn print_summary(outcome: &Outcome, out: &std::path::Path, w: &mut dyn Write) -> std::io::Result<()> {
+fn print_summary(outcome: &Outcome, out: &Path, w: &mut dyn Write) -> std::io::Result<()> {
     let per_type: Vec<String> = outcome.counts.iter().map(|(t, c)| format!("{t} {}", c.in_set())).collect();
     writeln!(
         w,
@@ -240,10 +343,14 @@ fn print_summary(outcome: &Outcome, out: &std::path::Path, w: &mut dyn Write) ->
         writeln!(w, "{} input(s) skipped, listed in the report", outcome.skipped.len())?;
     }
     writeln!(w, "report: {}", out.join("report.md").display())?;
+    warn_shortfalls(outcome);
+    Ok(())
+}
+
+fn warn_shortfalls(outcome: &Outcome) {
     for shortfall in &outcome.shortfalls {
         eprintln!("warning: shortfall: {shortfall}");
     }
-    Ok(())
 }
 
 fn exit_code(outcome: &Outcome, allow_shortfall: bool) -> u8 {

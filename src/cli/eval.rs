@@ -2,6 +2,7 @@
 //! `eval.json`, `per_query.tsv` and `eval.html`.
 
 use super::exit;
+use super::json::JsonFlag;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use qrelgen::eval::{
@@ -75,7 +76,7 @@ pub struct EvalArgs {
     table: Option<TableArg>,
     /// Also print every run's per-query scores on stdout (TSV, as per_query.tsv) after the
     /// table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     per_query: bool,
     /// nDCG gain: exponential (2^grade − 1) or linear (the grade, as trec_eval); the two are
     /// not comparable.
@@ -115,6 +116,10 @@ pub struct EvalArgs {
     /// otherwise].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    // With --json, stdout is the document eval.json holds: settings, query counts, every run's
+    // means and intervals, breakdowns, comparisons, and the set's pooling checks.
+    #[command(flatten)]
+    json: JsonFlag,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -195,11 +200,18 @@ pub fn run(args: &EvalArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     if let Some(path) = &args.export_unjudged {
         export_unjudged(path, args, &inputs, settings.k())?;
     }
-    write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
-    if let Some(pooling) = &pooling {
+    if args.json.json {
+        JsonFlag::write(
+            stdout,
+            &WithPooling { evaluation: &evaluation, pooling: pooling.as_ref(), table: table.as_ref() },
+        )?;
+    } else {
+        write!(stdout, "{}", report::render_table(&evaluation, settings.k()))?;
+    }
+    if let Some(pooling) = pooling.as_ref().filter(|_| !args.json.json) {
         write!(stdout, "{}", eval::pooling::render(pooling))?;
     }
-    if let (Some(table), Some(format)) = (&table, args.table) {
+    if let (Some(table), Some(format), false) = (&table, args.table, args.json.json) {
         let format = match format {
             TableArg::Md => table::Format::Markdown,
             TableArg::Latex => table::Format::Latex,
@@ -301,7 +313,7 @@ fn check_outputs(out: &Path, unjudged: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `eval.json`: the evaluation, and for a set the runs' pooling.
+/// `eval.json` (and `eval --json`): the evaluation, and for a set the runs' pooling.
 #[derive(serde::Serialize)]
 struct WithPooling<'a> {
     #[serde(flatten)]

@@ -4,6 +4,7 @@
 mod batch;
 mod build;
 mod eval;
+mod json;
 mod pool;
 mod refresh;
 mod review;

@@ -2,13 +2,15 @@
 //! [`qrelgen::pool::PoolConfig`] → [`qrelgen::pool::run`] → summary.
 
 use super::exit;
+use super::json::JsonFlag;
 use super::refresh::{read_manifest, settings_of};
 use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge};
+use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge, PoolRecord};
 use qrelgen::progress::Progress;
 use qrelgen::set::{SetLock, Wait};
+use serde::Serialize;
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,48 @@ pub struct PoolArgs {
     /// No progress output (warnings and errors still go to stderr).
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `pool --json`: what the pool step did.
+#[derive(Debug, Serialize)]
+struct PoolJson<'a> {
+    /// The set folder.
+    set: &'a Path,
+    /// The version written; null when every pooled pair was pooled and judged already (nothing
+    /// written).
+    version: Option<u32>,
+    /// One record per run: pairs, queries, new pairs, grades after the step.
+    runs: &'a [PoolRecord],
+    /// Pairs new to the pools.
+    new_pairs: usize,
+    /// Of those, graded in this step.
+    graded: usize,
+    /// Of those, relevant (grade 1 or more).
+    relevant: usize,
+    /// New machine-graded pairs sampled into the review queue.
+    queued: usize,
+    /// Judge calls made.
+    judge_calls: usize,
+    /// Their prompt tokens.
+    judge_tokens: u64,
+}
+
+impl<'a> PoolJson<'a> {
+    fn new(outcome: &'a Outcome, set: &'a Path) -> Self {
+        Self {
+            set,
+            version: outcome.version,
+            runs: &outcome.records,
+            new_pairs: outcome.new_pairs,
+            graded: outcome.graded,
+            relevant: outcome.relevant,
+            queued: outcome.queued,
+            judge_calls: outcome.judge_calls,
+            judge_tokens: outcome.judge_tokens,
+        }
+    }
 }
 
 /// Top chunks of each run pooled per query by default. Deeper pools cut the bias against
@@ -86,7 +130,7 @@ pub fn run(mut args: PoolArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         review_per_stratum: args.review_per_stratum,
         seed,
     };
-    pool_into(&args.set, &config, llm.as_ref(), Progress::stderr(args.quiet), stdout)?;
+    pool_into(&args.set, &config, llm.as_ref(), Progress::stderr(args.quiet), args.json.json, stdout)?;
     Ok(exit::OK)
 }
 
@@ -107,22 +151,27 @@ pub fn after_build(
         review_per_stratum: REVIEW_PER_STRATUM,
         seed: build.seed,
     };
-    pool_into(set, &config, (!offline).then_some(build), progress, stdout)
+    pool_into(set, &config, (!offline).then_some(build), progress, false, stdout)
 }
 
-/// Pools `config`'s runs into the set in `set` and prints the summary.
+/// Pools `config`'s runs into the set in `set` and prints the summary (as JSON with `json`).
 fn pool_into(
     set: &Path,
     config: &PoolConfig,
     llm: Option<&qrelgen::BuildConfig>,
     progress: Progress,
+    json: bool,
     stdout: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let (index, _) = qrelgen::eval::baseline::open_set_index(set, &progress)
         .with_context(|| format!("opening the index of {}", set.display()))?;
     let outcome = pool::run(set, &index, config, llm, &progress)
         .with_context(|| format!("pooling into {}", set.display()))?;
-    summary(&outcome, set, &config.runs, stdout)
+    if json {
+        Ok(JsonFlag::write(stdout, &PoolJson::new(&outcome, set))?)
+    } else {
+        summary(&outcome, set, &config.runs, stdout)
+    }
 }
 
 /// The LLM settings: the set's recorded ones under the flags given; the generator is left to

@@ -2,12 +2,14 @@
 //! [`qrelgen::BuildConfig`] → [`qrelgen::refresh::refresh`] → summary.
 
 use super::exit;
+use super::json::{DryRunJson, JsonFlag};
 use super::settings::{Inputs, Settings};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use qrelgen::progress::Progress;
 use qrelgen::refresh::{self, NewQueries, Options, Outcome};
 use qrelgen::set::{ReadGuard, SetLock, Wait};
+use serde::Serialize;
 use serde_json::{Map, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -46,6 +48,29 @@ pub struct RefreshArgs {
     /// No progress output (warnings and errors still go to stderr).
     #[arg(long, short)]
     quiet: bool,
+
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `refresh --json`: what the refresh did (with `--dry-run`, would do).
+#[derive(Debug, Serialize)]
+struct RefreshJson<'a> {
+    /// The set folder.
+    set: &'a Path,
+    /// The changed corpus.
+    corpus: &'a Path,
+    /// Whether this was a dry run (nothing written).
+    dry_run: bool,
+    /// Chunks and queries per change, new queries, LLM calls, the new version's figures.
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+    /// With `--dry-run`: the LLM calls it would make, fewest and most.
+    planned_calls: Option<[u64; 2]>,
+    /// With `--dry-run`: what the new queries would cost.
+    estimate: Option<DryRunJson>,
+    /// The changelog of the version written.
+    changelog: Option<PathBuf>,
 }
 
 fn parse_new_queries(value: &str) -> Result<NewQueries, String> {
@@ -121,7 +146,21 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
             given.join(", ")
         ));
     }
-    summary(&outcome, &args, stdout)?;
+    if args.json.json {
+        let planned = args.dry_run.then(|| outcome.planned_calls());
+        let json = RefreshJson {
+            set: &args.set,
+            corpus: &args.corpus,
+            dry_run: args.dry_run,
+            outcome: &outcome,
+            planned_calls: planned.map(|(low, high)| [low, high]),
+            estimate: outcome.estimate.as_ref().filter(|_| args.dry_run).map(DryRunJson::from),
+            changelog: outcome.version.map(|_| args.set.join(refresh::CHANGELOG)),
+        };
+        JsonFlag::write(stdout, &json)?;
+    } else {
+        summary(&outcome, &args, stdout)?;
+    }
     Ok(exit::OK)
 }
 

@@ -2,6 +2,7 @@
 //! decisions back into new versions of the set, two reviewers compared, and what the review says.
 
 use super::exit;
+use super::json::JsonFlag;
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use qrelgen::output;
@@ -144,6 +145,8 @@ struct ApplyArgs {
     /// If another command is changing the set, wait for it to finish instead of failing at once.
     #[arg(long)]
     wait: bool,
+    #[command(flatten)]
+    json: JsonFlag,
 }
 
 #[derive(Debug, Args)]
@@ -168,9 +171,9 @@ struct AgreeArgs {
     /// [default: none: compare only, write nothing].
     #[arg(long, value_enum)]
     resolve: Option<PolicyArg>,
-    /// Print the agreement as JSON (with --resolve, what was applied under "resolved").
-    #[arg(long)]
-    json: bool,
+    // With --json: the agreement, and with --resolve what was applied under "resolved".
+    #[command(flatten)]
+    json: JsonFlag,
     /// With --resolve: if another command is changing the set, wait for it to finish instead of
     /// failing at once.
     #[arg(long)]
@@ -182,9 +185,8 @@ struct StatusArgs {
     /// The set folder.
     #[arg(long, value_name = "DIR")]
     set: PathBuf,
-    /// Print the status as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: JsonFlag,
 }
 
 /// Runs a review command and returns the exit code.
@@ -300,8 +302,33 @@ fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let decisions = read_decisions(&set, &args.decisions, args.format, &reviewers)?;
     let outcome = apply::apply(&set, &Batch::single(&decisions))
         .with_context(|| format!("applying {}", args.decisions.display()))?;
-    stdout.write_all(report(&outcome, &set, &args.decisions.display().to_string()).as_bytes())?;
+    if args.json.json {
+        let kept = match outcome {
+            Outcome::Applied { .. } => Some(qrelgen::review::version::version_dir(&set.dir, set.version())),
+            Outcome::AlreadyApplied { .. } | Outcome::NoChange => None,
+        };
+        let json = ApplyJson { set: &set.dir, decisions: &args.decisions, outcome: &outcome, kept };
+        JsonFlag::write(stdout, &json)?;
+    } else {
+        stdout.write_all(report(&outcome, &set, &args.decisions.display().to_string()).as_bytes())?;
+    }
     Ok(exit::OK)
+}
+
+/// `review apply --json`: what applying the decisions did.
+#[derive(Serialize)]
+struct ApplyJson<'a> {
+    /// The set folder.
+    set: &'a Path,
+    /// The decisions file.
+    decisions: &'a Path,
+    /// `applied` (the new version and what the decisions did), `already_applied` (the version
+    /// this file made before) or `no_change`.
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+    /// Where the previous version is kept, when a new one was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept: Option<PathBuf>,
 }
 
 fn report(outcome: &Outcome, set: &ReviewSet, input: &str) -> String {
@@ -366,7 +393,7 @@ fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     let all: Vec<_> = files.iter().flat_map(|d| d.judgments.iter().map(|l| l.judgment.clone())).collect();
     let [(first, mine), (second, theirs)] = agreement::split(&all)?;
     let agreement = agreement::agreement((&first, &mine), (&second, &theirs));
-    let text = if args.json { String::new() } else { agreement_text(&agreement) };
+    let text = if args.json.json { String::new() } else { agreement_text(&agreement) };
     // Resolve before printing, so a reader that stops early (`| head`) never stops the apply.
     let mut outcome = None;
     if let Some(policy) = args.resolve {
@@ -384,9 +411,8 @@ fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         }
     }
     stdout.write_all(text.as_bytes())?;
-    if args.json {
-        let json = AgreeJson { agreement: &agreement, resolved: outcome.as_ref() };
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&json)?)?;
+    if args.json.json {
+        JsonFlag::write(stdout, &AgreeJson { agreement: &agreement, resolved: outcome.as_ref() })?;
     } else if let Some(outcome) = &outcome {
         let inputs: Vec<String> = args.decisions.iter().map(|p| p.display().to_string()).collect();
         stdout.write_all(report(outcome, &set, &inputs.join(" + ")).as_bytes())?;
@@ -437,9 +463,8 @@ fn show_status(args: &StatusArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     let set = load(&args.set)?;
     let status = status::status(&set);
     let judge = qrelgen::pool::agreement::agreement(&set.dir)?;
-    if args.json {
-        let json = StatusJson { status: &status, judge_agreement: judge.as_ref() };
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&json)?)?;
+    if args.json.json {
+        JsonFlag::write(stdout, &StatusJson { status: &status, judge_agreement: judge.as_ref() })?;
     } else {
         stdout.write_all(status_text(&status, &set.dir).as_bytes())?;
         if let Some(judge) = &judge {

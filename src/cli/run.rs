@@ -2,6 +2,7 @@
 //! collection the user brought (`--corpus` and `--queries`, e.g. a BEIR dataset).
 
 use super::exit;
+use super::json::JsonFlag;
 use super::settings::SegmenterArg;
 use anyhow::Context as _;
 use clap::Args;
@@ -11,6 +12,7 @@ use qrelgen::eval::corpus_run::{self, CorpusRunConfig};
 use qrelgen::index::Segmenter;
 use qrelgen::progress::Progress;
 use qrelgen::set::{Overwrite, RUNS_DIR, ReadGuard, ensure_outside_set, set_around};
+use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -61,6 +63,27 @@ pub struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `run --json`: the run written.
+#[derive(Debug, Serialize)]
+struct RunJson<'a> {
+    /// The set whose queries were searched (`--set`); absent for `--corpus`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    set: Option<&'a Path>,
+    /// The corpus searched (`--corpus`); absent for `--set`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    corpus: Option<&'a Path>,
+    /// The run file written.
+    to: &'a Path,
+    /// Hits per query at most.
+    k: usize,
+    /// Queries searched (every query of the set, one result list each).
+    queries: usize,
+    /// Hits written, over all queries.
+    hits: usize,
 }
 
 /// Writes the baseline run.
@@ -86,7 +109,25 @@ fn set_run(args: &RunArgs, set: &Path, progress: Progress, stdout: &mut dyn Writ
         .with_context(|| format!("searching the queries of {}", set.display()))?;
     qrelgen::output::write_atomic(&args.to, |w| baseline::write_trec(w, &run))?;
     let hits: usize = run.results.iter().map(|r| r.hits.len()).sum();
-    writeln!(stdout, "{} queries, {hits} hits (top {}) in {}", run.results.len(), args.k, args.to.display())?;
+    if args.json.json {
+        let json = RunJson {
+            set: Some(set),
+            corpus: None,
+            to: &args.to,
+            k: args.k,
+            queries: run.results.len(),
+            hits,
+        };
+        JsonFlag::write(stdout, &json)?;
+    } else {
+        writeln!(
+            stdout,
+            "{} queries, {hits} hits (top {}) in {}",
+            run.results.len(),
+            args.k,
+            args.to.display()
+        )?;
+    }
     if !args.quiet {
         eprintln!("next: qrelgen eval --set {} --run {}", set.display(), args.to.display());
     }
@@ -127,6 +168,18 @@ fn collection_run(
         .with_context(|| format!("searching {} in {}", queries.display(), corpus.display()))?;
     qrelgen::output::write_atomic(&args.to, |w| baseline::write_ranked(w, &run.results))?;
     let hits: usize = run.results.iter().map(|r| r.hits.len()).sum();
+    if args.json.json {
+        let json = RunJson {
+            set: None,
+            corpus: Some(corpus),
+            to: &args.to,
+            k: args.k,
+            queries: run.results.len(),
+            hits,
+        };
+        JsonFlag::write(stdout, &json)?;
+        return Ok(exit::OK);
+    }
     writeln!(
         stdout,
         "{} queries, {hits} hits (top {} documents, each scored by its best of {} chunks of {} documents) in {}",

@@ -1,10 +1,13 @@
 //! `qrelgen validate`: checks a set folder or a qrels file and prints one line per problem.
 
 use super::exit;
+use super::json::JsonFlag;
 use anyhow::Context as _;
 use clap::Args;
+use qrelgen::validate::Finding;
+use serde::Serialize;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -20,6 +23,38 @@ pub struct ValidateArgs {
     /// With --qrels: the queries.jsonl its query ids must be in.
     #[arg(long, value_name = "FILE", requires = "qrels")]
     queries: Option<PathBuf>,
+    #[command(flatten)]
+    json: JsonFlag,
+}
+
+/// `validate --json`: what was checked and the problems found (exit 1 when there are any).
+#[derive(Debug, Serialize)]
+struct ValidateJson<'a> {
+    /// The set folder or qrels file checked.
+    target: &'a Path,
+    /// Whether it has no problem.
+    valid: bool,
+    /// Problems found.
+    count: usize,
+    /// One per problem, as the text lines `file:line: message`.
+    problems: Vec<ProblemJson<'a>>,
+}
+
+/// One problem.
+#[derive(Debug, Serialize)]
+struct ProblemJson<'a> {
+    /// The file, as named to the user.
+    file: &'a Path,
+    /// 1-based line, if the problem has one.
+    line: Option<usize>,
+    /// What is wrong.
+    message: &'a str,
+}
+
+impl<'a> From<&'a Finding> for ProblemJson<'a> {
+    fn from(f: &'a Finding) -> Self {
+        Self { file: &f.file, line: f.line, message: &f.message }
+    }
 }
 
 /// Runs the checks; exit 1 when there are problems.
@@ -41,8 +76,14 @@ pub fn run(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
         }
     };
     let findings = findings.with_context(|| format!("validating {}", target.display()))?;
-    for finding in &findings {
-        writeln!(out, "{finding}")?;
+    if args.json.json {
+        let problems = findings.iter().map(ProblemJson::from).collect();
+        let json = ValidateJson { target, valid: findings.is_empty(), count: findings.len(), problems };
+        JsonFlag::write(out, &json)?;
+    } else {
+        for finding in &findings {
+            writeln!(out, "{finding}")?;
+        }
     }
     if findings.is_empty() {
         eprintln!("{}: no problems", target.display());

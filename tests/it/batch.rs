@@ -493,6 +493,16 @@ async fn submit_splits_by_the_request_limit_polls_and_prices_at_the_batch_rate()
     let status = qrelgen_with_env(&["batch", "status", "--set", path_str(&run.out)], &[]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(status.status.success() && text.contains(&state[0].id) && text.contains("completed"), "{text}");
+    let json = qrelgen_with_env(&["batch", "status", "--set", path_str(&run.out), "--json"], &[]);
+    assert!(json.status.success());
+    let doc: Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
+    let batches = doc["batches"].as_array().cloned().unwrap_or_default();
+    assert_eq!(batches.len(), state.len(), "{doc}");
+    for b in &batches {
+        assert_eq!((b["imported"].as_bool(), &b["completed"]), (Some(true), &b["total"]), "{b}");
+    }
+    assert_eq!(doc["not_imported"], 0);
+    assert_eq!(doc["batched_replies"], usage["batch_replies"], "{doc}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,6 +12,7 @@ mod eval;
 mod faults;
 mod golden;
 mod install;
+mod json;
 mod llm;
 mod mock;
 mod modules;

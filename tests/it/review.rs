@@ -996,6 +996,9 @@ fn a_closed_stdout_exits_0_quietly_in_every_command() {
         vec!["review", "agree", "--set", set_dir, "--decisions", path_str(&a), "--decisions", path_str(&b)],
         vec!["run", "--set", set_dir, "--to", path_str(&run_file), "--quiet"],
         vec!["eval", "--set", set_dir, "--run", path_str(&run_file), "--resamples", "100"],
+        vec!["run", "--set", set_dir, "--to", path_str(&run_file), "--quiet", "--json"],
+        vec!["eval", "--set", set_dir, "--run", path_str(&run_file), "--resamples", "100", "--json"],
+        vec!["validate", "--set", path_str(&broken), "--json"],
         vec!["review", "apply", "--set", set_dir, "--decisions", path_str(&a)],
     ];
     for args in &commands {
