@@ -23,16 +23,18 @@ use std::path::{Path, PathBuf};
   qrelgen eval --qrels scifact/qrels/test.tsv --run bm25.run")]
 pub struct RunArgs {
     /// The set folder (the --out of qrelgen build): its queries are searched in its index
-    /// (index/, rebuilt from corpus.jsonl if missing or stale); the run names chunks.
+    /// (index/, rebuilt from corpus.jsonl if missing or stale); the run names chunks
+    /// [default: none: give --corpus and --queries instead].
     #[arg(long, value_name = "DIR", conflicts_with = "corpus", required_unless_present = "corpus")]
     set: Option<PathBuf>,
     /// A collection of your own instead of a set: a BEIR corpus.jsonl (`_id`, `title`, `text`),
     /// any JSONL or folder `qrelgen build --corpus` reads. Documents are chunked as the build
     /// chunks them and a document scores as its best chunk (MaxP): the run names document ids,
-    /// as the collection's qrels do.
+    /// as the collection's qrels do [default: none: give --set instead].
     #[arg(long, value_name = "PATH", requires = "queries")]
     corpus: Option<PathBuf>,
-    /// With --corpus: the queries, a BEIR queries.jsonl (`_id`, `text`).
+    /// With --corpus: the queries, a BEIR queries.jsonl (`_id`, `text`) [default: none: required
+    /// with --corpus].
     #[arg(long, value_name = "FILE", requires = "corpus")]
     queries: Option<PathBuf>,
     /// With --corpus: keep the index in this folder (reused by the next run on the same corpus
