@@ -116,7 +116,7 @@ pub struct Paired {
 }
 
 /// Compares `run` with `baseline` (per-query scores on the same queries). The randomization test
-/// and then the bootstrap draw from the pair's one stream ([`pair_stream`]).
+/// and then the bootstrap draw from the pair's one stream (`pair_stream`).
 #[must_use]
 pub fn paired(
     names: (&str, &str),

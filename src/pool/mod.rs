@@ -194,8 +194,8 @@ pub fn run(
 ///
 /// # Errors
 /// [`Error::Input`]/[`Error::Malformed`] for unreadable set or run files (a run line that is not
-/// TREC, an id that is not the corpus's, naming file and line); [`Error::Setting`] for the LLM
-/// judge without an LLM ([`Error::InvalidSetting`]); the judge's fatal errors (endpoint, budget); publishing errors.
+/// TREC, an id that is not the corpus's, naming file and line); [`Error::InvalidSetting`] for the LLM
+/// judge without an LLM; the judge's fatal errors (endpoint, budget); publishing errors.
 pub fn pool(
     dir: &Path,
     index: &ChunkIndex,
