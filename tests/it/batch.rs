@@ -86,6 +86,18 @@ struct State {
     lines_answered: usize,
     /// Create calls received.
     creates: usize,
+    /// The batch a late create call is making: listed only once its call has answered, but
+    /// found by id as soon as a client can know the id (no race with the answer's delivery).
+    making: Option<MockBatch>,
+}
+
+impl State {
+    /// The late batch now exists.
+    fn made(&mut self) {
+        if let Some(batch) = self.making.take() {
+            self.batches.push(batch);
+        }
+    }
 }
 
 struct BatchApi {
@@ -141,11 +153,12 @@ impl Respond for BatchApi {
                 };
                 let object = batch_object(&batch);
                 if self.plan.made_late && state.creates == 1 {
+                    state.making = Some(batch);
                     let state = Arc::clone(&self.state);
                     std::thread::spawn(move || {
                         std::thread::sleep(delay);
                         if let Ok(mut state) = state.lock() {
-                            state.batches.push(batch);
+                            state.made();
                         }
                     });
                 } else {
@@ -169,6 +182,9 @@ impl Respond for BatchApi {
             ("GET", p) if p.starts_with("/v1/batches/") => {
                 state.polls += 1;
                 let batch_id = p.trim_start_matches("/v1/batches/").to_owned();
+                if state.making.as_ref().is_some_and(|b| b.id == batch_id) {
+                    state.made();
+                }
                 let Some(at) = state.batches.iter().position(|b| b.id == batch_id) else {
                     return ResponseTemplate::new(404);
                 };
