@@ -211,6 +211,19 @@ pub enum Error {
         /// The set folder.
         path: PathBuf,
     },
+    /// A refresh's corpus is refused: it shares too little with the set's, or more of it could
+    /// not be read than of the set's.
+    #[error(
+        "{path} is refused as the set's changed corpus: {reason}; a refresh from it would retire the set's \
+         queries and human judgments on what is missing\nhint: check --corpus (the changed version of the \
+         corpus the set was built from, complete and readable); if it is right, pass --accept-new-corpus"
+    )]
+    CorpusRefused {
+        /// The corpus given.
+        path: PathBuf,
+        /// What is wrong with it, with the figures.
+        reason: String,
+    },
     /// Agreement needs judgments by exactly two reviewers.
     #[error(
         "agreement needs two reviewers, found {}: {}\nhint: name them with --reviewer, once per file (a row's own reviewer field wins over it), or Label Studio user ids with --reviewer-map",

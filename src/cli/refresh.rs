@@ -40,6 +40,12 @@ pub struct RefreshArgs {
     #[arg(long)]
     wait: bool,
 
+    /// Refresh even when under half of the set's chunks carry over into --corpus (without it,
+    /// such a corpus is refused: another corpus, a damaged or truncated one, or the wrong path
+    /// would retire most of the set's queries).
+    #[arg(long)]
+    accept_new_corpus: bool,
+
     /// Settings that override the set's recorded ones (recorded in the new manifest). Each
     /// defaults to the value the set's manifest records, not to the build default its help shows.
     #[command(flatten)]
@@ -137,7 +143,11 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
         );
     }
     let progress = Progress::stderr(args.quiet);
-    let options = Options { new_queries: args.new_queries, dry_run: args.dry_run };
+    let options = Options {
+        new_queries: args.new_queries,
+        dry_run: args.dry_run,
+        accept_new_corpus: args.accept_new_corpus,
+    };
     let outcome = refresh::refresh(&config, &args.set, options, &progress)?;
     if outcome.nothing_changed && !given.is_empty() {
         progress.warn(&format!(
@@ -171,6 +181,16 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
     }
     let chunks = refresh::report_chunks(outcome);
     let queries = refresh::report_queries(outcome);
+    let check = outcome.corpus_check;
+    writeln!(
+        stdout,
+        "corpus: {} of the set's {} chunks carry over ({:.0} %), {} file(s) or line(s) skipped ({} before)",
+        check.carried,
+        check.old_chunks,
+        check.share() * 100.0,
+        check.skipped,
+        check.skipped_before
+    )?;
     if args.dry_run {
         writeln!(stdout, "dry run, nothing written: chunks {chunks}; queries {queries}")?;
         let estimate = outcome.estimate.unwrap_or_default();

@@ -28,6 +28,9 @@ const PREFLIGHT_NOTE: &str = "preflight-json-mode";
 /// Cache note holding the response format that gave a usable reply: only a mode that did is
 /// trusted by a later run without probing again.
 const USABLE_NOTE: &str = "preflight-json-mode-usable";
+/// Replies the preflight asks for in one response format before it concludes the server
+/// ignores that format.
+const PROBE_REPLIES: usize = 3;
 
 /// How the reply's structure is requested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
@@ -282,24 +285,38 @@ impl<'a> LlmGenerator<'a> {
         let mut passed_over = Vec::new();
         for (i, &mode) in modes.iter().enumerate() {
             let last = i + 1 == modes.len();
-            let error = match self.session.llm().probe(&messages, self.response_format(mode).as_ref()).await {
-                Ok(reply) => match ignored(mode, &reply.content) {
-                    Some(problem) if !last => {
-                        passed_over.push(format!("{} ignored: {problem}", mode.label()));
-                        continue;
-                    }
-                    _ => return Ok((mode, self.why(mode, &passed_over))),
-                },
-                Err(error) => error,
-            };
-            match error {
-                LlmError::Http { .. } if error.names_response_format() && !last => {
+            match self.probe_mode(&messages, mode).await {
+                Ok(Some(problem)) if !last => {
+                    passed_over.push(format!("{} ignored {PROBE_REPLIES} times: {problem}", mode.label()));
+                }
+                Ok(_) => return Ok((mode, self.why(mode, &passed_over))),
+                Err(error) if error.names_response_format() && !last => {
                     passed_over.push(format!("{} refused: {error}", mode.label()));
                 }
-                error => return Err(self.probe_failed(mode, &error)),
+                Err(error) => return Err(self.probe_failed(mode, &error)),
             }
         }
         Err(self.endpoint_error("offers no response format".to_owned(), "report this"))
+    }
+
+    /// Probes `mode` until a reply follows it, at most [`PROBE_REPLIES`] replies: one garbage
+    /// reply is noise (a sampled reply can go wrong in any mode), only a server that ignores
+    /// the format every time demonstrably lacks it. Returns the last problem if none followed.
+    async fn probe_mode(
+        &self,
+        messages: &[Message],
+        mode: JsonMode,
+    ) -> Result<Option<&'static str>, LlmError> {
+        let format = self.response_format(mode);
+        let mut problem = None;
+        for _ in 0..PROBE_REPLIES {
+            let reply = self.session.llm().probe(messages, format.as_ref()).await?;
+            problem = ignored(mode, &reply.content);
+            if problem.is_none() {
+                break;
+            }
+        }
+        Ok(problem)
     }
 
     /// Why the preflight chose `mode`, after passing over the modes in `passed_over`.

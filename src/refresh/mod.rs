@@ -64,6 +64,8 @@ pub struct Options {
     pub new_queries: NewQueries,
     /// Report what would change and the LLM calls it would make; write nothing.
     pub dry_run: bool,
+    /// Refresh from a corpus even when under half of the set's chunks carry over into it.
+    pub accept_new_corpus: bool,
 }
 
 /// What a refresh did (or, with `--dry-run`, would do).
@@ -73,6 +75,8 @@ pub struct Outcome {
     pub nothing_changed: bool,
     /// Old chunks per change, and the added ones.
     pub chunks: BTreeMap<ChunkChange, usize>,
+    /// How much of the set's corpus carries over into the new one, and how much was unreadable.
+    pub corpus_check: CorpusCheck,
     /// Queries per change (new ones included).
     pub queries: BTreeMap<QueryChange, usize>,
     /// New queries asked for.
@@ -100,6 +104,75 @@ pub struct Outcome {
     pub queue_items: usize,
     /// The version written (`None` for a dry run or nothing changed).
     pub version: Option<u32>,
+}
+
+/// What a refresh checks of the new corpus before it trusts it: how much of the set's corpus
+/// carries over (the old chunks something in the new corpus resembles: unchanged, moved,
+/// edited, split or merged; not deleted), and how many inputs could not be read.
+///
+/// The rules: at least half of the old chunks carry over, and no more files or lines are
+/// skipped than when the set's corpus was read. A corpus changes by editions, so most of it
+/// stays; under half means another corpus or the wrong path, and newly unreadable files mean
+/// a damaged copy. Either way a refresh would retire the queries and the human judgments on
+/// what is missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CorpusCheck {
+    /// The set's chunks.
+    pub old_chunks: usize,
+    /// Those that carry over.
+    pub carried: usize,
+    /// Files or lines of the new corpus skipped as unreadable.
+    pub skipped: usize,
+    /// Files or lines skipped when the set's corpus was read.
+    pub skipped_before: usize,
+}
+
+impl CorpusCheck {
+    /// Counts the carry-over the chunk changes `counts` show.
+    pub fn count(&mut self, counts: &BTreeMap<ChunkChange, usize>) {
+        let count = |change| counts.get(&change).copied().unwrap_or(0);
+        self.old_chunks = counts.values().sum::<usize>() - count(ChunkChange::Added);
+        self.carried = self.old_chunks - count(ChunkChange::Deleted);
+    }
+
+    /// The share of the old chunks that carry over (1 for a set without chunks).
+    #[must_use]
+    pub fn share(self) -> f64 {
+        if self.old_chunks == 0 { 1.0 } else { self.carried as f64 / self.old_chunks as f64 }
+    }
+
+    /// Refuses the corpus at `path` when more of it is unreadable than of the set's, unless `accept`.
+    ///
+    /// # Errors
+    /// [`Error::CorpusRefused`] with the figures.
+    pub fn check_readable(self, path: &Path, accept: bool) -> Result<()> {
+        if accept || self.skipped <= self.skipped_before {
+            return Ok(());
+        }
+        let reason = format!(
+            "{} file(s) or line(s) of it could not be read and were skipped (see the warnings above), \
+             {} when the set's corpus was read",
+            self.skipped, self.skipped_before
+        );
+        Err(Error::CorpusRefused { path: path.to_owned(), reason })
+    }
+
+    /// Refuses the corpus at `path` when under half of the old chunks carry over, unless `accept`.
+    ///
+    /// # Errors
+    /// [`Error::CorpusRefused`] with the figures.
+    pub fn check_carry_over(self, path: &Path, accept: bool) -> Result<()> {
+        if accept || self.carried * 2 >= self.old_chunks {
+            return Ok(());
+        }
+        let reason = format!(
+            "{} of the set's {} chunks ({:.0} %) carry over into it, under half",
+            self.carried,
+            self.old_chunks,
+            self.share() * 100.0
+        );
+        Err(Error::CorpusRefused { path: path.to_owned(), reason })
+    }
 }
 
 /// `edited 3, deleted 1, added 2`: the chunk changes of `outcome`.
@@ -163,6 +236,14 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
         return Ok(nothing_changed(*progress));
     }
+    let skipped_before =
+        manifest.rest.get("corpus").and_then(|c| c.get("skipped")).and_then(serde_json::Value::as_u64);
+    let check = CorpusCheck {
+        skipped: chunked.corpus().skipped,
+        skipped_before: skipped_before.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        ..CorpusCheck::default()
+    };
+    check.check_readable(&config.corpus, options.accept_new_corpus)?;
     // The run's large records are freed on a thread of their own once they are done with.
     let discard = crate::threads::Discard::new();
     let stage = progress.stage("read", 0);
@@ -183,6 +264,9 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
     // The stage's time includes the mapping done beside the index stage.
     timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)) + took);
+    outcome.corpus_check = check;
+    outcome.corpus_check.count(&outcome.chunks);
+    outcome.corpus_check.check_carry_over(&config.corpus, options.accept_new_corpus)?;
     let new_share = new_share(&new, &map);
     discard.later(new);
     if map.is_identity() {

@@ -527,3 +527,93 @@ fn a_refresh_from_the_sets_own_files_is_refused_and_changes_nothing() {
     assert_eq!(scene.version(), 1);
     scene.assert_valid();
 }
+
+/// Runs `refresh` of the scene's set from `corpus` (and `extra` flags) as a real process.
+fn refresh_from(scene: &Scene, corpus: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["refresh", "--set", path_str(&scene.set), "--corpus", path_str(corpus), "-q"];
+    args.extend_from_slice(extra);
+    scene.run(&args)
+}
+
+#[test]
+fn a_corpus_sharing_under_half_of_the_sets_chunks_is_refused_with_the_figures_unless_accepted() {
+    let scene = Scene::new();
+    // Another corpus: only the documents of one folder of the set's corpus.
+    let partial = scene.path("partial");
+    let first =
+        fs_err::read_dir(&scene.corpus).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).unwrap();
+    for entry in walkdir::WalkDir::new(&first).into_iter().flatten().filter(|e| e.file_type().is_file()) {
+        let relative = entry.path().strip_prefix(&scene.corpus).unwrap();
+        write(&partial.join(relative), fs_err::read(entry.path()).unwrap());
+    }
+    let before = version_files(&scene.set);
+    for dry in [&["--dry-run"][..], &[]] {
+        let run = refresh_from(&scene, &partial, dry);
+        run.assert_code(2);
+        assert!(run.stderr.contains("is refused as the set's changed corpus"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("chunks") && run.stderr.contains("carry over into it, under half"),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("pass --accept-new-corpus"), "{}", run.stderr);
+    }
+    assert_eq!(version_files(&scene.set), before, "a refused corpus changes nothing");
+    assert_eq!(scene.version(), 1);
+    scene.assert_valid();
+    let dry = refresh_from(&scene, &partial, &["--dry-run", "--accept-new-corpus"]);
+    dry.assert_code(0);
+    let line = dry.stdout.lines().next().unwrap_or("");
+    let (carried, old) = carry_over(line);
+    assert!(carried * 2 < old && carried > 0, "{line}");
+    let accepted = refresh_from(&scene, &partial, &["--accept-new-corpus"]);
+    accepted.assert_code(0);
+    assert_eq!(
+        carry_over(accepted.stdout.lines().next().unwrap_or("")),
+        (carried, old),
+        "the dry run's figures"
+    );
+    assert_eq!(scene.version(), 2);
+    scene.assert_valid();
+}
+
+#[test]
+fn a_damaged_corpus_is_refused_naming_the_unreadable_files_and_a_healthy_edit_goes_through() {
+    let scene = Scene::new();
+    let before = version_files(&scene.set);
+    scene.change_corpus();
+    let victim = walkdir::WalkDir::new(&scene.corpus)
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .last()
+        .unwrap();
+    let original = fs_err::read(victim.path()).unwrap();
+    write(victim.path(), b"\xff\xfe not text".to_vec());
+    let run = refresh_from(&scene, &scene.corpus, &[]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("1 file(s) or line(s) of it could not be read"), "{}", run.stderr);
+    assert!(run.stderr.contains("invalid UTF-8"), "the warning names the file: {}", run.stderr);
+    assert_eq!(version_files(&scene.set), before);
+    assert_eq!(scene.version(), 1);
+    write(victim.path(), original);
+    let run = refresh_from(&scene, &scene.corpus, &[]);
+    run.assert_code(0);
+    let (carried, old) = carry_over(run.stdout.lines().next().unwrap_or(""));
+    assert!(carried == old && old > 0, "{}", run.stdout);
+    assert!(
+        run.stdout.lines().next().unwrap_or("").ends_with("0 file(s) or line(s) skipped (0 before)"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(scene.version(), 2);
+    scene.assert_valid();
+}
+
+/// `(carried, old)` from a refresh's `corpus: X of the set's Y chunks carry over …` line.
+fn carry_over(line: &str) -> (usize, usize) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert!(line.starts_with("corpus: ") && words.len() > 6, "not the corpus line: {line}");
+    (words[1].parse().unwrap(), words[5].parse().unwrap())
+}

@@ -216,7 +216,7 @@ async fn a_server_that_ignores_the_schema_gets_json_object_and_the_connect_line_
     assert_eq!(manifest(&run)["llm"]["json_mode"], "object");
     let line = connect_line(&run);
     assert!(
-        line.contains("json_object output (json_schema ignored: the reply holds no JSON object"),
+        line.contains("json_object output (json_schema ignored 3 times: the reply holds no JSON object"),
         "{line}"
     );
     let rerun = run_on(&server, dir.path(), &[]).await;
@@ -225,6 +225,36 @@ async fn a_server_that_ignores_the_schema_gets_json_object_and_the_connect_line_
         "{}",
         rerun.stderr
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_garbage_preflight_reply_is_retried_keeps_json_schema_and_the_rerun_pays_nothing() {
+    let dir = tempdir();
+    let (mut model, counters) = mock::model(Behaviour::Good);
+    model.garbage_preflights = 1;
+    let server = mock::start(model).await;
+    let run = run_on(&server, dir.path(), &[]).await;
+    run.assert_code(0);
+    assert_eq!(manifest(&run)["llm"]["json_mode"], "schema", "one bad reply downgrades nothing");
+    assert_eq!(probes(&server).await, ["json_schema", "json_schema"], "the probe was asked again");
+    assert!(
+        connect_line(&run).contains("json_schema output (the server follows the schema)"),
+        "{}",
+        run.stderr
+    );
+    let first = counters.requests();
+    run_on(&server, dir.path(), &[]).await.assert_code(0);
+    assert_eq!(counters.requests(), first, "the rerun is served from the cache: nothing is paid twice");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_ignores_the_schema_on_every_probe_is_asked_three_times_before_json_object() {
+    let dir = tempdir();
+    let (mut model, _) = mock::model(Behaviour::Good);
+    model.ignore_schema = true;
+    let server = mock::start(model).await;
+    run_on(&server, dir.path(), &[]).await.assert_code(0);
+    assert_eq!(probes(&server).await, ["json_schema", "json_schema", "json_schema", "json_object"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

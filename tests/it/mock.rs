@@ -55,6 +55,8 @@ pub struct Counters {
     pub first_call: Mutex<Option<String>>,
     /// Attempts of the first generation call answered late.
     pub slow_served: AtomicUsize,
+    /// Preflight probes answered so far.
+    pub preflights: AtomicUsize,
 }
 
 impl Counters {
@@ -102,6 +104,9 @@ pub struct Model {
     /// Answer the preflight in prose when it asks for `json_schema` (a server that ignores the
     /// schema).
     pub ignore_schema: bool,
+    /// The first this many preflight probes are answered in prose, whatever they ask for (a
+    /// sampled reply gone wrong once, not a server lacking the format).
+    pub garbage_preflights: usize,
     /// Send `x-ratelimit-limit-requests: N` (per minute, as OpenAI does) with every answer.
     pub rate_headers: Option<u32>,
     pub counters: Arc<Counters>,
@@ -136,6 +141,12 @@ impl Model {
         }
         let Ok(mut first) = self.counters.first_call.lock() else { return false };
         first.get_or_insert_with(|| user.to_owned()) == user
+    }
+
+    /// Whether this preflight probe (asking for `format`) gets a reply in prose.
+    fn garbles_preflight(&self, format: &str) -> bool {
+        let n = self.counters.preflights.fetch_add(1, Ordering::SeqCst);
+        n < self.garbage_preflights || (self.ignore_schema && format == "json_schema")
     }
 
     fn answer(&self, request: &Request) -> ResponseTemplate {
@@ -193,7 +204,7 @@ impl Model {
         }
         let repaired = messages.len() > 2;
         let content = match self.behaviour {
-            _ if user.contains("{\"queries\": []}") && self.ignore_schema && format == "json_schema" => {
+            _ if user.contains("{\"queries\": []}") && self.garbles_preflight(format) => {
                 "Sure! Here is what you asked for.".to_owned()
             }
             _ if user.contains("{\"queries\": []}") => json!({"queries": []}).to_string(),
@@ -383,6 +394,7 @@ pub fn model(behaviour: Behaviour) -> (Model, Arc<Counters>) {
         fail_generation: None,
         slow_first_call: None,
         ignore_schema: false,
+        garbage_preflights: 0,
         rate_headers: None,
         counters: Arc::clone(&counters),
     };
