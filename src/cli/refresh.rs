@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Args)]
 // A refresh keeps the set's queries: --new-queries says how many new ones it writes.
 #[command(mut_arg("queries", |arg| arg.hide(true)))]
+#[expect(clippy::struct_excessive_bools, reason = "each bool is an independent command-line switch")]
 pub struct RefreshArgs {
     /// The set folder to refresh (the --out of qrelgen build).
     #[arg(long, value_name = "DIR")]

@@ -128,11 +128,24 @@ pub struct CorpusCheck {
 }
 
 impl CorpusCheck {
-    /// Counts the carry-over the chunk changes `counts` show.
-    pub fn count(&mut self, counts: &BTreeMap<ChunkChange, usize>) {
+    /// The inputs skipped as unreadable in the new `corpus` and in the set's (its `manifest`).
+    fn readable(manifest: &SetManifest, corpus: &output::CorpusSummary) -> Self {
+        let before =
+            manifest.rest.get("corpus").and_then(|c| c.get("skipped")).and_then(serde_json::Value::as_u64);
+        Self {
+            skipped: corpus.skipped,
+            skipped_before: before.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+            ..Self::default()
+        }
+    }
+
+    /// With the carry-over the chunk changes `counts` show.
+    #[must_use]
+    pub fn carrying_over(mut self, counts: &BTreeMap<ChunkChange, usize>) -> Self {
         let count = |change| counts.get(&change).copied().unwrap_or(0);
         self.old_chunks = counts.values().sum::<usize>() - count(ChunkChange::Added);
         self.carried = self.old_chunks - count(ChunkChange::Deleted);
+        self
     }
 
     /// The share of the old chunks that carry over (1 for a set without chunks).
@@ -141,29 +154,31 @@ impl CorpusCheck {
         if self.old_chunks == 0 { 1.0 } else { self.carried as f64 / self.old_chunks as f64 }
     }
 
-    /// Refuses the corpus at `path` when more of it is unreadable than of the set's, unless `accept`.
+    /// Refuses `config`'s corpus when more of it is unreadable than of the set's, unless
+    /// `options` accept a new corpus.
     ///
     /// # Errors
     /// [`Error::CorpusRefused`] with the figures.
-    pub fn check_readable(self, path: &Path, accept: bool) -> Result<()> {
-        if accept || self.skipped <= self.skipped_before {
-            return Ok(());
+    pub fn refuse_unreadable(self, config: &BuildConfig, options: Options) -> Result<Self> {
+        if options.accept_new_corpus || self.skipped <= self.skipped_before {
+            return Ok(self);
         }
         let reason = format!(
             "{} file(s) or line(s) of it could not be read and were skipped (see the warnings above), \
              {} when the set's corpus was read",
             self.skipped, self.skipped_before
         );
-        Err(Error::CorpusRefused { path: path.to_owned(), reason })
+        Err(Error::CorpusRefused { path: config.corpus.clone(), reason })
     }
 
-    /// Refuses the corpus at `path` when under half of the old chunks carry over, unless `accept`.
+    /// Refuses `config`'s corpus when under half of the old chunks carry over, unless
+    /// `options` accept a new corpus.
     ///
     /// # Errors
     /// [`Error::CorpusRefused`] with the figures.
-    pub fn check_carry_over(self, path: &Path, accept: bool) -> Result<()> {
-        if accept || self.carried * 2 >= self.old_chunks {
-            return Ok(());
+    pub fn refuse_scant(self, config: &BuildConfig, options: Options) -> Result<Self> {
+        if options.accept_new_corpus || self.carried * 2 >= self.old_chunks {
+            return Ok(self);
         }
         let reason = format!(
             "{} of the set's {} chunks ({:.0} %) carry over into it, under half",
@@ -171,7 +186,7 @@ impl CorpusCheck {
             self.old_chunks,
             self.share() * 100.0
         );
-        Err(Error::CorpusRefused { path: path.to_owned(), reason })
+        Err(Error::CorpusRefused { path: config.corpus.clone(), reason })
     }
 }
 
@@ -236,20 +251,12 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
         return Ok(nothing_changed(*progress));
     }
-    let skipped_before =
-        manifest.rest.get("corpus").and_then(|c| c.get("skipped")).and_then(serde_json::Value::as_u64);
-    let check = CorpusCheck {
-        skipped: chunked.corpus().skipped,
-        skipped_before: skipped_before.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
-        ..CorpusCheck::default()
-    };
-    check.check_readable(&config.corpus, options.accept_new_corpus)?;
+    let check = CorpusCheck::readable(&manifest, chunked.corpus()).refuse_unreadable(config, options)?;
     // The run's large records are freed on a thread of their own once they are done with.
     let discard = crate::threads::Discard::new();
     let stage = progress.stage("read", 0);
     let SetState { current, corpus: old_corpus, pieces: old, mut model, queue: previous } = old?;
-    let read = format!("{} queries, {} chunks", current.queries.len(), old.len());
-    timings.add("read", stage.finish(&read));
+    timings.add("read", stage.finish(&format!("{} queries, {} chunks", current.queries.len(), old.len())));
     let old_chunks: Vec<OldChunk<'_>> =
         old.iter().map(|p| OldChunk { id: &p.id, title: &p.title, text: &p.text }).collect();
     let earlier = old_chunks_hash(&manifest)
@@ -264,9 +271,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
     // The stage's time includes the mapping done beside the index stage.
     timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)) + took);
-    outcome.corpus_check = check;
-    outcome.corpus_check.count(&outcome.chunks);
-    outcome.corpus_check.check_carry_over(&config.corpus, options.accept_new_corpus)?;
+    outcome.corpus_check = check.carrying_over(&outcome.chunks).refuse_scant(config, options)?;
     let new_share = new_share(&new, &map);
     discard.later(new);
     if map.is_identity() {

@@ -590,7 +590,7 @@ fn a_damaged_corpus_is_refused_naming_the_unreadable_files_and_a_healthy_edit_go
         .last()
         .unwrap();
     let original = fs_err::read(victim.path()).unwrap();
-    write(victim.path(), b"\xff\xfe not text".to_vec());
+    write(victim.path(), b"\xff\xfe not text");
     let run = refresh_from(&scene, &scene.corpus, &[]);
     run.assert_code(2);
     assert!(run.stderr.contains("1 file(s) or line(s) of it could not be read"), "{}", run.stderr);
