@@ -234,6 +234,16 @@ pub enum Error {
         /// The reviewers found.
         found: Vec<String>,
     },
+    /// The set was written in another format than this qrelgen reads and writes.
+    #[error("{path}: {message}\nhint: {hint}")]
+    SetFormat {
+        /// The set's manifest.
+        path: PathBuf,
+        /// The format found and the one read.
+        message: String,
+        /// What to do.
+        hint: String,
+    },
     /// Another qrelgen command is changing the set (it holds the set's lock); nothing was done.
     #[error("{path} is being changed by {holder}\nhint: {hint}")]
     SetBusy {

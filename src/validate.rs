@@ -111,6 +111,14 @@ fn check_manifest(dir: &Path, all: &mut Vec<Finding>) {
                 crate::record::FORMAT_VERSION
             ),
         ),
+        Some(v) if v < u64::from(crate::record::FORMAT_VERSION) => problem(
+            MANIFEST,
+            format!(
+                "format_version {v} is older than this qrelgen reads ({}; only pre-release builds wrote it): \
+                 build the set again",
+                crate::record::FORMAT_VERSION
+            ),
+        ),
         Some(_) => {}
     }
     if let Some(log) = &manifest.review

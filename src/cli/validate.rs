@@ -62,7 +62,7 @@ pub fn run(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     // A set is read whole, as one version (a publish cut short is put back first).
     let _read = match &args.set {
         Some(set) => Some(
-            qrelgen::set::ReadGuard::open(set, "validate")
+            qrelgen::set::ReadGuard::open_any_format(set, "validate")
                 .with_context(|| format!("validating {}", set.display()))?,
         ),
         None => None,

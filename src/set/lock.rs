@@ -93,7 +93,9 @@ impl SetLock {
         }
         let holder = Holder { command: command.to_owned(), pid: std::process::id(), started: now() };
         write_holder(&file, &holder).map_err(|source| Error::Output { path, source })?;
-        Ok(Self { file, dir: dir.to_owned() })
+        let lock = Self { file, dir: dir.to_owned() };
+        super::check_format(dir)?;
+        Ok(lock)
     }
 
     /// The set folder.
@@ -157,12 +159,24 @@ pub struct ReadGuard {
 
 impl ReadGuard {
     /// Waits for a publish under way in `dir` to finish, rolls back one a killed command left
-    /// half done (under the writer lock, as `command`), and holds the set for reading.
+    /// half done (under the writer lock, as `command`), and holds the set for reading, once its
+    /// format is checked ([`super::check_format`]).
     ///
     /// # Errors
     /// [`Error::SetBusy`] when a publish was cut short and another command holds the writer lock
-    /// (it puts the set back itself); the errors of [`super::publish::recover`].
+    /// (it puts the set back itself); [`Error::SetFormat`] for a set in another format; the
+    /// errors of [`super::publish::recover`].
     pub fn open(dir: &Path, command: &str) -> Result<Self> {
+        let guard = Self::open_any_format(dir, command)?;
+        super::check_format(dir)?;
+        Ok(guard)
+    }
+
+    /// As [`ReadGuard::open`], for any format (`validate` reports the format with the rest).
+    ///
+    /// # Errors
+    /// As [`ReadGuard::open`], but for the format.
+    pub fn open_any_format(dir: &Path, command: &str) -> Result<Self> {
         loop {
             let publish = PublishLock::shared(dir)?;
             if !super::publish::unfinished(dir) {

@@ -16,6 +16,7 @@ pub mod publish;
 pub use lock::{Holder, PublishLock, ReadGuard, SetLock, Wait};
 
 use crate::error::{Error, Result};
+use crate::record::FORMAT_VERSION;
 use std::path::{Path, PathBuf};
 
 /// In a set folder, where `qrelgen run --to` may write runs (nothing of the set lives there).
@@ -30,6 +31,47 @@ pub fn is_set(dir: &Path) -> bool {
     }
     let Ok(text) = fs_err::read_to_string(dir.join(layout::MANIFEST)) else { return false };
     serde_json::from_str::<Signature>(&text).is_ok_and(|s| s.tool.starts_with("qrelgen"))
+}
+
+/// Refuses a set in `dir` whose manifest records another format than [`FORMAT_VERSION`], the
+/// one this qrelgen reads and writes: a newer one (a later qrelgen wrote it: its files may hold
+/// what this one would misread or drop) and an older one (only pre-release builds wrote one, so
+/// no migration exists: the set is built again). A folder without a qrelgen manifest passes
+/// (it is no set yet, or [`crate::validate`] reports the damage).
+///
+/// # Errors
+/// [`Error::SetFormat`] with the formats and what to do.
+pub fn check_format(dir: &Path) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Signature {
+        tool: String,
+        format_version: Option<u32>,
+    }
+    let path = dir.join(layout::MANIFEST);
+    let Ok(text) = fs_err::read_to_string(&path) else { return Ok(()) };
+    let Ok(found) = serde_json::from_str::<Signature>(&text) else { return Ok(()) };
+    if !found.tool.starts_with("qrelgen") || found.format_version == Some(FORMAT_VERSION) {
+        return Ok(());
+    }
+    let ours = concat!("qrelgen ", env!("CARGO_PKG_VERSION"));
+    let (message, hint) = match found.format_version {
+        Some(v) if v > FORMAT_VERSION => (
+            format!("the set is in format {v} (written by {}); {ours} reads format {FORMAT_VERSION}", found.tool),
+            "update qrelgen (cargo install qrelgen, or pip install -U qrelgen) and run the command again".to_owned(),
+        ),
+        v => (
+            format!(
+                "the set is in format {} (written by {}, a pre-release build); {ours} reads format \
+                 {FORMAT_VERSION} and has no migration from it",
+                v.map_or_else(|| "1".to_owned(), |v| v.to_string()),
+                found.tool
+            ),
+            "build the set again from its corpus with this qrelgen; copy review/decisions.jsonl out first and \
+             `qrelgen review apply` it to the new set"
+                .to_owned(),
+        ),
+    };
+    Err(Error::SetFormat { path, message, hint })
 }
 
 /// The set folder `path` lies in (itself included), if any: the nearest folder above it that

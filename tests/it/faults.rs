@@ -617,3 +617,43 @@ fn carry_over(line: &str) -> (usize, usize) {
     assert!(line.starts_with("corpus: ") && words.len() > 6, "not the corpus line: {line}");
     (words[1].parse().unwrap(), words[5].parse().unwrap())
 }
+
+#[test]
+fn a_set_in_another_format_is_refused_by_every_command_that_reads_or_writes_it() {
+    let scene = Scene::new();
+    let manifest_path = scene.set.join("manifest.json");
+    let manifest = fs_err::read_to_string(&manifest_path).unwrap();
+    assert!(manifest.contains("\"format_version\": 3"), "{manifest}");
+    let set = path_str(&scene.set);
+    let corpus = path_str(&scene.corpus);
+    let (run_file, again) = (scene.path("bm25.run"), scene.path("again.run"));
+    scene.run(&["run", "--set", set, "--to", path_str(&run_file)]).assert_code(0);
+    for (format, says) in [(99, "the set is in format 99"), (2, "has no migration from it")] {
+        write(
+            &manifest_path,
+            manifest.replace("\"format_version\": 3", &format!("\"format_version\": {format}")),
+        );
+        let before = version_files(&scene.set);
+        let commands: [&[&str]; 6] = [
+            &["eval", "--set", set, "--run", path_str(&run_file)],
+            &["run", "--set", set, "--to", path_str(&again)],
+            &["review", "status", "--set", set],
+            &["refresh", "--set", set, "--corpus", corpus, "-q"],
+            &["refresh", "--set", set, "--corpus", corpus, "-q", "--dry-run"],
+            &["pool", "--set", set, "--run", path_str(&run_file), "--judge", "none"],
+        ];
+        for args in commands {
+            let run = scene.run(args);
+            run.assert_code(2);
+            assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+            assert!(run.stderr.contains("hint: "), "{args:?}: {}", run.stderr);
+        }
+        assert_eq!(version_files(&scene.set), before, "format {format}: nothing changed");
+        assert!(!again.exists());
+        let validate = scene.run(&["validate", "--set", set]);
+        validate.assert_code(1);
+        assert!(validate.stdout.contains(&format!("format_version {format} is")), "{}", validate.stdout);
+    }
+    write(&manifest_path, manifest);
+    scene.assert_valid();
+}
