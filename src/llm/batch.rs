@@ -322,7 +322,8 @@ pub struct Imported {
     pub not_run: usize,
     /// Lines that are not results (skipped).
     pub unreadable: usize,
-    /// Lines whose `custom_id` is not a request's (not a cache key): rejected.
+    /// Lines whose `custom_id` is not a request's (not one the cache exported or submitted,
+    /// or, in a cache that recorded no export, not a cache key's shape): rejected.
     pub unknown: usize,
     /// Lines for a call that already has a reply (an earlier line, or the cache): the first
     /// reply stands, these are dropped.
@@ -432,7 +433,8 @@ pub(super) const TABLES: &str = "
     CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
         PRIMARY KEY (batch, key));
     CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
-    CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);";
+    CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS exported (key TEXT PRIMARY KEY, file TEXT NOT NULL);";
 
 /// A page of the list of batches (newest first).
 #[derive(Debug, Deserialize)]
@@ -522,6 +524,40 @@ impl Cache {
                 )?;
             }
             tx.commit()
+        })
+    }
+
+    /// Records the calls whose request lines were written to the request file `file`: an
+    /// import takes replies for these (and for submitted batches' lines) only.
+    fn record_exported(&self, keys: &[&String], file: &Path) -> Result<(), super::CacheError> {
+        let file = file.display().to_string();
+        self.with(|c| {
+            let tx = c.unchecked_transaction()?;
+            for key in keys {
+                tx.execute(
+                    "INSERT OR REPLACE INTO exported (key, file) VALUES (?1, ?2)",
+                    params![key, file],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    /// Whether the cache records any call as exported (a cache an earlier qrelgen made records
+    /// none: its imports are checked by the ids' shape only).
+    fn any_exported(&self) -> Result<bool, super::CacheError> {
+        self.with(|c| c.query_row("SELECT EXISTS (SELECT 1 FROM exported)", [], |row| row.get(0)))
+    }
+
+    /// Whether `key` is a call this cache asked for: exported to a request file or sent in a batch.
+    fn asked_for(&self, key: &str) -> Result<bool, super::CacheError> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM exported WHERE key = ?1) \
+                 OR EXISTS (SELECT 1 FROM batch_lines WHERE key = ?1)",
+                params![key],
+                |row| row.get(0),
+            )
         })
     }
 
@@ -809,12 +845,13 @@ impl Llm {
     fn import_lines(&self, text: &str, batch: &str) -> Result<Imported, BatchError> {
         let mut imported = Imported::default();
         let mut answered = std::collections::HashSet::new();
+        let checked = self.cache.any_exported()?;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let Ok(line) = serde_json::from_str::<OutputLine>(line) else {
                 imported.unreadable += 1;
                 continue;
             };
-            if !is_request_id(&line.custom_id) {
+            if !is_request_id(&line.custom_id) || (checked && !self.cache.asked_for(&line.custom_id)?) {
                 imported.unknown += 1;
                 continue;
             }
@@ -860,6 +897,7 @@ impl Llm {
         }
         match &deferral.config.mode {
             BatchMode::Export { to } | BatchMode::Import { to: Some(to), .. } => {
+                self.cache.record_exported(&pending.keys().collect::<Vec<_>>(), to)?;
                 let lines = write_lines(to, pending.values().map(|p| p.line.as_str()))?;
                 Err(BatchError::Exported { stage: stage.to_owned(), lines, path: to.clone() })
             }

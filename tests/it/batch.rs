@@ -991,10 +991,13 @@ async fn an_import_rejects_unknown_custom_ids_and_keeps_the_first_reply_of_a_dup
                 lines.push('\n');
             }
         }
-        let stranger =
-            json!({"id": "x", "custom_id": "not-a-request", "response": {"status_code": 200, "body": {}}});
-        lines.push_str(&stranger.to_string());
-        lines.push('\n');
+        // Two strangers: an id that is no cache key, and one shaped like a key but never exported.
+        for custom_id in ["not-a-request".to_owned(), format!("{:064x}", 0xfeed + imports)] {
+            let stranger =
+                json!({"id": "x", "custom_id": custom_id, "response": {"status_code": 200, "body": {}}});
+            lines.push_str(&stranger.to_string());
+            lines.push('\n');
+        }
         fs_err::write(&results, lines).unwrap();
         imports += 1;
         let to = dir.path().join(format!("requests-{}.jsonl", imports + 1));
@@ -1006,7 +1009,7 @@ async fn an_import_rejects_unknown_custom_ids_and_keeps_the_first_reply_of_a_dup
         .await;
         run.assert_code(0);
         let answered = read_jsonl(&next).len();
-        let said = format!("1 unknown custom_id(s) rejected, {answered} duplicate(s)");
+        let said = format!("2 unknown custom_id(s) rejected, {answered} duplicate(s)");
         assert!(run.stderr.contains(&said), "{said}: {}", run.stderr);
         if !run.stdout.contains("wrote") {
             break run;
