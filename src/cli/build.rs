@@ -14,7 +14,7 @@ use qrelgen::pipeline::{self, IfOccupied, Outcome};
 use qrelgen::progress::Progress;
 use qrelgen::record::QueryType;
 use qrelgen::rounds::{Shortfall, TypeCounts};
-use qrelgen::set::{SetLock, Wait};
+use qrelgen::set::{SetLock, Wait, layout};
 use qrelgen::text::Language;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -149,7 +149,7 @@ impl<'a> Built<'a> {
     fn new(outcome: &'a Outcome, out: &'a Path) -> Self {
         Self {
             out,
-            report: out.join("report.md"),
+            report: out.join(layout::REPORT_MD),
             queries: outcome.in_set,
             by_type: outcome.counts.iter().map(|(t, c)| (*t, c.in_set())).collect(),
             review_items: outcome.review_items,
@@ -342,7 +342,7 @@ fn print_summary(outcome: &Outcome, out: &Path, w: &mut dyn Write) -> std::io::R
     if !outcome.skipped.is_empty() {
         writeln!(w, "{} input(s) skipped, listed in the report", outcome.skipped.len())?;
     }
-    writeln!(w, "report: {}", out.join("report.md").display())?;
+    writeln!(w, "report: {}", out.join(layout::REPORT_MD).display())?;
     warn_shortfalls(outcome);
     Ok(())
 }

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge, PoolRecord};
 use qrelgen::progress::Progress;
-use qrelgen::set::{SetLock, Wait};
+use qrelgen::set::{SetLock, Wait, layout};
 use serde::Serialize;
 use serde_json::Value;
 use std::io::Write;
@@ -177,14 +177,14 @@ fn pool_into(
 /// The LLM settings: the set's recorded ones under the flags given; the generator is left to
 /// the endpoint (an offline set can be judged by an LLM given --base-url).
 fn llm_config(args: &mut PoolArgs, manifest: &Value) -> anyhow::Result<qrelgen::BuildConfig> {
-    let path = args.set.join("manifest.json");
+    let path = args.set.join(layout::MANIFEST);
     let config = manifest.get("config").with_context(|| format!("{} records no config", path.display()))?;
     let mut recorded = settings_of(config);
     recorded.remove("generator");
     let recorded: Settings = serde_json::from_value(Value::Object(recorded))
         .with_context(|| format!("{}: the recorded config cannot be read", path.display()))?;
     let settings = std::mem::take(&mut args.settings).over(Some(recorded));
-    let corpus = args.set.join("corpus.jsonl");
+    let corpus = args.set.join(layout::CORPUS);
     let api_key = std::env::var("OPENAI_API_KEY").ok();
     let config = settings.resolve(Inputs { corpus: &corpus, prechunked: true, dry_run: false, api_key })?;
     if matches!(config.generator, qrelgen::config::GeneratorConfig::Offline) {

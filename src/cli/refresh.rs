@@ -8,7 +8,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use qrelgen::progress::Progress;
 use qrelgen::refresh::{self, NewQueries, Options, Outcome};
-use qrelgen::set::{ReadGuard, SetLock, Wait};
+use qrelgen::set::{ReadGuard, SetLock, Wait, layout};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::io::Write;
@@ -231,7 +231,7 @@ fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> any
 
 /// The set's `manifest.json`.
 pub(super) fn read_manifest(set: &Path) -> anyhow::Result<Value> {
-    let path = set.join("manifest.json");
+    let path = set.join(layout::MANIFEST);
     let text =
         fs_err::read_to_string(&path).with_context(|| format!("{} is not a set folder", set.display()))?;
     serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))
@@ -239,7 +239,7 @@ pub(super) fn read_manifest(set: &Path) -> anyhow::Result<Value> {
 
 /// The settings the set's `manifest` records, as if given in a config file.
 fn recorded_settings(manifest: &Value, set: &Path) -> anyhow::Result<Settings> {
-    let path = set.join("manifest.json");
+    let path = set.join(layout::MANIFEST);
     let config = manifest.get("config").with_context(|| format!("{} records no config", path.display()))?;
     serde_json::from_value(Value::Object(settings_of(config)))
         .with_context(|| format!("{}: the recorded config cannot be read", path.display()))
