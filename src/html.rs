@@ -162,7 +162,10 @@ pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String 
         );
     }
     for (g, (label, bars)) in groups.iter().enumerate() {
-        let x0 = left + g as f64 * group_width + 10.0;
+        // The bars and the label centred in the group's width, which fits the longest label: a
+        // label never reaches into the axis or the next group.
+        let centre = left + (g as f64 + 0.5) * group_width;
+        let x0 = centre - per * 9.0 + 2.0;
         for (s, bar) in bars.iter().enumerate() {
             let x = x0 + s as f64 * 18.0;
             let colour = colour(s);
@@ -188,7 +191,7 @@ pub fn grouped_bars(groups: &[(String, Vec<Bar>)], series: &[String]) -> String 
         let _ = write!(
             svg,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            x0 + per * 9.0 - 2.0,
+            centre,
             height - bottom + 16.0,
             escape(label)
         );
@@ -370,7 +373,7 @@ pub fn p_matrix(names: &[String], p: impl Fn(usize, usize) -> Option<f64>, alpha
         let at = label + (i as f64 + 0.5) * cell;
         let _ = write!(
             svg,
-            "<text x=\"{:.0}\" y=\"{at:.1}\" text-anchor=\"end\" dominant-baseline=\"middle\">{1}</text><text transform=\"translate({at:.1},{2:.0}) rotate(-45)\">{1}</text>",
+            "<text x=\"{:.0}\" y=\"{at:.1}\" text-anchor=\"end\" dominant-baseline=\"middle\">{1}</text><text transform=\"translate({at:.1},{2:.0}) rotate(-90)\" dominant-baseline=\"middle\">{1}</text>",
             label - 6.0,
             escape(&truncate(name, 18)),
             label - 6.0

@@ -552,6 +552,12 @@ fn headless(browser: &Path, args: &[&str]) -> String {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", browser.display()));
+    // Read while it runs: a page's DOM is larger than a pipe holds, and a full pipe would stop it.
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
     let started = Instant::now();
     while child.try_wait().ok().flatten().is_none() {
         if started.elapsed() > Duration::from_secs(60) {
@@ -560,8 +566,7 @@ fn headless(browser: &Path, args: &[&str]) -> String {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let output = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    String::from_utf8_lossy(&reader.join().unwrap().unwrap()).into_owned()
 }
 
 #[test]
@@ -615,6 +620,93 @@ fn both_pages_render_in_a_real_browser_and_escape_untrusted_text() {
             fs_err::metadata(&shot).map_or(0, |m| m.len()) > 10_000,
             "a screenshot of {}",
             page.display()
+        );
+    }
+}
+
+/// `run` with each query's ranking rotated by `by` places (a different, worse system).
+fn rotated(run: &str, by: usize, name: &str) -> String {
+    let mut per_query: Vec<(&str, Vec<&str>)> = Vec::new();
+    for line in run.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match per_query.last_mut() {
+            Some((query, docs)) if *query == fields[0] => docs.push(fields[2]),
+            _ => per_query.push((fields[0], vec![fields[2]])),
+        }
+    }
+    let mut out = String::new();
+    for (query, mut docs) in per_query {
+        let by = by % docs.len();
+        docs.rotate_left(by);
+        for (rank, doc) in docs.iter().enumerate() {
+            let _ = writeln!(out, "{query} Q0 {doc} {} {} {name}", rank + 1, 100 - rank);
+        }
+    }
+    out
+}
+
+/// What `tests/fixtures/layout-check.js` measured on `page` rendered by `browser` in a 1200 px
+/// window (a copy of the page without its CSP, the script added).
+fn layout_check(browser: &Path, page: &Path) -> Value {
+    let script = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/layout-check.js"));
+    let html = read(page);
+    let csp = "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">";
+    assert!(html.contains(csp), "the page carries its CSP");
+    let copy = page.with_extension("measured.html");
+    write(&copy, html.replace(csp, "").replace("</body>", &format!("<script>{script}</script></body>")));
+    let dom =
+        headless(browser, &["--window-size=1200,1600", "--dump-dom", &format!("file://{}", copy.display())]);
+    let (_, rest) = dom
+        .rsplit_once("<pre id=\"layout-check\">")
+        .unwrap_or_else(|| panic!("the layout check did not run on {}", page.display()));
+    let json = rest.split_once("</pre>").map_or(rest, |(json, _)| json);
+    serde_json::from_str(&json.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")).unwrap()
+}
+
+#[test]
+fn eval_html_for_2_and_for_12_runs_has_every_chart_and_no_label_overflowing_or_overlapping_in_chromium() {
+    let Some(browser) = chromium() else {
+        eprintln!("skipped: no Chromium installed (apt-get install chromium) to lay out eval.html");
+        return;
+    };
+    let dir = tempdir();
+    let built = build(dir.path(), &sample_corpus(), &["--quiet"]);
+    built.assert_code(0);
+    let set = path_str(&built.out);
+    let bm25 = dir.path().join("bm25.run");
+    ok(&qrelgen(&["run", "--set", set, "--to", path_str(&bm25), "--quiet"]));
+    let text = read(&bm25);
+    let mut runs = Vec::new();
+    for by in 1..=11 {
+        let name = format!("system-{by:02}-rotated");
+        let path = dir.path().join(format!("{name}.run"));
+        write(&path, rotated(&text, by, &name));
+        runs.push(path);
+    }
+    for count in [2, 12] {
+        let out = dir.path().join(format!("eval-{count}"));
+        let mut args = vec!["eval", "--set", set, "--baseline", path_str(&bm25), "--resamples", "200"];
+        for run in &runs[..count - 1] {
+            args.extend(["--run", path_str(run)]);
+        }
+        args.extend(["--out", path_str(&out)]);
+        ok(&qrelgen(&args));
+        let page = out.join("eval.html");
+        let measured = layout_check(&browser, &page);
+        let charts = read(&page).matches("<svg").count();
+        assert!(charts >= 6 + count, "{count} runs: {charts} charts in the page");
+        assert_eq!(measured["charts"], charts, "{count} runs: every chart rendered");
+        assert_eq!(measured["empty"], serde_json::json!([]), "{count} runs: no chart without a size");
+        assert_eq!(
+            measured["overflow"],
+            serde_json::json!([]),
+            "{count} runs: a label crosses its chart's edge"
+        );
+        assert_eq!(measured["overlaps"], serde_json::json!([]), "{count} runs: labels overlap");
+        let (width, window) = (measured["pageWidth"].as_u64(), measured["viewport"].as_u64());
+        assert!(
+            width <= window && width.is_some(),
+            "{count} runs: the page is {width:?} px wide in {window:?}"
         );
     }
 }
