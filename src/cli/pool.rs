@@ -25,7 +25,7 @@ pub struct PoolArgs {
     #[arg(long = "run", value_name = "FILE", required = true)]
     runs: Vec<PathBuf>,
     /// Top chunks of each run pooled per query.
-    #[arg(long, default_value_t = DEPTH, value_name = "N")]
+    #[arg(long, default_value_t = pool::DEFAULT_DEPTH, value_name = "N")]
     depth: usize,
     /// Who grades the pairs nobody judged yet: the LLM judge (needs an endpoint: the set's, or
     /// --base-url/--model), the offline one-shot labeller (closeness in the corpus's topic space
@@ -88,12 +88,6 @@ impl<'a> PoolJson<'a> {
         }
     }
 }
-
-/// Top chunks of each run pooled per query by default. Deeper pools cut the bias against
-/// systems that find what the others miss (Zobel, SIGIR 1998); on MED with the oracle judge,
-/// depth 20 matches or beats 10 at every judge error rate measured (README, Validity), for twice
-/// the judge calls.
-pub const DEPTH: usize = 20;
 
 /// New machine-graded pairs per run and grade sampled into the review queue by default.
 const REVIEW_PER_STRATUM: usize = 5;

@@ -448,7 +448,7 @@ impl Settings {
             },
             pool_runs: PoolRunConfig {
                 files: self.pool_run.clone().unwrap_or_default(),
-                depth: self.pool_run_depth.unwrap_or(super::pool::DEPTH),
+                depth: self.pool_run_depth.unwrap_or(qrelgen::pool::DEFAULT_DEPTH),
             },
             review: SampleConfig {
                 size: self.review_size.unwrap_or(50),

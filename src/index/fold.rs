@@ -23,12 +23,10 @@
 
 use super::analyzer::WordTerms;
 use super::error::{IndexError, Result};
-use super::topics::{Projection, TopicSpace, most_common, sorted};
-use super::update::Unchanged;
+use super::topics::{Basis, Projection, TopicSpace, most_common, sorted};
+use super::update::{OldChunk, Unchanged};
 use super::{ChunkIndex, CorpusModel, CorpusTerms, TermUsage};
 use crate::codec::Decoder;
-use crate::id::ChunkId;
-use crate::record::Chunk;
 use foldhash::{HashMap, HashMapExt as _};
 use std::io::Write as _;
 use std::path::Path;
@@ -37,34 +35,6 @@ use std::path::Path;
 const MODEL_FILE: &str = "qrelgen-corpus-model";
 /// The first bytes of that file (the format's version).
 const MAGIC: &[u8] = b"qrelgen-corpus-model v1\n";
-
-/// What projects a chunk into the topic space: the vocabulary the space was fitted on, the
-/// term weights (document frequencies over `n` chunks) and the fitted projection.
-#[derive(Debug)]
-pub(super) struct Basis {
-    pub(super) ids: HashMap<String, u32>,
-    pub(super) names: Vec<String>,
-    pub(super) df: Vec<u32>,
-    pub(super) n: usize,
-    pub(super) projection: Projection,
-}
-
-/// A chunk of the corpus a model was built on, in its position.
-#[derive(Debug, Clone, Copy)]
-pub struct OldChunk<'a> {
-    /// Its id.
-    pub id: &'a ChunkId,
-    /// Its document title.
-    pub title: &'a str,
-    /// Its text.
-    pub text: &'a str,
-}
-
-impl<'a> From<&'a Chunk> for OldChunk<'a> {
-    fn from(chunk: &'a Chunk) -> Self {
-        Self { id: &chunk.id, title: &chunk.title, text: &chunk.text }
-    }
-}
 
 impl CorpusModel {
     /// Saves the model of `index`'s chunks beside it, in its folder, and returns it without its
@@ -334,7 +304,9 @@ fn decode(bytes: &[u8], stamp: &str, threads: usize) -> Option<CorpusModel> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::id::ChunkId;
     use crate::index::{from_chunks, test_chunks};
+    use crate::record::Chunk;
 
     const TEXTS: [&str; 8] = [
         "kidney infections and renal failure in adults",

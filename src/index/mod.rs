@@ -24,10 +24,10 @@ pub use analyzer::{Analyzer, Token};
 pub use chunks::ChunkList;
 pub(crate) use directory::sync_folder;
 pub use error::IndexError;
-pub use fold::OldChunk;
 pub use retriever::Retriever;
 pub use segment::{Segmenter, release_dictionary};
 pub use topics::{CorpusModel, CorpusTerms, Probe, TermUsage, TopicSpace};
+pub use update::OldChunk;
 pub use update::{Earlier, Unchanged};
 
 use crate::id::{ChunkId, DocId};

@@ -18,7 +18,6 @@
 use super::ChunkIndex;
 use super::directory::{read_at, write_at};
 use super::error::{IndexError, Result};
-use super::fold::Basis;
 use crate::rng::stream;
 use crate::threads;
 use foldhash::{HashMap, HashMapExt as _};
@@ -497,6 +496,17 @@ impl Best {
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// What projects a chunk into the topic space: the vocabulary the space was fitted on, the
+/// term weights (document frequencies over `n` chunks) and the fitted projection.
+#[derive(Debug)]
+pub(super) struct Basis {
+    pub(super) ids: HashMap<String, u32>,
+    pub(super) names: Vec<String>,
+    pub(super) df: Vec<u32>,
+    pub(super) n: usize,
+    pub(super) projection: Projection,
 }
 
 /// The corpus's term statistics and topic space, from one pass over the chunk texts.

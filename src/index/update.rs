@@ -25,10 +25,10 @@ use super::analyzer::WordTerms;
 use super::bm25::DeletedTerms;
 use super::chunks::ChunkList;
 use super::error::{IndexError, Result};
-use super::fold::OldChunk;
 use super::{
     Analyzer, ChunkIndex, FINGERPRINT_FILE, IndexOrigin, Opened, WRITER_MEMORY_PER_THREAD, write_error,
 };
+use crate::id::ChunkId;
 use crate::progress::Stage;
 use crate::record::Chunk;
 use std::collections::BTreeMap;
@@ -51,6 +51,23 @@ const SIDE_MARK: &[u8; 8] = b"qrelgen\x01";
 /// Segments are merged (and deleted documents dropped) once more than this share of the
 /// index's documents are deleted.
 const MERGE_PAST_DELETED: f64 = 0.25;
+
+/// A chunk of the corpus a model was built on, in its position.
+#[derive(Debug, Clone, Copy)]
+pub struct OldChunk<'a> {
+    /// Its id.
+    pub id: &'a ChunkId,
+    /// Its document title.
+    pub title: &'a str,
+    /// Its text.
+    pub text: &'a str,
+}
+
+impl<'a> From<&'a Chunk> for OldChunk<'a> {
+    fn from(chunk: &'a Chunk) -> Self {
+        Self { id: &chunk.id, title: &chunk.title, text: &chunk.text }
+    }
+}
 
 /// The chunk list an index on disk was built (or last updated) for.
 #[derive(Debug, Clone, Copy)]

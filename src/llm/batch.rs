@@ -421,21 +421,6 @@ struct FileObject {
     id: String,
 }
 
-/// The batch tables, made by [`Cache::open`] once per connection: the batches submitted or
-/// imported, the lines (cache keys) of each, and the replies that came through one (which
-/// [`Cache::get`] reads with each reply, for the batch price).
-pub(super) const TABLES: &str = "
-    CREATE TABLE IF NOT EXISTS batches (
-        id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
-        total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
-        failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
-        created INTEGER NOT NULL DEFAULT 0, creator TEXT);
-    CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
-        PRIMARY KEY (batch, key));
-    CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
-    CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);
-    CREATE TABLE IF NOT EXISTS exported (key TEXT PRIMARY KEY, file TEXT NOT NULL);";
-
 /// A page of the list of batches (newest first).
 #[derive(Debug, Deserialize)]
 struct BatchPage {

@@ -39,6 +39,22 @@ pub struct CacheError {
     source: rusqlite::Error,
 }
 
+/// The batch tables, made by [`Cache::open`] once per connection (the cache owns them;
+/// `batch.rs` reads and writes them): the batches submitted or imported, the lines (cache keys)
+/// of each, the replies that came through one (which [`Cache::get`] reads with each reply, for
+/// the batch price), and the calls exported to a request file.
+const BATCH_TABLES: &str = "
+    CREATE TABLE IF NOT EXISTS batches (
+        id TEXT PRIMARY KEY, stage TEXT NOT NULL, status TEXT NOT NULL,
+        total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0, imported INTEGER NOT NULL DEFAULT 0,
+        created INTEGER NOT NULL DEFAULT 0, creator TEXT);
+    CREATE TABLE IF NOT EXISTS batch_lines (batch TEXT NOT NULL, key TEXT NOT NULL,
+        PRIMARY KEY (batch, key));
+    CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key);
+    CREATE TABLE IF NOT EXISTS batch_replies (key TEXT PRIMARY KEY, batch TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS exported (key TEXT PRIMARY KEY, file TEXT NOT NULL);";
+
 /// The cache, safe to share between tasks.
 pub struct Cache {
     path: PathBuf,
@@ -67,7 +83,7 @@ impl Cache {
              );",
         )
         .map_err(err)?;
-        conn.execute_batch(super::batch::TABLES).map_err(err)?;
+        conn.execute_batch(BATCH_TABLES).map_err(err)?;
         // Caches written before a column existed get it (replies: 0 abandoned attempts; batch
         // records: no creator named).
         for (table, column, declaration) in

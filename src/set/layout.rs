@@ -76,11 +76,17 @@ pub const REPLACED: &str = "replaced";
 /// already). Written before anything moves.
 pub const KEPT: &str = "kept";
 
+/// The writers' lock file in a set folder; it holds the current holder as JSON
+/// ([`super::Holder`]).
+pub const WRITER: &str = ".qrelgen.lock";
+/// The publish lock file in a set folder: exclusive while files move, shared while a reader reads.
+pub const PUBLISH: &str = ".qrelgen.publish";
+
 /// What else a build keeps in the output folder: the lock files, the index, the reply cache (and
 /// the journal files SQLite puts beside it), the staging and rollback folders.
 pub const BUILD_STATE: [&str; 9] = [
-    super::lock::WRITER,
-    super::lock::PUBLISH,
+    WRITER,
+    PUBLISH,
     INDEX_DIR,
     LLM_CACHE,
     "llm-cache.sqlite-journal",

@@ -7,21 +7,17 @@
 //!   ([`SetLock`]); the holder writes who it is into the file (command, pid, start time), which a
 //!   second writer names when it fails at once, or waits for with `--wait`.
 //! - [`PUBLISH`]: held exclusively by a publish or a recovery ([`PublishLock::exclusive`]), and
-//!   shared by a reader for as long as it reads ([`ReadGuard`]), so a reader sees the files of
+//!   shared by a reader for as long as it reads ([`super::ReadGuard`]), so a reader sees the files of
 //!   one version, never half of two; a publish killed half way (its journal still in
 //!   `.rollback/`) is rolled back by the reader first, under the writer lock, or, when a writer
 //!   holds it, the reader refuses naming that writer.
 
+use super::layout::{PUBLISH, WRITER};
 use crate::error::{Error, Result};
 use fs4::fs_std::FileExt as _;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-
-/// The writers' lock file in a set folder; it holds the current holder as JSON ([`Holder`]).
-pub const WRITER: &str = ".qrelgen.lock";
-/// The publish lock file in a set folder: exclusive while files move, shared while a reader reads.
-pub const PUBLISH: &str = ".qrelgen.publish";
 
 /// Whether a writer that finds the set locked waits for it or fails at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,9 +55,6 @@ impl std::fmt::Display for Holder {
 
 /// The hint of a writer that found the set locked.
 const WRITER_HINT: &str = "wait for it to finish and run the command again, or pass --wait to wait for it";
-/// The hint of a reader that found a publish cut short while a writer holds the set.
-const READER_HINT: &str = "an earlier publish into the set was cut short and that command will put it back; run \
-                           this command again when it has finished";
 
 /// The writer lock of a set folder, held until dropped (or the process ends).
 #[derive(Debug)]
@@ -147,54 +140,6 @@ impl PublishLock {
         let Ok(file) = open(&path) else { return Ok(Self { _file: None }) };
         fs4::fs_std::FileExt::lock_shared(&file).map_err(|source| Error::Input { path, source })?;
         Ok(Self { _file: Some(file) })
-    }
-}
-
-/// A reader's hold on a set: while it lives, no publish moves a file of the set, and none is
-/// half done.
-#[derive(Debug)]
-pub struct ReadGuard {
-    _publish: PublishLock,
-}
-
-impl ReadGuard {
-    /// Waits for a publish under way in `dir` to finish, rolls back one a killed command left
-    /// half done (under the writer lock, as `command`), and holds the set for reading, once its
-    /// format is checked ([`super::check_format`]).
-    ///
-    /// # Errors
-    /// [`Error::SetBusy`] when a publish was cut short and another command holds the writer lock
-    /// (it puts the set back itself); [`Error::SetFormat`] for a set in another format; the
-    /// errors of [`super::publish::recover`].
-    pub fn open(dir: &Path, command: &str) -> Result<Self> {
-        let guard = Self::open_any_format(dir, command)?;
-        super::check_format(dir)?;
-        Ok(guard)
-    }
-
-    /// As [`ReadGuard::open`], for any format (`validate` reports the format with the rest).
-    ///
-    /// # Errors
-    /// As [`ReadGuard::open`], but for the format.
-    pub fn open_any_format(dir: &Path, command: &str) -> Result<Self> {
-        loop {
-            let publish = PublishLock::shared(dir)?;
-            if !super::publish::unfinished(dir) {
-                return Ok(Self { _publish: publish });
-            }
-            drop(publish);
-            let _writer = match SetLock::acquire(
-                dir,
-                &format!("{command} (putting back a publish cut short)"),
-                Wait::No,
-            ) {
-                Err(Error::SetBusy { path, holder, .. }) => {
-                    return Err(Error::SetBusy { path, holder, hint: READER_HINT });
-                }
-                other => other?,
-            };
-            super::publish::recover(dir)?;
-        }
     }
 }
 
@@ -284,8 +229,8 @@ mod tests {
     fn a_reader_waits_for_no_one_when_no_publish_is_under_way_and_shares_with_readers() {
         let dir = tempfile::tempdir().unwrap();
         let _writer = SetLock::acquire(dir.path(), "refresh", Wait::No).unwrap();
-        let one = ReadGuard::open(dir.path(), "eval").unwrap();
-        let two = ReadGuard::open(dir.path(), "validate").unwrap();
+        let one = crate::set::ReadGuard::open(dir.path(), "eval").unwrap();
+        let two = crate::set::ReadGuard::open(dir.path(), "validate").unwrap();
         drop((one, two));
         let _publish = PublishLock::exclusive(dir.path()).unwrap();
     }

@@ -8,12 +8,14 @@
 //! command writes to from a flag lies inside a set folder, but the folders meant for it
 //! ([`layout::EVAL_DIR`], [`RUNS_DIR`]).
 
+pub mod guard;
 pub mod layout;
 pub mod ledger;
 pub mod lock;
 pub mod publish;
 
-pub use lock::{Holder, PublishLock, ReadGuard, SetLock, Wait};
+pub use guard::ReadGuard;
+pub use lock::{Holder, PublishLock, SetLock, Wait};
 
 use crate::error::{Error, Result};
 use crate::record::FORMAT_VERSION;

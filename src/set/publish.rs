@@ -759,7 +759,7 @@ mod tests {
             .flatten()
             .flatten()
             .map(|e| e.file_name())
-            .filter(|name| name != super::super::lock::PUBLISH)
+            .filter(|name| name != super::super::layout::PUBLISH)
             .collect();
         assert_eq!(left.len(), 5, "no staging or rollback folder left (the publish lock aside): {left:?}");
     }

@@ -1,6 +1,6 @@
 //! The module graph has no cycles: read from the `crate::` paths in the code (not in comments)
 //! of each top-level module of `src/`, as docs/ARCHITECTURE.md describes; and likewise inside
-//! `src/review/`, from the `super::` and `crate::review::` paths of its submodules.
+//! every folder of `src/`, from the `super::` and `crate::<folder>::` paths of its submodules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -117,4 +117,27 @@ fn a_cycle_is_found() {
     assert_eq!(cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
     graph.get_mut("c").unwrap().remove("a");
     assert_eq!(cycle(&graph), None);
+}
+
+#[test]
+fn the_submodules_of_every_folder_import_each_other_without_cycles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut folders = 0;
+    for entry in
+        walkdir::WalkDir::new(&src).min_depth(1).into_iter().flatten().filter(|e| e.file_type().is_dir())
+    {
+        let relative = entry.path().strip_prefix(&src).unwrap();
+        let path =
+            relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("::");
+        let graph = graph(entry.path(), &["mod"], &["super::", &format!("crate::{path}::")]);
+        folders += 1;
+        if let Some(found) = cycle(&graph) {
+            panic!(
+                "the modules of src/{} import each other in a cycle: {}",
+                relative.display(),
+                found.join(" → ")
+            );
+        }
+    }
+    assert!(folders > 10, "the folders were read: {folders}");
 }
