@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval").join(name)
@@ -536,7 +536,7 @@ fn chromium() -> Option<PathBuf> {
 /// Runs headless Chromium with a fresh profile and no network services, killed after a minute.
 fn headless(browser: &Path, args: &[&str]) -> String {
     let profile = tempdir();
-    let mut child = Command::new(browser)
+    let child = Command::new(browser)
         .args([
             "--headless",
             "--no-sandbox",
@@ -552,21 +552,9 @@ fn headless(browser: &Path, args: &[&str]) -> String {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", browser.display()));
-    // Read while it runs: a page's DOM is larger than a pipe holds, and a full pipe would stop it.
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
-    });
-    let started = Instant::now();
-    while child.try_wait().ok().flatten().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("chromium hung");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    String::from_utf8_lossy(&reader.join().unwrap().unwrap()).into_owned()
+    let output =
+        super::output_within(child, Duration::from_secs(60)).unwrap_or_else(|| panic!("chromium hung"));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 #[test]

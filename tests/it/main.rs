@@ -111,16 +111,42 @@ fn qrelgen_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         }
     }
     command.envs(env.iter().copied());
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run qrelgen: {e}"));
+    let child = command.spawn().unwrap_or_else(|e| panic!("cannot run qrelgen: {e}"));
+    output_within(child, RUN_LIMIT)
+        .unwrap_or_else(|| panic!("qrelgen {args:?} ran longer than {RUN_LIMIT:?}"))
+}
+
+/// The output of `child` once it ends, or `None` (and the child killed) if it runs longer than
+/// `limit` (a guard against a hang, not a verdict). Its piped stdout and stderr are read while
+/// it runs: a child writing more than a pipe holds would otherwise wait for us forever.
+fn output_within(mut child: std::process::Child, limit: Duration) -> Option<Output> {
+    fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let started = Instant::now();
-    while child.try_wait().ok().flatten().is_none() {
-        if started.elapsed() > RUN_LIMIT {
+    let status = loop {
+        if let Some(status) = child.try_wait().ok().flatten() {
+            break status;
+        }
+        if started.elapsed() > limit {
             let _ = child.kill();
-            panic!("qrelgen {args:?} ran longer than {RUN_LIMIT:?}");
+            let _ = child.wait();
+            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    };
+    Some(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
 }
 
 /// Whether `path` is one of a set's lock files (`.qrelgen.lock`, `.qrelgen.publish`): state of the
@@ -146,4 +172,17 @@ fn write(path: &Path, bytes: impl AsRef<[u8]>) {
 
 fn str_field<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("no {pointer} in {value}"))
+}
+
+#[test]
+fn a_child_writing_more_than_a_pipe_holds_is_read_to_the_end() {
+    let child = Command::new("sh")
+        .args(["-c", "head -c 300000 /dev/zero; head -c 200000 /dev/zero >&2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = output_within(child, Duration::from_secs(60)).expect("it ended");
+    assert!(output.status.success());
+    assert_eq!((output.stdout.len(), output.stderr.len()), (300_000, 200_000));
 }
