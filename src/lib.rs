@@ -38,6 +38,7 @@ pub mod set;
 mod testing;
 pub mod text;
 mod threads;
+pub mod topics;
 pub mod validate;
 
 pub use config::BuildConfig;

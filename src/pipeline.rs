@@ -12,7 +12,7 @@ use crate::generate::{
     Quotas, Request,
 };
 use crate::id::StreamHasher;
-use crate::index::{Analyzer, ChunkIndex, ChunkList, CorpusModel, Earlier, IndexError, Unchanged};
+use crate::index::{Analyzer, ChunkIndex, ChunkList, Earlier, IndexError, Unchanged};
 use crate::judge::LlmJudge;
 use crate::llm::{BatchMode, Cache, Llm, Session};
 use crate::output::{self, CorpusSummary, Manifest, Occupant, RunInfo, SetFiles, layout};
@@ -22,6 +22,7 @@ use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::sample;
 use crate::text::Language;
+use crate::topics::CorpusModel;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! IDF (words that concentrate in few chunks carry a topic; evenly spread filler weighs
 //! nothing), drawn by rank (Zipf: the topic's main words most often, never only its rarest),
 //! and written in their most common form in the corpus. Each comes with its topic: the chunks
-//! close to its sources in the corpus's latent topic space ([`crate::index::TopicSpace`]),
+//! close to its sources in the corpus's latent topic space ([`crate::topics::TopicSpace`]),
 //! which are co-relevant, so a retriever that finds other chunks on the topic is not punished.
 //!
 //! - `direct`: topical terms of the chunk.
@@ -21,11 +21,12 @@
 use super::terms::{TermModel, Weighting, is_query_word};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
-use crate::index::{ChunkIndex, CorpusModel, Probe, TermStat};
+use crate::index::{ChunkIndex, TermStat};
 use crate::progress::Stage;
 use crate::record::{FailureKind, QueryType};
 use crate::rng::{Rng, stream};
 use crate::text::{Language, is_cjk};
+use crate::topics::{CorpusModel, Probe};
 use rand::Rng as _;
 use rand::seq::{IndexedRandom, SliceRandom};
 use std::collections::HashMap;

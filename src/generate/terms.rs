@@ -4,8 +4,9 @@
 //! Words a user would not type as a query term (function words, fragments such as the `re` of
 //! "they're", single letters) are left out of every model.
 
-use crate::index::{ChunkIndex, CorpusTerms, TermStat};
+use crate::index::{ChunkIndex, TermStat};
 use crate::rng::Rng;
+use crate::topics::CorpusTerms;
 use rand::Rng as _;
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -228,7 +229,7 @@ mod tests {
         let texts =
             ["renal kidneys kidneys kidneys", "renal kidney kidneys", "renal note", "renal memo", "renal 37"];
         let (index, _) = crate::index::from_chunks(dir.path(), &crate::index::test_chunks(&texts));
-        let corpus = crate::index::CorpusModel::build(&index).unwrap();
+        let corpus = crate::topics::CorpusModel::build(&index).unwrap();
         let stats = index.term_stats("Renal kidney section 37").unwrap();
         let model = TermModel::topical(stats, &corpus.terms);
         let top: Vec<(&str, &str)> =

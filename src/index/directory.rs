@@ -202,19 +202,19 @@ impl FileHandle for ReadFile {
 
 /// Fills `buffer` from `file` at `offset`, leaving the file's cursor alone on Unix.
 #[cfg(unix)]
-pub(super) fn read_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+pub(crate) fn read_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
 }
 
 /// Writes all of `bytes` into `file` at `offset`.
 #[cfg(unix)]
-pub(super) fn write_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+pub(crate) fn write_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
 }
 
 /// Fills `buffer` from `file` at `offset`.
 #[cfg(windows)]
-pub(super) fn read_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
+pub(crate) fn read_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
     while !buffer.is_empty() {
         match std::os::windows::fs::FileExt::seek_read(file, buffer, offset)? {
             0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
@@ -229,7 +229,7 @@ pub(super) fn read_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io
 
 /// Writes all of `bytes` into `file` at `offset`.
 #[cfg(windows)]
-pub(super) fn write_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()> {
+pub(crate) fn write_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()> {
     while !bytes.is_empty() {
         match std::os::windows::fs::FileExt::seek_write(file, bytes, offset)? {
             0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),

@@ -14,19 +14,18 @@ mod bm25;
 mod chunks;
 mod directory;
 mod error;
-mod fold;
 mod retriever;
 mod segment;
-mod topics;
 mod update;
 
+pub(crate) use analyzer::WordTerms;
 pub use analyzer::{Analyzer, Token};
 pub use chunks::ChunkList;
 pub(crate) use directory::sync_folder;
+pub(crate) use directory::{read_at, write_at};
 pub use error::IndexError;
 pub use retriever::Retriever;
 pub use segment::{Segmenter, release_dictionary};
-pub use topics::{CorpusModel, CorpusTerms, Probe, TermUsage, TopicSpace};
 pub use update::OldChunk;
 pub use update::{Earlier, Unchanged};
 

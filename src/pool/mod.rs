@@ -21,7 +21,7 @@ pub mod one_shot;
 
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
-use crate::index::{ChunkIndex, CorpusModel};
+use crate::index::ChunkIndex;
 use crate::judge::{Ask, Judge, LlmJudge};
 use crate::output::layout::{CANDIDATES, MANIFEST, POOLED_TSV, QUEUE};
 use crate::progress::Progress;
@@ -29,6 +29,7 @@ use crate::record::{Checked, PoolChunk, Pooled, Provenance, Qrel, QueryType, Rev
 use crate::review::set::{ReviewSet, Version, read_all};
 use crate::review::version::{Made, MadeBy, write_made};
 use crate::runs::{PoolRunConfig, PoolRuns};
+use crate::topics::CorpusModel;
 use rand::seq::SliceRandom as _;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -18,7 +18,7 @@
 //! graded (the pairs stay unjudged, and say so).
 
 use crate::error::Result;
-use crate::index::TopicSpace;
+use crate::topics::TopicSpace;
 use rand::Rng as _;
 
 /// Below this many pooled similarities no cut-off is drawn.

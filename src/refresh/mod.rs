@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::Planner;
 use crate::id::{ChunkId, QueryId};
-use crate::index::{Analyzer, ChunkIndex, CorpusModel, Earlier, IndexError, OldChunk, Unchanged};
+use crate::index::{Analyzer, ChunkIndex, Earlier, IndexError, OldChunk, Unchanged};
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
@@ -35,6 +35,7 @@ use crate::review::set::{ReviewSet, SetManifest, Version, read_all, read_manifes
 use crate::review::version::{self, MadeBy};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
+use crate::topics::CorpusModel;
 use map::{ChunkChange, ChunkMap, Piece};
 use recheck::{PoolGrade, QueryChange, Questions, Recheck, Rechecked};
 use serde::Serialize;

@@ -21,12 +21,11 @@
 //! The saved file names the chunk list and analyzer it belongs to (the index's stamp); one
 //! for another list, or unreadable, is ignored and the model is rebuilt.
 
-use super::analyzer::WordTerms;
-use super::error::{IndexError, Result};
-use super::topics::{Basis, Projection, TopicSpace, most_common, sorted};
-use super::update::{OldChunk, Unchanged};
-use super::{ChunkIndex, CorpusModel, CorpusTerms, TermUsage};
+use super::{
+    Basis, CorpusModel, CorpusTerms, Projection, Result, TermUsage, TopicSpace, most_common, sorted,
+};
 use crate::codec::Decoder;
+use crate::index::{ChunkIndex, IndexError, OldChunk, Unchanged, WordTerms};
 use foldhash::{HashMap, HashMapExt as _};
 use std::io::Write as _;
 use std::path::Path;

@@ -15,15 +15,17 @@
 //! over threads, its results taken in chunk order; the neighbour scan is split over threads, each
 //! cosine summed as a plain dot product is and the parts merged in one total order).
 
-use super::ChunkIndex;
-use super::directory::{read_at, write_at};
-use super::error::{IndexError, Result};
+mod fold;
+
+use crate::index::{Analyzer, ChunkIndex, IndexError, read_at, write_at};
 use crate::rng::stream;
 use crate::threads;
 use foldhash::{HashMap, HashMapExt as _};
 use rand::Rng as _;
 use std::ops::Range;
 use std::path::Path;
+
+type Result<T> = std::result::Result<T, IndexError>;
 
 /// Dimensions of the topic space: the 50–100 that LSA studies found best on small test
 /// collections (Deerwester et al. 1990; Dumais 1991), at the low end so the space stays topical.
@@ -854,7 +856,7 @@ fn worker_lost(dir: &Path, panic: &str) -> IndexError {
 /// One analysing thread's words: each distinct word analysed once, its term and written form
 /// given this thread's own ids.
 struct Words<'a> {
-    analyzer: &'a super::Analyzer,
+    analyzer: &'a Analyzer,
     thread: usize,
     /// Word as written → (term, form), `None` for a word without a term; at most
     /// `known_most` of them.
@@ -868,7 +870,7 @@ struct Words<'a> {
 }
 
 impl<'a> Words<'a> {
-    fn new(analyzer: &'a super::Analyzer, thread: usize, known_words: usize) -> Self {
+    fn new(analyzer: &'a Analyzer, thread: usize, known_words: usize) -> Self {
         Self {
             analyzer,
             thread,
@@ -908,7 +910,7 @@ impl<'a> Words<'a> {
         Ok(Analysed { thread: self.thread, terms, forms, chunks })
     }
 
-    /// The term and written form (lower-cased) of `word`, as [`super::Analyzer::tokens`] makes
+    /// The term and written form (lower-cased) of `word`, as [`Analyzer::tokens`] makes
     /// them; `None` for a word without a term.
     fn word(&mut self, word: &str) -> Option<(u32, u32)> {
         if let Some(&known) = self.known.get(word) {
