@@ -41,9 +41,10 @@ pub struct RefreshArgs {
     #[arg(long)]
     wait: bool,
 
-    /// Refresh even when under half of the set's chunks carry over into --corpus (without it,
-    /// such a corpus is refused: another corpus, a damaged or truncated one, or the wrong path
-    /// would retire most of the set's queries).
+    /// Refresh even when under half of the set's chunks carry over into --corpus, or more of
+    /// its files or lines are unreadable than were the set's (without it, such a corpus is
+    /// refused: another corpus, a damaged or truncated copy, or the wrong path would retire the
+    /// set's queries on what is missing).
     #[arg(long)]
     accept_new_corpus: bool,
 
