@@ -462,13 +462,13 @@ fn show_status(args: &StatusArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     let _read = read_guard(&args.set, "review status")?;
     let set = load(&args.set)?;
     let status = status::status(&set);
-    let judge = qrelgen::pool::agreement::agreement(&set.dir)?;
+    let judge = qrelgen::review::judge_agreement::agreement(&set.dir)?;
     if args.json.json {
         JsonFlag::write(stdout, &StatusJson { status: &status, judge_agreement: judge.as_ref() })?;
     } else {
         stdout.write_all(status_text(&status, &set.dir).as_bytes())?;
         if let Some(judge) = &judge {
-            stdout.write_all(qrelgen::pool::agreement::render(judge).as_bytes())?;
+            stdout.write_all(qrelgen::review::judge_agreement::render(judge).as_bytes())?;
         }
     }
     Ok(exit::OK)
@@ -481,7 +481,7 @@ struct StatusJson<'a> {
     #[serde(flatten)]
     status: &'a ReviewStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
-    judge_agreement: Option<&'a qrelgen::pool::agreement::JudgeAgreement>,
+    judge_agreement: Option<&'a qrelgen::review::judge_agreement::JudgeAgreement>,
 }
 
 fn status_text(s: &ReviewStatus, dir: &Path) -> String {

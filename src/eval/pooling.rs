@@ -56,7 +56,7 @@ pub struct Pooling {
     /// How the machine judges of the pools agree with the reviewers, when they graded pooled
     /// pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub judge_agreement: Option<crate::pool::agreement::JudgeAgreement>,
+    pub judge_agreement: Option<crate::review::judge_agreement::JudgeAgreement>,
 }
 
 #[derive(Deserialize)]
@@ -85,7 +85,7 @@ pub fn check(dir: &Path, evaluation: &Evaluation) -> Pooling {
         }
     }
     // A ledger that cannot be read is `review status`'s to report; here it only hides the check.
-    let judge_agreement = crate::pool::agreement::agreement(dir).ok().flatten();
+    let judge_agreement = crate::review::judge_agreement::agreement(dir).ok().flatten();
     Pooling { runs, comparisons, judge_agreement }
 }
 
@@ -137,7 +137,7 @@ pub fn render(pooling: &Pooling) -> String {
         let _ = writeln!(out, "  {:<24} {pooled:<10} judged@10 {:.3}", r.name, r.judged_at_10);
     }
     if let Some(judge) = &pooling.judge_agreement {
-        out.push_str(&crate::pool::agreement::render(judge));
+        out.push_str(&crate::review::judge_agreement::render(judge));
     }
     for c in pooling.comparisons.iter().filter(|c| !c.decidable) {
         let _ = writeln!(

@@ -15,6 +15,7 @@ pub mod apply;
 pub mod decisions;
 pub mod estimate;
 pub mod export;
+pub mod judge_agreement;
 pub mod label_studio;
 mod log;
 mod raw;

@@ -71,6 +71,7 @@ fn publish_version(
     record: VersionRecord,
     seal: Seal,
 ) -> Result<()> {
+    super::judge_agreement::stage_report(&set.dir, &staging, record.version)?;
     let mut log = next_log(manifest.review.take(), record);
     log.ledger = Some(seal);
     manifest.review = Some(log);

@@ -12,6 +12,7 @@ pub mod guard;
 pub mod layout;
 pub mod ledger;
 pub mod lock;
+pub mod pooled;
 pub mod publish;
 
 pub use guard::ReadGuard;

@@ -246,6 +246,8 @@ fn review_status_checks_the_machine_grades_against_the_reviewers() {
     assert!(relevant > 0 && !lines.is_empty());
     let decisions = dir.path().join("ann.jsonl");
     write(&decisions, lines);
+    let before = fs_err::read_to_string(set.out.join("report.md")).unwrap();
+    assert!(!before.contains("## Machine judge"), "no reviewer has graded a pooled pair yet");
     let applied =
         cli(&set.out, &["review", "apply", "--set", path_str(&set.out), "--decisions", path_str(&decisions)]);
     applied.assert_code(0);
@@ -253,6 +255,14 @@ fn review_status_checks_the_machine_grades_against_the_reviewers() {
     status.assert_code(0);
     assert!(status.stdout.contains("machine grades of pooled pairs vs reviewers:"), "{}", status.stdout);
     assert!(status.stdout.contains("warning: the machine judge agrees poorly"), "{}", status.stdout);
+    // The report says it too, once, before nothing else of the build is lost.
+    let report = fs_err::read_to_string(set.out.join("report.md")).unwrap();
+    assert_eq!(report.matches("## Machine judge vs reviewers").count(), 1, "{report}");
+    let section = &report[report.find("## Machine judge vs reviewers").unwrap()..];
+    assert!(section.contains("Version 3 of the set"), "{section}");
+    assert!(section.contains("Machine grades of pooled pairs vs reviewers:"), "{section}");
+    assert!(section.contains("**Warning:** the machine judge agrees poorly"), "{section}");
+    assert!(report.starts_with(before.trim_end()), "the build's sections stay as they were");
     let json = cli(&set.out, &["review", "status", "--set", path_str(&set.out), "--json"]);
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     let agreement = &value["judge_agreement"];

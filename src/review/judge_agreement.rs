@@ -6,13 +6,15 @@
 //! Relevant means what the qrels count: a reviewer's grade of 1 or more; the LLM judge's grade
 //! through [`crate::judge::relevance`] (2 or more); the one-shot labeller's 1.
 
+use super::agreement::cohen_kappa;
+use super::estimate::{Interval, Z95, wilson};
+use super::log::Entry;
 use crate::error::Result;
 use crate::id::{ChunkId, QueryId};
-use crate::output::layout::{LEDGER, POOLED_TSV};
+use crate::output::layout::{LEDGER, POOLED_TSV, REPORT_MD};
+use crate::output::{self, Staging};
 use crate::record::Provenance;
-use crate::review::agreement::cohen_kappa;
-use crate::review::estimate::{Interval, Z95, wilson};
-use crate::review::version::Entry;
+use crate::set::pooled::read_pooled;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -48,11 +50,19 @@ pub struct JudgeAgreement {
 /// # Errors
 /// [`crate::Error::Input`]/[`crate::Error::Malformed`] for an unreadable pooled file or ledger.
 pub fn agreement(dir: &Path) -> Result<Option<JudgeAgreement>> {
-    let pooled = super::read_pooled(&dir.join(POOLED_TSV))?;
-    if pooled.is_empty() || !dir.join(LEDGER).is_file() {
+    agreement_of(&dir.join(POOLED_TSV), &dir.join(LEDGER))
+}
+
+/// [`agreement`] of the pooled pairs in the file `pooled` with the review ledger `ledger`.
+///
+/// # Errors
+/// As [`agreement`].
+pub fn agreement_of(pooled: &Path, ledger: &Path) -> Result<Option<JudgeAgreement>> {
+    let pooled = read_pooled(pooled)?;
+    if pooled.is_empty() || !ledger.is_file() {
         return Ok(None);
     }
-    let ledger: Vec<Entry> = crate::review::set::read_all(&dir.join(LEDGER))?;
+    let ledger: Vec<Entry> = super::set::read_all(ledger)?;
     let mut human: HashMap<(&QueryId, &ChunkId), u8> = HashMap::new();
     for entry in &ledger {
         for g in &entry.judgment.grades {
@@ -134,6 +144,75 @@ pub fn render(a: &JudgeAgreement) -> String {
     text
 }
 
+const MD_HEADING: &str = "\n## Machine judge vs reviewers\n";
+
+/// Stages the set's `report.md` (in `dir`) with a section on the machine judges' agreement with
+/// the reviewers, in place of an earlier one, for version `version` whose files are staged in
+/// `staging` (its ledger, and its pooled pairs if it stages them). Nothing is staged while no
+/// reviewer graded a machine-graded pooled pair, or when the set has no `report.md`.
+///
+/// # Errors
+/// As [`agreement`]; [`crate::Error::Output`] when staging fails.
+pub fn stage_report(dir: &Path, staging: &Staging, version: u32) -> Result<()> {
+    let staged_or_live = |name: &str| {
+        let staged = staging.staged_path(name);
+        if staged.is_file() { staged } else { dir.join(name) }
+    };
+    let Some(agreement) = agreement_of(&staged_or_live(POOLED_TSV), &staged_or_live(LEDGER))? else {
+        return Ok(());
+    };
+    let Ok(md) = fs_err::read_to_string(staged_or_live(REPORT_MD)) else { return Ok(()) };
+    output::write_text(&staging.path(REPORT_MD), &with_section(&md, &report_section(&agreement, version)))
+}
+
+/// The section: what was compared, the figures, and the warning when the judge is poor.
+fn report_section(a: &JudgeAgreement, version: u32) -> String {
+    let mut section = format!(
+        "{MD_HEADING}\nVersion {version} of the set: the pooled pairs a machine graded (the LLM judge or \
+         the one-shot labeller) that reviewers graded too. Its labels decide comparisons between \
+         runs; `review status` repeats these figures.\n\n"
+    );
+    for line in render(a).lines() {
+        match line.strip_prefix("warning: ") {
+            Some(warning) => {
+                let _ = writeln!(section, "**Warning:** {warning}\n");
+            }
+            None => {
+                let _ = writeln!(section, "{}\n", capitalised(line));
+            }
+        }
+    }
+    section
+}
+
+fn capitalised(line: &str) -> String {
+    let mut chars = line.chars();
+    chars.next().map_or_else(String::new, |c| c.to_uppercase().chain(chars).collect())
+}
+
+/// `md` with `section` in place of an earlier one (up to the next `## ` heading), or before a
+/// refresh's section, or at the end.
+fn with_section(md: &str, section: &str) -> String {
+    let md = md.trim_end();
+    let (before, after) = match md.find(MD_HEADING) {
+        Some(start) => {
+            let rest = &md[start + MD_HEADING.len()..];
+            let end = rest.find("\n## ").map_or(md.len(), |at| start + MD_HEADING.len() + at);
+            (&md[..start], &md[end..])
+        }
+        None => md.find(REFRESH_HEADING).map_or((md, ""), |at| (&md[..at], &md[at..])),
+    };
+    let (before, section, after) = (before.trim_end(), section.trim_end(), after.trim());
+    if after.is_empty() {
+        format!("{before}\n{section}\n")
+    } else {
+        format!("{before}\n{section}\n\n{after}\n")
+    }
+}
+
+/// The refresh's section heading (`refresh::report`), which stays last.
+const REFRESH_HEADING: &str = "\n## Refresh\n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +220,37 @@ mod tests {
 
     fn pairs(spec: &[((bool, bool), usize)]) -> Vec<(bool, bool)> {
         spec.iter().flat_map(|&(p, n)| std::iter::repeat_n(p, n)).collect()
+    }
+
+    #[test]
+    fn the_report_section_replaces_its_earlier_self_and_stays_before_a_refresh() {
+        let section = |n: u32| format!("{MD_HEADING}\nVersion {n}.\n");
+        let build = "# Set\n\n## Counts\n\nrows\n";
+        let once = with_section(build, &section(2));
+        assert_eq!(once, "# Set\n\n## Counts\n\nrows\n\n## Machine judge vs reviewers\n\nVersion 2.\n");
+        let twice = with_section(&once, &section(3));
+        assert_eq!(twice, once.replace("Version 2", "Version 3"));
+        let refreshed = format!("{}\n## Refresh\n\nrefreshed\n", twice.trim_end());
+        let again = with_section(&refreshed, &section(5));
+        assert_eq!(
+            again,
+            "# Set\n\n## Counts\n\nrows\n\n## Machine judge vs reviewers\n\nVersion 5.\n\n## Refresh\n\nrefreshed\n"
+        );
+        let first_before_refresh = with_section("# Set\n\n## Refresh\n\nx\n", &section(1));
+        assert_eq!(
+            first_before_refresh,
+            "# Set\n\n## Machine judge vs reviewers\n\nVersion 1.\n\n## Refresh\n\nx\n"
+        );
+    }
+
+    #[test]
+    fn the_report_section_warns_only_when_the_judge_is_poor() {
+        let good = measure(&pairs(&[((true, true), 8), ((false, false), 8)])).unwrap();
+        let text = report_section(&good, 2);
+        assert!(text.contains("Machine grades of pooled pairs vs reviewers: 16 pairs, κ 1.00"), "{text}");
+        assert!(!text.contains("Warning"), "{text}");
+        let poor = measure(&pairs(&[((true, false), 8), ((false, false), 8)])).unwrap();
+        assert!(report_section(&poor, 2).contains("**Warning:** the machine judge agrees poorly"));
     }
 
     #[test]
