@@ -8,7 +8,8 @@
 //! it (edited, when no other old chunk joined that one); one at least [`EDIT_MIN`] alike to a new
 //! chunk was edited too; any other was deleted. New chunks nothing maps to were added.
 
-use crate::id::ChunkId;
+use crate::id::{ChunkId, QueryId};
+use crate::set::pooled::PooledPair;
 use crate::text::is_cjk;
 use foldhash::{HashMap, HashMapExt as _, HashSet};
 use std::fmt::Write as _;
@@ -219,6 +220,44 @@ impl ChunkMap {
         counts
     }
 
+    /// The pooled pairs (`qrels/pooled.tsv`) in the new corpus: each pair of a query `keep`
+    /// holds follows its chunk. Unchanged and moved chunks keep their grade (same text); the
+    /// chunks an edit, split or merge made are pooled unjudged (their text changed; the next
+    /// `qrelgen pool` grades them); a deleted chunk's pairs go. The runs and ranks stay as the
+    /// run files gave them. Pairs that meet on one new chunk become one, the runs of both.
+    #[must_use]
+    pub fn pooled(&self, pairs: Vec<PooledPair>, keep: impl Fn(&QueryId) -> bool) -> Vec<PooledPair> {
+        let mut out: Vec<PooledPair> = Vec::new();
+        let mut at: HashMap<(QueryId, ChunkId), usize> = HashMap::new();
+        for pair in pairs.into_iter().filter(|p| keep(&p.query)) {
+            let Some(mapping) = self.get(&pair.chunk) else { continue };
+            let same_text = matches!(mapping.change, ChunkChange::Unchanged | ChunkChange::Moved);
+            for (target, _) in &mapping.targets {
+                let (grade, graded_by) =
+                    if same_text { (pair.grade, pair.graded_by.clone()) } else { (None, None) };
+                match at.entry((pair.query.clone(), target.clone())) {
+                    std::collections::hash_map::Entry::Occupied(seen) => {
+                        let seen = &mut out[*seen.get()];
+                        for run in &pair.runs {
+                            if !seen.runs.contains(run) {
+                                seen.runs.push(run.clone());
+                            }
+                        }
+                        if seen.grade.is_none() {
+                            (seen.grade, seen.graded_by) = (grade, graded_by);
+                        }
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(out.len());
+                        let (query, chunk, runs) = (pair.query.clone(), target.clone(), pair.runs.clone());
+                        out.push(PooledPair { query, chunk, grade, graded_by, runs });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// `refresh/chunk_map.tsv`: `old-id new-id change similarity`, a row per old chunk and
     /// target (`-` for none), then one per added chunk.
     #[must_use]
@@ -336,6 +375,34 @@ mod tests {
 
     const A: &str = "The audit log records who did what in your workspace: sign-ins, sharing, permission changes and admin actions.";
     const B: &str = "Links expire after thirty days unless an administrator sets a shorter expiry for the whole workspace.";
+
+    #[test]
+    fn pooled_pairs_follow_their_chunks_and_keep_grades_only_on_the_same_text() {
+        let old = [
+            piece("a.md:1", A),
+            piece("b.md:2", B),
+            piece("c.md:3", "Gone forever, never to be seen again."),
+        ];
+        let edited = A.replace("admin actions", "administrator actions and exports");
+        let new = [piece("a.md:9", &edited), piece("renamed.md:2", B)];
+        let map = ChunkMap::build(&old, &new);
+        let pair = |query: &str, chunk: &str, grade: Option<u8>, runs: &[(&str, u32)]| {
+            let mut pair = crate::set::pooled::tests::pair(query, chunk, grade, runs);
+            pair.graded_by = grade.map(|_| "judge".to_owned());
+            pair
+        };
+        let pooled = vec![
+            pair("q1", "a.md:1", Some(3), &[("dense", 1)]),
+            pair("q1", "b.md:2", Some(0), &[("bm25", 3)]),
+            pair("q1", "c.md:3", Some(2), &[("bm25", 1)]),
+            pair("q2", "b.md:2", Some(2), &[("dense", 2)]),
+            pair("q1", "gone.md:7", None, &[("dense", 9)]),
+        ];
+        let remapped = map.pooled(pooled, |q| q.as_str() == "q1");
+        let mut unjudged = pair("q1", "a.md:9", None, &[("dense", 1)]);
+        unjudged.graded_by = None;
+        assert_eq!(remapped, [unjudged, pair("q1", "renamed.md:2", Some(0), &[("bm25", 3)])]);
+    }
 
     #[test]
     fn unchanged_moved_edited_deleted_added() {

@@ -23,8 +23,8 @@ use crate::index::{Analyzer, ChunkIndex, Earlier, IndexError, OldChunk, Unchange
 use crate::judge::{Ask, Judge};
 use crate::output::RunInfo;
 use crate::output::layout::{
-    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, QUERIES, QUEUE, REJECTS,
-    REPORT_HTML,
+    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, POOLED_TSV, QUERIES, QUEUE,
+    REJECTS, REPORT_HTML,
 };
 use crate::output::{self, Staging};
 use crate::pipeline::{self, DryRun};
@@ -35,6 +35,7 @@ use crate::review::set::{ReviewSet, SetManifest, Version, read_all, read_manifes
 use crate::review::version::{self, MadeBy};
 use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
+use crate::set::pooled::{pooled_text, read_pooled};
 use crate::topics::CorpusModel;
 use map::{ChunkChange, ChunkMap, Piece};
 use recheck::{PoolGrade, QueryChange, Questions, Recheck, Rechecked};
@@ -1083,6 +1084,14 @@ impl Written<'_> {
         // Rewritten whenever the set has one, so that it never lists the old corpus's pools.
         if pooled_by_runs || set.join(POOL_TSV).is_file() {
             output::write_pool(&staging.path(POOL_TSV), &pools)?;
+        }
+        let pooled = read_pooled(&set.join(POOLED_TSV))?;
+        if !pooled.is_empty() {
+            let ids: HashSet<&QueryId> = pools.iter().map(|j| &j.candidate.id).collect();
+            output::write_text(
+                &staging.path(POOLED_TSV),
+                &pooled_text(&self.map.pooled(pooled, |q| ids.contains(q))),
+            )?;
         }
         output::write_jsonl(&staging.path(CANDIDATES), self.candidates(candidates))?;
         let mut rejects: Vec<serde_json::Value> =

@@ -271,6 +271,49 @@ fn review_status_checks_the_machine_grades_against_the_reviewers() {
 }
 
 #[test]
+fn a_refresh_carries_the_pooled_pairs_into_the_new_corpus() {
+    let dir = tempdir();
+    let corpus = dir.path().join("corpus");
+    super::refresh::copy_tree(&sample_corpus(), &corpus);
+    let set = build(dir.path(), &corpus, &[]);
+    set.assert_code(0);
+    let (bm25, deep) = runs(&set, dir.path());
+    pool(&set, &[&bm25, &deep], "one-shot").assert_code(0);
+    let before = pooled(&set);
+    // Delete the document most pooled pairs point into.
+    let mut per_doc: BTreeMap<String, usize> = BTreeMap::new();
+    for row in &before {
+        *per_doc.entry(row[1].split(':').next().unwrap().to_owned()).or_default() += 1;
+    }
+    let (doc, pairs) = per_doc.iter().max_by_key(|(_, n)| **n).unwrap();
+    assert!(*pairs > 0);
+    fs_err::remove_file(corpus.join(doc)).unwrap();
+    let refreshed = cli(
+        &set.out,
+        &["refresh", "--set", path_str(&set.out), "--corpus", path_str(&corpus), "--new-queries", "0", "-q"],
+    );
+    refreshed.assert_code(0);
+    let after = pooled(&set);
+    let chunks: std::collections::BTreeSet<String> =
+        set.jsonl("corpus.jsonl").iter().map(|c| c["_id"].as_str().unwrap().to_owned()).collect();
+    let queries: std::collections::BTreeSet<String> =
+        set.jsonl("queries.jsonl").iter().map(|q| q["_id"].as_str().unwrap().to_owned()).collect();
+    assert!(after.iter().all(|r| chunks.contains(&r[1])), "every pooled chunk is in the new corpus");
+    assert!(after.iter().all(|r| queries.contains(&r[0])), "every pooled query is in the new version");
+    assert!(!after.iter().any(|r| r[1].starts_with(&format!("{doc}:"))), "the deleted document's pairs went");
+    // The other pairs stay as they were: their chunks' text did not change.
+    let kept: Vec<&Vec<String>> =
+        before.iter().filter(|r| !r[1].starts_with(&format!("{doc}:")) && queries.contains(&r[0])).collect();
+    assert_eq!(after.iter().collect::<Vec<_>>(), kept);
+    assert!(!after.is_empty() && after.len() < before.len(), "{} of {}", after.len(), before.len());
+    assert_eq!(
+        set.file("versions/v2/qrels/pooled.tsv").lines().count(),
+        before.len() + 1,
+        "the pooled version is kept"
+    );
+}
+
+#[test]
 fn eval_does_not_rank_a_run_the_set_did_not_pool() {
     let dir = tempdir();
     let set = build(dir.path(), &sample_corpus(), &[]);

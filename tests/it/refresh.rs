@@ -32,7 +32,7 @@ fn fixture(source: &Path, args: &[&str]) -> Fixture {
     Fixture { _dir: dir, corpus, set }
 }
 
-fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     for entry in walkdir::WalkDir::new(from).into_iter().flatten().filter(|e| e.file_type().is_file()) {
         let relative = entry.path().strip_prefix(from).unwrap_or_else(|e| panic!("{e}"));
         write(&to.join(relative), fs_err::read(entry.path()).unwrap_or_else(|e| panic!("{e}")));
