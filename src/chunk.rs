@@ -173,7 +173,15 @@ impl Chunker {
 pub fn chunks_at(doc: &Document, spans: &[Range<usize>]) -> Vec<Chunk> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut chunks = Vec::with_capacity(spans.len());
+    let headings = if doc.markdown { headings(&doc.text) } else { Vec::new() };
     for span in spans {
+        let section = headings
+            .iter()
+            .take_while(|(at, _)| *at <= span.start)
+            .last()
+            .map(|(_, heading)| heading)
+            .filter(|heading| **heading != doc.title)
+            .cloned();
         let text = &doc.text[span.clone()];
         let occurrence = seen.entry(text).or_default();
         chunks.push(Chunk {
@@ -183,10 +191,33 @@ pub fn chunks_at(doc: &Document, spans: &[Range<usize>]) -> Vec<Chunk> {
             ordinal: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
             title: doc.title.clone(),
             text: text.to_owned(),
+            section,
         });
         *occurrence += 1;
     }
     chunks
+}
+
+/// The ATX headings of a Markdown text outside fenced code, in order: where each line starts
+/// and its text (`## Page 3` → `Page 3`, a closing `#` run dropped).
+fn headings(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let (mut fence, mut at) = (None, 0);
+    for line in text.split_inclusive('\n') {
+        if fence.is_none() && heading_level(line).is_some() {
+            let content = line.trim().trim_start_matches('#').trim();
+            let open = content.trim_end_matches('#');
+            // A closing run counts only after whitespace (`# C#` keeps its `#`).
+            let heading =
+                if open.is_empty() || open.ends_with([' ', '\t']) { open.trim_end() } else { content };
+            if !heading.is_empty() {
+                found.push((at, heading.to_owned()));
+            }
+        }
+        fence = next_fence(fence, line);
+        at += line.len();
+    }
+    found
 }
 
 /// Documents up to this size (bytes) are split whole.
@@ -372,6 +403,32 @@ mod tests {
     fn chunker(size: usize, overlap: usize) -> Chunker {
         let config = ChunkConfig { size, overlap, size_zh: size, overlap_zh: overlap, unit: SizeUnit::Chars };
         Chunker::new(config).unwrap()
+    }
+
+    #[test]
+    fn a_chunk_knows_the_section_it_starts_in() {
+        let pages = "## Page 1\n\nAlpha one. Alpha two.\n\n## Page 2\n\nBeta one. Beta two. Beta three.";
+        let chunks = chunker(30, 0).chunk(&doc(pages, true));
+        assert!(chunks.len() > 2);
+        for chunk in &chunks {
+            let page = if chunk.text.contains("Alpha") || chunk.text.contains("Page 1") {
+                "Page 1"
+            } else {
+                "Page 2"
+            };
+            assert_eq!(chunk.section.as_deref(), Some(page), "{chunk:?}");
+        }
+        // The title's own heading is no section; a heading in code is none; closing runs go.
+        let text = "# T\n\nIntro words here.\n\n## Use C# ##\n\n```\n# not one\n```\nSharp.";
+        let chunks = chunker(40, 0).chunk(&doc(text, true));
+        let sections: Vec<_> = chunks.iter().map(|c| c.section.as_deref()).collect();
+        assert_eq!(sections, [None, Some("Use C#")], "{chunks:#?}");
+        assert_eq!(
+            headings("# C#\n#\n```\n# no\n```\n### Mid ###\n"),
+            [(0, "C#".to_owned()), (20, "Mid".to_owned())]
+        );
+        // Plain text has no sections.
+        assert!(chunker(30, 0).chunk(&doc(pages, false)).iter().all(|c| c.section.is_none()));
     }
 
     #[test]

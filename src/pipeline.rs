@@ -1105,6 +1105,7 @@ mod tests {
             ordinal: 0,
             title: title.to_owned(),
             text: "x".to_owned(),
+            section: None,
         })
     }
 

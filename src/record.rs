@@ -41,6 +41,10 @@ pub struct Chunk {
     pub title: String,
     /// The chunk text.
     pub text: String,
+    /// Where in its document it starts: the heading of its section in a Markdown document
+    /// (a PDF's `Page N`, a Word heading), when that is not the title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
 }
 
 /// The kinds of query a generator writes.
@@ -522,6 +526,9 @@ pub struct ReviewSource {
     pub title: String,
     /// Its text.
     pub text: String,
+    /// Its section heading ([`Chunk::section`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
 }
 
 /// A chunk in a query's pool: retrieved in the top k, but not one of its sources.
@@ -551,6 +558,9 @@ pub struct PoolChunk {
     pub title: String,
     /// Its text.
     pub text: String,
+    /// Its section heading ([`Chunk::section`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
 }
 
 /// One line of `review_queue.jsonl`: everything an annotator needs, plus an empty decision.

@@ -98,7 +98,12 @@ pub fn review_items(queue: &[&Checked], index: &ChunkIndex) -> Result<Vec<Review
                 .filter_map(|id| index.position(id).map(|p| (id, p)))
                 .map(|(id, p)| {
                     let stored = index.stored(p)?;
-                    Ok(ReviewSource { chunk_id: id.clone(), title: stored.title, text: stored.text })
+                    Ok(ReviewSource {
+                        chunk_id: id.clone(),
+                        title: stored.title,
+                        text: stored.text,
+                        section: stored.section,
+                    })
                 })
                 .collect::<Result<_>>()?;
             Ok(ReviewItem {
@@ -124,7 +129,12 @@ fn pool_chunks(pool: &[Pooled], index: &ChunkIndex) -> Result<Vec<PoolChunk>> {
         .filter_map(|p| index.position(&p.chunk_id).map(|at| (p, at)))
         .map(|(p, at)| {
             let stored = index.stored(at)?;
-            Ok(PoolChunk { pooled: p.clone(), title: stored.title, text: stored.text })
+            Ok(PoolChunk {
+                pooled: p.clone(),
+                title: stored.title,
+                text: stored.text,
+                section: stored.section,
+            })
         })
         .collect()
 }

@@ -34,6 +34,9 @@ struct Line {
 struct LineMeta {
     #[serde(default)]
     doc_id: Option<String>,
+    /// The chunk's section heading, as qrelgen's `corpus.jsonl` records it.
+    #[serde(default)]
+    section: Option<String>,
 }
 
 /// A usable line: its id as text, title and text.
@@ -43,6 +46,7 @@ struct Record {
     title: Option<String>,
     text: String,
     doc_id: Option<String>,
+    section: Option<String>,
 }
 
 fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
@@ -64,8 +68,9 @@ fn parse_line(bytes: &[u8]) -> std::result::Result<Option<Record>, String> {
         // A document with only a title is its title, as BEIR reads title + text.
         None => (None, title.ok_or("no text and no title")?),
     };
-    let doc_id = parsed.doc_id.or_else(|| parsed.metadata.and_then(|m| m.doc_id));
-    Ok(Some(Record { id, title, text, doc_id }))
+    let (meta_doc_id, section) = parsed.metadata.map_or((None, None), |m| (m.doc_id, m.section));
+    let doc_id = parsed.doc_id.or(meta_doc_id);
+    Ok(Some(Record { id, title, text, doc_id, section }))
 }
 
 /// The file at `path`, to read lines from.
@@ -196,6 +201,7 @@ pub fn read_prechunked_from(
             doc_id,
             ordinal: *ordinal,
             text: record.text,
+            section: record.section,
         };
         *ordinal += 1;
         sink(chunk).map(Ok)

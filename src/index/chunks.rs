@@ -147,6 +147,7 @@ mod tests {
             ordinal,
             title: "A title that is not kept".into(),
             text: text.into(),
+            section: None,
         }
     }
 

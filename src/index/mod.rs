@@ -81,13 +81,15 @@ pub struct TermStat {
     pub df: u64,
 }
 
-/// A chunk's stored title and text.
+/// A chunk's stored title, text and section.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StoredText {
     /// Document title.
     pub title: String,
     /// Chunk text.
     pub text: String,
+    /// Its section heading ([`Chunk::section`]).
+    pub section: Option<String>,
 }
 
 /// Whether [`ChunkIndex::open_or_build`] reused the index on disk.
@@ -116,6 +118,8 @@ struct Fields {
     search: Field,
     title: Field,
     text: Field,
+    /// The chunk's section heading; `None` in an index written before it was stored.
+    section: Option<Field>,
     ord: Field,
 }
 
@@ -147,6 +151,7 @@ impl Opened {
             search: field("search")?,
             title: field("title")?,
             text: field("text")?,
+            section: schema.get_field("section").ok(),
             ord: field("ord")?,
         };
         let reader = index
@@ -385,14 +390,15 @@ impl ChunkIndex {
         Some(*found as usize)
     }
 
-    /// The stored title and text of the chunk at `position`.
+    /// The stored title, text and section of the chunk at `position`.
     ///
     /// # Errors
     /// [`IndexError::Tantivy`] when the document store cannot be read.
     pub fn stored(&self, position: usize) -> Result<StoredText> {
         let doc: TantivyDocument = self.searcher.doc(self.addresses[position]).map_err(|e| self.error(e))?;
         let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-        Ok(StoredText { title: get(self.fields.title), text: get(self.fields.text) })
+        let section = self.fields.section.and_then(|f| doc.get_first(f)?.as_str().map(str::to_owned));
+        Ok(StoredText { title: get(self.fields.title), text: get(self.fields.text), section })
     }
 
     /// The text of the chunk at `position`.
@@ -506,9 +512,10 @@ fn schema() -> (Schema, Fields) {
     let search = builder.add_text_field("search", TextOptions::default().set_indexing_options(indexing));
     let title = builder.add_text_field("title", STORED);
     let text = builder.add_text_field("text", STORED);
+    let section = Some(builder.add_text_field("section", STORED));
     // Indexed too, so that an update can delete a document by its key.
     let ord = builder.add_u64_field("ord", FAST | INDEXED);
-    (builder.build(), Fields { search, title, text, ord })
+    (builder.build(), Fields { search, title, text, section, ord })
 }
 
 fn register(index: &Index, analyzer: &Analyzer) {
@@ -552,6 +559,9 @@ fn document(fields: Fields, chunk: &Chunk, ord: u64) -> TantivyDocument {
     doc.add_text(fields.search, &chunk.text);
     doc.add_text(fields.title, &chunk.title);
     doc.add_text(fields.text, &chunk.text);
+    if let (Some(field), Some(section)) = (fields.section, &chunk.section) {
+        doc.add_text(field, section);
+    }
     doc.add_u64(fields.ord, ord);
     doc
 }
@@ -601,6 +611,7 @@ pub(crate) fn test_chunks(texts: &[&str]) -> Vec<Chunk> {
             ordinal: 0,
             title: String::new(),
             text: (*t).to_owned(),
+            section: None,
         })
         .collect()
 }

@@ -26,6 +26,9 @@ struct CorpusMeta<'a> {
     /// The document id as the corpus wrote it, when it was renamed.
     #[serde(skip_serializing_if = "Option::is_none")]
     source_id: Option<&'a str>,
+    /// The heading of its section, when the document has one besides its title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    section: Option<&'a str>,
 }
 
 /// The `corpus.jsonl` line of a chunk.
@@ -39,6 +42,7 @@ pub fn corpus_line(chunk: &Chunk) -> CorpusLine<'_> {
             doc_id: &chunk.doc_id,
             ordinal: chunk.ordinal,
             source_id: chunk.source_id.as_deref(),
+            section: chunk.section.as_deref(),
         },
     }
 }

@@ -485,7 +485,12 @@ fn queued(
             Some(item) => {
                 let Some(at) = index.position(&p.chunk) else { continue };
                 let stored = index.stored(at)?;
-                item.pool.push(PoolChunk { pooled: entry, title: stored.title, text: stored.text });
+                item.pool.push(PoolChunk {
+                    pooled: entry,
+                    title: stored.title,
+                    text: stored.text,
+                    section: stored.section,
+                });
             }
             None => missing.entry(&p.query).or_default().push(entry),
         }

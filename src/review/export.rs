@@ -66,6 +66,9 @@ pub struct ExportChunk {
     pub rank: Option<u32>,
     /// Its document title.
     pub title: String,
+    /// Its section heading in the document (a PDF's page, a Word heading), if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
     /// Its text, evidence quotes in `[[…]]`.
     pub text: String,
     /// Its text as HTML, evidence quotes in `<mark>`.
@@ -76,6 +79,20 @@ pub struct ExportChunk {
     /// To fill in: 0–3, or empty to keep the machine's.
     pub grade: Option<u8>,
 }
+
+impl ExportChunk {
+    /// Where it is: its document's title, and its section when it has one (`Manual › Page 3`).
+    #[must_use]
+    pub fn place(&self) -> String {
+        match &self.section {
+            Some(section) => format!("{} › {section}", self.title),
+            None => self.title.clone(),
+        }
+    }
+}
+
+/// A chunk's document title and section.
+type Place<'a> = (&'a str, Option<&'a String>);
 
 /// The export items of the queries of the set's review queue that `keep` keeps, in queue
 /// order.
@@ -96,18 +113,20 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), (u8, Pr
                 .get(&(&item.query_id, &p.chunk_id))
                 .is_some_and(|(_, by)| matches!(by, Provenance::Judge | Provenance::OneShot))
     };
-    let chunk = |chunk_id: &ChunkId, rank: Option<u32>, title: &str, text: &str, hide: bool| {
-        let marks = marks(text, &item.evidence);
-        ExportChunk {
-            chunk_id: chunk_id.clone(),
-            rank,
-            title: title.to_owned(),
-            text: marked(text, &marks, "[[", "]]", str::to_owned),
-            html: marked(text, &marks, "<mark>", "</mark>", html::escape),
-            machine_grade: grades.get(&(&item.query_id, chunk_id)).map(|(g, _)| *g).filter(|_| !hide),
-            grade: None,
-        }
-    };
+    let chunk =
+        |chunk_id: &ChunkId, rank: Option<u32>, (title, section): Place<'_>, text: &str, hide: bool| {
+            let marks = marks(text, &item.evidence);
+            ExportChunk {
+                chunk_id: chunk_id.clone(),
+                rank,
+                title: title.to_owned(),
+                section: section.cloned(),
+                text: marked(text, &marks, "[[", "]]", str::to_owned),
+                html: marked(text, &marks, "<mark>", "</mark>", html::escape),
+                machine_grade: grades.get(&(&item.query_id, chunk_id)).map(|(g, _)| *g).filter(|_| !hide),
+                grade: None,
+            }
+        };
     ExportItem {
         query_id: item.query_id.clone(),
         text: item.text.clone(),
@@ -117,11 +136,18 @@ fn export_item(item: &ReviewItem, grades: &HashMap<(&QueryId, &ChunkId), (u8, Pr
         refresh: item.refresh.clone(),
         absent_term: item.absent_term.clone(),
         evidence: item.evidence.clone(),
-        sources: item.sources.iter().map(|s| chunk(&s.chunk_id, None, &s.title, &s.text, false)).collect(),
+        sources: item
+            .sources
+            .iter()
+            .map(|s| chunk(&s.chunk_id, None, (&s.title, s.section.as_ref()), &s.text, false))
+            .collect(),
         pool: item
             .pool
             .iter()
-            .map(|p| chunk(&p.pooled.chunk_id, Some(p.pooled.rank), &p.title, &p.text, hidden(&p.pooled)))
+            .map(|p| {
+                let place = (p.title.as_str(), p.section.as_ref());
+                chunk(&p.pooled.chunk_id, Some(p.pooled.rank), place, &p.text, hidden(&p.pooled))
+            })
             .collect(),
         decision: None,
         reject_reason: None,

@@ -95,7 +95,7 @@ pub fn task(item: &ExportItem, slots: Slots) -> Task {
                 (Role::Pool, _) => format!("retrieved at rank {}", c.rank.unwrap_or_default()),
             };
             let machine = c.machine_grade.map_or_else(|| "none".to_owned(), |g| g.to_string());
-            let heading = format!("{role} · {} · {} · machine grade {machine}", c.title, c.chunk_id);
+            let heading = format!("{role} · {} · {} · machine grade {machine}", c.place(), c.chunk_id);
             format!(
                 "<div style=\"border-top: 1px solid #ccc; margin-top: 8px; padding-top: 4px\">\
                  <div style=\"font-weight: bold\">{}</div><div style=\"white-space: pre-wrap\">{}</div></div>",

@@ -359,6 +359,36 @@ fn pdf_and_docx_files_are_read_with_pages_and_headings_and_bad_ones_skipped_with
         chunks.iter().any(|c| str_field(c, "/title") == "Recovery keys"),
         "the first heading is the title"
     );
+    // Each chunk knows its page (PDF) or heading (Word), in the corpus, the queue and the tasks.
+    for chunk in chunks.iter().filter(|c| str_field(c, "/metadata/doc_id") == "billing.pdf") {
+        let text = str_field(chunk, "/text");
+        let page = if text.contains("Invoices are emailed") { "Page 1" } else { "Page 2" };
+        assert_eq!(str_field(chunk, "/metadata/section"), page, "{chunk}");
+    }
+    let rotating = chunks.iter().find(|c| str_field(c, "/text").contains("Administrators rotate")).unwrap();
+    // One chunk, under the heading that is the document's title: no section beside the title.
+    assert!(rotating["metadata"].get("section").is_none(), "{rotating}");
+    let sections: Vec<String> = run
+        .jsonl("review_queue.jsonl")
+        .iter()
+        .flat_map(|item| item["sources"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| Some(s["section"].as_str()?.to_owned()))
+        .collect();
+    assert!(!sections.is_empty() && sections.iter().all(|s| s.starts_with("Page ")), "{sections:?}");
+    let tasks = dir.path().join("tasks.json");
+    let export = super::qrelgen(&[
+        "review",
+        "export",
+        "--set",
+        super::path_str(&run.out),
+        "--format",
+        "label-studio",
+        "--to",
+        super::path_str(&tasks),
+    ]);
+    assert_eq!(export.status.code(), Some(0), "{}", String::from_utf8_lossy(&export.stderr));
+    let tasks = fs_err::read_to_string(&tasks).unwrap();
+    assert!(tasks.contains("source 1 · billing › Page 1 · billing.pdf:"), "{tasks}");
     let report = run.file("report.md");
     for said in [
         "scanned.pdf: no text layer in its 1 page(s) (a scanned PDF?)",
