@@ -211,7 +211,7 @@ fn a_second_refresh_fails_at_once_naming_the_first_and_the_set_is_whole_after_bo
     let before = version_files(&scene.set);
     let started = Instant::now();
     let second = scene.run(&strs(&scene.refresh_args()));
-    // Measured for the README, not asserted: how long the second writer takes to be told.
+    // Measured for docs/reliability.md, not asserted: how long the second writer takes to be told.
     eprintln!("a second refresh was refused in {:?}", started.elapsed());
     second.assert_code(2);
     let holder = format!("is being changed by `qrelgen refresh` (pid {}, since ", first.pid());

@@ -1,11 +1,18 @@
-//! The README says what the tool does today: its first output block, its `run` and `eval` examples
-//! with their output, the chunk id suffixes, the query metadata, the Rust version.
+//! The README and the guides in docs/ say what the tool does today: the README's first output
+//! block, its install lines and Rust version; the `run` and `eval` examples with their output (the
+//! README's quick start, docs/eval.md's); the chunk id suffixes (docs/build.md); the query metadata
+//! (docs/formats.md).
 
 use super::{build, path_str, sample_corpus, str_field, tempdir, write};
 use std::path::Path;
 
 fn readme() -> String {
-    fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+    doc("README.md")
+}
+
+/// A documentation file, by its path from the repository's root.
+fn doc(path: &str) -> String {
+    fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
 }
 
 /// The lines of the README's first code block without a language: what the main job prints.
@@ -63,8 +70,8 @@ fn repeated_chunks_get_the_suffixes_the_readme_names() {
     assert_eq!(ids[1], format!("{}-1", ids[0]));
     assert_eq!(ids[2], format!("{}-2", ids[0]));
     assert!(
-        readme().contains("(plus `-1`, `-2` … when a document repeats a chunk's text"),
-        "the README names the suffixes"
+        doc("docs/build.md").contains("(plus `-1`, `-2` … when a document repeats a chunk's text"),
+        "docs/build.md names the suffixes"
     );
 }
 
@@ -78,12 +85,12 @@ fn the_query_metadata_is_as_documented() {
         assert_eq!(q.pointer("/metadata/difficulty").is_some(), answerable, "{q}");
         assert!(q.pointer("/metadata/language").is_some(), "{q}");
     }
-    let readme = readme();
+    let formats = doc("docs/formats.md");
     assert!(
-        readme.contains("\"difficulty\"? (not on `no_answer`"),
-        "the README says difficulty is absent on no_answer"
+        formats.contains("\"difficulty\"? (not on `no_answer`"),
+        "docs/formats.md says difficulty is absent on no_answer"
     );
-    assert!(readme.contains("\"language\""), "the README lists the language field");
+    assert!(formats.contains("\"language\""), "docs/formats.md lists the language field");
 }
 
 #[test]
@@ -100,7 +107,7 @@ fn the_readme_says_how_to_install_and_which_rust() {
     assert!(readme.contains("cargo install --path ."), "the README says how to install");
 }
 
-/// The README's fenced blocks in order: (info string, lines).
+/// A Markdown file's fenced blocks in order: (info string, lines).
 fn fenced_blocks(readme: &str) -> Vec<(String, Vec<String>)> {
     let mut blocks = Vec::new();
     let mut open: Option<(String, Vec<String>)> = None;
@@ -162,9 +169,13 @@ fn shows(printed: &[&str], shown: &[String]) -> Result<(), String> {
 
 #[test]
 fn the_readme_eval_examples_print_what_it_shows() {
-    let readme = readme();
-    let examples = eval_examples(&readme);
-    assert!(examples.len() >= 2, "the README shows eval examples with their output");
+    // The README's quick start first (it writes the run docs/eval.md's examples compare with).
+    let readme = eval_examples(&readme());
+    assert!(!readme.is_empty(), "the README shows an eval example with its output");
+    let guide = eval_examples(&doc("docs/eval.md"));
+    assert!(guide.len() >= 2, "docs/eval.md shows eval examples with their output");
+    let examples =
+        readme.into_iter().map(|e| ("README.md", e)).chain(guide.into_iter().map(|e| ("docs/eval.md", e)));
     let dir = tempdir();
     let bin = env!("CARGO_BIN_EXE_qrelgen");
     let sh = |command: &str| {
@@ -188,7 +199,7 @@ fn the_readme_eval_examples_print_what_it_shows() {
         dir.path().join("tests/fixtures"),
     )
     .unwrap();
-    for (commands, shown) in examples {
+    for (file, (commands, shown)) in examples {
         let mut printed = String::new();
         for command in &commands {
             let command = command.split(" # ").next().unwrap_or_default().trim();
@@ -203,7 +214,7 @@ fn the_readme_eval_examples_print_what_it_shows() {
         }
         let lines: Vec<&str> = printed.lines().collect();
         if let Err(problem) = shows(&lines, &shown) {
-            panic!("update the README's output block after {commands:?}: {problem}\nprinted:\n{printed}");
+            panic!("update {file}'s output block after {commands:?}: {problem}\nprinted:\n{printed}");
         }
     }
 }

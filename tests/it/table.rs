@@ -74,12 +74,12 @@ fn all_pairs_letters_and_bold_in_markdown_and_eval_json() {
     assert_eq!(cell(1, 0)["beats"], serde_json::json!(["c"]));
     assert_eq!(cell(1, 1)["beats"], serde_json::json!([]), "only the compared measure is marked");
     assert!((cell(1, 0)["value"].as_f64().unwrap() - 0.5 / 3f64.log2()).abs() < 1e-12);
-    // The README shows this table as printed.
-    let readme = fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    // docs/eval.md shows this table as printed.
+    let guide = fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/eval.md")).unwrap();
     let printed: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("| run |")).take(5).collect();
     assert!(
-        readme.contains(&format!("```\n{}\n```", printed.join("\n"))),
-        "update the README's table:\n{stdout}"
+        guide.contains(&format!("```\n{}\n```", printed.join("\n"))),
+        "update docs/eval.md's table:\n{stdout}"
     );
 }
 
