@@ -455,7 +455,7 @@ pub struct Reject {
     pub reply: Option<String>,
 }
 
-/// Relevance grades written to the qrels (the scale is documented in the README).
+/// Relevance grades written to the qrels (the scale is documented in docs/formats.md).
 pub mod grade {
     /// The chunk a direct or paraphrase query was written from: it fully answers the query.
     pub const SOURCE: u8 = 3;

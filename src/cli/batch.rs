@@ -9,6 +9,7 @@ use qrelgen::config::{BuildConfig, GeneratorConfig};
 use qrelgen::llm::{
     BatchConfig, BatchMode, BatchRecord, Cache, DEFAULT_DISCOUNT, Forgotten, MAX_BYTES, MAX_REQUESTS,
 };
+use qrelgen::set::layout;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -190,7 +191,7 @@ struct CacheArgs {
 impl CacheArgs {
     /// Opens the cache, which must exist.
     fn open(&self) -> anyhow::Result<(Cache, PathBuf)> {
-        let path = self.cache.clone().unwrap_or_else(|| self.set.join("llm-cache.sqlite"));
+        let path = self.cache.clone().unwrap_or_else(|| self.set.join(layout::LLM_CACHE));
         if !path.is_file() {
             bail!("no reply cache at {}\nhint: pass the build's --cache, or check --set", path.display());
         }

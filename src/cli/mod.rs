@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 use std::io::Write as _;
 use std::process::ExitCode;
 
-/// Exit codes, as documented in the README.
+/// Exit codes, as documented in docs/formats.md.
 pub mod exit {
     /// Success.
     pub const OK: u8 = 0;

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 /// Top chunks of each run pooled per query by default. Deeper pools cut the bias against
 /// systems that find what the others miss (Zobel, SIGIR 1998); on MED with the oracle judge,
-/// depth 20 matches or beats 10 at every judge error rate measured (README, Validity), for twice
+/// depth 20 matches or beats 10 at every judge error rate measured (docs/validity.md), for twice
 /// the judge calls.
 pub const DEFAULT_DEPTH: usize = 20;
 

@@ -1,7 +1,7 @@
 //! The one-shot labeller (MacAvaney & Soldaini, SIGIR 2023, "One-Shot Labeling for Automatic
 //! Relevance Estimation"): each answerable query has at least one chunk known to be relevant
 //! (its source, copies, a reviewer's labels); an unjudged pooled chunk is graded by how close it
-//! is to them, here in the corpus's latent topic space (LSA, `index::topics`): its cosine with
+//! is to them, here in the corpus's latent topic space (LSA, `crate::topics`): its cosine with
 //! the nearest known relevant chunk (MaxRep's rule: the best match among the known relevant).
 //!
 //! The cut-off is read off the data, not tuned to a collection: the larger of
