@@ -101,25 +101,10 @@ fn check_manifest(dir: &Path, all: &mut Vec<Finding>) {
         Ok(manifest) => manifest,
         Err(e) => return problem(MANIFEST, e.to_string()),
     };
-    let format = manifest.rest.get("format_version").and_then(serde_json::Value::as_u64);
-    match format {
-        None => problem(MANIFEST, "records no format_version".to_owned()),
-        Some(v) if v > u64::from(crate::record::FORMAT_VERSION) => problem(
-            MANIFEST,
-            format!(
-                "format_version {v} is newer than this qrelgen reads ({}): update qrelgen",
-                crate::record::FORMAT_VERSION
-            ),
-        ),
-        Some(v) if v < u64::from(crate::record::FORMAT_VERSION) => problem(
-            MANIFEST,
-            format!(
-                "format_version {v} is older than this qrelgen reads ({}; only pre-release builds wrote it): \
-                 build the set again",
-                crate::record::FORMAT_VERSION
-            ),
-        ),
-        Some(_) => {}
+    if manifest.rest.get("format_version").and_then(serde_json::Value::as_u64).is_none() {
+        problem(MANIFEST, "records no format_version".to_owned());
+    } else if let Err(Error::SetFormat { message, hint, .. }) = crate::set::check_format(dir) {
+        problem(MANIFEST, format!("{message}: {hint}"));
     }
     if let Some(log) = &manifest.review
         && let Some(seal) = &log.ledger

@@ -652,7 +652,12 @@ fn a_set_in_another_format_is_refused_by_every_command_that_reads_or_writes_it()
         assert!(!again.exists());
         let validate = scene.run(&["validate", "--set", set]);
         validate.assert_code(1);
-        assert!(validate.stdout.contains(&format!("format_version {format} is")), "{}", validate.stdout);
+        assert!(
+            validate.stdout.contains(&format!("manifest.json: the set is in format {format} ")),
+            "{}",
+            validate.stdout
+        );
+        assert!(validate.stdout.contains(says), "validate says what the commands say: {}", validate.stdout);
     }
     write(&manifest_path, manifest);
     scene.assert_valid();

@@ -220,7 +220,10 @@ fn a_missing_or_newer_manifest_is_a_problem() {
     let newer = findings(&[("manifest.json", "{\"tool\": \"qrelgen 9.0.0\", \"format_version\": 99}\n")]);
     assert_eq!(newer.len(), 1, "{newer:?}");
     assert!(
-        newer[0].starts_with("manifest.json: format_version 99 is newer than this qrelgen reads"),
+        newer[0].starts_with("manifest.json: the set is in format 99 (written by qrelgen 9.0.0); qrelgen ")
+            && newer[0].ends_with(
+                "update qrelgen (cargo install qrelgen, or pip install -U qrelgen) and run the command again"
+            ),
         "{newer:?}"
     );
     let dir = tempfile::tempdir().unwrap();
