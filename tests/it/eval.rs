@@ -560,10 +560,8 @@ fn headless(browser: &Path, args: &[&str]) -> String {
 #[test]
 fn both_pages_render_in_a_real_browser_and_escape_untrusted_text() {
     let Some(browser) = chromium() else {
-        eprintln!(
-            "skipped: no Chromium installed (apt-get install chromium) to render eval.html and report.html"
-        );
-        return;
+        let missing = "no Chromium installed (apt-get install chromium) to render eval.html and report.html";
+        return super::skip("both_pages_render_in_a_real_browser", "chromium", missing);
     };
     let dir = tempdir();
     let corpus = dir.path().join("corpus");
@@ -654,8 +652,8 @@ fn layout_check(browser: &Path, page: &Path) -> Value {
 #[test]
 fn eval_html_for_2_and_for_12_runs_has_every_chart_and_no_label_overflowing_or_overlapping_in_chromium() {
     let Some(browser) = chromium() else {
-        eprintln!("skipped: no Chromium installed (apt-get install chromium) to lay out eval.html");
-        return;
+        let missing = "no Chromium installed (apt-get install chromium) to lay out eval.html";
+        return super::skip("eval_html_layout", "chromium", missing);
     };
     let dir = tempdir();
     let built = build(dir.path(), &sample_corpus(), &["--quiet"]);

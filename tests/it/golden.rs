@@ -181,8 +181,8 @@ fn haigang_zh_builds_byte_identical() {
 fn pgdocs_builds_byte_identical() {
     let pages = repo().join("../shared/corpora/pgdocs/pages");
     if !pages.is_dir() {
-        eprintln!("skipped: {} is absent (CI has ../shared)", pages.display());
-        return;
+        let missing = format!("{} is absent (the shared corpora beside the checkout)", pages.display());
+        return super::skip("pgdocs_builds_byte_identical", "shared", &missing);
     }
     offline_case("pgdocs", &pages, &[]);
 }

@@ -34,6 +34,31 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The bundled sample corpus.
+/// Says loudly that a test is skipped for want of `prerequisite` (what is missing and how to get
+/// it), or fails it when `QRELGEN_REQUIRE` names the prerequisite (`.ci/run` sets it for what it
+/// installed or found, so that CI never passes a test it did not run).
+fn skip(test: &str, prerequisite: &str, missing: &str) {
+    let required = std::env::var("QRELGEN_REQUIRE").unwrap_or_default();
+    eprintln!("{}", skip_or_fail(&required, test, prerequisite, missing));
+}
+
+/// What [`skip`] prints, given `QRELGEN_REQUIRE`'s value `required`; panics if it names
+/// `prerequisite`.
+fn skip_or_fail(required: &str, test: &str, prerequisite: &str, missing: &str) -> String {
+    assert!(
+        !required.split(',').any(|r| r.trim() == prerequisite),
+        "{test}: {missing}, and QRELGEN_REQUIRE says {prerequisite} is here"
+    );
+    format!("\n**** SKIPPED {test}: {missing} ****\n")
+}
+
+#[test]
+fn a_skip_is_loud_and_a_required_prerequisite_fails_instead() {
+    assert!(skip_or_fail("shared", "t", "chromium", "no browser").contains("**** SKIPPED t: no browser"));
+    let failed = std::panic::catch_unwind(|| skip_or_fail("shared, chromium", "t", "chromium", "no browser"));
+    assert!(failed.is_err(), "a required prerequisite that is missing fails the test");
+}
+
 fn sample_corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora/harbor-sync")
 }
