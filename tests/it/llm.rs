@@ -335,13 +335,11 @@ async fn rate_limits_are_retried_after_retry_after() {
     let dir = tempdir();
     let (mut model, counters) = mock::model(Behaviour::Good);
     (model.fail_first, model.fail_status, model.retry_after) = (2, 429, Some("1".to_owned()));
-    let started = Instant::now();
     let run = run_with(model, dir.path(), &[]).await;
     run.assert_code(0);
     let arrivals = counters.arrivals.lock().map(|a| a.clone()).unwrap_or_default();
     assert!(arrivals[1].duration_since(arrivals[0]) >= Duration::from_secs(1), "retried before Retry-After");
     assert!(arrivals[2].duration_since(arrivals[1]) >= Duration::from_secs(1), "retried before Retry-After");
-    assert!(started.elapsed() >= Duration::from_secs(2));
     let network = &manifest(&run)["run"]["llm_network"];
     assert_eq!((network["rate_limited"].as_u64(), network["retries"].as_u64()), (Some(2), Some(2)));
 }
@@ -398,13 +396,13 @@ async fn server_errors_are_retried_and_other_4xx_fail_fast() {
 async fn a_hanging_server_times_out_with_a_clear_message() {
     let dir = tempdir();
     let (mut model, counters) = mock::model(Behaviour::Good);
+    // Replies would come after 5 s: a client that waited for them would build the set (exit 0),
+    // so the exit code, not the clock, tells that it gave up after 1 s.
     model.delay = Duration::from_secs(5);
-    let started = Instant::now();
     let run = run_with(model, dir.path(), &["--timeout", "1", "--attempts", "2"]).await;
     run.assert_code(2);
     assert!(run.stderr.contains("does not answer: no reply within 1 s"), "{}", run.stderr);
     assert_eq!(counters.requests(), 2, "one timeout retried once");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -628,12 +626,12 @@ async fn hangs_after_a_good_run(out: &Path) -> (wiremock::MockServer, Arc<Counte
 async fn the_watchdog_stops_a_run_where_nothing_finishes() {
     let dir = tempdir();
     let (server, _) = hangs_after_a_good_run(dir.path()).await;
-    let started = Instant::now();
+    // The replies come after 30 s, within --timeout: without the watchdog the run would finish
+    // (exit 0), so the exit code tells that it stopped.
     let run =
         run_on(&server, dir.path(), &["--queries", "12", "--stall-timeout", "2", "--timeout", "60"]).await;
     run.assert_code(2);
     assert!(run.stderr.contains("no LLM call finished in 2 s"), "{}", run.stderr);
-    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread")]
