@@ -69,7 +69,7 @@ pub(super) fn outcome(line: &OutputLine) -> Outcome {
             .to_owned();
         return Outcome::Failed(LlmError::Http { status: response.status_code, message, retry_after: None });
     }
-    match crate::llm::reply_of(response.body.clone()) {
+    match crate::llm::chat::reply_of(response.body.clone()) {
         Ok(reply) => Outcome::Reply(reply),
         Err(error) => Outcome::Failed(error),
     }
