@@ -2,11 +2,12 @@
 //! review queue, from a corpus that has none.
 //!
 //! The pipeline, one module per stage: [`corpus`] → [`chunk`] → [`index`] → [`generate`] →
-//! [`filter`] → [`sample`] → [`output`], wired together by [`pipeline`]. Stages hand each other
+//! [`filter`] → [`sample`] → [`output`], wired together by [`build`]. Stages hand each other
 //! the typed records of [`record`]. After the build, [`review`] takes the review queue to
 //! annotators and their decisions back into new versions of the set; [`validate`] checks a set's
 //! files; [`eval`] scores retrieval runs against a set. See `docs/ARCHITECTURE.md`.
 
+pub mod build;
 pub mod chunk;
 mod codec;
 pub mod config;
@@ -23,14 +24,12 @@ pub mod judge;
 pub mod lines;
 pub mod llm;
 pub mod output;
-pub mod pipeline;
 pub mod pool;
 pub mod progress;
 pub mod record;
 pub mod refresh;
 pub mod review;
 pub mod rng;
-pub mod rounds;
 pub mod runs;
 pub mod sample;
 pub mod set;

@@ -1,4 +1,4 @@
-//! `qrelgen build`: flags and config file → [`qrelgen::BuildConfig`] → [`pipeline::build`] →
+//! `qrelgen build`: flags and config file → [`qrelgen::BuildConfig`] → [`build::build`] →
 //! summary and exit code.
 
 use super::exit;
@@ -6,14 +6,14 @@ use super::json::{DryRunJson, JsonFlag};
 use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::Args;
+use qrelgen::build::{self, IfOccupied, Outcome};
 use qrelgen::corpus::Skipped;
 use qrelgen::generate::Prompts;
 use qrelgen::llm::BatchError;
 use qrelgen::llm::NetworkStats;
-use qrelgen::pipeline::{self, IfOccupied, Outcome};
+use qrelgen::output::{Shortfall, TypeCounts};
 use qrelgen::progress::Progress;
 use qrelgen::record::QueryType;
-use qrelgen::rounds::{Shortfall, TypeCounts};
 use qrelgen::set::{SetLock, Wait, layout};
 use qrelgen::text::Language;
 use serde::Serialize;
@@ -217,7 +217,7 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     qrelgen::set::pause_point("locked");
     let progress = Progress::stderr(args.quiet);
     let if_occupied = if args.force { IfOccupied::Force } else { IfOccupied::Refuse };
-    let outcome = match pipeline::build(&config, out, if_occupied, &progress) {
+    let outcome = match build::build(&config, out, if_occupied, &progress) {
         Err(err @ (qrelgen::Error::Budget(_) | qrelgen::Error::Batch(BatchError::Budget(_)))) => {
             eprintln!("error: {err}");
             return Ok(exit::BUDGET);
@@ -262,7 +262,7 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     Ok(exit_code(&outcome, args.allow_shortfall))
 }
 
-fn print_dry_run(dry_run: &pipeline::DryRun, w: &mut dyn Write) -> std::io::Result<()> {
+fn print_dry_run(dry_run: &build::DryRun, w: &mut dyn Write) -> std::io::Result<()> {
     let (low, high) = (&dry_run.low, &dry_run.high);
     let range = |a: u64, b: u64| if a == b { a.to_string() } else { format!("{a}–{b}") };
     let schema = if high.with_schema { " (response_format schema included)" } else { "" };

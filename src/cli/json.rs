@@ -50,8 +50,8 @@ pub struct DryRunJson {
     pub batches: [u64; 2],
 }
 
-impl From<&qrelgen::pipeline::DryRun> for DryRunJson {
-    fn from(d: &qrelgen::pipeline::DryRun) -> Self {
+impl From<&qrelgen::build::DryRun> for DryRunJson {
+    fn from(d: &qrelgen::build::DryRun) -> Self {
         Self {
             queries: d.queries,
             low: d.low,

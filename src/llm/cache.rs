@@ -40,7 +40,7 @@ pub struct CacheError {
 }
 
 /// The batch tables, made by [`Cache::open`] once per connection (the cache owns them;
-/// `batch.rs` reads and writes them): the batches submitted or imported, the lines (cache keys)
+/// `batch/records.rs` reads and writes them): the batches submitted or imported, the lines (cache keys)
 /// of each, the replies that came through one (which [`Cache::get`] reads with each reply, for
 /// the batch price), and the calls exported to a request file.
 const BATCH_TABLES: &str = "

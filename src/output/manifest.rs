@@ -4,8 +4,7 @@ use crate::config::BuildConfig;
 use crate::filter::Checks;
 use crate::generate::LlmSummary;
 use crate::llm::NetworkStats;
-use crate::record::QueryType;
-use crate::rounds::{Shortfall, TypeCounts};
+use crate::record::{FailureKind, QueryType, Reason};
 use crate::text::Language;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -83,4 +82,82 @@ pub struct RunInfo {
 #[must_use]
 pub fn tool() -> String {
     format!("qrelgen {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What happened to the queries of one type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TypeCounts {
+    /// Quota from `--queries` and `--mix`.
+    pub requested: usize,
+    /// Requests planned, over all rounds.
+    pub planned: usize,
+    /// Queries the generator wrote.
+    pub generated: usize,
+    /// Generated as this type and kept (under this type or, relabelled, another).
+    pub kept: usize,
+    /// Generated as this type and flagged for review.
+    pub flagged: usize,
+    /// Generated as this type and left out.
+    pub dropped: usize,
+    /// Generated as this type, ended as another (a copying paraphrase, a reclassified
+    /// no_answer query), whatever became of it.
+    pub relabelled: usize,
+    /// Places of this type's quota taken by queries of this type in the set.
+    pub filled: usize,
+    /// Queries of this type in the set beyond its quota (reclassified no_answer queries).
+    pub beyond_quota: usize,
+    /// Left out, by reason (written in the order of the reasons' labels).
+    #[serde(serialize_with = "by_label")]
+    pub dropped_by_reason: BTreeMap<Reason, usize>,
+    /// Requests the generator could not serve, by kind of failure (the messages are in
+    /// `rejects.jsonl`).
+    pub generation_failures: BTreeMap<FailureKind, usize>,
+}
+
+impl TypeCounts {
+    /// Queries of this type in the test set.
+    #[must_use]
+    pub fn in_set(&self) -> usize {
+        self.filled + self.beyond_quota
+    }
+
+    /// The reasons queries of this type were left out for, with their counts, in the order of
+    /// the reasons' labels (as reports list them).
+    #[must_use]
+    pub fn dropped_by_label(&self) -> Vec<(&'static str, usize)> {
+        labelled(&self.dropped_by_reason)
+    }
+}
+
+fn labelled(reasons: &BTreeMap<Reason, usize>) -> Vec<(&'static str, usize)> {
+    let mut labelled: Vec<(&'static str, usize)> = reasons.iter().map(|(r, &n)| (r.label(), n)).collect();
+    labelled.sort_unstable();
+    labelled
+}
+
+fn by_label<S: serde::Serializer>(
+    reasons: &BTreeMap<Reason, usize>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(labelled(reasons))
+}
+
+/// A type that ended below its quota.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Shortfall {
+    /// The type.
+    #[serde(rename = "type")]
+    pub query_type: QueryType,
+    /// Its quota.
+    pub wanted: usize,
+    /// Queries of it in the set.
+    pub got: usize,
+    /// Why, in a few words.
+    pub cause: String,
+}
+
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} of {} wanted; {}", self.query_type, self.got, self.wanted, self.cause)
+    }
 }

@@ -161,7 +161,7 @@ pub fn run(
                 .get("language")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or(crate::text::Language::En);
-            crate::pipeline::make_stages(build, index, dir, language, *progress, None)?.judge
+            crate::build::stages::make_stages(build, index, dir, language, *progress, None)?.judge
         }
         _ => None,
     };

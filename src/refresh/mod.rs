@@ -12,6 +12,10 @@ pub mod map;
 pub mod recheck;
 mod report;
 
+use crate::build::DryRun;
+use crate::build::rounds::Rounds;
+use crate::build::stages::Stages;
+use crate::build::{dry_run, ingest, stages};
 use crate::chunk::KeptChunking;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
@@ -27,13 +31,11 @@ use crate::output::layout::{
     REJECTS, REPORT_HTML,
 };
 use crate::output::{self, Staging};
-use crate::pipeline::{self, DryRun};
 use crate::progress::Progress;
 use crate::progress::Timings;
 use crate::record::{Checked, Chunk, Provenance, Qrel, QueryType, RefreshNote, ReviewItem};
 use crate::review::set::{ReviewSet, SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
-use crate::rounds::{Rounds, Stages};
 use crate::runs::PoolRuns;
 use crate::set::pooled::{pooled_text, read_pooled};
 use crate::topics::CorpusModel;
@@ -265,7 +267,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         .map(|fingerprint| (Earlier { fingerprint, chunks: &old_chunks }, old_corpus.as_slice()));
     // The chunks in memory are mapped beside the index stage.
     let map_beside = |new: &[Chunk]| timed(|| ChunkMap::build(&old, new));
-    let (pipeline::Chunked { index, groups, corpus, unchanged, chunks, .. }, mapped) =
+    let (ingest::Chunked { index, groups, corpus, unchanged, chunks, .. }, mapped) =
         chunked.index(config, work, &staging, earlier, *progress, &mut timings, map_beside)?;
     discard.later(old_corpus);
     let stage = progress.stage("map", old.len() as u64);
@@ -356,11 +358,11 @@ fn chunk_and_read(
     kept: Option<KeptChunking>,
     progress: Progress,
     timings: &mut Timings,
-) -> (Result<pipeline::ChunkedCorpus>, Result<SetState>) {
+) -> (Result<ingest::ChunkedCorpus>, Result<SetState>) {
     let collect = old_chunks_hash(manifest).is_some();
     std::thread::scope(|scope| {
         let old = scope.spawn(|| SetState::read(config, set, manifest));
-        let chunked = pipeline::chunk(config, work, staging, kept, collect, progress, timings);
+        let chunked = ingest::chunk(config, work, staging, kept, collect, progress, timings);
         (chunked, read_result(old.join(), set))
     })
 }
@@ -788,14 +790,8 @@ impl<'a> Fresh<'a> {
                 Some(Model::Folded { model, took }) => (Some(model?), took),
                 None => (None, Duration::ZERO),
             };
-            let made = pipeline::make_stages(
-                self.config,
-                self.index,
-                self.work,
-                self.language,
-                self.progress,
-                model,
-            )?;
+            let made =
+                stages::make_stages(self.config, self.index, self.work, self.language, self.progress, model)?;
             // The stage's time includes the folding done ahead on the other thread.
             timings.add("connect", stage.finish(made.generator.name()) + ahead);
             made
@@ -897,7 +893,7 @@ impl<'a> Fresh<'a> {
         let group = self.stages(timings)?.generator.queries_per_call();
         let mut planner = self.planner(groups, added, n, group);
         let Some(stages) = &self.stages else { return Ok(None) };
-        pipeline::dry_run(self.config, stages, &mut planner, &self.config.mix.quotas(n)).map(Some)
+        dry_run::dry_run(self.config, stages, &mut planner, &self.config.mix.quotas(n)).map(Some)
     }
 
     fn generate(

@@ -21,9 +21,9 @@
 //! The saved file names the chunk list and analyzer it belongs to (the index's stamp); one
 //! for another list, or unreadable, is ignored and the model is rebuilt.
 
-use super::{
-    Basis, CorpusModel, CorpusTerms, Projection, Result, TermUsage, TopicSpace, most_common, sorted,
-};
+use super::fit::Projection;
+use super::terms::{most_common, sorted};
+use super::{Basis, CorpusModel, CorpusTerms, Result, TermUsage, TopicSpace};
 use crate::codec::Decoder;
 use crate::index::{ChunkIndex, IndexError, OldChunk, Unchanged, WordTerms};
 use foldhash::{HashMap, HashMapExt as _};

@@ -8,103 +8,19 @@
 //! (a repeat is dropped unsearched); a type's `filled` never exceeds its quota; every candidate
 //! is counted under the type it was generated as.
 
+use super::stages::Stages;
 use crate::dedup::Dedup;
 use crate::error::Result;
 use crate::filter::RoundTrip;
 use crate::generate::{Generator, Margin, Quotas, Request, stalled, top_up};
 use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
-use crate::judge::{Asks, Judge, JudgeConfig, LlmJudge, Phase};
+use crate::judge::{Asks, Judge, JudgeConfig, Phase};
+use crate::output::{Shortfall, TypeCounts};
 use crate::progress::{Progress, Stage, Timings};
-use crate::record::{Candidate, Checked, FailureKind, QueryType, Reason, Reject, Status, Verdict};
-use serde::Serialize;
+use crate::record::{Candidate, Checked, QueryType, Reason, Reject, Status, Verdict};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-
-/// What happened to the queries of one type.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TypeCounts {
-    /// Quota from `--queries` and `--mix`.
-    pub requested: usize,
-    /// Requests planned, over all rounds.
-    pub planned: usize,
-    /// Queries the generator wrote.
-    pub generated: usize,
-    /// Generated as this type and kept (under this type or, relabelled, another).
-    pub kept: usize,
-    /// Generated as this type and flagged for review.
-    pub flagged: usize,
-    /// Generated as this type and left out.
-    pub dropped: usize,
-    /// Generated as this type, ended as another (a copying paraphrase, a reclassified
-    /// no_answer query), whatever became of it.
-    pub relabelled: usize,
-    /// Places of this type's quota taken by queries of this type in the set.
-    pub filled: usize,
-    /// Queries of this type in the set beyond its quota (reclassified no_answer queries).
-    pub beyond_quota: usize,
-    /// Left out, by reason (written in the order of the reasons' labels).
-    #[serde(serialize_with = "by_label")]
-    pub dropped_by_reason: BTreeMap<Reason, usize>,
-    /// Requests the generator could not serve, by kind of failure (the messages are in
-    /// `rejects.jsonl`).
-    pub generation_failures: BTreeMap<FailureKind, usize>,
-}
-
-impl TypeCounts {
-    /// Queries of this type in the test set.
-    #[must_use]
-    pub fn in_set(&self) -> usize {
-        self.filled + self.beyond_quota
-    }
-
-    /// The reasons queries of this type were left out for, with their counts, in the order of
-    /// the reasons' labels (as reports list them).
-    #[must_use]
-    pub fn dropped_by_label(&self) -> Vec<(&'static str, usize)> {
-        labelled(&self.dropped_by_reason)
-    }
-}
-
-fn labelled(reasons: &BTreeMap<Reason, usize>) -> Vec<(&'static str, usize)> {
-    let mut labelled: Vec<(&'static str, usize)> = reasons.iter().map(|(r, &n)| (r.label(), n)).collect();
-    labelled.sort_unstable();
-    labelled
-}
-
-fn by_label<S: serde::Serializer>(
-    reasons: &BTreeMap<Reason, usize>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_map(labelled(reasons))
-}
-
-/// A type that ended below its quota.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Shortfall {
-    /// The type.
-    #[serde(rename = "type")]
-    pub query_type: QueryType,
-    /// Its quota.
-    pub wanted: usize,
-    /// Queries of it in the set.
-    pub got: usize,
-    /// Why, in a few words.
-    pub cause: String,
-}
-
-impl std::fmt::Display for Shortfall {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} of {} wanted; {}", self.query_type, self.got, self.wanted, self.cause)
-    }
-}
-
-/// The stages a round runs besides the round trip: the generator, and the LLM judge when an LLM
-/// writes the queries (both hold the run's one LLM session).
-pub(crate) struct Stages<'a> {
-    pub(crate) generator: Box<dyn Generator + 'a>,
-    pub(crate) judge: Option<LlmJudge<'a>>,
-}
 
 /// The state carried across generation rounds.
 pub(crate) struct Rounds {
