@@ -2,7 +2,7 @@
 //! review queue, from a corpus that has none.
 //!
 //! The pipeline, one module per stage: [`corpus`] → [`chunk`] → [`index`] → [`generate`] →
-//! [`filter`] → [`sample`] → [`output`], wired together by [`build`]. Stages hand each other
+//! [`filter`] → [`sample`] → [`output`], run in order by [`build`]. Stages hand each other
 //! the typed records of [`record`]. After the build, [`review`] takes the review queue to
 //! annotators and their decisions back into new versions of the set; [`validate`] checks a set's
 //! files; [`eval`] scores retrieval runs against a set. See `docs/ARCHITECTURE.md`.
