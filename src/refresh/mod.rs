@@ -8,43 +8,39 @@
 //! `versions/vN/`), with `refresh/chunk_map.tsv`, `refresh/changelog.jsonl` and a section in the
 //! report.
 
+mod fresh;
 pub mod map;
 pub mod recheck;
 mod report;
+mod written;
 
 use crate::build::DryRun;
-use crate::build::rounds::Rounds;
-use crate::build::stages::Stages;
-use crate::build::{dry_run, ingest, stages};
+use crate::build::ingest;
 use crate::chunk::KeptChunking;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
-use crate::generate::Planner;
-use crate::id::{ChunkId, QueryId};
-use crate::index::{Analyzer, ChunkIndex, Earlier, IndexError, OldChunk, Unchanged};
-use crate::judge::{Ask, Judge};
+use crate::id::QueryId;
+use crate::index::{Analyzer, ChunkIndex, Earlier, OldChunk};
 use crate::output::RunInfo;
-use crate::output::layout::{
-    CANDIDATES, CHUNK_GROUPS, CORPUS, INDEX_DIR, MANIFEST, NO_ANSWER, POOL_TSV, POOLED_TSV, QUERIES, QUEUE,
-    REJECTS, REPORT_HTML,
-};
+use crate::output::layout::{CANDIDATES, CORPUS, INDEX_DIR, MANIFEST, POOL_TSV, QUEUE, REPORT_HTML};
 use crate::output::{self, Staging};
 use crate::progress::Progress;
 use crate::progress::Timings;
-use crate::record::{Checked, Chunk, Provenance, Qrel, QueryType, RefreshNote, ReviewItem};
+use crate::record::{Checked, Chunk, Qrel, QueryType, ReviewItem};
 use crate::review::set::{ReviewSet, SetManifest, Version, read_all, read_manifest};
 use crate::review::version::{self, MadeBy};
 use crate::runs::PoolRuns;
-use crate::set::pooled::{pooled_text, read_pooled};
 use crate::topics::CorpusModel;
+use fresh::{Fresh, Model, ready_ahead, timed};
 use map::{ChunkChange, ChunkMap, Piece};
-use recheck::{PoolGrade, QueryChange, Questions, Recheck, Rechecked};
+use recheck::{QueryChange, Recheck, Rechecked};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
+use written::Written;
 
 /// The map of old chunks to new ones.
 pub const CHUNK_MAP: &str = "refresh/chunk_map.tsv";
@@ -475,64 +471,6 @@ impl SetState {
 /// replaces it (a refresh writes new ones): staged there beside them.
 const KEPT_BY_REFRESH: [&str; 4] = [CHUNK_MAP, CHANGELOG, REPORT_HTML, POOL_TSV];
 
-/// The questions for the judge: every chunk new to the corpus that entered the pool of a query
-/// whose labels were kept, with the query it is for (its place in `checked`).
-fn pool_asks(checked: &[Rechecked], index: &ChunkIndex) -> Vec<(usize, ChunkId, Ask)> {
-    let mut asks = Vec::new();
-    for (at, c) in checked.iter().enumerate().filter(|(_, c)| c.change == QueryChange::Pool) {
-        let Some(judged) = &c.judged else { continue };
-        for id in &c.new_pool {
-            if let Some(chunk) = index.position(id) {
-                asks.push((at, id.clone(), Ask { query: judged.candidate.text.clone(), chunk }));
-            }
-        }
-    }
-    asks
-}
-
-/// With `--judge-pool` and an LLM: the judge grades the chunks new to the corpus that entered
-/// kept queries' pools. A grade becomes a qrels row (provenance `judge`; a 0 stays in
-/// `qrels/provenance.tsv` only, as in a build); a query whose new chunks all got one is not
-/// queued (`pool_judged`); one the judge could not grade stays listed for review.
-fn judge_pools(
-    judge: &mut dyn Judge,
-    asks: Vec<(usize, ChunkId, Ask)>,
-    checked: &mut [Rechecked],
-    progress: Progress,
-    timings: &mut Timings,
-) -> Result<()> {
-    let stage = progress.stage("judge", asks.len() as u64);
-    let questions: Vec<Ask> = asks.iter().map(|(_, _, ask)| ask.clone()).collect();
-    let grades = judge.grade(&questions, &stage)?;
-    let mut answered = 0;
-    for ((at, id, _), grade) in asks.into_iter().zip(grades) {
-        let Ok(grade) = grade else { continue };
-        answered += 1;
-        let c = &mut checked[at];
-        c.new_pool.retain(|p| *p != id);
-        if let Some(judged) = &mut c.judged {
-            judged.verdict.pool.iter_mut().filter(|p| p.chunk_id == id).for_each(|p| p.grade = Some(grade));
-        }
-        let row = Qrel { query_id: c.id.clone(), chunk_id: id.clone(), grade, provenance: Provenance::Judge };
-        c.qrels.push(row);
-        c.pool_grades.push(PoolGrade { chunk: id, grade });
-    }
-    for c in checked.iter_mut().filter(|c| c.change == QueryChange::Pool) {
-        let judged = c.pool_grades.len();
-        c.reason = if c.new_pool.is_empty() {
-            c.change = QueryChange::PoolJudged;
-            format!("{judged} chunk(s) new to the corpus entered its pool; the judge graded them")
-        } else {
-            format!(
-                "{} chunk(s) new to the corpus entered its pool, unjudged ({judged} graded by the judge)",
-                c.new_pool.len()
-            )
-        };
-    }
-    timings.add("judge", stage.finish(&format!("{answered} grades")));
-    Ok(())
-}
-
 /// Every query of `current`, in file order.
 fn recheck_all(
     current: &Version,
@@ -641,21 +579,6 @@ fn saved_model(config: &BuildConfig, set: &Path, manifest: &SetManifest) -> Opti
     CorpusModel::load(&set.join(INDEX_DIR), &stamp, config.threads)
 }
 
-/// The offline generator's corpus model on its way from the old corpus to the new one.
-enum Model<'a> {
-    /// The old corpus's, with the old chunks: folded in when the generator is made.
-    Old(CorpusModel, &'a [OldChunk<'a>]),
-    /// Folded in and kept beside the index ahead of time (beside the recheck), which took `took`.
-    Folded { model: std::result::Result<CorpusModel, IndexError>, took: Duration },
-}
-
-/// What `work` returns, and the time it took.
-fn timed<T>(work: impl FnOnce() -> T) -> (T, Duration) {
-    let started = std::time::Instant::now();
-    let done = work();
-    (done, started.elapsed())
-}
-
 /// The new chunks and their map from the `old` ones: `mapped` beside the index stage (which took
 /// the time given) when the chunks were in memory, else read back from the staged
 /// `corpus.jsonl` and mapped now.
@@ -722,417 +645,6 @@ impl Options {
     /// set's size may still ask for none).
     fn writes_new(&self, map: &ChunkMap) -> bool {
         !self.dry_run && !map.fresh().is_empty() && self.new_queries != NewQueries::Count(0)
-    }
-}
-
-/// The work that readies the new queries' `generator`, to run on another thread: the [`fold`]
-/// of `model`, timed, or, for an LLM generator, the loading of the token counter; `None` when
-/// there is neither.
-fn ready_ahead<'a>(
-    model: Option<CorpusModel>,
-    generator: &GeneratorConfig,
-    old: &'a [OldChunk<'a>],
-    index: &'a ChunkIndex,
-    unchanged: Option<&'a Unchanged>,
-) -> Option<impl FnOnce() -> Option<Model<'a>> + Send + 'a> {
-    let needed = model.is_some() || matches!(generator, GeneratorConfig::Llm(_));
-    let ready = move || {
-        if let Some(model) = model {
-            let (model, took) = timed(|| fold(model, old, index, unchanged));
-            return Some(Model::Folded { model, took });
-        }
-        crate::llm::load_token_counter();
-        None
-    };
-    needed.then_some(ready)
-}
-
-/// `model` of the `old` chunks with the corpus's changes folded in (see
-/// [`CorpusModel::fold_in`]), kept beside `index` for the next refresh.
-fn fold(
-    model: CorpusModel,
-    old: &[OldChunk<'_>],
-    index: &ChunkIndex,
-    unchanged: Option<&Unchanged>,
-) -> std::result::Result<CorpusModel, IndexError> {
-    model.fold_in(old, index, unchanged)?.keep_beside(index)
-}
-
-/// The new queries: the build's planner (over the new material only: added and rewritten
-/// chunks), generator and rounds.
-struct Fresh<'a> {
-    config: &'a BuildConfig,
-    index: &'a ChunkIndex,
-    filter: &'a RoundTrip<'a>,
-    work: &'a Path,
-    language: crate::text::Language,
-    progress: Progress,
-    /// The generator and judge, made on first use and then shared: one LLM session (one
-    /// budget, limiter and cache) for the whole refresh.
-    stages: Option<Stages<'a>>,
-    /// The offline generator's corpus model.
-    model: Option<Model<'a>>,
-    /// With the index updated in place: the chunks it kept as they were.
-    unchanged: Option<&'a Unchanged>,
-}
-
-impl<'a> Fresh<'a> {
-    /// The generator and judge stages, made (and timed as `connect`) on first use.
-    fn stages(&mut self, timings: &mut Timings) -> Result<&mut Stages<'a>> {
-        let made = if let Some(made) = self.stages.take() {
-            made
-        } else {
-            let stage = self.progress.stage("connect", 0);
-            let (model, ahead) = match self.model.take() {
-                Some(Model::Old(model, old)) => {
-                    (Some(fold(model, old, self.index, self.unchanged)?), Duration::ZERO)
-                }
-                Some(Model::Folded { model, took }) => (Some(model?), took),
-                None => (None, Duration::ZERO),
-            };
-            let made =
-                stages::make_stages(self.config, self.index, self.work, self.language, self.progress, model)?;
-            // The stage's time includes the folding done ahead on the other thread.
-            timings.add("connect", stage.finish(made.generator.name()) + ahead);
-            made
-        };
-        Ok(self.stages.insert(made))
-    }
-
-    /// With an LLM: the judge's questions the re-check left, then (with `--judge-pool`) the
-    /// chunks new to kept queries' pools; with `dry_run`, only counted. Returns the asks counted.
-    fn judge(&mut self, checked: &mut [Rechecked], dry_run: bool, timings: &mut Timings) -> Result<u64> {
-        let rechecked = self.judge_rechecked(checked, dry_run, timings)?;
-        Ok(rechecked + self.judge_new_pools(checked, dry_run, timings)?)
-    }
-
-    /// With an LLM: the judge's questions the re-check left ([`Questions`]) asked, and their
-    /// outcomes applied; with `dry_run`, only counted. Returns the asks counted.
-    fn judge_rechecked(
-        &mut self,
-        checked: &mut [Rechecked],
-        dry_run: bool,
-        timings: &mut Timings,
-    ) -> Result<u64> {
-        if !matches!(self.config.generator, GeneratorConfig::Llm(_)) {
-            return Ok(0);
-        }
-        let questions = Questions::plan(checked, self.index);
-        if dry_run {
-            return Ok(questions.len() as u64);
-        }
-        // Without asks the grades carried decide (no LLM session is made for none).
-        let grades = if questions.is_empty() { Vec::new() } else { self.grade(&questions.asks(), timings)? };
-        questions.apply(checked, &grades, self.index)?;
-        Ok(0)
-    }
-
-    /// The judge's grades of `asks` (none without a judge), timed as `judge`.
-    fn grade(&mut self, asks: &[Ask], timings: &mut Timings) -> Result<Vec<crate::judge::Grade>> {
-        let progress = self.progress;
-        let Some(judge) = self.stages(timings)?.judge.as_mut() else { return Ok(Vec::new()) };
-        let stage = progress.stage("judge", asks.len() as u64);
-        let grades = judge.grade(asks, &stage)?;
-        let usable = grades.iter().flatten().count();
-        timings.add("judge", stage.finish(&format!("re-check: {usable} of {} grades", asks.len())));
-        Ok(grades)
-    }
-
-    /// With `--judge-pool` and an LLM: the chunks new to kept queries' pools graded (see
-    /// [`judge_pools`]); with `dry_run`, only counted. Returns the asks counted.
-    fn judge_new_pools(
-        &mut self,
-        checked: &mut [Rechecked],
-        dry_run: bool,
-        timings: &mut Timings,
-    ) -> Result<u64> {
-        if self.config.judge.pool == 0 || !matches!(self.config.generator, GeneratorConfig::Llm(_)) {
-            return Ok(0);
-        }
-        let asks = pool_asks(checked, self.index);
-        if dry_run {
-            return Ok(asks.len() as u64);
-        }
-        let progress = self.progress;
-        if !asks.is_empty()
-            && let Some(judge) = self.stages(timings)?.judge.as_mut()
-        {
-            judge_pools(judge, asks, checked, progress, timings)?;
-        }
-        Ok(0)
-    }
-
-    fn planner<'g>(
-        &self,
-        groups: &'g crate::dedup::ChunkGroups,
-        added: &HashSet<usize>,
-        n: usize,
-        group: usize,
-    ) -> Planner<'g>
-    where
-        Self: 'g,
-    {
-        let docs: HashSet<_> = added.iter().map(|&p| self.index.doc_id(p)).collect();
-        let cap = self.config.per_doc_cap.unwrap_or_else(|| crate::generate::auto_cap(n, docs.len()));
-        Planner::new(self.index, groups, Some(cap.max(group)), n, group, self.config.seed).only(added)
-    }
-
-    /// What the new queries would cost, as a build's dry run counts it: the generator's calls
-    /// and the judge's, from round 1 with every query kept to every round with half dropped.
-    fn estimate(
-        &mut self,
-        groups: &crate::dedup::ChunkGroups,
-        added: &HashSet<usize>,
-        n: usize,
-        timings: &mut Timings,
-    ) -> Result<Option<DryRun>> {
-        // The offline generator makes no calls: its estimate would only cost its topic space.
-        if n == 0 || added.is_empty() || matches!(self.config.generator, GeneratorConfig::Offline) {
-            return Ok(None);
-        }
-        let group = self.stages(timings)?.generator.queries_per_call();
-        let mut planner = self.planner(groups, added, n, group);
-        let Some(stages) = &self.stages else { return Ok(None) };
-        dry_run::dry_run(self.config, stages, &mut planner, &self.config.mix.quotas(n)).map(Some)
-    }
-
-    fn generate(
-        &mut self,
-        groups: &crate::dedup::ChunkGroups,
-        added: &HashSet<usize>,
-        n: usize,
-        checked: &[Rechecked],
-        timings: &mut Timings,
-    ) -> Result<Rounds> {
-        let quotas = self.config.mix.quotas(n);
-        let mut rounds = Rounds::new(&quotas, self.config.dedup_threshold, self.config.judge);
-        if n == 0 || added.is_empty() {
-            return Ok(rounds);
-        }
-        // The queries kept are in the set already: a new one must not repeat them.
-        for c in checked.iter().filter(|c| c.line.is_some()) {
-            if let Some(j) = &c.judged {
-                rounds.seen.insert(j.candidate.id.clone());
-                rounds.dedup.check_and_keep(&j.candidate.id, &j.candidate.text);
-            }
-        }
-        let group = self.stages(timings)?.generator.queries_per_call();
-        let mut planner = self.planner(groups, added, n, group);
-        for round in 1..=self.config.max_rounds {
-            let wanted = rounds.to_plan(crate::generate::Margin::of_round(round, self.config.max_rounds));
-            let requests =
-                if wanted.is_empty() { Vec::new() } else { planner.plan(&wanted, round, group)? };
-            if requests.is_empty() {
-                break;
-            }
-            let (filter, index, progress) = (self.filter, self.index, self.progress);
-            rounds.run(round, self.stages(timings)?, filter, index, &requests, progress, timings)?;
-        }
-        Ok(rounds)
-    }
-}
-
-/// What the refresh writes, from what it found.
-struct Written<'a> {
-    map: &'a ChunkMap,
-    checked: &'a [Rechecked],
-    rounds: &'a Rounds,
-    index: &'a ChunkIndex,
-    language: crate::text::Language,
-    /// The review queue of the version refreshed.
-    previous: &'a [ReviewItem],
-    /// The version the refresh makes.
-    version: u32,
-}
-
-impl Written<'_> {
-    fn new_set(&self) -> impl Iterator<Item = &Checked> {
-        self.rounds.judged.iter().filter(|j| j.in_set())
-    }
-
-    /// Every query of the new version as the new corpus sees it, in file order.
-    fn in_set(&self) -> impl Iterator<Item = &Checked> {
-        let old = self.checked.iter().filter(|c| c.line.is_some()).filter_map(|c| c.judged.as_ref());
-        old.chain(self.new_set())
-    }
-
-    fn qrels(&self) -> Vec<Qrel> {
-        let mut qrels: Vec<Qrel> = self.checked.iter().flat_map(|c| c.qrels.iter().cloned()).collect();
-        qrels.extend(output::qrels(self.new_set()));
-        qrels
-    }
-
-    /// Counts the new version's queries into `outcome`: the new ones, the queries in the set (by
-    /// type), and the share with a human label.
-    fn count(&self, outcome: &mut Outcome) {
-        let new = self.new_set().count();
-        if new > 0 {
-            outcome.queries.insert(QueryChange::New, new);
-        }
-        let kept = self.checked.iter().filter(|c| c.line.is_some());
-        let types = kept.map(|c| c.query_type).chain(self.new_set().map(Checked::query_type));
-        outcome.by_type = types.fold(BTreeMap::new(), |mut by_type, t| {
-            *by_type.entry(t).or_default() += 1;
-            by_type
-        });
-        outcome.in_set = outcome.by_type.values().sum();
-        outcome.human_share = self.human_share();
-    }
-
-    fn human_share(&self) -> f64 {
-        let human: HashSet<&QueryId> = self
-            .checked
-            .iter()
-            .flat_map(|c| &c.qrels)
-            .filter(|q| q.provenance == Provenance::Human)
-            .map(|q| &q.query_id)
-            .collect();
-        let total = self.checked.iter().filter(|c| c.line.is_some()).count() + self.new_set().count();
-        if total == 0 { 0.0 } else { human.len() as f64 / total as f64 }
-    }
-
-    /// The review queue: what changed first (`may_be_answerable`, then retargeted, relabelled,
-    /// pool and new queries, by type within each), each with its [`RefreshNote`]; then the
-    /// previous queue's items still in the set ([`Written::carried`]). Returns it and the size of
-    /// its changed part.
-    fn queue(&self) -> Result<(Vec<ReviewItem>, usize)> {
-        let note = |change, reason: &str, old_sources: &[ChunkId]| RefreshNote {
-            version: self.version,
-            change,
-            reason: reason.to_owned(),
-            old_sources: old_sources.to_vec(),
-        };
-        let mut changed: Vec<(QueryChange, QueryType, &Checked, RefreshNote)> = self
-            .checked
-            .iter()
-            .filter(|c| c.change.queued())
-            .filter_map(|c| {
-                let j = c.judged.as_ref()?;
-                Some((c.change, c.query_type, j, note(c.change, &c.reason, &c.old_sources)))
-            })
-            .collect();
-        let new = QueryChange::New;
-        changed.extend(self.new_set().map(|j| (new, j.query_type(), j, note(new, report::NEW_REASON, &[]))));
-        changed.sort_by_key(|(change, t, _, _)| (*change, *t));
-        let (records, notes): (Vec<&Checked>, Vec<RefreshNote>) =
-            changed.into_iter().map(|(_, _, j, note)| (j, note)).unzip();
-        let mut queue = crate::sample::review_items(&records, self.index)?;
-        for (item, note) in queue.iter_mut().zip(notes) {
-            item.refresh = Some(note);
-        }
-        let queued: HashSet<QueryId> = queue.iter().map(|i| i.query_id.clone()).collect();
-        queue.extend(self.carried(&queued)?);
-        Ok((queue, queued.len()))
-    }
-
-    /// The previous queue's items whose queries are still in the set and not `queued` again, in
-    /// their order (a retired or rejected query's item goes): an item stays as it was when the
-    /// query was kept and every chunk it shows is unchanged; otherwise it is made again from
-    /// the query as the new corpus sees it (its rows and pool moved), keeping the machine status,
-    /// reason and refresh note it was queued with.
-    fn carried(&self, queued: &HashSet<QueryId>) -> Result<Vec<ReviewItem>> {
-        let in_set: HashMap<&QueryId, &Rechecked> =
-            self.checked.iter().filter(|c| c.line.is_some()).map(|c| (&c.id, c)).collect();
-        let unchanged = |id: &ChunkId| self.map.get(id).is_none_or(|m| m.change == ChunkChange::Unchanged);
-        let mut carried = Vec::new();
-        for item in self.previous.iter().filter(|i| !queued.contains(&i.query_id)) {
-            let Some(c) = in_set.get(&item.query_id) else { continue };
-            let mut shown =
-                item.sources.iter().map(|s| &s.chunk_id).chain(item.pool.iter().map(|p| &p.pooled.chunk_id));
-            if c.change == QueryChange::Kept && shown.all(unchanged) {
-                carried.push(item.clone());
-                continue;
-            }
-            let Some(judged) = &c.judged else { continue };
-            if let Some(mut made) = crate::sample::review_items(&[judged], self.index)?.pop() {
-                (made.status, made.reason) = (item.status, item.reason);
-                made.refresh.clone_from(&item.refresh);
-                carried.push(made);
-            }
-        }
-        Ok(carried)
-    }
-
-    /// Stages every file of the new version but the manifest; returns the size of the queue's
-    /// changed part and of the whole queue.
-    fn stage(
-        &self,
-        staging: &Staging,
-        set: &Path,
-        candidates: &[Checked],
-        groups: &crate::dedup::ChunkGroups,
-    ) -> Result<(usize, usize)> {
-        let new_lines: Vec<String> = self
-            .new_set()
-            .map(|j| serde_json::to_string(&output::query_line(j, self.language)))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| Error::Output { path: staging.path(QUERIES), source: e.into() })?;
-        let lines =
-            self.checked.iter().filter_map(|c| c.line.as_deref()).chain(new_lines.iter().map(String::as_str));
-        output::write_text(&staging.path(QUERIES), &lines.flat_map(|l| [l, "\n"]).collect::<String>())?;
-        let qrels = self.qrels();
-        output::write_qrels(|name| staging.path(name), &qrels)?;
-        output::write_text(&staging.path(NO_ANSWER), &self.no_answer(&qrels))?;
-        let (queue, changed) = self.queue()?;
-        output::write_jsonl(&staging.path(QUEUE), &queue)?;
-        let pools: Vec<&Checked> = self.in_set().collect();
-        let pooled_by_runs = pools.iter().any(|j| j.verdict.pool.iter().any(|p| !p.pooled_by.is_empty()));
-        // Rewritten whenever the set has one, so that it never lists the old corpus's pools.
-        if pooled_by_runs || set.join(POOL_TSV).is_file() {
-            output::write_pool(&staging.path(POOL_TSV), &pools)?;
-        }
-        let pooled = read_pooled(&set.join(POOLED_TSV))?;
-        if !pooled.is_empty() {
-            let ids: HashSet<&QueryId> = pools.iter().map(|j| &j.candidate.id).collect();
-            output::write_text(
-                &staging.path(POOLED_TSV),
-                &pooled_text(&self.map.pooled(pooled, |q| ids.contains(q))),
-            )?;
-        }
-        output::write_jsonl(&staging.path(CANDIDATES), self.candidates(candidates))?;
-        let mut rejects: Vec<serde_json::Value> =
-            if set.join(REJECTS).is_file() { read_all(&set.join(REJECTS))? } else { Vec::new() };
-        rejects.extend(self.rounds.rejects.iter().filter_map(|r| serde_json::to_value(r).ok()));
-        output::write_jsonl(&staging.path(REJECTS), &rejects)?;
-        let chunk_groups =
-            groups.groups().iter().map(|g| g.iter().map(|&c| self.index.chunk_id(c)).collect::<Vec<_>>());
-        output::write_jsonl(&staging.path(CHUNK_GROUPS), chunk_groups)?;
-        output::write_text(&staging.path(CHUNK_MAP), &self.map.tsv())?;
-        output::write_jsonl(
-            &staging.path(CHANGELOG),
-            report::changelog(self.map, self.checked, self.new_set()),
-        )?;
-        Ok((changed, queue.len()))
-    }
-
-    fn no_answer(&self, qrels: &[Qrel]) -> String {
-        let answered: HashSet<&QueryId> =
-            qrels.iter().filter(|q| q.grade >= 1).map(|q| &q.query_id).collect();
-        let ids = self
-            .checked
-            .iter()
-            .filter(|c| c.line.is_some() && c.query_type == QueryType::NoAnswer)
-            .map(|c| &c.id)
-            .chain(self.new_set().filter(|j| j.query_type() == QueryType::NoAnswer).map(|j| &j.candidate.id));
-        ids.filter(|id| !answered.contains(id)).flat_map(|id| [id.as_str(), "\n"]).collect()
-    }
-
-    /// The build's records with the changed queries' new ones, then the new candidates.
-    fn candidates<'c>(&'c self, old: &'c [Checked]) -> impl Iterator<Item = &'c Checked> {
-        let changed: HashMap<&QueryId, &Checked> = self
-            .checked
-            .iter()
-            .filter(|c| {
-                matches!(
-                    c.change,
-                    QueryChange::Relabelled | QueryChange::Retargeted | QueryChange::MayBeAnswerable
-                )
-            })
-            .filter_map(|c| c.judged.as_ref().map(|j| (&j.candidate.id, j)))
-            .collect();
-        old.iter()
-            .map(move |j| changed.get(&j.candidate.id).copied().unwrap_or(j))
-            .chain(self.rounds.judged.iter())
     }
 }
 
