@@ -5,11 +5,11 @@
 //! paragraphs, then sentences, then words; ids derive from the document id and the chunk text
 //! only, so they are byte-identical across runs and processes.
 
-mod kept;
+mod saved;
 
-pub use kept::{
-    Digest, KEPT_FILE, KeptChunking, KeptItem, KeptWriter, Lines, Written, document_digest, settings_stamp,
-    text_digest,
+pub use saved::{
+    CHUNKING_FILE, ChunkingFile, ChunkingWriter, Digest, Lines, SavedChunking, SavedItem, document_digest,
+    settings_stamp, text_digest,
 };
 
 use crate::corpus::Item;
@@ -127,8 +127,8 @@ impl Chunker {
 
     /// The chunking of a corpus item: a document's language, spans and their near-duplicate
     /// signatures; a pre-chunked unit is one chunk. `done` is told the bytes chunked as it goes.
-    /// Its lines are not made yet ([`KeptItem::lines`] is empty).
-    pub fn item(&self, item: &Item, done: &mut dyn FnMut(usize)) -> KeptItem {
+    /// Its lines are not made yet ([`SavedItem::lines`] is empty).
+    pub fn item(&self, item: &Item, done: &mut dyn FnMut(usize)) -> SavedItem {
         let (language, spans, text) = match item {
             Item::Document(doc) => {
                 let language = Language::detect(&doc.text);
@@ -139,7 +139,7 @@ impl Chunker {
             }
         };
         let signatures = spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect();
-        KeptItem { language, spans, signatures, lines: Lines::default() }
+        SavedItem { language, spans, signatures, lines: Lines::default() }
     }
 
     /// As [`Chunker::spans`], for a document known to be in `language` (its

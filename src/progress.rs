@@ -18,7 +18,7 @@ enum Mode {
     Lines,
 }
 
-/// Where progress goes; hands out one [`Stage`] per pipeline stage.
+/// Where progress goes; hands out one [`StageProgress`] per pipeline stage.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
     mode: Mode,
@@ -52,17 +52,17 @@ impl Progress {
 
     /// Starts a stage of `total` steps (0 if unknown).
     #[must_use]
-    pub fn stage(&self, name: &'static str, total: u64) -> Stage {
+    pub fn stage(&self, name: &'static str, total: u64) -> StageProgress {
         self.start(name, total, false)
     }
 
     /// Starts a stage that counts bytes, `total` of them (0 if unknown).
     #[must_use]
-    pub fn stage_bytes(&self, name: &'static str, total: u64) -> Stage {
+    pub fn stage_bytes(&self, name: &'static str, total: u64) -> StageProgress {
         self.start(name, total, true)
     }
 
-    fn start(self, name: &'static str, total: u64, bytes: bool) -> Stage {
+    fn start(self, name: &'static str, total: u64, bytes: bool) -> StageProgress {
         let bar = (self.mode == Mode::Bar).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             let template = match (total, bytes) {
@@ -79,7 +79,7 @@ impl Progress {
             bar.set_prefix(name);
             bar
         });
-        Stage {
+        StageProgress {
             name,
             bytes,
             mode: self.mode,
@@ -95,7 +95,7 @@ impl Progress {
 
 /// Progress of one stage.
 #[derive(Debug)]
-pub struct Stage {
+pub struct StageProgress {
     name: &'static str,
     /// Whether the steps are bytes.
     bytes: bool,
@@ -108,7 +108,7 @@ pub struct Stage {
     note: Mutex<String>,
 }
 
-impl Stage {
+impl StageProgress {
     /// A stage that reports nothing.
     #[must_use]
     pub fn hidden() -> Self {

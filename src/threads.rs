@@ -1,8 +1,9 @@
-//! The crate's ways of running work on scoped threads: joining one (its panic goes on),
-//! a panic's message, a slice filled in parts, blocks worked ahead and taken in order, and a
-//! fallible step run on many items at once (syncs). Every helper joins each thread it starts
-//! before it returns, so no panic is left for the scope to raise.
+//! The crate's ways of running work on threads: joining one (its panic goes on), a panic's
+//! message, items mapped in order on a rayon pool, a slice filled in parts, blocks worked ahead
+//! and taken in order, and a fallible step run on many items at once (syncs). Every helper
+//! joins each thread it starts before it returns, so no panic is left for the scope to raise.
 
+use rayon::iter::{IndexedParallelIterator as _, IntoParallelIterator as _, ParallelIterator as _};
 use std::any::Any;
 use std::ops::Range;
 use std::thread::ScopedJoinHandle;
@@ -99,6 +100,25 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+/// `f` of each of `items`, in order, on up to `threads` threads (a rayon pool of its own; on
+/// this thread with one thread or one item). Every item is a task an idle thread may take, so
+/// an item that takes long (a large document) holds up its own thread only. A panic of `f`
+/// goes on here once the pool is done with the items.
+pub(crate) fn map_in_order<T: Send, U: Send>(
+    items: Vec<T>,
+    threads: usize,
+    f: impl Fn(T) -> U + Sync + Send,
+) -> Vec<U> {
+    let pool = (threads > 1 && items.len() > 1)
+        .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok())
+        .flatten();
+    match pool {
+        Some(pool) => pool.install(|| items.into_par_iter().with_max_len(1).map(f).collect()),
+        // One thread, or none to be had from the system: this one.
+        None => items.into_iter().map(f).collect(),
+    }
 }
 
 /// Fills `out` (rows of `width` values) in up to `threads` parts of consecutive rows, one
@@ -228,6 +248,50 @@ pub(crate) fn sync_together<T: Sync, E: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_item_holds_up_one_thread_while_the_others_map_the_rest() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // The first item waits for all the others: with runs of as many items each, those in
+        // its own run never start.
+        let small = 9;
+        let finished = AtomicUsize::new(0);
+        let start = std::time::Instant::now();
+        let mapped = map_in_order((0..=small).collect(), 2, |i: usize| {
+            if i == 0 {
+                while finished.load(Ordering::SeqCst) < small {
+                    if start.elapsed() > std::time::Duration::from_secs(10) {
+                        return None;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            } else {
+                finished.fetch_add(1, Ordering::SeqCst);
+            }
+            Some(i * 3)
+        });
+        assert_eq!(mapped, (0..=small).map(|i| Some(i * 3)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn map_in_order_keeps_the_order_on_at_most_its_threads() {
+        let here = std::thread::current().id();
+        for threads in [1, 2, 3, 8] {
+            for len in [0, 1, 2, 5, 100] {
+                let items: Vec<usize> = (0..len).collect();
+                let mapped = map_in_order(items, threads, |i| (i * 3, std::thread::current().id()));
+                assert_eq!(
+                    mapped.iter().map(|m| m.0).collect::<Vec<_>>(),
+                    (0..len).map(|i| i * 3).collect::<Vec<_>>()
+                );
+                let used: std::collections::BTreeSet<String> =
+                    mapped.iter().map(|m| format!("{:?}", m.1)).collect();
+                assert!(used.len() <= threads, "{threads} threads, {len} items: {used:?}");
+                let on_this_thread = mapped.iter().all(|m| m.1 == here);
+                assert_eq!(on_this_thread, threads == 1 || len < 2, "{threads} threads, {len} items");
+            }
+        }
+    }
 
     #[test]
     fn work_beside_runs_on_another_thread_and_none_is_none() {

@@ -2,7 +2,7 @@
 //! earlier run's chunking when unchanged, and this run's chunking recorded for the next one.
 
 use super::corpus_file::{Collected, ItemLines, LinesAt, corpus_lines};
-use crate::chunk::{self, Chunker, KeptChunking, KeptItem, KeptWriter, Lines};
+use crate::chunk::{self, Chunker, ChunkingWriter, Lines, SavedChunking, SavedItem};
 use crate::config::BuildConfig;
 use crate::corpus::Item;
 use crate::dedup::Signature;
@@ -16,42 +16,13 @@ use std::path::Path;
 /// the record of this run's chunking for the next one.
 pub(super) struct Chunking {
     chunker: Chunker,
-    kept: KeptChunking,
-    writer: KeptWriter,
+    saved: SavedChunking,
+    writer: ChunkingWriter,
     path: std::path::PathBuf,
-    /// Items whose chunks were kept.
+    /// Items whose chunks were reused.
     reused: usize,
     /// Every chunk and item's lines, when asked for.
     collected: Option<Collected>,
-}
-
-/// `f` of each of `items`, in order, on up to `threads` threads. Each thread takes the next
-/// item not yet taken, so an item that takes long (a large document) holds up one thread
-/// while the others go on with the rest, where runs of as many items each would leave the
-/// items behind it in its run waiting, and the other threads idle.
-fn map_in_order<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> U + Sync) -> Vec<U> {
-    let len = items.len();
-    if threads <= 1 || len < 2 {
-        return items.into_iter().map(f).collect();
-    }
-    let mut items = items.into_iter().enumerate();
-    // Each thread's first item is its own, so every thread started maps one at least.
-    let firsts: Vec<(usize, T)> = items.by_ref().take(threads.min(len)).collect();
-    let queue = std::sync::Mutex::new(items);
-    let next = || queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
-    let (f, next) = (&f, &next);
-    let mut done: Vec<(usize, U)> = std::thread::scope(|scope| {
-        let running: Vec<_> = firsts
-            .into_iter()
-            .map(|first| {
-                let taken = std::iter::once(first).chain(std::iter::from_fn(next));
-                scope.spawn(move || taken.map(|(i, item)| (i, f(item))).collect::<Vec<_>>())
-            })
-            .collect();
-        running.into_iter().flat_map(crate::threads::join).collect()
-    });
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, made)| made).collect()
 }
 
 /// The items `ingest::read_and_chunk` chunks at once (over the threads): up to
@@ -99,37 +70,43 @@ const CHUNK_BATCH_ITEMS: usize = 4096;
 /// chunks are collected).
 pub(super) struct Made {
     digest: chunk::Digest,
-    item: KeptItem,
+    item: SavedItem,
     earlier: Option<std::ops::Range<usize>>,
     chunks: Vec<Chunk>,
     pub(super) lines: Vec<u8>,
 }
 
-/// What [`Chunking`] leaves: the record for the next run, the items whose chunks were kept,
-/// and the chunks and lines, when asked for.
-pub(super) type KeptRun = (chunk::Written, usize, Option<Collected>);
+/// What [`Chunking`] leaves when it is finished.
+pub(super) struct FinishedChunking {
+    /// The chunking record, for the next refresh.
+    pub(super) file: chunk::ChunkingFile,
+    /// Items whose chunks were reused from the saved chunking.
+    pub(super) reused: usize,
+    /// The chunks and lines, when asked for.
+    pub(super) collected: Option<Collected>,
+}
 
 impl Chunking {
-    /// With `collect`, the chunks and the record are kept in memory (nothing staged yet), else
+    /// With `collect`, the chunks and the record are held in memory (nothing staged yet), else
     /// the record is written into `staging` as the items are chunked.
     pub(super) fn new(
         config: &BuildConfig,
         out: &Path,
         staging: &output::Staging,
-        kept: KeptChunking,
+        saved: SavedChunking,
         collect: bool,
     ) -> Result<Self> {
         let stamp = chunk::settings_stamp(config.chunking, config.prechunked);
         let (writer, path) = if collect {
-            (KeptWriter::in_memory(&stamp), out.join(layout::INDEX_DIR).join(chunk::KEPT_FILE))
+            (ChunkingWriter::in_memory(&stamp), out.join(layout::INDEX_DIR).join(chunk::CHUNKING_FILE))
         } else {
-            let path = staging.path(chunk::KEPT_FILE);
-            let writer = KeptWriter::create(&staging.path(""), &stamp)
+            let path = staging.path(chunk::CHUNKING_FILE);
+            let writer = ChunkingWriter::create(&staging.path(""), &stamp)
                 .map_err(|source| Error::Output { path: path.clone(), source })?;
             (writer, path)
         };
         let collected = collect.then(Collected::default);
-        Ok(Self { chunker: Chunker::new(config.chunking)?, kept, writer, path, reused: 0, collected })
+        Ok(Self { chunker: Chunker::new(config.chunking)?, saved, writer, path, reused: 0, collected })
     }
 
     /// Takes the items of `batch` (leaving it empty), each with what its chunking is: the
@@ -142,9 +119,9 @@ impl Chunking {
         &self,
         batch: &mut Vec<Item>,
         threads: usize,
-        stage: &crate::progress::Stage,
+        stage: &crate::progress::StageProgress,
     ) -> Result<Vec<(Item, Made)>> {
-        let (chunker, earlier) = (&self.chunker, &self.kept);
+        let (chunker, earlier) = (&self.chunker, &self.saved);
         // Collected chunks of an unchanged item get the earlier run's lines at the index stage
         // (`corpus_file::stage_corpus_while`), so none are made here for them.
         let collecting = self.collected.is_some();
@@ -153,15 +130,15 @@ impl Chunking {
                 Item::Document(doc) => (doc.id.as_str(), chunk::document_digest(doc), &doc.text),
                 Item::Chunk(unit) => (unit.id.as_str(), chunk::text_digest(&unit.text), &unit.text),
             };
-            let kept = earlier.get(id, &digest, text).filter(|(k, _)| match &item {
+            let reused = earlier.get(id, &digest, text).filter(|(k, _)| match &item {
                 Item::Chunk(_) => k.signatures.len() == 1,
                 Item::Document(_) => true,
             });
-            if let (Some(_), Item::Document(doc)) = (&kept, &item) {
+            if let (Some(_), Item::Document(doc)) = (&reused, &item) {
                 stage.inc(doc.text.len() as u64);
             }
-            let (mut made, earlier) = match kept {
-                Some((kept, lines)) => (kept.clone(), Some(lines)),
+            let (mut made, earlier) = match reused {
+                Some((saved, lines)) => (saved.clone(), Some(lines)),
                 None => (chunker.item(&item, &mut |bytes| stage.inc(bytes as u64)), None),
             };
             let chunks = match &item {
@@ -181,7 +158,7 @@ impl Chunking {
             };
             Ok((item, Made { digest, item: made, earlier, chunks, lines }))
         };
-        map_in_order(std::mem::take(batch), threads, make).into_iter().collect()
+        crate::threads::map_in_order(std::mem::take(batch), threads, make).into_iter().collect()
     }
 
     /// The chunks of `doc` and their signatures, from what [`Chunking::make`] made of it.
@@ -209,7 +186,7 @@ impl Chunking {
         &mut self,
         id: &str,
         digest: &chunk::Digest,
-        item: &KeptItem,
+        item: &SavedItem,
         earlier: Option<std::ops::Range<usize>>,
         lines: Vec<u8>,
         chunks: usize,
@@ -234,12 +211,12 @@ impl Chunking {
         }
     }
 
-    /// The finished record, the items whose chunks were kept, and the chunks and lines if asked
+    /// The finished record, the items whose chunks were reused, and the chunks and lines if asked
     /// for.
-    pub(super) fn finish(self, fingerprint: &str) -> Result<KeptRun> {
-        let written =
+    pub(super) fn finish(self, fingerprint: &str) -> Result<FinishedChunking> {
+        let file =
             self.writer.finish(fingerprint).map_err(|source| Error::Output { path: self.path, source })?;
-        Ok((written, self.reused, self.collected))
+        Ok(FinishedChunking { file, reused: self.reused, collected: self.collected })
     }
 }
 
@@ -273,50 +250,5 @@ mod tests {
         let mut batch = ChunkBatch::default();
         batch.push(tiny_unit(0, ""));
         assert_eq!((batch.take().len(), batch.items.len(), batch.bytes), (1, 0, 0));
-    }
-
-    #[test]
-    fn a_long_item_holds_up_one_thread_while_the_others_map_the_rest() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        // The first item waits for all the others: with runs of as many items each, those in
-        // its own run never start.
-        let small = 9;
-        let finished = AtomicUsize::new(0);
-        let start = std::time::Instant::now();
-        let mapped = map_in_order((0..=small).collect(), 2, |i: usize| {
-            if i == 0 {
-                while finished.load(Ordering::SeqCst) < small {
-                    if start.elapsed() > std::time::Duration::from_secs(10) {
-                        return None;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-            } else {
-                finished.fetch_add(1, Ordering::SeqCst);
-            }
-            Some(i * 3)
-        });
-        assert_eq!(mapped, (0..=small).map(|i| Some(i * 3)).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn map_in_order_keeps_the_order_and_runs_on_the_threads() {
-        for threads in [1, 2, 3, 8] {
-            for len in [0, 1, 2, 5, 100] {
-                let items: Vec<usize> = (0..len).collect();
-                let mapped =
-                    map_in_order(items, threads, |i| (i * 3, format!("{:?}", std::thread::current().id())));
-                assert_eq!(
-                    mapped.iter().map(|m| m.0).collect::<Vec<_>>(),
-                    (0..len).map(|i| i * 3).collect::<Vec<_>>()
-                );
-                let used: std::collections::BTreeSet<&String> = mapped.iter().map(|m| &m.1).collect();
-                assert_eq!(
-                    used.len(),
-                    threads.min(len).max(usize::from(len > 0)),
-                    "{threads} threads, {len} items"
-                );
-            }
-        }
     }
 }

@@ -3,7 +3,7 @@
 //! against the budget.
 
 use super::rounds::Rounds;
-use super::stages::Stages;
+use super::stages::RoundStages;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::error::{Error, Result};
 use crate::generate::{Estimate, Margin, Planner, Quotas, Request};
@@ -37,7 +37,7 @@ pub struct DryRun {
 /// as a real run), and what each would cost.
 pub(crate) fn dry_run(
     config: &BuildConfig,
-    stages: &Stages<'_>,
+    stages: &RoundStages<'_>,
     planner: &mut Planner<'_>,
     quotas: &Quotas,
 ) -> Result<DryRun> {
@@ -65,7 +65,11 @@ pub(crate) fn dry_run(
 }
 
 /// What `requests` would cost: the generator's calls, and the judge's on the queries they give.
-pub(crate) fn estimate(config: &BuildConfig, stages: &Stages<'_>, requests: &[Request]) -> Result<Estimate> {
+pub(crate) fn estimate(
+    config: &BuildConfig,
+    stages: &RoundStages<'_>,
+    requests: &[Request],
+) -> Result<Estimate> {
     let mut estimate = stages.generator.estimate(requests)?;
     if let Some(judge) = &stages.judge {
         (estimate.judge_calls, estimate.judge_prompt_tokens) =

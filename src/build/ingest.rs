@@ -2,9 +2,9 @@
 //! the way) into the staged `corpus.jsonl`, then indexed. What is tallied of the corpus as it
 //! is read (hash, languages) becomes the manifest's corpus summary.
 
-use super::chunking::{ChunkBatch, Chunking, KeptRun};
+use super::chunking::{ChunkBatch, Chunking, FinishedChunking};
 use super::corpus_file::{ChunkSink, Collected, CorpusLines, reread_chunks, stage_corpus_while};
-use crate::chunk::{self, KeptChunking};
+use crate::chunk::{self, SavedChunking};
 use crate::config::BuildConfig;
 use crate::corpus::{self, Item, ReadReport, Skipped};
 use crate::dedup::ChunkGroups;
@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Stages 1–3 of a build: reads and chunks the corpus into the staged `corpus.jsonl` (grouping
-/// near-identical chunks on the way), then builds (or reuses) the index. The chunking is kept
+/// near-identical chunks on the way), then builds (or reuses) the index. The chunking is saved
 /// in the index folder for the next refresh (which calls [`chunk`] and
 /// [`ChunkedCorpus::index`] itself, with the earlier run's chunking and chunks).
 pub(crate) fn chunk_and_index(
@@ -28,13 +28,13 @@ pub(crate) fn chunk_and_index(
     staging: &output::Staging,
     progress: Progress,
     timings: &mut Timings,
-) -> Result<Chunked> {
+) -> Result<IndexedCorpus> {
     let chunked = chunk(config, out, staging, None, false, progress, timings)?;
     chunked.index(config, out, staging, None, progress, timings, |_| ()).map(|(chunked, _)| chunked)
 }
 
 /// Stages 1–2 of [`chunk_and_index`]: the corpus read and chunked, the index not yet touched.
-/// With `collect` (a refresh, which maps the chunks against the old ones), every chunk is kept
+/// With `collect` (a refresh, which maps the chunks against the old ones), every chunk is held
 /// in memory, and the index is fed from there rather than from `corpus.jsonl`; then nothing is
 /// written (`staging` stays unmade) until [`ChunkedCorpus::index`], so a refresh that finds the
 /// corpus unchanged writes nothing.
@@ -42,7 +42,7 @@ pub(crate) fn chunk(
     config: &BuildConfig,
     out: &Path,
     staging: &output::Staging,
-    kept: Option<KeptChunking>,
+    saved: Option<SavedChunking>,
     collect: bool,
     progress: Progress,
     timings: &mut Timings,
@@ -52,8 +52,8 @@ pub(crate) fn chunk(
         fs_err::metadata(&config.corpus).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let stage = progress.stage_bytes("chunk", size);
     let corpus_file = (!collect).then(|| staging.path(layout::CORPUS));
-    let chunking = Chunking::new(config, out, staging, kept.unwrap_or_default(), collect)?;
-    let (chunks, groups, corpus, read, (chunking, reused, collected)) =
+    let chunking = Chunking::new(config, out, staging, saved.unwrap_or_default(), collect)?;
+    let (chunks, groups, corpus, read, FinishedChunking { file: chunking, reused, collected }) =
         read_and_chunk(config, out, corpus_file.as_deref(), chunking, &stage)?;
     // No corpus file exactly when the chunks are collected.
     let texts = match corpus_file {
@@ -75,7 +75,7 @@ pub(crate) fn chunk(
     }
     let reused = match reused {
         0 => String::new(),
-        n => format!(" ({n} unchanged, their chunks kept)"),
+        n => format!(" ({n} unchanged, their chunks reused)"),
     };
     timings.add(
         "chunk",
@@ -99,7 +99,7 @@ pub(crate) struct ChunkedCorpus {
     groups: ChunkGroups,
     corpus: CorpusSummary,
     skipped: Vec<Skipped>,
-    chunking: chunk::Written,
+    chunking: chunk::ChunkingFile,
     texts: ChunkTexts,
 }
 
@@ -125,7 +125,7 @@ impl ChunkedCorpus {
         progress: Progress,
         timings: &mut Timings,
         beside: impl FnOnce(&[Chunk]) -> T + Send,
-    ) -> Result<(Chunked, Option<T>)> {
+    ) -> Result<(IndexedCorpus, Option<T>)> {
         let Self { chunks, groups, corpus, skipped, chunking, texts } = self;
         let stage = progress.stage("index", chunks.len() as u64);
         let dir = out.join(layout::INDEX_DIR);
@@ -152,14 +152,16 @@ impl ChunkedCorpus {
             }
             ChunkTexts::Staged(file) => (index(&|add| reread_chunks(&file, add))?, None, None),
         };
-        chunking.place(&dir).map_err(|source| Error::Output { path: dir.join(chunk::KEPT_FILE), source })?;
+        chunking
+            .place(&dir)
+            .map_err(|source| Error::Output { path: dir.join(chunk::CHUNKING_FILE), source })?;
         timings.add("index", stage.finish(&format!("{} chunks, index {provenance}", index.len())));
-        Ok((Chunked { index, groups, corpus, skipped, unchanged, chunks: texts }, beside))
+        Ok((IndexedCorpus { index, groups, corpus, skipped, unchanged, chunks: texts }, beside))
     }
 }
 
 /// What [`chunk_and_index`] made.
-pub(crate) struct Chunked {
+pub(crate) struct IndexedCorpus {
     pub(crate) index: ChunkIndex,
     pub(crate) groups: ChunkGroups,
     pub(crate) corpus: CorpusSummary,
@@ -178,8 +180,8 @@ fn read_and_chunk(
     out: &Path,
     corpus_file: Option<&Path>,
     mut chunking: Chunking,
-    stage: &crate::progress::Stage,
-) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, KeptRun)> {
+    stage: &crate::progress::StageProgress,
+) -> Result<(ChunkList, ChunkGroups, CorpusSummary, ReadReport, FinishedChunking)> {
     let mut sink = ChunkSink::create(corpus_file, config.chunk_dup_threshold)?;
     let mut tally = CorpusTally::default();
     let mut keep = |mut batch: Vec<Item>, chunking: &mut Chunking| -> Result<()> {
@@ -225,8 +227,8 @@ fn read_and_chunk(
     file.map(output::AtomicFile::commit).transpose()?;
     groups.seal();
     let summary = tally.summary(&report, &metas, &groups, &hash);
-    let written = chunking.finish(&summary.chunks_hash)?;
-    Ok((metas, groups, summary, report, written))
+    let chunked = chunking.finish(&summary.chunks_hash)?;
+    Ok((metas, groups, summary, report, chunked))
 }
 
 /// Adds a document (or pre-chunked unit) to the corpus hash.
@@ -310,7 +312,7 @@ fn index_chunks(
     fingerprint: &str,
     earlier: Option<Earlier<'_>>,
     config: &BuildConfig,
-    stage: &crate::progress::Stage,
+    stage: &crate::progress::StageProgress,
     feed: Feed<'_>,
 ) -> Result<(ChunkIndex, crate::index::IndexOrigin, Option<Unchanged>)> {
     let (analyzer, threads) = (Analyzer::new(config.segmenter), config.threads);

@@ -16,14 +16,14 @@ use crate::corpus::Skipped;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::generate::{LlmReport, Margin, Planner};
-use crate::output::{self, Manifest, Occupant, RunInfo, SetFiles, Shortfall, TypeCounts, layout};
+use crate::output::{self, Invocation, Manifest, Occupant, SetFiles, Shortfall, TypeCounts, layout};
 use crate::progress::{Progress, Timings};
 use crate::record::{Checked, FORMAT_VERSION, QueryType};
 use crate::runs::PoolRuns;
 use crate::sample;
 use crate::text::Language;
 use dry_run::{check_batch_budget, dry_run, submits_batches};
-use ingest::{Chunked, chunk_and_index};
+use ingest::{IndexedCorpus, chunk_and_index};
 use rounds::Rounds;
 use stages::{generator_line, make_stages};
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub use dry_run::DryRun;
 
 /// What a build produced, for the command line to report and turn into an exit code.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct BuildSummary {
     /// Per-type counts.
     pub counts: BTreeMap<QueryType, TypeCounts>,
     /// Types below their quota.
@@ -89,12 +89,12 @@ pub fn build(
     out: &Path,
     if_occupied: IfOccupied,
     progress: &Progress,
-) -> Result<Outcome> {
+) -> Result<BuildSummary> {
     let occupant = check_out(out, &config.corpus, if_occupied, *progress)?;
     fs_err::create_dir_all(out).map_err(|source| Error::Output { path: out.to_owned(), source })?;
     let mut timings = Timings::default();
     let staging = output::Staging::create(out)?;
-    let Chunked { index, groups, corpus, skipped, .. } =
+    let IndexedCorpus { index, groups, corpus, skipped, .. } =
         chunk_and_index(config, out, &staging, *progress, &mut timings)?;
     let language = config.language.unwrap_or(corpus.language);
 
@@ -108,7 +108,7 @@ pub fn build(
         Planner::new(&index, &groups, config.per_doc_cap, config.queries, per_call, config.seed);
     if config.dry_run {
         let dry_run = dry_run(config, &stages, &mut planner, &quotas)?;
-        return Ok(Outcome { dry_run: Some(dry_run), skipped, ..Outcome::default() });
+        return Ok(BuildSummary { dry_run: Some(dry_run), skipped, ..BuildSummary::default() });
     }
     if submits_batches(config) {
         let mut fresh =
@@ -154,7 +154,7 @@ pub fn build(
         language,
         llm: llm.as_ref().map(|r| r.summary.clone()),
         // Filled in last, once the write stage's time is known.
-        run: RunInfo::default(),
+        run: Invocation::default(),
     };
 
     let stage = progress.stage("sample", 0);
@@ -176,11 +176,11 @@ pub fn build(
     staging.sync()?;
     timings.add("write", stage.finish(&format!("{} queries", set.len())));
     manifest.run =
-        RunInfo { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
+        Invocation { timings_ms: timings.into_millis(), llm_network: llm.as_ref().map(|r| r.network) };
     output::write_json(&staging.path(layout::MANIFEST), &manifest)?;
 
     let version = publish(out, staging, &occupant)?;
-    Ok(Outcome {
+    Ok(BuildSummary {
         shortfalls,
         in_set: set.len(),
         review_items: queue.len(),

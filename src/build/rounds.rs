@@ -8,7 +8,7 @@
 //! (a repeat is dropped unsearched); a type's `filled` never exceeds its quota; every candidate
 //! is counted under the type it was generated as.
 
-use super::stages::Stages;
+use super::stages::RoundStages;
 use crate::dedup::Dedup;
 use crate::error::Result;
 use crate::filter::RoundTrip;
@@ -17,7 +17,7 @@ use crate::id::{ChunkId, QueryId};
 use crate::index::ChunkIndex;
 use crate::judge::{Asks, Judge, JudgeConfig, Phase};
 use crate::output::{Shortfall, TypeCounts};
-use crate::progress::{Progress, Stage, Timings};
+use crate::progress::{Progress, StageProgress, Timings};
 use crate::record::{Candidate, Checked, QueryType, Reason, Reject, Status, Verdict};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -119,7 +119,7 @@ impl Rounds {
         generator: &mut dyn Generator,
         index: &ChunkIndex,
         requests: &[Request],
-        stage: &Stage,
+        stage: &StageProgress,
     ) -> Result<Vec<Candidate>> {
         for r in requests {
             self.count(r.query_type).planned += 1;
@@ -170,7 +170,7 @@ impl Rounds {
         &mut self,
         filter: &RoundTrip<'_>,
         candidates: Vec<Candidate>,
-        stage: &Stage,
+        stage: &StageProgress,
     ) -> Result<Vec<Checked>> {
         let fresh: Vec<bool> = candidates.iter().map(|c| self.seen.insert(c.id.clone())).collect();
         let searched: Vec<&Candidate> =
@@ -271,7 +271,7 @@ impl Rounds {
     pub(crate) fn run(
         &mut self,
         round: u32,
-        stages: &mut Stages<'_>,
+        stages: &mut RoundStages<'_>,
         filter: &RoundTrip<'_>,
         index: &ChunkIndex,
         requests: &[Request],

@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// The stages a round runs besides the round trip: the generator, and the LLM judge when an LLM
 /// writes the queries (both hold the run's one LLM session).
-pub(crate) struct Stages<'a> {
+pub(crate) struct RoundStages<'a> {
     pub(crate) generator: Box<dyn Generator + 'a>,
     pub(crate) judge: Option<LlmJudge<'a>>,
 }
@@ -30,15 +30,15 @@ pub(crate) fn make_stages<'a>(
     language: Language,
     progress: Progress,
     model: Option<CorpusModel>,
-) -> Result<Stages<'a>> {
+) -> Result<RoundStages<'a>> {
     let setup = match &config.generator {
         GeneratorConfig::Offline => {
             let model = match model {
                 Some(kept) => kept,
-                None => CorpusModel::build(index)?.keep_beside(index)?,
+                None => CorpusModel::build(index)?.save_beside(index)?,
             };
             let generator = OfflineGenerator::new(index, config.seed, language, config.topics, model)?;
-            return Ok(Stages { generator: Box::new(generator), judge: None });
+            return Ok(RoundStages { generator: Box::new(generator), judge: None });
         }
         GeneratorConfig::Llm(setup) => setup,
     };
@@ -78,7 +78,7 @@ pub(crate) fn make_stages<'a>(
         preflight,
     )?;
     let judge = LlmJudge::new(index, session, prompts, generator.response_mode(), repairs);
-    Ok(Stages { generator: Box::new(generator), judge: Some(judge) })
+    Ok(RoundStages { generator: Box::new(generator), judge: Some(judge) })
 }
 
 pub(super) fn generator_line(generator: &dyn Generator, language: Language) -> String {

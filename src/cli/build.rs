@@ -6,7 +6,7 @@ use super::json::{DryRunJson, JsonFlag};
 use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::Args;
-use qrelgen::build::{self, IfOccupied, Outcome};
+use qrelgen::build::{self, BuildSummary, IfOccupied};
 use qrelgen::corpus::Skipped;
 use qrelgen::generate::Prompts;
 use qrelgen::llm::BatchError;
@@ -146,7 +146,7 @@ struct LlmJson<'a> {
 }
 
 impl<'a> Built<'a> {
-    fn new(outcome: &'a Outcome, out: &'a Path) -> Self {
+    fn new(outcome: &'a BuildSummary, out: &'a Path) -> Self {
         Self {
             out,
             report: out.join(layout::REPORT_MD),
@@ -298,7 +298,7 @@ fn print_dry_run(dry_run: &build::DryRun, w: &mut dyn Write) -> std::io::Result<
     Ok(())
 }
 
-fn print_summary(outcome: &Outcome, out: &Path, w: &mut dyn Write) -> std::io::Result<()> {
+fn print_summary(outcome: &BuildSummary, out: &Path, w: &mut dyn Write) -> std::io::Result<()> {
     let per_type: Vec<String> = outcome.counts.iter().map(|(t, c)| format!("{t} {}", c.in_set())).collect();
     writeln!(
         w,
@@ -347,13 +347,13 @@ fn print_summary(outcome: &Outcome, out: &Path, w: &mut dyn Write) -> std::io::R
     Ok(())
 }
 
-fn warn_shortfalls(outcome: &Outcome) {
+fn warn_shortfalls(outcome: &BuildSummary) {
     for shortfall in &outcome.shortfalls {
         eprintln!("warning: shortfall: {shortfall}");
     }
 }
 
-fn exit_code(outcome: &Outcome, allow_shortfall: bool) -> u8 {
+fn exit_code(outcome: &BuildSummary, allow_shortfall: bool) -> u8 {
     let planned: usize = outcome.counts.values().map(|c| c.planned).sum();
     if planned == 0 {
         eprintln!(

@@ -7,7 +7,7 @@ use super::refresh::{read_manifest, settings_of};
 use super::settings::{Inputs, Settings};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use qrelgen::pool::{self, Outcome, PoolConfig, PoolJudge, PoolRecord};
+use qrelgen::pool::{self, PoolConfig, PoolJudge, PoolRecord, PoolSummary};
 use qrelgen::progress::Progress;
 use qrelgen::set::{SetLock, Wait, layout};
 use serde::Serialize;
@@ -74,7 +74,7 @@ struct PoolJson<'a> {
 }
 
 impl<'a> PoolJson<'a> {
-    fn new(outcome: &'a Outcome, set: &'a Path) -> Self {
+    fn new(outcome: &'a PoolSummary, set: &'a Path) -> Self {
         Self {
             set,
             version: outcome.version,
@@ -189,7 +189,12 @@ fn llm_config(args: &mut PoolArgs, manifest: &Value) -> anyhow::Result<qrelgen::
     Ok(config)
 }
 
-fn summary(outcome: &Outcome, set: &Path, runs: &[PathBuf], stdout: &mut dyn Write) -> anyhow::Result<()> {
+fn summary(
+    outcome: &PoolSummary,
+    set: &Path,
+    runs: &[PathBuf],
+    stdout: &mut dyn Write,
+) -> anyhow::Result<()> {
     let Some(version) = outcome.version else {
         writeln!(
             stdout,

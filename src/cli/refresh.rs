@@ -7,7 +7,7 @@ use super::settings::{Inputs, Settings};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use qrelgen::progress::Progress;
-use qrelgen::refresh::{self, NewQueries, Options, Outcome};
+use qrelgen::refresh::{self, NewQueries, Options, RefreshSummary};
 use qrelgen::set::{ReadGuard, SetLock, Wait, layout};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -72,7 +72,7 @@ struct RefreshJson<'a> {
     dry_run: bool,
     /// Chunks and queries per change, new queries, LLM calls, the new version's figures.
     #[serde(flatten)]
-    outcome: &'a Outcome,
+    outcome: &'a RefreshSummary,
     /// With `--dry-run`: the LLM calls it would make, fewest and most.
     planned_calls: Option<[u64; 2]>,
     /// With `--dry-run`: what the new queries would cost.
@@ -176,7 +176,7 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
     Ok(exit::OK)
 }
 
-fn summary(outcome: &Outcome, args: &RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
+fn summary(outcome: &RefreshSummary, args: &RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
     if outcome.nothing_changed {
         writeln!(stdout, "nothing changed: {} has the chunks of the set's corpus", args.corpus.display())?;
         return Ok(());

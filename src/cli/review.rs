@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use qrelgen::output;
 use qrelgen::review::agreement::{self, About, Agreement, Policy};
-use qrelgen::review::apply::{self, Batch, Outcome};
+use qrelgen::review::apply::{self, ApplySummary, Batch};
 use qrelgen::review::decisions::{self, Decisions, ReviewerMap, Reviewers};
 use qrelgen::review::estimate::Interval;
 use qrelgen::review::export::{self, ExportItem};
@@ -304,8 +304,10 @@ fn apply(args: &ApplyArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         .with_context(|| format!("applying {}", args.decisions.display()))?;
     if args.json.json {
         let kept = match outcome {
-            Outcome::Applied { .. } => Some(qrelgen::review::version::version_dir(&set.dir, set.version())),
-            Outcome::AlreadyApplied { .. } | Outcome::NoChange => None,
+            ApplySummary::Applied { .. } => {
+                Some(qrelgen::review::version::version_dir(&set.dir, set.version()))
+            }
+            ApplySummary::AlreadyApplied { .. } | ApplySummary::NoChange => None,
         };
         let json = ApplyJson { set: &set.dir, decisions: &args.decisions, outcome: &outcome, kept };
         JsonFlag::write(stdout, &json)?;
@@ -325,15 +327,15 @@ struct ApplyJson<'a> {
     /// `applied` (the new version and what the decisions did), `already_applied` (the version
     /// this file made before) or `no_change`.
     #[serde(flatten)]
-    outcome: &'a Outcome,
+    outcome: &'a ApplySummary,
     /// Where the previous version is kept, when a new one was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     kept: Option<PathBuf>,
 }
 
-fn report(outcome: &Outcome, set: &ReviewSet, input: &str) -> String {
+fn report(outcome: &ApplySummary, set: &ReviewSet, input: &str) -> String {
     match outcome {
-        Outcome::Applied { version, counts: c } => {
+        ApplySummary::Applied { version, counts: c } => {
             let kept = qrelgen::review::version::version_dir(&set.dir, set.version());
             format!(
                 "version {version} of {}: {} accepted, {} edited, {} answerable, {} rejected, {} grades; {} queries, {} qrels rows\n\
@@ -350,10 +352,10 @@ fn report(outcome: &Outcome, set: &ReviewSet, input: &str) -> String {
                 kept.display()
             )
         }
-        Outcome::AlreadyApplied { version } => {
+        ApplySummary::AlreadyApplied { version } => {
             format!("{input} was already applied as version {version}: nothing changed\n")
         }
-        Outcome::NoChange => format!("the decisions in {input} change nothing: no new version\n"),
+        ApplySummary::NoChange => format!("the decisions in {input} change nothing: no new version\n"),
     }
 }
 
@@ -363,7 +365,7 @@ struct AgreeJson<'a> {
     #[serde(flatten)]
     agreement: &'a Agreement,
     #[serde(skip_serializing_if = "Option::is_none")]
-    resolved: Option<&'a Outcome>,
+    resolved: Option<&'a ApplySummary>,
 }
 
 fn agree(args: &AgreeArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {

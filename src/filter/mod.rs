@@ -11,14 +11,13 @@ use crate::dedup::ChunkGroups;
 use crate::error::Result;
 use crate::id::ChunkId;
 use crate::index::{ChunkIndex, Hit, Retriever};
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::{Candidate, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use crate::runs::{PoolRuns, ROUND_TRIP_POOL};
 use crate::text::{Language, Quotable};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use terms::{SourceTerms, TermCache, each_hop_contributes, overlap};
 
 /// What happens to a query whose sources miss the top N.
@@ -113,9 +112,6 @@ pub struct Checks {
     pub hop_terms: bool,
 }
 
-/// Candidates a thread of [`RoundTrip::check_all`] takes at a time.
-const BATCH: usize = 16;
-
 /// Checks candidates against the index: the round trip.
 pub struct RoundTrip<'a> {
     index: &'a ChunkIndex,
@@ -178,38 +174,13 @@ impl<'a> RoundTrip<'a> {
     ///
     /// # Errors
     /// The error of the first candidate (in order) whose search fails.
-    pub fn check_all(&self, candidates: &[&Candidate], progress: &Stage) -> Result<Vec<Verdict>> {
-        let threads = self.threads.min(candidates.len().div_ceil(BATCH)).max(1);
-        if threads == 1 {
-            return candidates
-                .iter()
-                .map(|c| {
-                    let verdict = self.check(c);
-                    progress.inc(1);
-                    verdict
-                })
-                .collect();
-        }
-        let next = AtomicUsize::new(0);
-        let work = || {
-            let mut done = Vec::new();
-            loop {
-                let start = next.fetch_add(BATCH, Ordering::Relaxed);
-                if start >= candidates.len() {
-                    return done;
-                }
-                for (at, candidate) in candidates.iter().enumerate().skip(start).take(BATCH) {
-                    done.push((at, self.check(candidate)));
-                    progress.inc(1);
-                }
-            }
+    pub fn check_all(&self, candidates: &[&Candidate], progress: &StageProgress) -> Result<Vec<Verdict>> {
+        let check = |candidate: &Candidate| {
+            let verdict = self.check(candidate);
+            progress.inc(1);
+            verdict
         };
-        let mut checked: Vec<(usize, Result<Verdict>)> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
-            workers.into_iter().flat_map(crate::threads::join).collect()
-        });
-        checked.sort_by_key(|(at, _)| *at);
-        checked.into_iter().map(|(_, verdict)| verdict).collect()
+        crate::threads::map_in_order(candidates.to_vec(), self.threads, check).into_iter().collect()
     }
 
     /// The verdict on one candidate.

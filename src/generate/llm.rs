@@ -14,7 +14,7 @@ use crate::index::ChunkIndex;
 use crate::llm::{
     Asked, ConnectKind, LlmError, Message, NetworkStats, Role, Session, TokenUsage, Unusable, estimate_tokens,
 };
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::{FailureKind, QueryType};
 use crate::rng::stream;
 use rand::distr::{Distribution, weighted::WeightedIndex};
@@ -440,7 +440,11 @@ impl<'a> LlmGenerator<'a> {
 
     /// Runs one call, with repair re-asks; a budget error is passed up, other failures become
     /// failures of the call's requests.
-    async fn run_call(&self, call: &Call, progress: &Stage) -> std::result::Result<Generated, LlmError> {
+    async fn run_call(
+        &self,
+        call: &Call,
+        progress: &StageProgress,
+    ) -> std::result::Result<Generated, LlmError> {
         let answer = self.ask(call).await;
         let llm = self.session.llm();
         let (used, network) = (llm.usage(), llm.network());
@@ -491,7 +495,7 @@ impl<'a> LlmGenerator<'a> {
         (!wrong.is_empty()).then(|| format!("queries {wrong:?} are not written in {}", language.name()))
     }
 
-    async fn run_all(&self, calls: &[Call], round: u32, progress: &Stage) -> Result<Generated> {
+    async fn run_all(&self, calls: &[Call], round: u32, progress: &StageProgress) -> Result<Generated> {
         let stage = format!("generate, round {round}");
         let say = |line: String| progress.say(&line);
         let parts =
@@ -573,7 +577,7 @@ impl Generator for LlmGenerator<'_> {
         self.settings.queries_per_call
     }
 
-    fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated> {
+    fn generate(&mut self, requests: &[Request], progress: &StageProgress) -> Result<Generated> {
         let calls = self.calls(requests);
         let round = requests.first().map_or(0, |r| r.round);
         self.session.block_on(self.run_all(&calls, round, progress))

@@ -23,7 +23,7 @@ pub(crate) use reply::extract_json;
 pub(crate) use terms::is_query_word;
 
 use crate::error::Result;
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::{FailureKind, QueryType};
 
 /// One planned query: its type and the chunks to write it from.
@@ -138,5 +138,5 @@ pub trait Generator {
     /// # Errors
     /// Only fatal problems (the index fails, the endpoint is unusable); a request that cannot be
     /// served is a [`Failure`] in the result.
-    fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated>;
+    fn generate(&mut self, requests: &[Request], progress: &StageProgress) -> Result<Generated>;
 }

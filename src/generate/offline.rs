@@ -22,7 +22,7 @@ use super::terms::{TermModel, Weighting, is_query_word};
 use super::{Draft, Failure, Generated, Generator, Request};
 use crate::error::Result;
 use crate::index::{ChunkIndex, TermStat};
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::{FailureKind, QueryType};
 use crate::rng::{Rng, stream};
 use crate::text::{Language, is_cjk};
@@ -83,9 +83,11 @@ pub struct OfflineGenerator<'a> {
     topics: TopicConfig,
 }
 
-/// What the generator wrote for one request: the text, the absent term of a `no_answer`
-/// query, and the chunks on the query's topic (answerable queries).
-type Written = (String, Option<String>, Option<Vec<usize>>);
+/// The draft of request `request`: its text, the absent term of a `no_answer` query, and the
+/// chunks on the query's topic (answerable queries).
+fn draft(request: usize, text: String, absent_term: Option<String>, topic: Option<Vec<usize>>) -> Draft {
+    Draft { request, text, absent_term, topic, style: None, evidence: Vec::new(), answer: None }
+}
 
 impl<'a> OfflineGenerator<'a> {
     /// A generator over the chunks of `index`, writing `no_answer` queries' absent word in
@@ -116,7 +118,8 @@ impl<'a> OfflineGenerator<'a> {
         Ok(Self { index, absent, language, seed, corpus, topics })
     }
 
-    fn write(&self, request: &Request, near: &Near) -> Result<std::result::Result<Written, String>> {
+    /// The draft of `request` (the `i`th), or why none could be written.
+    fn write(&self, i: usize, request: &Request, near: &Near) -> Result<std::result::Result<Draft, String>> {
         let ids: Vec<String> =
             request.sources.iter().map(|&c| self.index.chunk_id_str(c).to_owned()).collect();
         let mut rng = stream(self.seed, &format!("offline/{}/{}", request.query_type, ids.join("+")));
@@ -153,7 +156,7 @@ impl<'a> OfflineGenerator<'a> {
                 );
                 return Ok(self
                     .no_answer(&popular, &shape, &mut rng)
-                    .map(|(q, absent)| (q, Some(absent), None)));
+                    .map(|(q, absent)| draft(i, q, Some(absent), None)));
             }
         };
         match words {
@@ -161,7 +164,7 @@ impl<'a> OfflineGenerator<'a> {
                 let query = self.add_noise(words, shape.noise, &mut rng)?.join(" ");
                 let topic =
                     (self.topics.labels > 0).then(|| self.topic(&request.sources, near)).transpose()?;
-                Ok(Ok((query, None, topic)))
+                Ok(Ok(draft(i, query, None, topic)))
             }
             Err(reason) => Ok(Err(reason)),
         }
@@ -369,7 +372,7 @@ impl Generator for OfflineGenerator<'_> {
         "offline"
     }
 
-    fn generate(&mut self, requests: &[Request], progress: &Stage) -> Result<Generated> {
+    fn generate(&mut self, requests: &[Request], progress: &StageProgress) -> Result<Generated> {
         let mut generated = Generated::default();
         let mut near = Near::default();
         for (i, request) in requests.iter().enumerate() {
@@ -377,16 +380,8 @@ impl Generator for OfflineGenerator<'_> {
                 let batch = &requests[i..(i + REQUESTS_PER_SCAN).min(requests.len())];
                 near = Near::search(&self.corpus, batch.iter().flat_map(|r| self.probes(r)).collect())?;
             }
-            match self.write(request, &near)? {
-                Ok((text, absent_term, topic)) => generated.drafts.push(Draft {
-                    request: i,
-                    text,
-                    absent_term,
-                    topic,
-                    style: None,
-                    evidence: Vec::new(),
-                    answer: None,
-                }),
+            match self.write(i, request, &near)? {
+                Ok(draft) => generated.drafts.push(draft),
                 Err(reason) => generated.failures.push(Failure {
                     request: i,
                     kind: FailureKind::TooFewTerms,

@@ -30,7 +30,7 @@ pub use update::OldChunk;
 pub use update::{Earlier, Unchanged};
 
 use crate::id::{ChunkId, DocId};
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::Chunk;
 use bm25::Bm25;
 use error::Result;
@@ -282,7 +282,7 @@ impl ChunkIndex {
         fingerprint: &str,
         analyzer: Analyzer,
         threads: usize,
-        progress: &Stage,
+        progress: &StageProgress,
         feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, IndexOrigin), E> {
         let stamp = Self::stamp(&analyzer, fingerprint);
@@ -526,7 +526,7 @@ fn build<E: From<IndexError>>(
     dir: &Path,
     analyzer: &Analyzer,
     threads: usize,
-    progress: &Stage,
+    progress: &StageProgress,
     feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
 ) -> Result<(), E> {
     let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };
@@ -591,9 +591,15 @@ fn write_error(path: &Path, source: std::io::Error) -> IndexError {
 pub(crate) fn from_chunks(dir: &Path, chunks: &[Chunk]) -> (ChunkIndex, IndexOrigin) {
     let metas = chunks.iter().collect();
     let fingerprint = crate::id::content_hash(&chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>());
-    ChunkIndex::open_or_build(dir, metas, &fingerprint, Analyzer::default(), 2, &Stage::hidden(), |add| {
-        chunks.iter().try_for_each(add)
-    })
+    ChunkIndex::open_or_build(
+        dir,
+        metas,
+        &fingerprint,
+        Analyzer::default(),
+        2,
+        &StageProgress::hidden(),
+        |add| chunks.iter().try_for_each(add),
+    )
     .unwrap()
 }
 

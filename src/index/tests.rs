@@ -53,7 +53,7 @@ fn an_eight_character_chinese_substring_finds_its_chunk_first() {
             "zh",
             Analyzer::new(segmenter),
             2,
-            &Stage::hidden(),
+            &StageProgress::hidden(),
             |add| chunks.iter().try_for_each(add),
         )
         .unwrap();
@@ -83,7 +83,7 @@ fn rebuilds_only_when_chunks_change() {
 /// Builds an index in `dir` for `chunks`, feeding it only the first `fed` of them.
 fn build_fed(dir: &Path, chunks: &[Chunk], fed: usize) -> Result<(ChunkIndex, IndexOrigin)> {
     let metas = chunks.iter().collect();
-    ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &Stage::hidden(), |add| {
+    ChunkIndex::open_or_build(dir, metas, "f", Analyzer::default(), 1, &StageProgress::hidden(), |add| {
         chunks.iter().take(fed).try_for_each(add)
     })
 }
@@ -127,7 +127,7 @@ fn built_with(texts: &[&str], threads: usize) -> (tempfile::TempDir, ChunkIndex)
         "t",
         Analyzer::default(),
         threads,
-        &Stage::hidden(),
+        &StageProgress::hidden(),
         |add| chunks.iter().try_for_each(add),
     )
     .unwrap();

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::generate::{Prompts, Request, ResponseMode, extract_json};
 use crate::index::ChunkIndex;
 use crate::llm::{LlmError, Message, Role, Session, Unusable, estimate_tokens};
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -97,7 +97,7 @@ impl<'a> LlmJudge<'a> {
     }
 
     /// Asks about one (query, chunk) pair, at temperature 0.
-    async fn grade_one(&self, ask: &Ask, progress: &Stage) -> std::result::Result<Grade, LlmError> {
+    async fn grade_one(&self, ask: &Ask, progress: &StageProgress) -> std::result::Result<Grade, LlmError> {
         let messages = self.messages(&ask.query, ask.chunk).map_err(|e| LlmError::Body(e.to_string()))?;
         let repair = |error: &str| {
             self.prompts.judge_repair.render(&[("error", error)]).map_err(|e| LlmError::Body(e.to_string()))
@@ -117,7 +117,7 @@ impl<'a> LlmJudge<'a> {
 }
 
 impl Judge for LlmJudge<'_> {
-    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>> {
+    fn grade(&mut self, asks: &[Ask], progress: &StageProgress) -> Result<Vec<Grade>> {
         let say = |line: String| progress.say(&line);
         let graded = self.session.run_ordered(asks, "judge", &say, |ask| self.grade_one(ask, progress));
         Ok(self.session.block_on(graded)?)

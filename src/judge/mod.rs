@@ -23,7 +23,7 @@ use crate::error::Result;
 use crate::filter::OnMiss;
 use crate::index::ChunkIndex;
 use crate::llm::Unusable;
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::{Checked, Difficulty, Pooled, QueryType, Reason, Status, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub trait Judge {
     ///
     /// # Errors
     /// Fatal problems only: an unusable endpoint, a spent budget.
-    fn grade(&mut self, asks: &[Ask], progress: &Stage) -> Result<Vec<Grade>>;
+    fn grade(&mut self, asks: &[Ask], progress: &StageProgress) -> Result<Vec<Grade>>;
 }
 
 /// Settings of the judge stage.

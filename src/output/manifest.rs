@@ -65,12 +65,12 @@ pub struct Manifest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmSummary>,
     /// What this particular run did: the only part that differs between identical runs.
-    pub run: RunInfo,
+    pub run: Invocation,
 }
 
 /// The part of the manifest that differs between identical runs.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct RunInfo {
+pub struct Invocation {
     /// Wall time per stage in milliseconds.
     pub timings_ms: BTreeMap<&'static str, u64>,
     /// Requests, cache hits, retries and 429s of this run's LLM calls.

@@ -15,7 +15,7 @@ mod write;
 
 pub use beir::{corpus_line, qrels, query_line, relevance, trec_rows, write_pool, write_qrels};
 pub use folder::{Occupant, inspect, list};
-pub use manifest::{CorpusSummary, Manifest, RunInfo, Shortfall, TypeCounts, tool};
+pub use manifest::{CorpusSummary, Invocation, Manifest, Shortfall, TypeCounts, tool};
 pub use measures::Measures;
 pub use report::{Summary, render_report};
 pub use report_html::render_report_html;

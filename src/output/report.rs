@@ -568,3 +568,79 @@ fn skipped_list(out: &mut String, skipped: &[Skipped]) {
         let _ = writeln!(out, "- … and {} more", skipped.len() - SKIPPED_LISTED);
     }
 }
+
+/// A section a later command adds to `report.md`, in the order the sections stand there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LaterSection {
+    /// The machine judges against the reviewers (`review apply`, `pool`).
+    JudgeAgreement,
+    /// The last refresh (`refresh`).
+    Refresh,
+}
+
+impl LaterSection {
+    const ALL: [Self; 2] = [Self::JudgeAgreement, Self::Refresh];
+
+    fn heading(self) -> &'static str {
+        match self {
+            Self::JudgeAgreement => "\n## Machine judge vs reviewers\n",
+            Self::Refresh => "\n## Refresh\n",
+        }
+    }
+}
+
+/// `md` with `section`, its text `body`, in place of an earlier one (up to the next `## `
+/// heading), or else before the first section that stands after it, or else at the end.
+#[must_use]
+pub fn with_section(md: &str, section: LaterSection, body: &str) -> String {
+    let md = md.trim_end();
+    let heading = section.heading();
+    let (before, after) = if let Some(start) = md.find(heading) {
+        let rest = start + heading.len();
+        let end = md[rest..].find("\n## ").map_or(md.len(), |at| rest + at);
+        (&md[..start], &md[end..])
+    } else {
+        let later = LaterSection::ALL.into_iter().filter(|&s| s > section);
+        let next = later.filter_map(|s| md.find(s.heading())).min();
+        next.map_or((md, ""), |at| (&md[..at], &md[at..]))
+    };
+    let (before, body, after) = (before.trim_end(), body.trim_end(), after.trim());
+    if after.is_empty() {
+        format!("{before}\n{heading}\n{body}\n")
+    } else {
+        format!("{before}\n{heading}\n{body}\n\n{after}\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_section_replaces_its_earlier_self_and_keeps_the_order_of_sections() {
+        let judge =
+            |md: &str, n: u32| with_section(md, LaterSection::JudgeAgreement, &format!("Version {n}.\n"));
+        let build = "# Set\n\n## Counts\n\nrows\n";
+        let once = judge(build, 2);
+        assert_eq!(once, "# Set\n\n## Counts\n\nrows\n\n## Machine judge vs reviewers\n\nVersion 2.\n");
+        let twice = judge(&once, 3);
+        assert_eq!(twice, once.replace("Version 2", "Version 3"));
+        let refreshed = with_section(&twice, LaterSection::Refresh, "refreshed\n");
+        assert_eq!(refreshed, format!("{twice}\n## Refresh\n\nrefreshed\n"));
+        assert_eq!(
+            judge(&refreshed, 5),
+            "# Set\n\n## Counts\n\nrows\n\n## Machine judge vs reviewers\n\nVersion 5.\n\n## Refresh\n\nrefreshed\n"
+        );
+        let again = with_section(&refreshed, LaterSection::Refresh, "again\n");
+        assert_eq!(again, refreshed.replace("refreshed", "again"));
+        assert_eq!(
+            judge("# Set\n\n## Refresh\n\nx\n", 1),
+            "# Set\n\n## Machine judge vs reviewers\n\nVersion 1.\n\n## Refresh\n\nx\n"
+        );
+        assert_eq!(
+            with_section("", LaterSection::Refresh, "x\n"),
+            "\n\n## Refresh\n\nx\n",
+            "no report before"
+        );
+    }
+}

@@ -118,7 +118,7 @@ pub struct PoolRecord {
 
 /// What a pool step did.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct PoolSummary {
     /// The version written; `None` when the step added nothing (nothing written).
     pub version: Option<u32>,
     /// One record per run.
@@ -152,7 +152,7 @@ pub fn run(
     config: &PoolConfig,
     llm: Option<&crate::BuildConfig>,
     progress: &Progress,
-) -> Result<Outcome> {
+) -> Result<PoolSummary> {
     let mut judge = match (config.judge, llm) {
         (PoolJudge::Llm, Some(build)) => {
             let manifest = crate::review::set::read_manifest(dir)?;
@@ -181,7 +181,7 @@ pub fn pool(
     config: &PoolConfig,
     llm: Option<&mut LlmJudge<'_>>,
     progress: &Progress,
-) -> Result<Outcome> {
+) -> Result<PoolSummary> {
     let set = ReviewSet::load(dir)?;
     let runs = PoolRuns::read(&PoolRunConfig { files: config.runs.clone(), depth: config.depth }, index)?;
     let mut pooled = read_pooled(&dir.join(POOLED_TSV))?;
@@ -189,7 +189,7 @@ pub fn pool(
     let queries: HashSet<&QueryId> = set.current.queries.iter().map(|q| &q.id).collect();
     pooled.retain(|p| queries.contains(&p.query));
     let plan = Plan::make(&set.current, &runs, index, &mut pooled);
-    let mut outcome = Outcome { new_pairs: plan.new.len(), ..Outcome::default() };
+    let mut outcome = PoolSummary { new_pairs: plan.new.len(), ..PoolSummary::default() };
     let ungraded: Vec<usize> = plan.ungraded(&pooled);
     let grades = grade(&set.current, index, config, llm, &pooled, &ungraded, &plan, *progress, &mut outcome)?;
     let mut rows = Vec::new();
@@ -318,7 +318,7 @@ fn grade(
     ungraded: &[usize],
     plan: &Plan,
     progress: Progress,
-    outcome: &mut Outcome,
+    outcome: &mut PoolSummary,
 ) -> Result<Vec<Option<u8>>> {
     if ungraded.is_empty() {
         return Ok(Vec::new());
@@ -365,7 +365,7 @@ fn one_shot_grades(
     ungraded: &[usize],
     plan: &Plan,
     progress: Progress,
-    outcome: &mut Outcome,
+    outcome: &mut PoolSummary,
 ) -> Result<Vec<Option<u8>>> {
     let stage = progress.stage("one-shot", 0);
     let model = match CorpusModel::load(index.dir(), &index.own_stamp(), index.threads()) {
@@ -520,7 +520,7 @@ fn records(
     pooled: &[PooledPair],
     plan: &Plan,
     version: u32,
-    outcome: &Outcome,
+    outcome: &PoolSummary,
 ) -> Result<Vec<PoolRecord>> {
     let new: HashSet<usize> = plan.new.iter().copied().collect();
     runs.names()

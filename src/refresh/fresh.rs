@@ -5,7 +5,7 @@
 use super::recheck::{PoolGrade, QueryChange, Questions, Rechecked};
 use crate::build::DryRun;
 use crate::build::rounds::Rounds;
-use crate::build::stages::Stages;
+use crate::build::stages::RoundStages;
 use crate::build::{dry_run, stages};
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::error::Result;
@@ -67,7 +67,7 @@ fn fold(
     index: &ChunkIndex,
     unchanged: Option<&Unchanged>,
 ) -> std::result::Result<CorpusModel, IndexError> {
-    model.fold_in(old, index, unchanged)?.keep_beside(index)
+    model.fold_in(old, index, unchanged)?.save_beside(index)
 }
 
 /// The new queries: the build's planner (over the new material only: added and rewritten
@@ -81,7 +81,7 @@ pub(super) struct Fresh<'a> {
     pub(super) progress: Progress,
     /// The generator and judge, made on first use and then shared: one LLM session (one
     /// budget, limiter and cache) for the whole refresh.
-    pub(super) stages: Option<Stages<'a>>,
+    pub(super) stages: Option<RoundStages<'a>>,
     /// The offline generator's corpus model.
     pub(super) model: Option<Model<'a>>,
     /// With the index updated in place: the chunks it kept as they were.
@@ -90,7 +90,7 @@ pub(super) struct Fresh<'a> {
 
 impl<'a> Fresh<'a> {
     /// The generator and judge stages, made (and timed as `connect`) on first use.
-    fn stages(&mut self, timings: &mut Timings) -> Result<&mut Stages<'a>> {
+    fn stages(&mut self, timings: &mut Timings) -> Result<&mut RoundStages<'a>> {
         let made = if let Some(made) = self.stages.take() {
             made
         } else {

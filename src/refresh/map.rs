@@ -229,33 +229,34 @@ impl ChunkMap {
     pub fn pooled(&self, pairs: Vec<PooledPair>, keep: impl Fn(&QueryId) -> bool) -> Vec<PooledPair> {
         let mut out: Vec<PooledPair> = Vec::new();
         let mut at: HashMap<(QueryId, ChunkId), usize> = HashMap::new();
-        for pair in pairs.into_iter().filter(|p| keep(&p.query)) {
-            let Some(mapping) = self.get(&pair.chunk) else { continue };
-            let same_text = matches!(mapping.change, ChunkChange::Unchanged | ChunkChange::Moved);
-            for (target, _) in &mapping.targets {
-                let (grade, graded_by) =
-                    if same_text { (pair.grade, pair.graded_by.clone()) } else { (None, None) };
-                match at.entry((pair.query.clone(), target.clone())) {
-                    std::collections::hash_map::Entry::Occupied(seen) => {
-                        let seen = &mut out[*seen.get()];
-                        for run in &pair.runs {
-                            if !seen.runs.contains(run) {
-                                seen.runs.push(run.clone());
-                            }
-                        }
-                        if seen.grade.is_none() {
-                            (seen.grade, seen.graded_by) = (grade, graded_by);
-                        }
-                    }
-                    std::collections::hash_map::Entry::Vacant(slot) => {
-                        slot.insert(out.len());
-                        let (query, chunk, runs) = (pair.query.clone(), target.clone(), pair.runs.clone());
-                        out.push(PooledPair { query, chunk, grade, graded_by, runs });
-                    }
-                }
+        for pair in pairs.into_iter().filter(|p| keep(&p.query)).flat_map(|p| self.follow(p)) {
+            let key = (pair.query.clone(), pair.chunk.clone());
+            if let Some(&i) = at.get(&key) {
+                out[i].absorb(pair);
+            } else {
+                at.insert(key, out.len());
+                out.push(pair);
             }
         }
         out
+    }
+
+    /// `pair` on each chunk its chunk became: graded as before where the text stayed the same,
+    /// unjudged where it changed; none when the chunk was deleted.
+    fn follow(&self, pair: PooledPair) -> Vec<PooledPair> {
+        let Some(mapping) = self.get(&pair.chunk) else { return Vec::new() };
+        let same_text = matches!(mapping.change, ChunkChange::Unchanged | ChunkChange::Moved);
+        let (grade, graded_by) = if same_text { (pair.grade, pair.graded_by) } else { (None, None) };
+        let targets = mapping.targets.iter().map(|(target, _)| target.clone());
+        targets
+            .map(|chunk| PooledPair {
+                query: pair.query.clone(),
+                chunk,
+                grade,
+                graded_by: graded_by.clone(),
+                runs: pair.runs.clone(),
+            })
+            .collect()
     }
 
     /// `refresh/chunk_map.tsv`: `old-id new-id change similarity`, a row per old chunk and

@@ -10,20 +10,20 @@
 
 mod fresh;
 pub mod map;
+mod new_version;
 pub mod recheck;
 mod report;
-mod written;
 
 use crate::build::DryRun;
 use crate::build::ingest;
-use crate::chunk::KeptChunking;
+use crate::chunk::SavedChunking;
 use crate::config::{BuildConfig, GeneratorConfig};
 use crate::corpus;
 use crate::error::{Error, Result};
 use crate::filter::{Checks, RoundTrip};
 use crate::id::QueryId;
 use crate::index::{Analyzer, ChunkIndex, Earlier, OldChunk};
-use crate::output::RunInfo;
+use crate::output::Invocation;
 use crate::output::layout::{CANDIDATES, CORPUS, INDEX_DIR, MANIFEST, POOL_TSV, QUEUE, REPORT_HTML};
 use crate::output::{self, Staging};
 use crate::progress::Progress;
@@ -35,12 +35,12 @@ use crate::runs::PoolRuns;
 use crate::topics::CorpusModel;
 use fresh::{Fresh, Model, ready_ahead, timed};
 use map::{ChunkChange, ChunkMap, Piece};
+use new_version::NewVersion;
 use recheck::{QueryChange, Recheck, Rechecked};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
-use written::Written;
 
 /// The map of old chunks to new ones.
 pub const CHUNK_MAP: &str = "refresh/chunk_map.tsv";
@@ -70,7 +70,7 @@ pub struct Options {
 
 /// What a refresh did (or, with `--dry-run`, would do).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Outcome {
+pub struct RefreshSummary {
     /// The new corpus has the old chunks and no others: nothing was written.
     pub nothing_changed: bool,
     /// Old chunks per change, and the added ones.
@@ -82,7 +82,7 @@ pub struct Outcome {
     /// New queries asked for.
     pub new_wanted: usize,
     /// LLM calls sent (with `--dry-run`: planned, the new queries' round 1 only; see
-    /// [`Outcome::planned_calls`]) and answered from the cache.
+    /// [`RefreshSummary::planned_calls`]) and answered from the cache.
     pub llm_calls: u64,
     /// LLM calls answered from the cache.
     pub llm_cache_hits: u64,
@@ -192,13 +192,13 @@ impl CorpusCheck {
 
 /// `edited 3, deleted 1, added 2`: the chunk changes of `outcome`.
 #[must_use]
-pub fn report_chunks(outcome: &Outcome) -> String {
+pub fn report_chunks(outcome: &RefreshSummary) -> String {
     report::counts_line(&outcome.chunks)
 }
 
 /// `kept 90, relabelled 3, …`: the query changes of `outcome`.
 #[must_use]
-pub fn report_queries(outcome: &Outcome) -> String {
+pub fn report_queries(outcome: &RefreshSummary) -> String {
     report::counts_line(&outcome.queries)
 }
 
@@ -230,14 +230,19 @@ pub fn changed_queries(set: &ReviewSet) -> Result<HashSet<String>> {
 /// # Errors
 /// An unreadable set (manifest, queries, qrels, corpus) or corpus, index or write failures, an
 /// unusable endpoint.
-pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Progress) -> Result<Outcome> {
+pub fn refresh(
+    config: &BuildConfig,
+    set: &Path,
+    options: Options,
+    progress: &Progress,
+) -> Result<RefreshSummary> {
     let stage = progress.stage("read", 0);
-    let (manifest, kept) = start(config, set, *progress)?;
+    let (manifest, saved) = start(config, set, *progress)?;
     let scratch =
         tempfile::tempdir().map_err(|source| Error::Output { path: std::env::temp_dir(), source })?;
     // A dry run chunks and indexes in a scratch folder: nothing in the set is touched.
     let work = if options.dry_run { scratch.path() } else { set };
-    if known_unchanged(config, &manifest, kept.as_ref(), work) {
+    if known_unchanged(config, &manifest, saved.as_ref(), work) {
         stage.finish(&format!("version {} of the set", manifest.version()));
         return Ok(nothing_changed(*progress));
     }
@@ -246,7 +251,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let mut timings = Timings::default();
     timings.add("read", stage.finish(&format!("version {} of the set", manifest.version())));
     let (chunked, old) =
-        chunk_and_read(config, set, work, &staging, &manifest, kept, *progress, &mut timings);
+        chunk_and_read(config, set, work, &staging, &manifest, saved, *progress, &mut timings);
     let chunked = chunked?;
     if same_corpus(config, &manifest, &chunked.corpus().hash) {
         return Ok(nothing_changed(*progress));
@@ -263,12 +268,12 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
         .map(|fingerprint| (Earlier { fingerprint, chunks: &old_chunks }, old_corpus.as_slice()));
     // The chunks in memory are mapped beside the index stage.
     let map_beside = |new: &[Chunk]| timed(|| ChunkMap::build(&old, new));
-    let (ingest::Chunked { index, groups, corpus, unchanged, chunks, .. }, mapped) =
+    let (ingest::IndexedCorpus { index, groups, corpus, unchanged, chunks, .. }, mapped) =
         chunked.index(config, work, &staging, earlier, *progress, &mut timings, map_beside)?;
     discard.later(old_corpus);
     let stage = progress.stage("map", old.len() as u64);
     let (new, map, took) = new_and_map(chunks, mapped, &old, &staging)?;
-    let mut outcome = Outcome { chunks: map.counts(), ..Outcome::default() };
+    let mut outcome = RefreshSummary { chunks: map.counts(), ..RefreshSummary::default() };
     // The stage's time includes the mapping done beside the index stage.
     timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)) + took);
     outcome.corpus_check = check.carrying_over(&outcome.chunks).refuse_scant(config, options)?;
@@ -319,7 +324,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
     outcome.count_llm(fresh.stages.as_ref().and_then(|s| s.generator.llm_report()));
     let version = manifest.version();
-    let written = Written {
+    let written = NewVersion {
         map: &map,
         checked: &checked,
         rounds: &rounds,
@@ -341,7 +346,7 @@ pub fn refresh(config: &BuildConfig, set: &Path, options: Options, progress: &Pr
     Ok(outcome)
 }
 
-/// The new corpus chunked (into `staging`, with the set's `kept` chunking) and, at the same
+/// The new corpus chunked (into `staging`, with the set's `saved` chunking) and, at the same
 /// time, the set's version and chunks read (neither touches the other's files; the index folder
 /// is updated only after both).
 #[expect(clippy::too_many_arguments, reason = "the refresh's state at its start, each used once")]
@@ -351,22 +356,22 @@ fn chunk_and_read(
     work: &Path,
     staging: &Staging,
     manifest: &SetManifest,
-    kept: Option<KeptChunking>,
+    saved: Option<SavedChunking>,
     progress: Progress,
     timings: &mut Timings,
 ) -> (Result<ingest::ChunkedCorpus>, Result<SetState>) {
     let collect = old_chunks_hash(manifest).is_some();
     std::thread::scope(|scope| {
         let old = scope.spawn(|| SetState::read(config, set, manifest));
-        let chunked = ingest::chunk(config, work, staging, kept, collect, progress, timings);
+        let chunked = ingest::chunk(config, work, staging, saved, collect, progress, timings);
         (chunked, read_result(old.join(), set))
     })
 }
 
 /// What a refresh of a corpus that is the set's did: nothing.
-fn nothing_changed(progress: Progress) -> Outcome {
+fn nothing_changed(progress: Progress) -> RefreshSummary {
     progress.stage("map", 0).finish("the corpus is the set's");
-    Outcome { nothing_changed: true, ..Outcome::default() }
+    RefreshSummary { nothing_changed: true, ..RefreshSummary::default() }
 }
 
 /// Whether the corpus is known to be the set's before it is chunked: the set's settings, and
@@ -374,11 +379,11 @@ fn nothing_changed(progress: Progress) -> Outcome {
 fn known_unchanged(
     config: &BuildConfig,
     manifest: &SetManifest,
-    kept: Option<&KeptChunking>,
+    saved: Option<&SavedChunking>,
     work: &Path,
 ) -> bool {
-    kept.is_some_and(|kept| {
-        same_settings(config, manifest) && same_documents(&config.corpus, config.prechunked, kept, work)
+    saved.is_some_and(|saved| {
+        same_settings(config, manifest) && same_documents(&config.corpus, config.prechunked, saved, work)
     })
 }
 
@@ -391,7 +396,7 @@ fn publish(
     staging: Staging,
     mut manifest: SetManifest,
     corpus: &output::CorpusSummary,
-    outcome: &Outcome,
+    outcome: &RefreshSummary,
     mut timings: Timings,
     progress: Progress,
 ) -> Result<()> {
@@ -403,7 +408,7 @@ fn publish(
     let previous = version::stage_previous(set, &staging, &KEPT_BY_REFRESH)?;
     staging.sync()?;
     timings.add("keep", stage.finish(&format!("version {version} under versions/v{version}/")));
-    let run = RunInfo { timings_ms: timings.into_millis(), llm_network: None };
+    let run = Invocation { timings_ms: timings.into_millis(), llm_network: None };
     // Not in the manifest's timings: it is published with them.
     let stage = progress.stage("publish", 0);
     update_manifest(&mut manifest, config, corpus, outcome, &run)?;
@@ -419,7 +424,7 @@ fn start(
     config: &BuildConfig,
     set: &Path,
     progress: Progress,
-) -> Result<(SetManifest, Option<KeptChunking>)> {
+) -> Result<(SetManifest, Option<SavedChunking>)> {
     if output::recover(set)? {
         progress.warn(&format!(
             "a publish into {} was cut short; its previous files were put back",
@@ -427,11 +432,11 @@ fn start(
         ));
     }
     let manifest = read_manifest(set)?;
-    let kept = old_chunks_hash(&manifest).and_then(|fingerprint| {
+    let saved = old_chunks_hash(&manifest).and_then(|fingerprint| {
         let stamp = crate::chunk::settings_stamp(config.chunking, config.prechunked);
-        KeptChunking::load(&set.join(INDEX_DIR), &stamp, fingerprint)
+        SavedChunking::load(&set.join(INDEX_DIR), &stamp, fingerprint)
     });
-    Ok((manifest, kept))
+    Ok((manifest, saved))
 }
 
 /// What the thread reading the set in `set` ([`SetState::read`]) returned, its panic an error
@@ -476,7 +481,7 @@ fn recheck_all(
     current: &Version,
     candidates: &[Checked],
     recheck: &Recheck<'_>,
-    stage: &crate::progress::Stage,
+    stage: &crate::progress::StageProgress,
 ) -> Result<Vec<Rechecked>> {
     let by_id: HashMap<&QueryId, &Checked> = candidates.iter().map(|j| (&j.candidate.id, j)).collect();
     let mut rows: HashMap<&QueryId, Vec<Qrel>> = HashMap::new();
@@ -514,12 +519,12 @@ fn same_settings(config: &BuildConfig, manifest: &SetManifest) -> bool {
 }
 
 /// Whether the corpus `corpus` (read with `work` left out, as the chunk stage reads it) holds the very
-/// documents of the `kept` chunking, in the same order, and no others: then it is the set's
+/// documents of the `saved` chunking, in the same order, and no others: then it is the set's
 /// corpus (the same documents give the same corpus hash), known without chunking it. The
 /// documents are read and digested one at a time, and the read stops at the first that
 /// differs, so a changed corpus costs the documents before its first change. A pre-chunked
 /// corpus is not checked so (a unit's digest covers its text only).
-fn same_documents(corpus: &Path, prechunked: bool, kept: &KeptChunking, work: &Path) -> bool {
+fn same_documents(corpus: &Path, prechunked: bool, saved: &SavedChunking, work: &Path) -> bool {
     if prechunked {
         return false;
     }
@@ -527,7 +532,7 @@ fn same_documents(corpus: &Path, prechunked: bool, kept: &KeptChunking, work: &P
     let read = crate::corpus::read(corpus, false, Some(work), |item| {
         let same = match &item {
             crate::corpus::Item::Document(doc) => {
-                kept.holds_at(at, doc.id.as_str(), &crate::chunk::document_digest(doc))
+                saved.holds_at(at, doc.id.as_str(), &crate::chunk::document_digest(doc))
             }
             crate::corpus::Item::Chunk(_) => false,
         };
@@ -539,7 +544,7 @@ fn same_documents(corpus: &Path, prechunked: bool, kept: &KeptChunking, work: &P
         // Stops the read; the error itself is not used.
         Err(Error::Input { path: corpus.to_owned(), source: std::io::Error::other("a document differs") })
     });
-    read.is_ok() && !differs && at == kept.len()
+    read.is_ok() && !differs && at == saved.len()
 }
 
 /// The share of the new corpus's text that is new material ([`ChunkMap::fresh`]: added or rewritten chunks).
@@ -602,7 +607,7 @@ fn read_candidates(set: &Path) -> Result<Vec<Checked>> {
     if path.is_file() { read_all(&path) } else { Ok(Vec::new()) }
 }
 
-impl Outcome {
+impl RefreshSummary {
     /// With `--dry-run`: the LLM calls the refresh would make, from every new query kept in round
     /// 1 to half of them dropped in every round (the asks about kept queries' pools included).
     #[must_use]
@@ -654,8 +659,8 @@ fn update_manifest(
     manifest: &mut SetManifest,
     config: &BuildConfig,
     corpus: &output::CorpusSummary,
-    outcome: &Outcome,
-    run: &RunInfo,
+    outcome: &RefreshSummary,
+    run: &Invocation,
 ) -> Result<()> {
     // Through the text, as a build writes it: `to_value` would widen an `f32` (0.3 becomes
     // 0.30000001192092896).
@@ -673,13 +678,13 @@ fn update_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::{KeptWriter, document_digest};
+    use crate::chunk::{ChunkingWriter, document_digest};
 
     /// Keeps in `index` a chunking of the documents of `corpus` (no chunks: only their digests
     /// and order count here), for the chunk list "print".
     fn keep_chunking(corpus: &Path, index: &Path, stamp: &str) {
-        let mut writer = KeptWriter::create(index, stamp).unwrap();
-        let item = crate::chunk::KeptItem {
+        let mut writer = ChunkingWriter::create(index, stamp).unwrap();
+        let item = crate::chunk::SavedItem {
             language: crate::text::Language::En,
             spans: Vec::new(),
             signatures: Vec::new(),
@@ -708,12 +713,12 @@ mod tests {
         let stamp = "stamp";
         keep_chunking(&corpus, &index, stamp);
         let same = || {
-            let kept = KeptChunking::load(&index, stamp, "print").unwrap();
-            same_documents(&corpus, false, &kept, &work)
+            let saved = SavedChunking::load(&index, stamp, "print").unwrap();
+            same_documents(&corpus, false, &saved, &work)
         };
         assert!(same(), "the corpus the chunking was made of");
-        let kept = KeptChunking::load(&index, stamp, "print").unwrap();
-        assert!(!same_documents(&corpus, true, &kept, &work), "pre-chunked is not checked so");
+        let saved = SavedChunking::load(&index, stamp, "print").unwrap();
+        assert!(!same_documents(&corpus, true, &saved, &work), "pre-chunked is not checked so");
         write("b.md", "# B\n\nDelta epsilon eta.");
         assert!(!same(), "the last document edited");
         write("b.md", "# B\n\nDelta epsilon zeta.");

@@ -1,13 +1,14 @@
 //! What a refresh tells: `refresh/changelog.jsonl` (a line per chunk change and per query) and
 //! its section in `report.md` and `report.html` (replacing an earlier refresh's).
 
-use super::Outcome;
+use super::RefreshSummary;
 use super::map::{ChunkChange, ChunkMap};
 use super::recheck::{Lost, Moved, PoolGrade, QueryChange, Rechecked};
 use crate::error::{Error, Result};
 use crate::html::escape as escape_html;
 use crate::id::{ChunkId, QueryId};
 use crate::output::layout::{REPORT_HTML, REPORT_MD};
+use crate::output::report::{LaterSection, with_section};
 use crate::output::{self, CorpusSummary, Staging};
 use crate::record::{Checked, QueryType};
 use serde::Serialize;
@@ -104,7 +105,6 @@ pub fn counts_line<C: Copy + Into<&'static str>>(counts: &BTreeMap<C, usize>) ->
     counts.iter().map(|(&c, n)| format!("{} {n}", c.into())).collect::<Vec<_>>().join(", ")
 }
 
-const MD_HEADING: &str = "\n## Refresh\n";
 const HTML_START: &str = "<section id=\"refresh\">";
 const HTML_END: &str = "</section>";
 
@@ -113,18 +113,15 @@ const HTML_END: &str = "</section>";
 pub fn stage(
     staging: &Staging,
     set: &Path,
-    outcome: &Outcome,
+    outcome: &RefreshSummary,
     corpus: &Path,
     summary: &CorpusSummary,
 ) -> Result<()> {
     let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_default();
     let md = read(REPORT_MD);
-    let md = md.split(MD_HEADING).next().unwrap_or_default().trim_end().to_owned();
     let rows = rows(outcome, corpus, summary);
-    output::write_text(
-        &staging.path(REPORT_MD),
-        &format!("{md}\n{MD_HEADING}\n{}", markdown(&rows, outcome)),
-    )?;
+    let md = with_section(&md, LaterSection::Refresh, &markdown(&rows, outcome));
+    output::write_text(&staging.path(REPORT_MD), &md)?;
     let html = read(REPORT_HTML);
     if html.is_empty() {
         return Ok(());
@@ -148,7 +145,7 @@ pub fn stage(
 /// A row of the section: its name, its text, and a path or command shown as code after it.
 type Row = (&'static str, String, Option<String>);
 
-fn rows(outcome: &Outcome, corpus: &Path, summary: &CorpusSummary) -> Vec<Row> {
+fn rows(outcome: &RefreshSummary, corpus: &Path, summary: &CorpusSummary) -> Vec<Row> {
     let text = |name, value: String| (name, value, None);
     let by_type = outcome.by_type.iter().map(|(t, n)| format!("{} {n}", t.label())).collect::<Vec<_>>();
     vec![
@@ -173,7 +170,7 @@ fn rows(outcome: &Outcome, corpus: &Path, summary: &CorpusSummary) -> Vec<Row> {
 
 /// What the section begins with: which version it describes, and that the sections above
 /// describe the set's build.
-fn lead(outcome: &Outcome) -> String {
+fn lead(outcome: &RefreshSummary) -> String {
     format!(
         "Version {} of the set, refreshed from a changed corpus. The sections above describe the \
          build the set started from; this one, what the refresh changed and the set it made.",
@@ -181,7 +178,7 @@ fn lead(outcome: &Outcome) -> String {
     )
 }
 
-fn markdown(rows: &[Row], outcome: &Outcome) -> String {
+fn markdown(rows: &[Row], outcome: &RefreshSummary) -> String {
     let mut md = format!("{}\n\n| | |\n|---|---|\n", lead(outcome));
     for (name, value, code) in rows {
         let code = code.as_ref().map_or_else(String::new, |code| format!("`{code}`"));
@@ -191,7 +188,7 @@ fn markdown(rows: &[Row], outcome: &Outcome) -> String {
     md
 }
 
-fn section_html(rows: &[Row], outcome: &Outcome) -> String {
+fn section_html(rows: &[Row], outcome: &RefreshSummary) -> String {
     let mut html = format!("{HTML_START}<h2>Refresh</h2><p>{}</p><table>", escape_html(&lead(outcome)));
     for (name, value, code) in rows {
         let code =

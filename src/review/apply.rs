@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, HashMap};
 /// What applying a batch did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
+pub enum ApplySummary {
     /// A new version was written.
     Applied {
         /// Its number.
@@ -80,12 +80,12 @@ impl<'a> Batch<'a> {
 /// # Errors
 /// [`Error::Decisions`] when a judgment does not fit the set; [`Error::Output`] when writing
 /// fails (nothing is published then).
-pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
+pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<ApplySummary> {
     let inputs: Vec<InputFile> = batch.inputs.iter().map(|d| input_file(d)).collect();
     let key = batch_key(&inputs, batch.resolve);
     let history = set.log().into_iter().flat_map(|log| &log.history);
     if let Some(done) = history.into_iter().find(|record| record.key == key) {
-        return Ok(Outcome::AlreadyApplied { version: done.version });
+        return Ok(ApplySummary::AlreadyApplied { version: done.version });
     }
     let mut problems = rules::against_set(set, &batch.judgments);
     problems.append(&mut rules::resolved_form(&batch.judgments));
@@ -104,7 +104,7 @@ pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
     }));
     let folded = fold(set, &ledger)?;
     if folded == set.current {
-        return Ok(Outcome::NoChange);
+        return Ok(ApplySummary::NoChange);
     }
     let judgments: Vec<Judgment> = batch.judgments.iter().map(|l| l.judgment.clone()).collect();
     let mut counts = Counts::of(&judgments);
@@ -127,7 +127,7 @@ pub fn apply(set: &ReviewSet, batch: &Batch<'_>) -> Result<Outcome> {
     let stored: Vec<Input<'_>> =
         inputs.into_iter().zip(&batch.inputs).map(|(file, d)| Input { file, bytes: &d.bytes }).collect();
     version::write_next(set, &folded, &ledger, record, &stored)?;
-    Ok(Outcome::Applied { version: next, counts })
+    Ok(ApplySummary::Applied { version: next, counts })
 }
 
 fn input_file(decisions: &Decisions) -> InputFile {

@@ -12,6 +12,7 @@ use super::log::Entry;
 use crate::error::Result;
 use crate::id::{ChunkId, QueryId};
 use crate::output::layout::{LEDGER, POOLED_TSV, REPORT_MD};
+use crate::output::report::{LaterSection, with_section};
 use crate::output::{self, Staging};
 use crate::record::Provenance;
 use crate::set::pooled::read_pooled;
@@ -144,8 +145,6 @@ pub fn render(a: &JudgeAgreement) -> String {
     text
 }
 
-const MD_HEADING: &str = "\n## Machine judge vs reviewers\n";
-
 /// Stages the set's `report.md` (in `dir`) with a section on the machine judges' agreement with
 /// the reviewers, in place of an earlier one, for version `version` whose files are staged in
 /// `staging` (its ledger, and its pooled pairs if it stages them). Nothing is staged while no
@@ -162,13 +161,16 @@ pub fn stage_report(dir: &Path, staging: &Staging, version: u32) -> Result<()> {
         return Ok(());
     };
     let Ok(md) = fs_err::read_to_string(staged_or_live(REPORT_MD)) else { return Ok(()) };
-    output::write_text(&staging.path(REPORT_MD), &with_section(&md, &report_section(&agreement, version)))
+    output::write_text(
+        &staging.path(REPORT_MD),
+        &with_section(&md, LaterSection::JudgeAgreement, &report_section(&agreement, version)),
+    )
 }
 
 /// The section: what was compared, the figures, and the warning when the judge is poor.
 fn report_section(a: &JudgeAgreement, version: u32) -> String {
     let mut section = format!(
-        "{MD_HEADING}\nVersion {version} of the set: the pooled pairs a machine graded (the LLM judge or \
+        "Version {version} of the set: the pooled pairs a machine graded (the LLM judge or \
          the one-shot labeller) that reviewers graded too. Its labels decide comparisons between \
          runs; `review status` repeats these figures.\n\n"
     );
@@ -190,29 +192,6 @@ fn capitalised(line: &str) -> String {
     chars.next().map_or_else(String::new, |c| c.to_uppercase().chain(chars).collect())
 }
 
-/// `md` with `section` in place of an earlier one (up to the next `## ` heading), or before a
-/// refresh's section, or at the end.
-fn with_section(md: &str, section: &str) -> String {
-    let md = md.trim_end();
-    let (before, after) = match md.find(MD_HEADING) {
-        Some(start) => {
-            let rest = &md[start + MD_HEADING.len()..];
-            let end = rest.find("\n## ").map_or(md.len(), |at| start + MD_HEADING.len() + at);
-            (&md[..start], &md[end..])
-        }
-        None => md.find(REFRESH_HEADING).map_or((md, ""), |at| (&md[..at], &md[at..])),
-    };
-    let (before, section, after) = (before.trim_end(), section.trim_end(), after.trim());
-    if after.is_empty() {
-        format!("{before}\n{section}\n")
-    } else {
-        format!("{before}\n{section}\n\n{after}\n")
-    }
-}
-
-/// The refresh's section heading (`refresh::report`), which stays last.
-const REFRESH_HEADING: &str = "\n## Refresh\n";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,27 +199,6 @@ mod tests {
 
     fn pairs(spec: &[((bool, bool), usize)]) -> Vec<(bool, bool)> {
         spec.iter().flat_map(|&(p, n)| std::iter::repeat_n(p, n)).collect()
-    }
-
-    #[test]
-    fn the_report_section_replaces_its_earlier_self_and_stays_before_a_refresh() {
-        let section = |n: u32| format!("{MD_HEADING}\nVersion {n}.\n");
-        let build = "# Set\n\n## Counts\n\nrows\n";
-        let once = with_section(build, &section(2));
-        assert_eq!(once, "# Set\n\n## Counts\n\nrows\n\n## Machine judge vs reviewers\n\nVersion 2.\n");
-        let twice = with_section(&once, &section(3));
-        assert_eq!(twice, once.replace("Version 2", "Version 3"));
-        let refreshed = format!("{}\n## Refresh\n\nrefreshed\n", twice.trim_end());
-        let again = with_section(&refreshed, &section(5));
-        assert_eq!(
-            again,
-            "# Set\n\n## Counts\n\nrows\n\n## Machine judge vs reviewers\n\nVersion 5.\n\n## Refresh\n\nrefreshed\n"
-        );
-        let first_before_refresh = with_section("# Set\n\n## Refresh\n\nx\n", &section(1));
-        assert_eq!(
-            first_before_refresh,
-            "# Set\n\n## Machine judge vs reviewers\n\nVersion 1.\n\n## Refresh\n\nx\n"
-        );
     }
 
     #[test]

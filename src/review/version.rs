@@ -47,9 +47,9 @@ pub fn write_next(
     record: VersionRecord,
     inputs: &[Input<'_>],
 ) -> Result<()> {
-    check_kept(&set.dir, set.version())?;
+    check_archive(&set.dir, set.version())?;
     let staging = Staging::create(&set.dir)?;
-    stage_kept(&set.dir, set.version(), &staging, &VERSION_FILES)?;
+    stage_archive(&set.dir, set.version(), &staging, &VERSION_FILES)?;
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
     output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
@@ -114,9 +114,9 @@ pub fn write_made(
     made: Made,
     extra: impl FnOnce(&Staging) -> Result<()>,
 ) -> Result<u32> {
-    check_kept(&set.dir, set.version())?;
+    check_archive(&set.dir, set.version())?;
     let staging = Staging::create(&set.dir)?;
-    stage_kept(&set.dir, set.version(), &staging, &VERSION_FILES)?;
+    stage_archive(&set.dir, set.version(), &staging, &VERSION_FILES)?;
     output::write_text(&staging.path(QUERIES), &queries_text(next))?;
     output::write_qrels(|name| staging.path(name), &next.qrels)?;
     output::write_text(&staging.path(NO_ANSWER), &no_answer_text(next))?;
@@ -154,7 +154,7 @@ fn seal_ledger(staging: &Staging, version: u32) -> Result<Seal> {
     let staged = staging.staged_path(LEDGER);
     let bytes =
         fs_err::read(&staged).map_err(|source| crate::Error::Input { path: staged.clone(), source })?;
-    let copy = ledger::kept_copy(version);
+    let copy = ledger::archived_copy(version);
     output::copy_atomic(&staged, &staging.path(&copy.to_string_lossy()))?;
     Ok(Seal::of_bytes(&bytes))
 }
@@ -173,7 +173,7 @@ fn next_log(log: Option<ReviewLog>, record: VersionRecord) -> ReviewLog {
 }
 
 /// Stages a copy of the files `names` of the set in `dir` (those it has) as `versions/v<current>/`.
-fn stage_kept(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
+fn stage_archive(dir: &Path, current: u32, staging: &Staging, names: &[&str]) -> Result<()> {
     let kept = version_dir(Path::new(""), current);
     for name in names.iter().filter(|name| dir.join(name).is_file()) {
         output::copy_atomic(&dir.join(name), &staging.path(&kept.join(name).to_string_lossy()))?;
@@ -203,13 +203,13 @@ pub struct Previous {
 /// [`crate::Error::Output`] naming the file that could not be staged.
 pub fn stage_previous(dir: &Path, staging: &Staging, also: &[&str]) -> Result<Previous> {
     let current = read_manifest(dir)?.version();
-    check_kept(dir, current)?;
+    check_archive(dir, current)?;
     let names = [&VERSION_FILES[..], &BUILD_ONLY_FILES, also].concat();
     let (moved, copied): (Vec<&str>, Vec<&str>) = names
         .iter()
         .filter(|name| dir.join(name).is_file())
         .partition(|name| staging.staged_path(name).is_file());
-    stage_kept(dir, current, staging, &copied)?;
+    stage_archive(dir, current, staging, &copied)?;
     let moved = moved.into_iter().map(str::to_owned).collect();
     Ok(Previous { dir: version_dir(Path::new(""), current), moved })
 }
@@ -287,7 +287,7 @@ fn stage_rebuild(dir: &Path, staging: &mut Staging, made_by: MadeBy) -> Result<u
 /// `versions/v<N>/` of the current version exists only when publishing version N + 1 failed: its
 /// files must then be the ones in place (they are rewritten), or it may hold the only copy of
 /// some of them.
-fn check_kept(dir: &Path, current: u32) -> Result<()> {
+fn check_archive(dir: &Path, current: u32) -> Result<()> {
     let kept = version_dir(dir, current);
     for name in VERSION_FILES {
         let Ok(bytes) = fs_err::read(kept.join(name)) else { continue };

@@ -47,7 +47,7 @@ impl Seal {
 
 /// Where version `version`'s copy of its ledger is kept, relative to the set folder.
 #[must_use]
-pub fn kept_copy(version: u32) -> PathBuf {
+pub fn archived_copy(version: u32) -> PathBuf {
     Path::new(VERSIONS_DIR).join(format!("ledger-v{version}.jsonl"))
 }
 
@@ -119,7 +119,7 @@ fn entry_version(line: &str) -> Option<u32> {
 
 /// The error for a ledger of version `version` that does not match its seal.
 fn damaged(dir: &Path, version: u32, message: &str) -> Error {
-    let copy = kept_copy(version);
+    let copy = archived_copy(version);
     let hint = if dir.join(&copy).is_file() {
         format!(
             "nothing was changed; restore the ledger from the copy version {version} kept: cp {} {}",
@@ -172,7 +172,7 @@ mod tests {
             assert!(message.contains("keeps no copy"), "{message}");
         }
         fs_err::create_dir_all(dir.join(VERSIONS_DIR)).unwrap();
-        fs_err::write(dir.join(kept_copy(2)), lines).unwrap();
+        fs_err::write(dir.join(archived_copy(2)), lines).unwrap();
         fs_err::remove_file(dir.join(LEDGER)).unwrap();
         let message = check(dir, &seal, 2).unwrap_err().to_string();
         assert!(message.contains("cp ") && message.contains("ledger-v2.jsonl"), "{message}");

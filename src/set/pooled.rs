@@ -25,6 +25,19 @@ pub struct PooledPair {
 }
 
 impl PooledPair {
+    /// Takes in `other`, the same pair pooled again: the runs this one lacks, and its grade
+    /// when this one has none.
+    pub fn absorb(&mut self, other: Self) {
+        for run in other.runs {
+            if !self.runs.contains(&run) {
+                self.runs.push(run);
+            }
+        }
+        if self.grade.is_none() {
+            (self.grade, self.graded_by) = (other.grade, other.graded_by);
+        }
+    }
+
     /// Its line in `qrels/pooled.tsv`.
     #[must_use]
     pub fn line(&self) -> String {

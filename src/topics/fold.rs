@@ -41,7 +41,7 @@ impl CorpusModel {
     ///
     /// # Errors
     /// [`IndexError::Write`] when the file cannot be written.
-    pub fn keep_beside(mut self, index: &ChunkIndex) -> Result<Self> {
+    pub fn save_beside(mut self, index: &ChunkIndex) -> Result<Self> {
         self.save_in(index.dir(), &index.own_stamp())?;
         self.basis = None;
         Ok(self)

@@ -1510,11 +1510,11 @@ fn chunking_files(set: &Path) -> (String, String) {
     (read("corpus.jsonl"), read("chunk_groups.jsonl"))
 }
 
-/// The number of documents a refresh's `chunk` line says kept their chunks (0 when it says none).
-fn kept_documents(run: &Run) -> usize {
+/// The number of documents a refresh's `chunk` line says reused their chunks (0 when it says none).
+fn reused_documents(run: &Run) -> usize {
     let line = run.stderr.lines().find(|l| l.trim_start().starts_with("chunk:")).unwrap_or_default();
-    // `chunk: 40 documents → 120 chunks (37 unchanged, their chunks kept) (0.05s)`
-    let count = line.split(" (").nth(1).filter(|rest| rest.contains(" unchanged, their chunks kept"));
+    // `chunk: 40 documents → 120 chunks (37 unchanged, their chunks reused) (0.05s)`
+    let count = line.split(" (").nth(1).filter(|rest| rest.contains(" unchanged, their chunks reused"));
     count
         .and_then(|rest| rest.split(' ').next())
         .map_or(0, |n| n.parse().unwrap_or_else(|e| panic!("{line}: {e}")))
@@ -1551,8 +1551,8 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
             &qrelgen(&["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)]),
         );
         run.assert_code(0);
-        // Kept: every document but the edited, deleted and renamed ones (the copy is new).
-        assert_eq!(kept_documents(&run), documents - 3, "{}", run.stderr);
+        // Reused: every document but the edited, deleted and renamed ones (the copy is new).
+        assert_eq!(reused_documents(&run), documents - 3, "{}", run.stderr);
         let fresh_dir = tempdir();
         let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet"]);
         fresh.assert_code(0);
@@ -1585,7 +1585,7 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
             args.extend_from_slice(settings);
             let run = finished(&f.set.out, &qrelgen(&args));
             run.assert_code(0);
-            assert_eq!(kept_documents(&run), 0, "round {round}: {}", run.stderr);
+            assert_eq!(reused_documents(&run), 0, "round {round}: {}", run.stderr);
             let fresh_dir = tempdir();
             let mut build_args = vec!["--quiet"];
             build_args.extend_from_slice(settings);
@@ -1603,7 +1603,7 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
         let args = ["refresh", "--set", path_str(&f.set.out), "--corpus", path_str(&f.corpus)];
         let run = finished(&f.set.out, &qrelgen(&args));
         run.assert_code(0);
-        assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
+        assert_eq!(reused_documents(&run), documents - 1, "{}", run.stderr);
 
         // A kept document's lines are copied from the set's `corpus.jsonl` only as they were
         // written: one changed there (in place, so every other line stays where it was) is
@@ -1619,7 +1619,7 @@ fn unchanged_documents_keep_their_chunks_and_the_chunks_are_a_fresh_chunkings() 
         write(&f.doc("copy-of-a-page.md"), "Changed once more.\n");
         let run = finished(&f.set.out, &qrelgen(&args));
         run.assert_code(0);
-        assert_eq!(kept_documents(&run), documents - 1, "{}", run.stderr);
+        assert_eq!(reused_documents(&run), documents - 1, "{}", run.stderr);
         let fresh_dir = tempdir();
         // The set's settings since round 3.
         let fresh = build(fresh_dir.path(), &f.corpus, &["--quiet", "--chunk-size", "300"]);

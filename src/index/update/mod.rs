@@ -29,7 +29,7 @@ use super::{
     Analyzer, ChunkIndex, FINGERPRINT_FILE, IndexOrigin, Opened, WRITER_MEMORY_PER_THREAD, write_error,
 };
 use crate::id::ChunkId;
-use crate::progress::Stage;
+use crate::progress::StageProgress;
 use crate::record::Chunk;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -110,7 +110,7 @@ impl ChunkIndex {
         earlier: Earlier<'_>,
         analyzer: Analyzer,
         threads: usize,
-        progress: &Stage,
+        progress: &StageProgress,
         feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<(Self, IndexOrigin, Option<Unchanged>), E> {
         let stamp_path = dir.join(FINGERPRINT_FILE);
@@ -268,7 +268,7 @@ impl Plan {
         dir: &Path,
         analyzer: &Analyzer,
         earlier: Earlier<'_>,
-        progress: &Stage,
+        progress: &StageProgress,
         feed: impl FnOnce(&mut dyn FnMut(&Chunk) -> Result<()>) -> Result<(), E>,
     ) -> Result<Unchanged, E> {
         let err = |source| IndexError::Tantivy { path: dir.to_owned(), source };

@@ -23,7 +23,7 @@ fn fingerprint(chunks: &[Chunk]) -> String {
 fn index(dir: &Path, chunks: &[Chunk], earlier: Option<Earlier<'_>>) -> (ChunkIndex, IndexOrigin) {
     let metas: ChunkList = chunks.iter().collect();
     let feed = |add: &mut dyn FnMut(&Chunk) -> Result<()>| chunks.iter().try_for_each(add);
-    let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
+    let (analyzer, stage, print) = (Analyzer::default(), StageProgress::hidden(), fingerprint(chunks));
     match earlier {
         Some(earlier) => {
             let (index, origin, unchanged) =
@@ -279,7 +279,7 @@ fn deleted_documents(dir: &Path) -> u32 {
 fn one_segment(dir: &Path, chunks: &[Chunk]) {
     let metas: ChunkList = chunks.iter().collect();
     let feed = |add: &mut dyn FnMut(&Chunk) -> Result<()>| chunks.iter().try_for_each(add);
-    let (analyzer, stage, print) = (Analyzer::default(), Stage::hidden(), fingerprint(chunks));
+    let (analyzer, stage, print) = (Analyzer::default(), StageProgress::hidden(), fingerprint(chunks));
     ChunkIndex::open_or_build(dir, metas, &print, analyzer, 1, &stage, feed).unwrap();
     assert_eq!(segments(dir), 1);
 }

@@ -2,7 +2,7 @@
 //! deferral (failures), each call's first reply standing.
 
 use super::BatchError;
-use super::wire::{BatchObject, Counts, Outcome, OutputLine, is_request_id, outcome};
+use super::wire::{BatchObject, CallResult, Counts, OutputLine, call_result, is_request_id};
 use crate::llm::Llm;
 use std::path::Path;
 
@@ -78,8 +78,8 @@ impl Llm {
                 imported.duplicates += 1;
                 continue;
             }
-            match outcome(&line) {
-                Outcome::Reply(reply) => {
+            match call_result(&line) {
+                CallResult::Reply(reply) => {
                     answered.insert(line.custom_id.clone());
                     self.update(|t| {
                         t.network.paid.add(&reply);
@@ -88,13 +88,13 @@ impl Llm {
                     self.cache.put_batched(&line.custom_id, &reply, batch)?;
                     imported.replies += 1;
                 }
-                Outcome::Failed(error) => {
+                CallResult::Failed(error) => {
                     if let Some(deferral) = &self.batch {
                         deferral.fail(&line.custom_id, error);
                     }
                     imported.failed += 1;
                 }
-                Outcome::NotRun => imported.not_run += 1,
+                CallResult::NotRun => imported.not_run += 1,
             }
         }
         Ok(imported)

@@ -64,8 +64,8 @@ fn batches_split_at_the_request_and_byte_limits() {
     assert_eq!(sizes(split(&lines, 0, 1_000)), [1, 1, 1, 1, 1]);
 }
 
-fn parse(line: &str) -> Outcome {
-    outcome(&serde_json::from_str::<OutputLine>(line).unwrap())
+fn parse(line: &str) -> CallResult {
+    call_result(&serde_json::from_str::<OutputLine>(line).unwrap())
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn result_lines_become_replies_failures_or_calls_to_send_again() {
         {"choices":[{"message":{"content":"{\"grade\":2}"},"finish_reason":"stop"}],
          "usage":{"prompt_tokens":7,"completion_tokens":3}}},"error":null}"#
         .replace('\n', "");
-    let Outcome::Reply(reply) = parse(&ok) else { panic!("{ok}") };
+    let CallResult::Reply(reply) = parse(&ok) else { panic!("{ok}") };
     assert_eq!(
         (reply.content.as_str(), reply.prompt_tokens, reply.completion_tokens),
         ("{\"grade\":2}", 7, 3)
@@ -82,17 +82,17 @@ fn result_lines_become_replies_failures_or_calls_to_send_again() {
     let refused =
         r#"{"custom_id":"k","response":{"status_code":400,"body":{"error":{"message":"bad max_tokens"}}}}"#;
     assert!(
-        matches!(parse(refused), Outcome::Failed(LlmError::Http { status: 400, message, .. }) if message == "bad max_tokens")
+        matches!(parse(refused), CallResult::Failed(LlmError::Http { status: 400, message, .. }) if message == "bad max_tokens")
     );
     let expired =
         r#"{"custom_id":"k","response":null,"error":{"code":"batch_expired","message":"not run in time"}}"#;
-    assert!(matches!(parse(expired), Outcome::NotRun));
+    assert!(matches!(parse(expired), CallResult::NotRun));
     let cancelled = r#"{"custom_id":"k","error":{"code":"batch_cancelled","message":"x"}}"#;
-    assert!(matches!(parse(cancelled), Outcome::NotRun));
+    assert!(matches!(parse(cancelled), CallResult::NotRun));
     let broken = r#"{"custom_id":"k","error":{"code":"server_error","message":"boom"}}"#;
-    assert!(matches!(parse(broken), Outcome::Failed(LlmError::Body(m)) if m.contains("boom")));
+    assert!(matches!(parse(broken), CallResult::Failed(LlmError::Body(m)) if m.contains("boom")));
     let empty = r#"{"custom_id":"k","response":{"status_code":200,"body":{"choices":[]}}}"#;
-    assert!(matches!(parse(empty), Outcome::Failed(LlmError::Body(_))));
+    assert!(matches!(parse(empty), CallResult::Failed(LlmError::Body(_))));
 }
 
 /// A client in `--batch submit` mode against `server`, its cache in `dir`.

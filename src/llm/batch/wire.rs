@@ -40,7 +40,7 @@ pub(super) struct OutputError {
 
 /// What a result line says about its call.
 #[derive(Debug, Clone)]
-pub(super) enum Outcome {
+pub(super) enum CallResult {
     /// A reply, to cache.
     Reply(CachedReply),
     /// The call failed for good.
@@ -50,16 +50,16 @@ pub(super) enum Outcome {
 }
 
 /// Reads one result line.
-pub(super) fn outcome(line: &OutputLine) -> Outcome {
+pub(super) fn call_result(line: &OutputLine) -> CallResult {
     if let Some(error) = &line.error {
         let code = error.code.as_deref().unwrap_or("");
         if matches!(code, "batch_expired" | "batch_cancelled") {
-            return Outcome::NotRun;
+            return CallResult::NotRun;
         }
         let message = error.message.clone().unwrap_or_else(|| code.to_owned());
-        return Outcome::Failed(LlmError::Body(format!("batch line failed: {message}")));
+        return CallResult::Failed(LlmError::Body(format!("batch line failed: {message}")));
     }
-    let Some(response) = &line.response else { return Outcome::NotRun };
+    let Some(response) = &line.response else { return CallResult::NotRun };
     if response.status_code != 200 {
         let message = response
             .body
@@ -67,11 +67,15 @@ pub(super) fn outcome(line: &OutputLine) -> Outcome {
             .and_then(serde_json::Value::as_str)
             .unwrap_or("(no message)")
             .to_owned();
-        return Outcome::Failed(LlmError::Http { status: response.status_code, message, retry_after: None });
+        return CallResult::Failed(LlmError::Http {
+            status: response.status_code,
+            message,
+            retry_after: None,
+        });
     }
     match crate::llm::chat::reply_of(response.body.clone()) {
-        Ok(reply) => Outcome::Reply(reply),
-        Err(error) => Outcome::Failed(error),
+        Ok(reply) => CallResult::Reply(reply),
+        Err(error) => CallResult::Failed(error),
     }
 }
 

@@ -310,11 +310,11 @@ impl Rollback {
                 files.iter().filter(exists).filter(|f| names.contains(*f)).cloned().collect();
             (keep.dir.to_owned(), moved)
         });
-        if let Some((kept_dir, moved)) = &keep {
-            let mut lines = format!("{}\n", kept_dir.to_string_lossy());
+        if let Some((archive_dir, moved)) = &keep {
+            let mut lines = format!("{}\n", archive_dir.to_string_lossy());
             for relative in moved {
                 lines.push_str(&relative.to_string_lossy());
-                if fs_err::symlink_metadata(out.join(kept_dir).join(relative)).is_ok() {
+                if fs_err::symlink_metadata(out.join(archive_dir).join(relative)).is_ok() {
                     lines.push_str(COPY_MARK);
                 }
                 lines.push('\n');
@@ -348,12 +348,12 @@ impl Rollback {
                 return Err(output_error(&target, in_the_way));
             }
             let kept = match &self.keep {
-                Some((kept_dir, moved)) if moved.contains(relative) => {
-                    let kept = self.out.join(kept_dir).join(relative);
+                Some((archive_dir, moved)) if moved.contains(relative) => {
+                    let kept = self.out.join(archive_dir).join(relative);
                     if fs_err::symlink_metadata(&kept).is_ok() {
                         // A file already there (a copy an earlier publish left) is replaced
                         // too: kept with the others, put back by a rollback.
-                        let aside = self.dir.join(REPLACED).join(kept_dir).join(relative);
+                        let aside = self.dir.join(REPLACED).join(archive_dir).join(relative);
                         self.folders.extend(make_parent(&aside)?);
                         fs_err::rename(&kept, &aside).map_err(|e| output_error(&kept, e))?;
                     }
@@ -453,7 +453,7 @@ fn roll_back(out: &Path) -> Result<()> {
         let text = fs_err::read_to_string(&kept_list)
             .map_err(|source| Error::Input { path: kept_list.clone(), source })?;
         let mut lines = text.lines().filter(|line| !line.is_empty());
-        if let Some(kept_dir) = lines.next().filter(inside) {
+        if let Some(archive_dir) = lines.next().filter(inside) {
             // Those moved already (before the kill) go back; the others never left. Where a
             // copy was in the kept folder before (marked), the publish moved it aside first:
             // while it is not aside, the file in the kept folder is that copy, which stays (and
@@ -464,8 +464,8 @@ fn roll_back(out: &Path) -> Result<()> {
                 if !inside(&relative) {
                     continue;
                 }
-                let (kept, target) = (out.join(kept_dir).join(relative), out.join(relative));
-                let aside = replaced.join(kept_dir).join(relative);
+                let (kept, target) = (out.join(archive_dir).join(relative), out.join(relative));
+                let aside = replaced.join(archive_dir).join(relative);
                 let moved = kept.is_file() && (!copy || aside.is_file());
                 if moved {
                     folders.extend(make_parent(&target)?);

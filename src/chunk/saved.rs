@@ -1,4 +1,4 @@
-//! The chunking of a corpus, kept for the next refresh: per corpus item (a document, or a
+//! The chunking of a corpus, saved for the next refresh: per corpus item (a document, or a
 //! pre-chunked unit) a digest of everything its chunks derive from, where its chunks' texts lie
 //! in it, each chunk's near-duplicate signature, and the length and digest of the item's
 //! `corpus.jsonl` lines. A refresh chunks again only the items whose digest changed; the others
@@ -23,9 +23,9 @@ use std::ops::Range;
 use std::path::Path;
 
 /// The file in the index folder.
-pub const KEPT_FILE: &str = "qrelgen-chunking";
+pub const CHUNKING_FILE: &str = "qrelgen-chunking";
 /// The first bytes of that file (the format's version).
-/// How the temporary files of [`KEPT_FILE`] are named.
+/// How the temporary files of [`CHUNKING_FILE`] are named.
 const TEMP_PREFIX: &str = ".qrelgen-chunking";
 
 const MAGIC: &[u8] = b"qrelgen-chunking v2\n";
@@ -66,7 +66,7 @@ pub fn text_digest(text: &str) -> Digest {
 
 /// One item's chunks, as an earlier run made them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeptItem {
+pub struct SavedItem {
     /// The item's language ([`Language::detect`] of its text).
     pub language: Language,
     /// The byte range of each chunk's text in the item's text.
@@ -94,37 +94,37 @@ impl Lines {
     }
 }
 
-/// An item of a kept chunking: its digest and chunks, and where it was in the corpus.
+/// An item of a saved chunking: its digest and chunks, and where it was in the corpus.
 #[derive(Debug)]
 struct Entry {
     digest: Digest,
-    item: KeptItem,
+    item: SavedItem,
     /// Its place among the items (0-based).
     place: usize,
     /// Where its lines start in the earlier run's `corpus.jsonl`.
     at: usize,
 }
 
-/// The kept chunking of an earlier run, by item id.
+/// The saved chunking of an earlier run, by item id.
 #[derive(Debug, Default)]
-pub struct KeptChunking {
+pub struct SavedChunking {
     items: HashMap<String, Entry>,
 }
 
-impl KeptChunking {
-    /// The chunking kept in the index folder `dir` by the run that made the chunk list
+impl SavedChunking {
+    /// The chunking saved in the index folder `dir` by the run that made the chunk list
     /// `fingerprint` with the settings `stamp` ([`settings_stamp`]); `None` when there is none,
     /// it is for other settings or another chunk list, or it is damaged.
     #[must_use]
     pub fn load(dir: &Path, stamp: &str, fingerprint: &str) -> Option<Self> {
-        let bytes = fs_err::read(dir.join(KEPT_FILE)).ok()?;
+        let bytes = fs_err::read(dir.join(CHUNKING_FILE)).ok()?;
         decode(&bytes, stamp, fingerprint)
     }
 
     /// The chunks of item `id` if its digest is still `digest` and its spans fit `text`, and
     /// where its lines lay in the earlier run's `corpus.jsonl`.
     #[must_use]
-    pub fn get(&self, id: &str, digest: &Digest, text: &str) -> Option<(&KeptItem, Range<usize>)> {
+    pub fn get(&self, id: &str, digest: &Digest, text: &str) -> Option<(&SavedItem, Range<usize>)> {
         let entry = self.items.get(id)?;
         let fits = |s: &Range<usize>| s.start < s.end && text.get(s.clone()).is_some();
         let lines = entry.at..entry.at.checked_add(entry.item.lines.len)?;
@@ -138,13 +138,13 @@ impl KeptChunking {
         self.items.get(id).is_some_and(|entry| entry.place == at && entry.digest == *digest)
     }
 
-    /// Items kept.
+    /// Items saved.
     #[must_use]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
-    /// Whether no item is kept.
+    /// Whether no item is saved.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
@@ -153,8 +153,8 @@ impl KeptChunking {
 
 /// Writes the chunking of a run as its items are chunked, into a temporary file (in the
 /// staging folder: gone with it when the run fails) or into memory, put in the index folder
-/// once the index is there ([`Written::place`]).
-pub struct KeptWriter {
+/// once the index is there ([`ChunkingFile::place`]).
+pub struct ChunkingWriter {
     out: Sink,
     hasher: blake3::Hasher,
     /// Bytes not yet hashed and written: hashed [`PENDING`] bytes at a time (BLAKE3 hashes
@@ -162,17 +162,17 @@ pub struct KeptWriter {
     pending: Vec<u8>,
 }
 
-/// Bytes a [`KeptWriter`] gathers before it hashes and writes them.
+/// Bytes a [`ChunkingWriter`] gathers before it hashes and writes them.
 const PENDING: usize = 64 << 10;
 
-/// Where a [`KeptWriter`] writes.
+/// Where a [`ChunkingWriter`] writes.
 enum Sink {
     File(std::io::BufWriter<tempfile::NamedTempFile>),
     /// The bytes, in the pieces they were gathered in (never copied into a larger buffer).
     Memory(Vec<Vec<u8>>),
 }
 
-impl KeptWriter {
+impl ChunkingWriter {
     /// Starts the file in `folder` for chunking with the settings `stamp`.
     ///
     /// # Errors
@@ -201,7 +201,7 @@ impl KeptWriter {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn item(&mut self, id: &str, digest: &Digest, item: &KeptItem) -> std::io::Result<()> {
+    pub fn item(&mut self, id: &str, digest: &Digest, item: &SavedItem) -> std::io::Result<()> {
         self.bytes(&[ENTRY]);
         self.text(id);
         self.bytes(digest);
@@ -234,7 +234,7 @@ impl KeptWriter {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn finish(mut self, fingerprint: &str) -> std::io::Result<Written> {
+    pub fn finish(mut self, fingerprint: &str) -> std::io::Result<ChunkingFile> {
         self.bytes(&[END]);
         self.text(fingerprint);
         self.hasher.update(&self.pending);
@@ -243,9 +243,9 @@ impl KeptWriter {
         self.write()?;
         match self.out {
             Sink::File(out) => {
-                out.into_inner().map(Written::File).map_err(std::io::IntoInnerError::into_error)
+                out.into_inner().map(ChunkingFile::File).map_err(std::io::IntoInnerError::into_error)
             }
-            Sink::Memory(pieces) => Ok(Written::Memory(pieces)),
+            Sink::Memory(pieces) => Ok(ChunkingFile::Memory(pieces)),
         }
     }
 
@@ -285,16 +285,16 @@ impl KeptWriter {
 }
 
 /// A finished chunking file, not yet in the index folder (or its bytes, from
-/// [`KeptWriter::in_memory`]).
-pub enum Written {
+/// [`ChunkingWriter::in_memory`]).
+pub enum ChunkingFile {
     /// The temporary file.
     File(tempfile::NamedTempFile),
     /// The bytes, in pieces.
     Memory(Vec<Vec<u8>>),
 }
 
-impl Written {
-    /// Moves the file into the index folder `dir`, as [`KEPT_FILE`] (the bytes are written to
+impl ChunkingFile {
+    /// Moves the file into the index folder `dir`, as [`CHUNKING_FILE`] (the bytes are written to
     /// a temporary file there first, once the temporary files a killed run left there are gone).
     ///
     /// # Errors
@@ -309,11 +309,11 @@ impl Written {
                 file
             }
         };
-        file.persist(dir.join(KEPT_FILE)).map(drop).map_err(|e| e.error)
+        file.persist(dir.join(CHUNKING_FILE)).map(drop).map_err(|e| e.error)
     }
 }
 
-/// Removes the temporary files of [`KEPT_FILE`] in `dir` (a run killed while it wrote one
+/// Removes the temporary files of [`CHUNKING_FILE`] in `dir` (a run killed while it wrote one
 /// there leaves it).
 fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
     for entry in fs_err::read_dir(dir)? {
@@ -325,7 +325,7 @@ fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A chunk's near-duplicate signature as [`KeptWriter`] wrote it: a flag, then the slots.
+/// A chunk's near-duplicate signature as [`ChunkingWriter`] wrote it: a flag, then the slots.
 #[expect(clippy::option_option, reason = "outer: readable; inner: a chunk without shingles has none")]
 fn signature(input: &mut Decoder<'_>) -> Option<Option<Signature>> {
     match input.byte()? {
@@ -343,7 +343,7 @@ fn signature(input: &mut Decoder<'_>) -> Option<Option<Signature>> {
     }
 }
 
-fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> {
+fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<SavedChunking> {
     let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(DIGEST)?)?;
     if blake3::hash(body).as_bytes() != checksum {
         return None;
@@ -366,7 +366,7 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
         };
         let chunks = input.size()?;
         // A span takes at least 17 bytes: a bad count reserves no more than the file holds.
-        let mut item = KeptItem {
+        let mut item = SavedItem {
             language,
             spans: Vec::with_capacity(chunks.min(input.rest().len() / 17)),
             signatures: Vec::with_capacity(chunks.min(input.rest().len() / 17)),
@@ -383,7 +383,7 @@ fn decode(bytes: &[u8], stamp: &str, fingerprint: &str) -> Option<KeptChunking> 
         items.insert(id, Entry { digest, item, place, at });
         at = next;
     }
-    (input.text()? == fingerprint && input.rest().is_empty()).then_some(KeptChunking { items })
+    (input.text()? == fingerprint && input.rest().is_empty()).then_some(SavedChunking { items })
 }
 
 #[cfg(test)]
@@ -395,19 +395,19 @@ mod tests {
     const CONFIG: ChunkConfig =
         ChunkConfig { size: 40, overlap: 0, size_zh: 40, overlap_zh: 0, unit: SizeUnit::Chars };
 
-    fn item(text: &str, spans: &[Range<usize>]) -> KeptItem {
+    fn item(text: &str, spans: &[Range<usize>]) -> SavedItem {
         let signatures = spans.iter().map(|s| chunk_signature(&text[s.clone()])).collect();
         let lines = Lines::of(format!("{{\"text\":{text:?}}}\n").as_bytes());
-        KeptItem { language: Language::detect(text), spans: spans.to_vec(), signatures, lines }
+        SavedItem { language: Language::detect(text), spans: spans.to_vec(), signatures, lines }
     }
 
     /// A file of two items in `dir`, for the chunk list "print".
-    fn written(dir: &Path, stamp: &str) -> (Digest, KeptItem, KeptItem) {
-        written_by(dir, KeptWriter::create(dir, stamp).unwrap())
+    fn written(dir: &Path, stamp: &str) -> (Digest, SavedItem, SavedItem) {
+        written_by(dir, ChunkingWriter::create(dir, stamp).unwrap())
     }
 
     /// [`written`] by `writer`, placed in `dir`.
-    fn written_by(dir: &Path, mut writer: KeptWriter) -> (Digest, KeptItem, KeptItem) {
+    fn written_by(dir: &Path, mut writer: ChunkingWriter) -> (Digest, SavedItem, SavedItem) {
         let (a, b) = ("Alpha beta gamma delta. Epsilon zeta eta theta.", "-- --");
         let (one, two) = (item(a, &[0..23, 24..a.len()]), item(b, std::slice::from_ref(&(0..b.len()))));
         let digest = text_digest(a);
@@ -418,18 +418,18 @@ mod tests {
     }
 
     #[test]
-    fn a_record_kept_in_memory_is_placed_as_the_same_file() {
+    fn a_record_held_in_memory_is_placed_as_the_same_file() {
         let (file, memory) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let stamp = settings_stamp(CONFIG, false);
         written(file.path(), &stamp);
-        written_by(memory.path(), KeptWriter::in_memory(&stamp));
-        let bytes = |dir: &Path| fs_err::read(dir.join(KEPT_FILE)).unwrap();
+        written_by(memory.path(), ChunkingWriter::in_memory(&stamp));
+        let bytes = |dir: &Path| fs_err::read(dir.join(CHUNKING_FILE)).unwrap();
         assert_eq!(bytes(memory.path()), bytes(file.path()));
         let left = fs_err::read_dir(memory.path()).unwrap().count();
         assert_eq!(left, 1, "no temporary file left");
         let leftover = memory.path().join(format!("{TEMP_PREFIX}.killed"));
         fs_err::write(&leftover, "half written").unwrap();
-        written_by(memory.path(), KeptWriter::in_memory(&stamp));
+        written_by(memory.path(), ChunkingWriter::in_memory(&stamp));
         assert!(!leftover.exists(), "a killed run's temporary file is cleared");
         assert_eq!(bytes(memory.path()), bytes(file.path()));
     }
@@ -440,24 +440,24 @@ mod tests {
         let stamp = settings_stamp(CONFIG, false);
         let (digest, one, two) = written(dir.path(), &stamp);
         let text = "Alpha beta gamma delta. Epsilon zeta eta theta.";
-        let kept = KeptChunking::load(dir.path(), &stamp, "print").unwrap();
-        assert_eq!(kept.len(), 2);
-        assert!(kept.holds_at(0, "a.md", &digest) && kept.holds_at(1, "b.md", &text_digest("-- --")));
-        assert!(!kept.holds_at(1, "a.md", &digest), "another place");
-        assert!(!kept.holds_at(0, "a.md", &text_digest("changed")), "another digest");
-        assert!(!kept.holds_at(0, "c.md", &digest), "another id");
+        let saved = SavedChunking::load(dir.path(), &stamp, "print").unwrap();
+        assert_eq!(saved.len(), 2);
+        assert!(saved.holds_at(0, "a.md", &digest) && saved.holds_at(1, "b.md", &text_digest("-- --")));
+        assert!(!saved.holds_at(1, "a.md", &digest), "another place");
+        assert!(!saved.holds_at(0, "a.md", &text_digest("changed")), "another digest");
+        assert!(!saved.holds_at(0, "c.md", &digest), "another id");
         assert_eq!(one.signatures.iter().filter(|s| s.is_some()).count(), 2, "the test needs signatures");
         assert_eq!(two.signatures, [None], "and a text without shingles");
-        assert_eq!(kept.get("a.md", &text_digest("changed"), text), None, "another digest");
-        assert_eq!(kept.get("a.md", &digest, "Alpha"), None, "spans past the text");
+        assert_eq!(saved.get("a.md", &text_digest("changed"), text), None, "another digest");
+        assert_eq!(saved.get("a.md", &digest, "Alpha"), None, "spans past the text");
         // Each item's lines follow the earlier items' in the earlier `corpus.jsonl`.
         let (a, b) = (one.lines.len, two.lines.len);
-        assert_eq!(kept.get("a.md", &digest, text), Some((&one, 0..a)));
-        assert_eq!(kept.get("b.md", &text_digest("-- --"), "-- --"), Some((&two, a..a + b)));
+        assert_eq!(saved.get("a.md", &digest, text), Some((&one, 0..a)));
+        assert_eq!(saved.get("b.md", &text_digest("-- --"), "-- --"), Some((&two, a..a + b)));
         let other = settings_stamp(ChunkConfig { size: 41, ..CONFIG }, false);
-        assert!(KeptChunking::load(dir.path(), &other, "print").is_none(), "other settings");
-        assert!(KeptChunking::load(dir.path(), &settings_stamp(CONFIG, true), "print").is_none());
-        assert!(KeptChunking::load(dir.path(), &stamp, "another list").is_none());
+        assert!(SavedChunking::load(dir.path(), &other, "print").is_none(), "other settings");
+        assert!(SavedChunking::load(dir.path(), &settings_stamp(CONFIG, true), "print").is_none());
+        assert!(SavedChunking::load(dir.path(), &stamp, "another list").is_none());
     }
 
     #[test]
@@ -465,20 +465,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stamp = settings_stamp(CONFIG, false);
         written(dir.path(), &stamp);
-        let path = dir.path().join(KEPT_FILE);
+        let path = dir.path().join(CHUNKING_FILE);
         let bytes = fs_err::read(&path).unwrap();
         for at in [0, MAGIC.len() + 9, bytes.len() / 2, bytes.len() - 1] {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x20;
             fs_err::write(&path, &damaged).unwrap();
-            assert!(KeptChunking::load(dir.path(), &stamp, "print").is_none(), "byte {at} changed");
+            assert!(SavedChunking::load(dir.path(), &stamp, "print").is_none(), "byte {at} changed");
         }
         for len in [0, 10, bytes.len() - 1] {
             fs_err::write(&path, &bytes[..len]).unwrap();
-            assert!(KeptChunking::load(dir.path(), &stamp, "print").is_none(), "cut at {len}");
+            assert!(SavedChunking::load(dir.path(), &stamp, "print").is_none(), "cut at {len}");
         }
         fs_err::write(&path, &bytes).unwrap();
-        assert!(KeptChunking::load(dir.path(), &stamp, "print").is_some());
+        assert!(SavedChunking::load(dir.path(), &stamp, "print").is_some());
     }
 
     #[test]

@@ -1,9 +1,9 @@
-//! What a refresh writes: [`Written`] gathers the re-checked and new queries into the new
+//! What a refresh writes: [`NewVersion`] gathers the re-checked and new queries into the new
 //! version's files (queries, qrels, review queue, pools, candidates, chunk map and changelog).
 
 use super::map::{ChunkChange, ChunkMap};
 use super::recheck::{QueryChange, Rechecked};
-use super::{CHANGELOG, CHUNK_MAP, Outcome, report};
+use super::{CHANGELOG, CHUNK_MAP, RefreshSummary, report};
 use crate::build::rounds::Rounds;
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, QueryId};
@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 /// What the refresh writes, from what it found.
-pub(super) struct Written<'a> {
+pub(super) struct NewVersion<'a> {
     pub(super) map: &'a ChunkMap,
     pub(super) checked: &'a [Rechecked],
     pub(super) rounds: &'a Rounds,
@@ -31,7 +31,7 @@ pub(super) struct Written<'a> {
     pub(super) version: u32,
 }
 
-impl Written<'_> {
+impl NewVersion<'_> {
     fn new_set(&self) -> impl Iterator<Item = &Checked> {
         self.rounds.judged.iter().filter(|j| j.in_set())
     }
@@ -50,7 +50,7 @@ impl Written<'_> {
 
     /// Counts the new version's queries into `outcome`: the new ones, the queries in the set (by
     /// type), and the share with a human label.
-    pub(super) fn count(&self, outcome: &mut Outcome) {
+    pub(super) fn count(&self, outcome: &mut RefreshSummary) {
         let new = self.new_set().count();
         if new > 0 {
             outcome.queries.insert(QueryChange::New, new);
@@ -79,7 +79,7 @@ impl Written<'_> {
 
     /// The review queue: what changed first (`may_be_answerable`, then retargeted, relabelled,
     /// pool and new queries, by type within each), each with its [`RefreshNote`]; then the
-    /// previous queue's items still in the set ([`Written::carried`]). Returns it and the size of
+    /// previous queue's items still in the set ([`NewVersion::carried`]). Returns it and the size of
     /// its changed part.
     fn queue(&self) -> Result<(Vec<ReviewItem>, usize)> {
         let note = |change, reason: &str, old_sources: &[ChunkId]| RefreshNote {
