@@ -146,18 +146,18 @@ struct LlmJson<'a> {
 }
 
 impl<'a> Built<'a> {
-    fn new(outcome: &'a BuildSummary, out: &'a Path) -> Self {
+    fn new(summary: &'a BuildSummary, out: &'a Path) -> Self {
         Self {
             out,
             report: out.join(layout::REPORT_MD),
-            queries: outcome.in_set,
-            by_type: outcome.counts.iter().map(|(t, c)| (*t, c.in_set())).collect(),
-            review_items: outcome.review_items,
-            version: outcome.version,
-            counts: &outcome.counts,
-            shortfalls: &outcome.shortfalls,
-            skipped: &outcome.skipped,
-            llm: outcome.llm.as_ref().map(|llm| LlmJson { summary: &llm.summary, network: &llm.network }),
+            queries: summary.in_set,
+            by_type: summary.counts.iter().map(|(t, c)| (*t, c.in_set())).collect(),
+            review_items: summary.review_items,
+            version: summary.version,
+            counts: &summary.counts,
+            shortfalls: &summary.shortfalls,
+            skipped: &summary.skipped,
+            llm: summary.llm.as_ref().map(|llm| LlmJson { summary: &llm.summary, network: &llm.network }),
         }
     }
 }
@@ -217,7 +217,7 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
     qrelgen::set::pause_point("locked");
     let progress = Progress::stderr(args.quiet);
     let if_occupied = if args.force { IfOccupied::Force } else { IfOccupied::Refuse };
-    let outcome = match build::build(&config, out, if_occupied, &progress) {
+    let summary = match build::build(&config, out, if_occupied, &progress) {
         Err(err @ (qrelgen::Error::Budget(_) | qrelgen::Error::Batch(BatchError::Budget(_)))) => {
             eprintln!("error: {err}");
             return Ok(exit::BUDGET);
@@ -234,7 +234,7 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         }
         other => other.with_context(|| format!("building a test set from {}", corpus.display()))?,
     };
-    if let Some(dry_run) = outcome.dry_run {
+    if let Some(dry_run) = summary.dry_run {
         if args.json.json {
             JsonFlag::write(stdout, &BuildJson::DryRun(DryRunJson::from(&dry_run)))?;
         } else {
@@ -243,15 +243,15 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
         return Ok(exit::OK);
     }
     if args.json.json {
-        JsonFlag::write(stdout, &BuildJson::Built(Built::new(&outcome, out)))?;
-        warn_shortfalls(&outcome);
+        JsonFlag::write(stdout, &BuildJson::Built(Built::new(&summary, out)))?;
+        warn_shortfalls(&summary);
     } else {
-        print_summary(&outcome, out, stdout)?;
+        print_summary(&summary, out, stdout)?;
     }
     if !pool_runs.is_empty() {
         // With --json, stdout holds the build's document alone: the pool step's summary goes to stderr.
-        let summary: &mut dyn Write = if args.json.json { &mut std::io::stderr() } else { stdout };
-        super::pool::after_build(out, pool_runs, &config, progress, summary).with_context(|| {
+        let pool_out: &mut dyn Write = if args.json.json { &mut std::io::stderr() } else { stdout };
+        super::pool::after_build(out, pool_runs, &config, progress, pool_out).with_context(|| {
             format!(
                 "the set in {} is built; pooling its runs failed: fix them and run qrelgen pool --set {} --run …",
                 out.display(),
@@ -259,7 +259,7 @@ pub fn run(args: BuildArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> {
             )
         })?;
     }
-    Ok(exit_code(&outcome, args.allow_shortfall))
+    Ok(exit_code(&summary, args.allow_shortfall))
 }
 
 fn print_dry_run(dry_run: &build::DryRun, w: &mut dyn Write) -> std::io::Result<()> {
@@ -298,17 +298,17 @@ fn print_dry_run(dry_run: &build::DryRun, w: &mut dyn Write) -> std::io::Result<
     Ok(())
 }
 
-fn print_summary(outcome: &BuildSummary, out: &Path, w: &mut dyn Write) -> std::io::Result<()> {
-    let per_type: Vec<String> = outcome.counts.iter().map(|(t, c)| format!("{t} {}", c.in_set())).collect();
+fn print_summary(summary: &BuildSummary, out: &Path, w: &mut dyn Write) -> std::io::Result<()> {
+    let per_type: Vec<String> = summary.counts.iter().map(|(t, c)| format!("{t} {}", c.in_set())).collect();
     writeln!(
         w,
         "{} queries ({}) and {} to review in {}",
-        outcome.in_set,
+        summary.in_set,
         per_type.join(", "),
-        outcome.review_items,
+        summary.review_items,
         out.display()
     )?;
-    if let Some(llm) = &outcome.llm {
+    if let Some(llm) = &summary.llm {
         let n = llm.network;
         writeln!(
             w,
@@ -330,7 +330,7 @@ fn print_summary(outcome: &BuildSummary, out: &Path, w: &mut dyn Write) -> std::
             )?;
         }
     }
-    if let Some(version) = outcome.version {
+    if let Some(version) = summary.version {
         let kept = qrelgen::review::version::version_dir(out, version - 1);
         writeln!(
             w,
@@ -339,41 +339,41 @@ fn print_summary(outcome: &BuildSummary, out: &Path, w: &mut dyn Write) -> std::
             kept.display()
         )?;
     }
-    if !outcome.skipped.is_empty() {
-        writeln!(w, "{} input(s) skipped, listed in the report", outcome.skipped.len())?;
+    if !summary.skipped.is_empty() {
+        writeln!(w, "{} input(s) skipped, listed in the report", summary.skipped.len())?;
     }
     writeln!(w, "report: {}", out.join(layout::REPORT_MD).display())?;
-    warn_shortfalls(outcome);
+    warn_shortfalls(summary);
     Ok(())
 }
 
-fn warn_shortfalls(outcome: &BuildSummary) {
-    for shortfall in &outcome.shortfalls {
+fn warn_shortfalls(summary: &BuildSummary) {
+    for shortfall in &summary.shortfalls {
         eprintln!("warning: shortfall: {shortfall}");
     }
 }
 
-fn exit_code(outcome: &BuildSummary, allow_shortfall: bool) -> u8 {
-    let planned: usize = outcome.counts.values().map(|c| c.planned).sum();
+fn exit_code(summary: &BuildSummary, allow_shortfall: bool) -> u8 {
+    let planned: usize = summary.counts.values().map(|c| c.planned).sum();
     if planned == 0 {
         eprintln!(
             "error: no query could be planned: no chunk has 5+ distinct query words\nhint: check the corpus, \
              or raise --chunk-size"
         );
         exit::SHORTFALL
-    } else if outcome.counts.values().all(|c| c.generated == 0) {
+    } else if summary.counts.values().all(|c| c.generated == 0) {
         eprintln!(
             "error: the generator wrote no usable query; every request failed (reasons and replies in \
              rejects.jsonl)\nhint: check the model with --print-prompts and a few --queries; small local \
              models may need --json-mode plain or a larger --max-tokens"
         );
         exit::SHORTFALL
-    } else if outcome.in_set == 0 {
+    } else if summary.in_set == 0 {
         eprintln!(
             "error: no query passed the round-trip filter\nhint: see the report; try --on-miss flag or a larger --top-n"
         );
         exit::SHORTFALL
-    } else if !outcome.shortfalls.is_empty() && !allow_shortfall {
+    } else if !summary.shortfalls.is_empty() && !allow_shortfall {
         eprintln!(
             "error: the test set falls short of --queries/--mix\nhint: raise --max-rounds or --per-doc-cap, use \
              --on-miss flag, add documents, or pass --allow-shortfall to accept a smaller set"

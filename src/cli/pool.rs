@@ -74,17 +74,17 @@ struct PoolJson<'a> {
 }
 
 impl<'a> PoolJson<'a> {
-    fn new(outcome: &'a PoolSummary, set: &'a Path) -> Self {
+    fn new(summary: &'a PoolSummary, set: &'a Path) -> Self {
         Self {
             set,
-            version: outcome.version,
-            runs: &outcome.records,
-            new_pairs: outcome.new_pairs,
-            graded: outcome.graded,
-            relevant: outcome.relevant,
-            queued: outcome.queued,
-            judge_calls: outcome.judge_calls,
-            judge_tokens: outcome.judge_tokens,
+            version: summary.version,
+            runs: &summary.records,
+            new_pairs: summary.new_pairs,
+            graded: summary.graded,
+            relevant: summary.relevant,
+            queued: summary.queued,
+            judge_calls: summary.judge_calls,
+            judge_tokens: summary.judge_tokens,
         }
     }
 }
@@ -159,12 +159,12 @@ fn pool_into(
 ) -> anyhow::Result<()> {
     let (index, _) = qrelgen::eval::baseline::open_set_index(set, &progress)
         .with_context(|| format!("opening the index of {}", set.display()))?;
-    let outcome = pool::run(set, &index, config, llm, &progress)
+    let summary = pool::run(set, &index, config, llm, &progress)
         .with_context(|| format!("pooling into {}", set.display()))?;
     if json {
-        Ok(JsonFlag::write(stdout, &PoolJson::new(&outcome, set))?)
+        Ok(JsonFlag::write(stdout, &PoolJson::new(&summary, set))?)
     } else {
-        summary(&outcome, set, &config.runs, stdout)
+        print_summary(&summary, set, &config.runs, stdout)
     }
 }
 
@@ -189,13 +189,13 @@ fn llm_config(args: &mut PoolArgs, manifest: &Value) -> anyhow::Result<qrelgen::
     Ok(config)
 }
 
-fn summary(
-    outcome: &PoolSummary,
+fn print_summary(
+    summary: &PoolSummary,
     set: &Path,
     runs: &[PathBuf],
     stdout: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let Some(version) = outcome.version else {
+    let Some(version) = summary.version else {
         writeln!(
             stdout,
             "nothing new: every pair the runs pool in {} is pooled and judged already; nothing written",
@@ -203,7 +203,7 @@ fn summary(
         )?;
         return Ok(());
     };
-    for r in &outcome.records {
+    for r in &summary.records {
         let grades: Vec<String> = r.grades.iter().map(|(g, n)| format!("{g}: {n}")).collect();
         writeln!(
             stdout,
@@ -219,12 +219,12 @@ fn summary(
         stdout,
         "version {version} of {}: {} new pairs, {} graded ({} relevant), {} queued for review; {} judge calls, {} prompt tokens",
         set.display(),
-        outcome.new_pairs,
-        outcome.graded,
-        outcome.relevant,
-        outcome.queued,
-        outcome.judge_calls,
-        outcome.judge_tokens
+        summary.new_pairs,
+        summary.graded,
+        summary.relevant,
+        summary.queued,
+        summary.judge_calls,
+        summary.judge_tokens
     )?;
     let runs: Vec<String> = runs.iter().map(|r| format!("--run {}", r.display())).collect();
     writeln!(stdout, "next: qrelgen eval --set {} {}", set.display(), runs.join(" "))?;

@@ -72,7 +72,7 @@ struct RefreshJson<'a> {
     dry_run: bool,
     /// Chunks and queries per change, new queries, LLM calls, the new version's figures.
     #[serde(flatten)]
-    outcome: &'a RefreshSummary,
+    summary: &'a RefreshSummary,
     /// With `--dry-run`: the LLM calls it would make, fewest and most.
     planned_calls: Option<[u64; 2]>,
     /// With `--dry-run`: what the new queries would cost.
@@ -150,8 +150,8 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
         dry_run: args.dry_run,
         accept_new_corpus: args.accept_new_corpus,
     };
-    let outcome = refresh::refresh(&config, &args.set, options, &progress)?;
-    if outcome.nothing_changed && !given.is_empty() {
+    let summary = refresh::refresh(&config, &args.set, options, &progress)?;
+    if summary.nothing_changed && !given.is_empty() {
         progress.warn(&format!(
             "the corpus is the set's, so nothing was written and {} took no effect; to change a \
              set's settings, build it again (qrelgen build)",
@@ -159,31 +159,31 @@ pub fn run(mut args: RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<u8> 
         ));
     }
     if args.json.json {
-        let planned = args.dry_run.then(|| outcome.planned_calls());
+        let planned = args.dry_run.then(|| summary.planned_calls());
         let json = RefreshJson {
             set: &args.set,
             corpus: &args.corpus,
             dry_run: args.dry_run,
-            outcome: &outcome,
+            summary: &summary,
             planned_calls: planned.map(|(low, high)| [low, high]),
-            estimate: outcome.estimate.as_ref().filter(|_| args.dry_run).map(DryRunJson::from),
-            changelog: outcome.version.map(|_| args.set.join(refresh::CHANGELOG)),
+            estimate: summary.estimate.as_ref().filter(|_| args.dry_run).map(DryRunJson::from),
+            changelog: summary.version.map(|_| args.set.join(refresh::CHANGELOG)),
         };
         JsonFlag::write(stdout, &json)?;
     } else {
-        summary(&outcome, &args, stdout)?;
+        print_summary(&summary, &args, stdout)?;
     }
     Ok(exit::OK)
 }
 
-fn summary(outcome: &RefreshSummary, args: &RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
-    if outcome.nothing_changed {
+fn print_summary(summary: &RefreshSummary, args: &RefreshArgs, stdout: &mut dyn Write) -> anyhow::Result<()> {
+    if summary.nothing_changed {
         writeln!(stdout, "nothing changed: {} has the chunks of the set's corpus", args.corpus.display())?;
         return Ok(());
     }
-    let chunks = refresh::report_chunks(outcome);
-    let queries = refresh::report_queries(outcome);
-    let check = outcome.corpus_check;
+    let chunks = refresh::report_chunks(summary);
+    let queries = refresh::report_queries(summary);
+    let check = summary.corpus_check;
     writeln!(
         stdout,
         "corpus: {} of the set's {} chunks carry over ({:.0} %), {} file(s) or line(s) skipped ({} before)",
@@ -195,16 +195,16 @@ fn summary(outcome: &RefreshSummary, args: &RefreshArgs, stdout: &mut dyn Write)
     )?;
     if args.dry_run {
         writeln!(stdout, "dry run, nothing written: chunks {chunks}; queries {queries}")?;
-        let estimate = outcome.estimate.unwrap_or_default();
+        let estimate = summary.estimate.unwrap_or_default();
         let range = |a: u64, b: u64| if a == b { a.to_string() } else { format!("{a}–{b}") };
         let (low, high) = (estimate.low, estimate.high);
-        let (calls_low, calls_high) = outcome.planned_calls();
+        let (calls_low, calls_high) = summary.planned_calls();
         writeln!(
             stdout,
             "{} wanted; LLM calls it would make: {} ({} prompt tokens, at most {} completion \
              tokens; the range goes from every new query kept in round 1 to half of them dropped in \
              each of {} round(s))",
-            qrelgen::text::count(outcome.new_wanted, "new query", "new queries"),
+            qrelgen::text::count(summary.new_wanted, "new query", "new queries"),
             range(calls_low, calls_high),
             range(low.prompt_tokens, high.prompt_tokens),
             range(low.max_completion_tokens, high.max_completion_tokens),
@@ -217,14 +217,14 @@ fn summary(outcome: &RefreshSummary, args: &RefreshArgs, stdout: &mut dyn Write)
     writeln!(
         stdout,
         "version {} of {}: {} queries, {} changed to review (review export --only changed; {} in the review queue), {:.1} % human-verified, {} LLM calls ({} from the cache)",
-        outcome.version.unwrap_or(0),
+        summary.version.unwrap_or(0),
         args.set.display(),
-        outcome.in_set,
-        outcome.review_items,
-        outcome.queue_items,
-        outcome.human_share * 100.0,
-        outcome.llm_calls,
-        outcome.llm_cache_hits
+        summary.in_set,
+        summary.review_items,
+        summary.queue_items,
+        summary.human_share * 100.0,
+        summary.llm_calls,
+        summary.llm_cache_hits
     )?;
     writeln!(stdout, "changelog: {}", args.set.join(refresh::CHANGELOG).display())?;
     Ok(())

@@ -189,9 +189,9 @@ pub fn pool(
     let queries: HashSet<&QueryId> = set.current.queries.iter().map(|q| &q.id).collect();
     pooled.retain(|p| queries.contains(&p.query));
     let plan = Plan::make(&set.current, &runs, index, &mut pooled);
-    let mut outcome = PoolSummary { new_pairs: plan.new.len(), ..PoolSummary::default() };
+    let mut summary = PoolSummary { new_pairs: plan.new.len(), ..PoolSummary::default() };
     let ungraded: Vec<usize> = plan.ungraded(&pooled);
-    let grades = grade(&set.current, index, config, llm, &pooled, &ungraded, &plan, *progress, &mut outcome)?;
+    let grades = grade(&set.current, index, config, llm, &pooled, &ungraded, &plan, *progress, &mut summary)?;
     let mut rows = Vec::new();
     let mut machine = Vec::new();
     if let Some(provenance) = config.judge.provenance() {
@@ -201,25 +201,25 @@ pub fn pool(
             pair.grade = Some(grade);
             pair.graded_by = Some(provenance.label().to_owned());
             let row = Qrel { query_id: pair.query.clone(), chunk_id: pair.chunk.clone(), grade, provenance };
-            outcome.graded += 1;
-            outcome.relevant += usize::from(crate::output::relevance(&row) >= 1);
+            summary.graded += 1;
+            summary.relevant += usize::from(crate::output::relevance(&row) >= 1);
             rows.push(row);
             machine.push(at);
         }
     }
     if plan.new.is_empty() && rows.is_empty() && plan.added_sources == 0 {
-        return Ok(outcome);
+        return Ok(summary);
     }
     let next = Version { queries: set.current.queries.clone(), qrels: with_rows(&set.current, rows) };
     let version = set.version() + 1;
     let sampled = sample(&pooled, &machine, config);
     let queue = queued(&set, index, &pooled, &sampled)?;
-    outcome.queued = sampled.len();
-    outcome.records = records(config, &runs, &pooled, &plan, version, &outcome)?;
+    summary.queued = sampled.len();
+    summary.records = records(config, &runs, &pooled, &plan, version, &summary)?;
     let mut manifest = set.manifest.clone();
     let mut all: Vec<serde_json::Value> =
         manifest.rest.get("pools").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
-    for record in &outcome.records {
+    for record in &summary.records {
         let value = serde_json::to_value(record)
             .map_err(|e| Error::Output { path: dir.join(MANIFEST), source: std::io::Error::other(e) })?;
         all.push(value);
@@ -231,8 +231,8 @@ pub fn pool(
         crate::output::write_text(&staging.path(POOLED_TSV), &pooled_text(&pooled))?;
         crate::output::write_jsonl(&staging.path(QUEUE), &queue)
     })?;
-    outcome.version = Some(version);
-    Ok(outcome)
+    summary.version = Some(version);
+    Ok(summary)
 }
 
 /// Which pairs the runs add and which are still to be graded.
@@ -318,7 +318,7 @@ fn grade(
     ungraded: &[usize],
     plan: &Plan,
     progress: Progress,
-    outcome: &mut PoolSummary,
+    summary: &mut PoolSummary,
 ) -> Result<Vec<Option<u8>>> {
     if ungraded.is_empty() {
         return Ok(Vec::new());
@@ -345,12 +345,12 @@ fn grade(
             let grades = judge.grade(&asks, &stage)?;
             let answered = grades.iter().filter(|g| g.is_ok()).count();
             stage.finish(&format!("{answered} of {} pairs graded", asks.len()));
-            outcome.judge_calls = asks.len();
-            outcome.judge_tokens = judge.usage().prompt_tokens.saturating_sub(before);
+            summary.judge_calls = asks.len();
+            summary.judge_tokens = judge.usage().prompt_tokens.saturating_sub(before);
             Ok(grades.into_iter().map(Result::ok).collect())
         }
         PoolJudge::OneShot => {
-            one_shot_grades(version, index, config, pooled, ungraded, plan, progress, outcome)
+            one_shot_grades(version, index, config, pooled, ungraded, plan, progress, summary)
         }
     }
 }
@@ -365,7 +365,7 @@ fn one_shot_grades(
     ungraded: &[usize],
     plan: &Plan,
     progress: Progress,
-    outcome: &mut PoolSummary,
+    summary: &mut PoolSummary,
 ) -> Result<Vec<Option<u8>>> {
     let stage = progress.stage("one-shot", 0);
     let model = match CorpusModel::load(index.dir(), &index.own_stamp(), index.threads()) {
@@ -403,7 +403,7 @@ fn one_shot_grades(
     let similarities = one_shot::similarities(&model.space, &queries)?;
     let flat: Vec<f32> = similarities.iter().flatten().copied().collect();
     let cutoff = one_shot::cutoff(&model.space, &queries, &flat, config.seed)?;
-    outcome.cutoff = cutoff;
+    summary.cutoff = cutoff;
     let Some(cutoff) = cutoff else {
         stage.finish(&format!(
             "{} pooled pairs: too few to read a cut-off from (at least {}); left unjudged",
@@ -520,7 +520,7 @@ fn records(
     pooled: &[PooledPair],
     plan: &Plan,
     version: u32,
-    outcome: &PoolSummary,
+    summary: &PoolSummary,
 ) -> Result<Vec<PoolRecord>> {
     let new: HashSet<usize> = plan.new.iter().copied().collect();
     runs.names()
@@ -544,8 +544,8 @@ fn records(
                 pairs: pairs.len(),
                 new_pairs: pairs.iter().filter(|i| new.contains(i)).count(),
                 grades,
-                judge_calls: outcome.judge_calls,
-                judge_tokens: outcome.judge_tokens,
+                judge_calls: summary.judge_calls,
+                judge_tokens: summary.judge_tokens,
             })
         })
         .collect()

@@ -190,16 +190,16 @@ impl CorpusCheck {
     }
 }
 
-/// `edited 3, deleted 1, added 2`: the chunk changes of `outcome`.
+/// `edited 3, deleted 1, added 2`: the chunk changes of `summary`.
 #[must_use]
-pub fn report_chunks(outcome: &RefreshSummary) -> String {
-    report::counts_line(&outcome.chunks)
+pub fn report_chunks(summary: &RefreshSummary) -> String {
+    report::counts_line(&summary.chunks)
 }
 
-/// `kept 90, relabelled 3, …`: the query changes of `outcome`.
+/// `kept 90, relabelled 3, …`: the query changes of `summary`.
 #[must_use]
-pub fn report_queries(outcome: &RefreshSummary) -> String {
-    report::counts_line(&outcome.queries)
+pub fn report_queries(summary: &RefreshSummary) -> String {
+    report::counts_line(&summary.queries)
 }
 
 /// The ids of the queries the last refresh of `set` changed and queued for review.
@@ -273,15 +273,15 @@ pub fn refresh(
     discard.later(old_corpus);
     let stage = progress.stage("map", old.len() as u64);
     let (new, map, took) = new_and_map(chunks, mapped, &old, &staging)?;
-    let mut outcome = RefreshSummary { chunks: map.counts(), ..RefreshSummary::default() };
+    let mut summary = RefreshSummary { chunks: map.counts(), ..RefreshSummary::default() };
     // The stage's time includes the mapping done beside the index stage.
-    timings.add("map", stage.finish(&report::counts_line(&outcome.chunks)) + took);
-    outcome.corpus_check = check.carrying_over(&outcome.chunks).refuse_scant(config, options)?;
+    timings.add("map", stage.finish(&report::counts_line(&summary.chunks)) + took);
+    summary.corpus_check = check.carrying_over(&summary.chunks).refuse_scant(config, options)?;
     let new_share = new_share(&new, &map);
     discard.later(new);
     if map.is_identity() {
-        outcome.nothing_changed = true;
-        return Ok(outcome);
+        summary.nothing_changed = true;
+        return Ok(summary);
     }
     let language = config.language.unwrap_or(corpus.language);
     let checks =
@@ -311,18 +311,18 @@ pub fn refresh(
         model: folded.or_else(|| model.map(|model| Model::Old(model, old_chunks.as_slice()))),
         unchanged: unchanged.as_ref(),
     };
-    outcome.llm_calls += fresh.judge(&mut checked, options.dry_run, &mut timings)?;
-    outcome.count_changes(&checked);
+    summary.llm_calls += fresh.judge(&mut checked, options.dry_run, &mut timings)?;
+    summary.count_changes(&checked);
     let added: HashSet<usize> = map.fresh().into_iter().filter_map(|id| index.position(id)).collect();
     let in_set = checked.iter().filter(|c| c.line.is_some()).count();
-    outcome.new_wanted = options.new_queries.wanted(in_set, new_share);
+    summary.new_wanted = options.new_queries.wanted(in_set, new_share);
     if options.dry_run {
-        outcome.estimate = fresh.estimate(&groups, &added, outcome.new_wanted, &mut timings)?;
-        outcome.llm_calls += outcome.estimate.map_or(0, |e| e.low.calls + e.low.judge_calls);
-        return Ok(outcome);
+        summary.estimate = fresh.estimate(&groups, &added, summary.new_wanted, &mut timings)?;
+        summary.llm_calls += summary.estimate.map_or(0, |e| e.low.calls + e.low.judge_calls);
+        return Ok(summary);
     }
-    let rounds = fresh.generate(&groups, &added, outcome.new_wanted, &checked, &mut timings)?;
-    outcome.count_llm(fresh.stages.as_ref().and_then(|s| s.generator.llm_report()));
+    let rounds = fresh.generate(&groups, &added, summary.new_wanted, &checked, &mut timings)?;
+    summary.count_llm(fresh.stages.as_ref().and_then(|s| s.generator.llm_report()));
     let version = manifest.version();
     let written = NewVersion {
         map: &map,
@@ -333,17 +333,17 @@ pub fn refresh(
         previous: &previous,
         version: version + 1,
     };
-    written.count(&mut outcome);
+    written.count(&mut summary);
     let stage = progress.stage("write", 0);
-    (outcome.review_items, outcome.queue_items) = written.stage(&staging, set, &candidates, &groups)?;
+    (summary.review_items, summary.queue_items) = written.stage(&staging, set, &candidates, &groups)?;
     drop(fresh);
     drop(old_chunks);
     discard.later((old, map, checked, rounds, current, candidates, previous));
-    outcome.version = Some(version + 1);
-    report::stage(&staging, set, &outcome, &config.corpus, &corpus)?;
+    summary.version = Some(version + 1);
+    report::stage(&staging, set, &summary, &config.corpus, &corpus)?;
     timings.add("write", stage.finish(&format!("version {}", version + 1)));
-    publish(set, config, staging, manifest, &corpus, &outcome, timings, *progress)?;
-    Ok(outcome)
+    publish(set, config, staging, manifest, &corpus, &summary, timings, *progress)?;
+    Ok(summary)
 }
 
 /// The new corpus chunked (into `staging`, with the set's `saved` chunking) and, at the same
@@ -396,7 +396,7 @@ fn publish(
     staging: Staging,
     mut manifest: SetManifest,
     corpus: &output::CorpusSummary,
-    outcome: &RefreshSummary,
+    summary: &RefreshSummary,
     mut timings: Timings,
     progress: Progress,
 ) -> Result<()> {
@@ -411,7 +411,7 @@ fn publish(
     let run = Invocation { timings_ms: timings.into_millis(), llm_network: None };
     // Not in the manifest's timings: it is published with them.
     let stage = progress.stage("publish", 0);
-    update_manifest(&mut manifest, config, corpus, outcome, &run)?;
+    update_manifest(&mut manifest, config, corpus, summary, &run)?;
     output::write_json(&staging.path(MANIFEST), &manifest)?;
     version::publish_rebuild(set, staging, &previous, MadeBy::Refresh)?;
     stage.finish(&format!("version {}", version + 1));
@@ -659,7 +659,7 @@ fn update_manifest(
     manifest: &mut SetManifest,
     config: &BuildConfig,
     corpus: &output::CorpusSummary,
-    outcome: &RefreshSummary,
+    summary: &RefreshSummary,
     run: &Invocation,
 ) -> Result<()> {
     // Through the text, as a build writes it: `to_value` would widen an `f32` (0.3 becomes
@@ -670,7 +670,7 @@ fn update_manifest(
     };
     manifest.rest.insert("corpus".to_owned(), value(serde_json::to_string(corpus))?);
     manifest.rest.insert("config".to_owned(), value(serde_json::to_string(config))?);
-    manifest.rest.insert("refresh".to_owned(), value(serde_json::to_string(outcome))?);
+    manifest.rest.insert("refresh".to_owned(), value(serde_json::to_string(summary))?);
     manifest.rest.insert("run".to_owned(), value(serde_json::to_string(run))?);
     Ok(())
 }

@@ -48,21 +48,21 @@ impl NewVersion<'_> {
         qrels
     }
 
-    /// Counts the new version's queries into `outcome`: the new ones, the queries in the set (by
+    /// Counts the new version's queries into `summary`: the new ones, the queries in the set (by
     /// type), and the share with a human label.
-    pub(super) fn count(&self, outcome: &mut RefreshSummary) {
+    pub(super) fn count(&self, summary: &mut RefreshSummary) {
         let new = self.new_set().count();
         if new > 0 {
-            outcome.queries.insert(QueryChange::New, new);
+            summary.queries.insert(QueryChange::New, new);
         }
         let kept = self.checked.iter().filter(|c| c.line.is_some());
         let types = kept.map(|c| c.query_type).chain(self.new_set().map(Checked::query_type));
-        outcome.by_type = types.fold(BTreeMap::new(), |mut by_type, t| {
+        summary.by_type = types.fold(BTreeMap::new(), |mut by_type, t| {
             *by_type.entry(t).or_default() += 1;
             by_type
         });
-        outcome.in_set = outcome.by_type.values().sum();
-        outcome.human_share = self.human_share();
+        summary.in_set = summary.by_type.values().sum();
+        summary.human_share = self.human_share();
     }
 
     fn human_share(&self) -> f64 {

@@ -109,18 +109,18 @@ const HTML_START: &str = "<section id=\"refresh\">";
 const HTML_END: &str = "</section>";
 
 /// Stages `report.md` and `report.html` with the refresh's section in place of an earlier one:
-/// the new corpus (at `corpus`, as `summary` counts it), what changed, and the set it makes.
+/// the new corpus (at `corpus`, as `corpus_summary` counts it), what changed, and the set it makes.
 pub fn stage(
     staging: &Staging,
     set: &Path,
-    outcome: &RefreshSummary,
+    summary: &RefreshSummary,
     corpus: &Path,
-    summary: &CorpusSummary,
+    corpus_summary: &CorpusSummary,
 ) -> Result<()> {
     let read = |name: &str| fs_err::read_to_string(set.join(name)).unwrap_or_default();
     let md = read(REPORT_MD);
-    let rows = rows(outcome, corpus, summary);
-    let md = with_section(&md, LaterSection::Refresh, &markdown(&rows, outcome));
+    let rows = rows(summary, corpus, corpus_summary);
+    let md = with_section(&md, LaterSection::Refresh, &markdown(&rows, summary));
     output::write_text(&staging.path(REPORT_MD), &md)?;
     let html = read(REPORT_HTML);
     if html.is_empty() {
@@ -138,31 +138,31 @@ pub fn stage(
         line: 0,
         message: "no </body>".to_owned(),
     })?;
-    let page = format!("{}{}{}", &html[..at], section_html(&rows, outcome), &html[at..]);
+    let page = format!("{}{}{}", &html[..at], section_html(&rows, summary), &html[at..]);
     output::write_text(&staging.path(REPORT_HTML), &page)
 }
 
 /// A row of the section: its name, its text, and a path or command shown as code after it.
 type Row = (&'static str, String, Option<String>);
 
-fn rows(outcome: &RefreshSummary, corpus: &Path, summary: &CorpusSummary) -> Vec<Row> {
+fn rows(summary: &RefreshSummary, corpus: &Path, corpus_summary: &CorpusSummary) -> Vec<Row> {
     let text = |name, value: String| (name, value, None);
-    let by_type = outcome.by_type.iter().map(|(t, n)| format!("{} {n}", t.label())).collect::<Vec<_>>();
+    let by_type = summary.by_type.iter().map(|(t, n)| format!("{} {n}", t.label())).collect::<Vec<_>>();
     vec![
         (
             "new corpus",
-            format!("{} documents, {} chunks: ", summary.documents, summary.chunks),
+            format!("{} documents, {} chunks: ", corpus_summary.documents, corpus_summary.chunks),
             Some(corpus.display().to_string()),
         ),
-        text("chunks", counts_line(&outcome.chunks)),
-        text("queries", counts_line(&outcome.queries)),
-        text("new queries asked for", outcome.new_wanted.to_string()),
-        text("LLM calls", format!("{} sent, {} from the cache", outcome.llm_calls, outcome.llm_cache_hits)),
-        text("queries in the set", format!("{} ({})", outcome.in_set, by_type.join(", "))),
-        text("human-verified", format!("{:.1} %", outcome.human_share * 100.0)),
+        text("chunks", counts_line(&summary.chunks)),
+        text("queries", counts_line(&summary.queries)),
+        text("new queries asked for", summary.new_wanted.to_string()),
+        text("LLM calls", format!("{} sent, {} from the cache", summary.llm_calls, summary.llm_cache_hits)),
+        text("queries in the set", format!("{} ({})", summary.in_set, by_type.join(", "))),
+        text("human-verified", format!("{:.1} %", summary.human_share * 100.0)),
         (
             "review queue",
-            format!("{} items, the {} changed queries first: ", outcome.queue_items, outcome.review_items),
+            format!("{} items, the {} changed queries first: ", summary.queue_items, summary.review_items),
             Some("review export --only changed".into()),
         ),
     ]
@@ -170,16 +170,16 @@ fn rows(outcome: &RefreshSummary, corpus: &Path, summary: &CorpusSummary) -> Vec
 
 /// What the section begins with: which version it describes, and that the sections above
 /// describe the set's build.
-fn lead(outcome: &RefreshSummary) -> String {
+fn lead(summary: &RefreshSummary) -> String {
     format!(
         "Version {} of the set, refreshed from a changed corpus. The sections above describe the \
          build the set started from; this one, what the refresh changed and the set it made.",
-        outcome.version.unwrap_or(0)
+        summary.version.unwrap_or(0)
     )
 }
 
-fn markdown(rows: &[Row], outcome: &RefreshSummary) -> String {
-    let mut md = format!("{}\n\n| | |\n|---|---|\n", lead(outcome));
+fn markdown(rows: &[Row], summary: &RefreshSummary) -> String {
+    let mut md = format!("{}\n\n| | |\n|---|---|\n", lead(summary));
     for (name, value, code) in rows {
         let code = code.as_ref().map_or_else(String::new, |code| format!("`{code}`"));
         let _ = writeln!(md, "| {name} | {} |", format!("{value}{code}").replace('|', "\\|"));
@@ -188,8 +188,8 @@ fn markdown(rows: &[Row], outcome: &RefreshSummary) -> String {
     md
 }
 
-fn section_html(rows: &[Row], outcome: &RefreshSummary) -> String {
-    let mut html = format!("{HTML_START}<h2>Refresh</h2><p>{}</p><table>", escape_html(&lead(outcome)));
+fn section_html(rows: &[Row], summary: &RefreshSummary) -> String {
+    let mut html = format!("{HTML_START}<h2>Refresh</h2><p>{}</p><table>", escape_html(&lead(summary)));
     for (name, value, code) in rows {
         let code =
             code.as_ref().map_or_else(String::new, |code| format!("<code>{}</code>", escape_html(code)));
